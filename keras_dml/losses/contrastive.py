@@ -1,0 +1,75 @@
+"""Contrastive loss on cosine similarities or Euclidean distances."""
+
+import keras
+import tensorflow as tf
+
+from keras_dml.losses.base import PairLoss
+
+_DISTANCES = ("cosine", "euclidean")
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class Contrastive(PairLoss):
+    """Contrastive loss (Hadsell et al. 2006), with positive and negative margins.
+
+    `distance="cosine"` (unified view eq. 5, with a positive margin): on cosine
+    similarities S, for each anchor i,
+
+        L_i = sum_{j in P_i} [pos_margin - S_ij]_+ + sum_{j in N_i} [S_ij - neg_margin]_+
+
+    whose pair weights are 1 for every active pair and 0 otherwise (eq. 6). With
+    `pos_margin=1` every positive is active and the positive term is eq. 5's -S_ij
+    up to a constant.
+
+    `distance="euclidean"` (weighted contrastive paper eq. 4-5): on Euclidean
+    distances D, g(d) = [d - pos_margin]_+^2 for positives and
+    h(d) = [neg_margin - d]_+^2 for negatives; with `pos_margin=0`, g(d) = d^2 as in
+    eq. 5 and `neg_margin` is the paper's alpha. Weights 2 [d - m_p]_+ and
+    2 [m_n - d]_+ are the exact derivatives.
+
+    Normalisation: each anchor sums over all its pairs (ordered pairs, so each
+    unordered pair of eq. 4 counts from both ends) and the batch loss is the mean
+    over anchors.
+
+    Args:
+        distance: "cosine" or "euclidean". Defaults to "cosine".
+        pos_margin: defaults to 1.0 for cosine, 0.0 for euclidean.
+        neg_margin: defaults to 0.5 for cosine, 1.0 for euclidean.
+        miner: optional `keras_dml.mining.Miner`.
+
+    Reference:
+        Hadsell, Chopra, LeCun, "Dimensionality Reduction by Learning an Invariant
+        Mapping", CVPR 2006; unified view eq. 5-6; weighted contrastive eq. 4-5.
+    """
+
+    def __init__(self, distance="cosine", pos_margin=None, neg_margin=None, miner=None,
+                 reduction="sum_over_batch_size", name="contrastive", dtype=None):
+        if distance not in _DISTANCES:
+            raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}.")
+        cosine = distance == "cosine"
+        self.distance = distance
+        self.pos_margin = float((1.0 if cosine else 0.0) if pos_margin is None else pos_margin)
+        self.neg_margin = float((0.5 if cosine else 1.0) if neg_margin is None else neg_margin)
+        super().__init__(metric=distance, miner=miner, reduction=reduction, name=name,
+                         dtype=dtype)
+
+    def compute_terms(self, matrix, positive, negative):
+        positive = tf.cast(positive, tf.float32)
+        negative = tf.cast(negative, tf.float32)
+        if self.distance == "cosine":
+            pull = tf.nn.relu(self.pos_margin - matrix) * positive
+            push = tf.nn.relu(matrix - self.neg_margin) * negative
+            value = tf.reduce_sum(pull + push, axis=1)
+            weights = tf.cast(push > 0, tf.float32) - tf.cast(pull > 0, tf.float32)
+            return value, weights
+        pull = tf.nn.relu(matrix - self.pos_margin) * positive
+        push = tf.nn.relu(self.neg_margin - matrix) * negative
+        value = tf.reduce_sum(tf.square(pull) + tf.square(push), axis=1)
+        return value, 2.0 * (pull - push)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("metric")
+        config.update(distance=self.distance, pos_margin=self.pos_margin,
+                      neg_margin=self.neg_margin)
+        return config

@@ -1,0 +1,84 @@
+"""Multi-similarity loss, i.e. relative and absolute weighting (RAW) with VTHM."""
+
+import keras
+import tensorflow as tf
+
+from keras_dml import ops
+from keras_dml.losses.base import PairLoss
+from keras_dml.mining import MultiSimilarityMiner
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class MultiSimilarity(PairLoss):
+    """Multi-similarity loss (Wang et al. CVPR 2019), the RAW loss of the unified view.
+
+    On cosine similarities S, for each anchor i with (mined) positives P_i and
+    negatives N_i (unified view eq. 17):
+
+        L_i = 1/alpha * log(1 + sum_{k in P_i} exp(-alpha (S_ik - base)))
+            + 1/beta  * log(1 + sum_{k in N_i} exp( beta (S_ik - base)))
+
+    and the batch loss is the mean over anchors, L = (1/m) sum_i L_i. Its pair
+    weights are the exact derivatives (unified view eq. 15-16; MS supplementary
+    eq. 12):
+
+        w_ij = exp(-alpha (S_ij - base)) / (1 + sum_{k in P_i} exp(-alpha (S_ik - base)))
+        w_ij = exp( beta (S_ij - base)) / (1 + sum_{k in N_i} exp( beta (S_ik - base)))
+
+    for positives and negatives respectively (times 1/m). With `mining=True`, pairs
+    are first selected by valid-triplet hard mining (`MultiSimilarityMiner`, unified
+    view section 5.1). An anchor with no kept pair contributes 0.
+
+    Args:
+        alpha: positive scale. Defaults to 2.0.
+        beta: negative scale. Defaults to 50.0.
+        base: the similarity threshold lambda. Defaults to 0.5.
+        epsilon: the mining margin. Defaults to 0.1.
+        mining: apply VTHM before weighting. Defaults to True.
+        miner: any other `keras_dml.mining.Miner`; overrides `mining`/`epsilon`.
+        metric: pair similarity. Defaults to "cosine".
+
+    Defaults are the unified view's section 6 (and the MS paper's).
+
+    Examples:
+
+    >>> loss = keras_dml.losses.MultiSimilarity()
+    >>> model.compile(optimizer="adam", loss=loss)
+
+    Reference:
+        Wang et al., "Multi-Similarity Loss with General Pair Weighting for Deep
+        Metric Learning", CVPR 2019 (the unified view, ICLR 2019 submission).
+    """
+
+    def __init__(self, alpha=2.0, beta=50.0, base=0.5, epsilon=0.1, mining=True, miner=None,
+                 metric="cosine", reduction="sum_over_batch_size", name="multi_similarity",
+                 dtype=None):
+        if miner is None and mining:
+            miner = MultiSimilarityMiner(epsilon)
+        super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
+                         dtype=dtype)
+        if alpha <= 0 or beta <= 0:
+            raise ValueError(f"alpha and beta must be positive, got alpha={alpha}, beta={beta}.")
+        self.alpha, self.beta, self.base = float(alpha), float(beta), float(base)
+        self.epsilon, self.mining = float(epsilon), bool(mining)
+
+    def compute_terms(self, matrix, positive, negative):
+        pull = -self.alpha * (matrix - self.base)
+        push = self.beta * (matrix - self.base)
+        value = (
+            ops.masked_logsumexp(pull, positive, include_zero=True) / self.alpha
+            + ops.masked_logsumexp(push, negative, include_zero=True) / self.beta
+        )
+        weights = ops.masked_softmax(push, negative, include_zero=True) - ops.masked_softmax(
+            pull, positive, include_zero=True
+        )
+        return value, weights
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(alpha=self.alpha, beta=self.beta, base=self.base, epsilon=self.epsilon,
+                      mining=self.mining)
+        if (self.mining and isinstance(self.miner, MultiSimilarityMiner)
+                and self.miner.epsilon == self.epsilon):
+            config["miner"] = None  # rebuilt from epsilon
+        return config

@@ -1,0 +1,166 @@
+"""Pure tensor functions shared by every loss, miner and metric.
+
+Similarity matrices are always `query x key`: the key set may be the query batch
+itself, a memory bank, the batch gathered from other replicas, or learnable proxies.
+All reductions here are computed in float32, so they stay finite under
+`mixed_float16` / `mixed_bfloat16` policies, and none of them casts to float64.
+"""
+
+import tensorflow as tf
+
+SIMILARITIES = ("cosine", "dot")
+DISTANCES = ("euclidean", "squared_euclidean")
+METRICS = SIMILARITIES + DISTANCES
+
+# Smallest squared distance whose square root is differentiated; below it the
+# gradient of the Euclidean distance is set to zero instead of infinity.
+_SQRT_EPSILON = 1e-12
+
+
+def is_distance(metric):
+    """True when `metric` grows with dissimilarity (euclidean, squared_euclidean)."""
+    check_metric(metric)
+    return metric in DISTANCES
+
+
+def check_metric(metric):
+    if metric not in METRICS:
+        raise ValueError(f"Unknown metric {metric!r}: expected one of {METRICS}.")
+
+
+def to_float32(x):
+    """Cast half-precision (or integer) input to float32; keep float32 as it is."""
+    x = tf.convert_to_tensor(x)
+    return x if x.dtype == tf.float32 else tf.cast(x, tf.float32)
+
+
+def l2_normalize(x, axis=-1, epsilon=1e-12):
+    """L2 normalisation that maps the zero vector to zero, not NaN."""
+    return tf.math.l2_normalize(x, axis=axis, epsilon=epsilon)
+
+
+def pairwise(query, key=None, metric="cosine"):
+    """Pairwise similarity or distance between every query and every key.
+
+    Args:
+        query: float tensor (N, d).
+        key: float tensor (M, d). Defaults to `query`.
+        metric: "cosine" (inputs are L2-normalised first), "dot",
+            "euclidean" or "squared_euclidean".
+
+    Returns:
+        float32 tensor (N, M). Similarities for "cosine"/"dot", distances otherwise.
+        The Euclidean distance has a zero (not infinite) gradient where two points
+        coincide.
+    """
+    check_metric(metric)
+    query = to_float32(query)
+    key = query if key is None else to_float32(key)
+    if metric == "cosine":
+        query, key = l2_normalize(query), l2_normalize(key)
+    products = tf.matmul(query, key, transpose_b=True)
+    if metric in SIMILARITIES:
+        return products
+    squared = (
+        tf.reduce_sum(tf.square(query), axis=1, keepdims=True)
+        - 2.0 * products
+        + tf.reduce_sum(tf.square(key), axis=1)[tf.newaxis, :]
+    )
+    squared = tf.maximum(squared, 0.0)
+    if metric == "squared_euclidean":
+        return squared
+    positive = squared > _SQRT_EPSILON
+    safe = tf.where(positive, squared, tf.ones_like(squared))
+    return tf.where(positive, tf.sqrt(safe), tf.zeros_like(squared))
+
+
+def label_masks(query_labels, key_labels=None, exclude_self=None):
+    """Positive and negative pair masks for a query x key similarity matrix.
+
+    Args:
+        query_labels: int tensor (N,).
+        key_labels: int tensor (M,). Defaults to `query_labels`.
+        exclude_self: remove the diagonal (a sample is not its own positive).
+            Defaults to True exactly when `key_labels` is None.
+
+    Returns:
+        (positive, negative): bool tensors (N, M).
+    """
+    if exclude_self is None:
+        exclude_self = key_labels is None
+    key_labels = query_labels if key_labels is None else key_labels
+    same = tf.equal(query_labels[:, tf.newaxis], key_labels[tf.newaxis, :])
+    positive, negative = same, tf.logical_not(same)
+    if exclude_self:
+        n, m = tf.shape(query_labels)[0], tf.shape(key_labels)[0]
+        off_diagonal = tf.logical_not(tf.eye(n, m, dtype=tf.bool))
+        positive = tf.logical_and(positive, off_diagonal)
+    return positive, negative
+
+
+def _masked_fill(x, mask, value):
+    return tf.where(mask, x, tf.fill(tf.shape(x), tf.cast(value, x.dtype)))
+
+
+def masked_max(x, mask, axis=-1, keepdims=False, empty_value=0.0):
+    """Max of `x` over `mask`; rows with no masked-in entry give `empty_value`."""
+    x = to_float32(x)
+    lowest = tf.float32.min
+    result = tf.reduce_max(_masked_fill(x, mask, lowest), axis=axis, keepdims=keepdims)
+    has_any = tf.reduce_any(mask, axis=axis, keepdims=keepdims)
+    return tf.where(has_any, result, tf.fill(tf.shape(result), empty_value))
+
+
+def masked_min(x, mask, axis=-1, keepdims=False, empty_value=0.0):
+    """Min of `x` over `mask`; rows with no masked-in entry give `empty_value`."""
+    return -masked_max(-to_float32(x), mask, axis, keepdims, -empty_value)
+
+
+def masked_logsumexp(x, mask, axis=-1, keepdims=False, include_zero=False, empty_value=0.0):
+    """log(sum(exp(x))) over `mask`, stable and finite for every row.
+
+    Args:
+        x: float tensor.
+        mask: bool tensor of the same shape.
+        include_zero: add a term exp(0) = 1 inside the sum, i.e. compute
+            log(1 + sum(exp(x))), the soft-plus form of many DML losses. Such a row
+            is never empty: an all-masked row gives exactly 0.
+        empty_value: value of an all-masked row when `include_zero` is False.
+            Defaults to 0.0 (the mathematical value, -inf, would poison sums).
+
+    Returns:
+        float32 tensor, `x` reduced over `axis`. Its gradient is the masked
+        softmax, and exactly zero on masked-out entries and on empty rows.
+    """
+    x = to_float32(x)
+    mask = tf.convert_to_tensor(mask)
+    shift = tf.stop_gradient(masked_max(x, mask, axis, keepdims=True, empty_value=0.0))
+    if include_zero:
+        shift = tf.maximum(shift, 0.0)
+    exps = tf.where(mask, tf.exp(_masked_fill(x, mask, 0.0) - shift), tf.zeros_like(x))
+    total = tf.reduce_sum(exps, axis=axis, keepdims=True)
+    if include_zero:
+        total += tf.exp(-shift)
+    has_any = tf.reduce_any(mask, axis=axis, keepdims=True)
+    non_empty = tf.logical_or(has_any, include_zero)
+    safe_total = tf.where(non_empty, total, tf.ones_like(total))
+    result = tf.where(
+        non_empty, tf.math.log(safe_total) + shift, tf.fill(tf.shape(total), empty_value)
+    )
+    return result if keepdims else tf.squeeze(result, axis=axis)
+
+
+def masked_softmax(x, mask, axis=-1, include_zero=False):
+    """Softmax of `x` over `mask` (zero elsewhere); the derivative of `masked_logsumexp`."""
+    x = to_float32(x)
+    lse = masked_logsumexp(x, mask, axis, keepdims=True, include_zero=include_zero)
+    return tf.where(mask, tf.exp(_masked_fill(x, mask, 0.0) - lse), tf.zeros_like(x))
+
+
+def masked_mean(x, mask, axis=-1, keepdims=False):
+    """Mean of `x` over `mask`; empty rows give 0."""
+    x = to_float32(x)
+    mask_f = tf.cast(mask, tf.float32)
+    total = tf.reduce_sum(x * mask_f, axis=axis, keepdims=keepdims)
+    count = tf.reduce_sum(mask_f, axis=axis, keepdims=keepdims)
+    return tf.math.divide_no_nan(total, count)

@@ -1,0 +1,69 @@
+"""Input checks shared by losses and models: clear errors before TensorFlow sees bad data."""
+
+import numpy as np
+import tensorflow as tf
+
+
+def _static_rank(x):
+    return len(x.shape) if hasattr(x, "shape") else np.ndim(x)
+
+
+def check_class_labels(labels, batch_size=None, name="labels"):
+    """Validate integer class labels of shape (N,) or (N, 1); return int32 (N,).
+
+    Floats are accepted only when they hold whole numbers (Keras may convert
+    labels to float): in eager mode the values are checked, and a fractional
+    label is a ValueError.
+    """
+    labels = tf.convert_to_tensor(labels)
+    if labels.dtype == tf.bool or labels.dtype.is_complex or labels.dtype == tf.string:
+        raise ValueError(f"{name} must be integer class ids, got dtype {labels.dtype.name}.")
+    rank = labels.shape.rank
+    if rank == 2 and labels.shape[1] == 1:
+        labels = tf.reshape(labels, [-1])
+    elif rank != 1:
+        raise ValueError(
+            f"{name} must have shape (N,) or (N, 1) of integer class ids, got shape "
+            f"{tuple(labels.shape)}."
+        )
+    if batch_size is not None and labels.shape[0] is not None and labels.shape[0] != batch_size:
+        raise ValueError(
+            f"{name} and embeddings disagree in batch size: {name} has shape "
+            f"{tuple(labels.shape)}, embeddings have {batch_size} rows."
+        )
+    if labels.dtype.is_floating:
+        if tf.executing_eagerly():
+            values = labels.numpy()
+            if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
+                bad = values[~np.isfinite(values) | (values != np.round(values))][:5]
+                raise ValueError(
+                    f"{name} must be integer class ids, got non-integer values such as {bad}."
+                )
+        labels = tf.cast(labels, tf.int32)
+    elif labels.dtype != tf.int32:
+        labels = tf.cast(labels, tf.int32)
+    return labels
+
+
+def check_embeddings(embeddings, name="embeddings"):
+    """Validate a float (N, d) embedding batch; eager NaN/Inf is a ValueError."""
+    embeddings = tf.convert_to_tensor(embeddings)
+    if not embeddings.dtype.is_floating:
+        raise ValueError(f"{name} must be floating point, got dtype {embeddings.dtype.name}.")
+    if embeddings.shape.rank != 2:
+        raise ValueError(
+            f"{name} must have rank 2, shape (batch, dim), got shape {tuple(embeddings.shape)}."
+        )
+    if tf.executing_eagerly() and not bool(tf.reduce_all(tf.math.is_finite(embeddings))):
+        count = int(tf.reduce_sum(tf.cast(~tf.math.is_finite(embeddings), tf.int32)))
+        raise ValueError(
+            f"{name} contain {count} NaN or Inf values: the model diverged or the input "
+            "is corrupt; refusing to train on them."
+        )
+    return embeddings
+
+
+def check_labels_and_embeddings(labels, embeddings):
+    embeddings = check_embeddings(embeddings)
+    labels = check_class_labels(labels, batch_size=embeddings.shape[0])
+    return labels, embeddings
