@@ -1,0 +1,16 @@
+"""Retrieval and clustering evaluation for deep metric learning."""
+
+from keras_dml.evaluation.clustering import nmi
+from keras_dml.evaluation.embedding import embed_dataset, evaluate_retrieval
+from keras_dml.evaluation.knn import iter_nearest_neighbors, nearest_neighbors
+from keras_dml.evaluation.retrieval import METRICS, retrieval_metrics
+
+__all__ = [
+    "METRICS",
+    "embed_dataset",
+    "evaluate_retrieval",
+    "iter_nearest_neighbors",
+    "nearest_neighbors",
+    "nmi",
+    "retrieval_metrics",
+]

@@ -1,0 +1,94 @@
+"""Embed a dataset with a model, batch by batch, and evaluate retrieval on it."""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_dml.evaluation.retrieval import METRICS, retrieval_metrics
+
+
+def _as_dataset(data, batch_size):
+    """A tf.data of (x, y[, w]) batches, or an (x, y) tuple of arrays to batch."""
+    if isinstance(data, tf.data.Dataset):
+        return data
+    if isinstance(data, (tuple, list)) and len(data) in (2, 3):
+        x, y = data[0], data[1]
+        if len(x) != len(y):
+            raise ValueError(f"x has {len(x)} samples but y has {len(y)}.")
+        return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+    raise ValueError(
+        "data must be a tf.data.Dataset of (x, y) batches or an (x, y) tuple of arrays, "
+        f"got {type(data).__name__}."
+    )
+
+
+def embed_dataset(model, data, batch_size=256):
+    """Run `model` over `data` in inference mode; return `(embeddings, labels)`.
+
+    Args:
+        model: a Keras model (or any callable `model(x, training=False)`) that
+            maps a batch to (batch, dim) embeddings.
+        data: a `tf.data.Dataset` yielding `(x, y)` or `(x, y, sample_weight)`
+            batches, or an `(x, y)` tuple of arrays.
+        batch_size: batch size used when `data` is a tuple of arrays. Defaults
+            to 256.
+
+    Returns:
+        float32 NumPy embeddings (N, dim) and NumPy labels (N,).
+    """
+    forward = tf.function(lambda x: model(x, training=False), reduce_retracing=True)
+    embeddings, labels = [], []
+    for batch in _as_dataset(data, batch_size):
+        if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+            raise ValueError(
+                "Each dataset element must be an (x, y) or (x, y, sample_weight) tuple, "
+                f"got {type(batch).__name__}."
+            )
+        x, y = batch[0], batch[1]
+        out = forward(x)
+        if out.shape.rank != 2:
+            raise ValueError(
+                f"The model must return (batch, dim) embeddings, got shape {tuple(out.shape)}."
+            )
+        embeddings.append(np.asarray(out, dtype=np.float32))
+        y = np.asarray(y)
+        labels.append(y.reshape(len(y), -1)[:, 0] if y.ndim == 2 and y.shape[1] == 1 else y)
+    if not embeddings:
+        raise ValueError("data is empty: no batch to embed.")
+    return np.concatenate(embeddings), np.concatenate(labels)
+
+
+def evaluate_retrieval(
+    model,
+    dataset,
+    reference_dataset=None,
+    ks=(1, 2, 4, 8),
+    metrics=METRICS,
+    distance="cosine",
+    chunk_size=None,
+    batch_size=256,
+):
+    """Embed `dataset` (and `reference_dataset`) with `model`; return `retrieval_metrics`.
+
+    Args:
+        model: a Keras model mapping inputs to (batch, dim) embeddings.
+        dataset: queries, a `tf.data.Dataset` of `(x, y)` batches or an `(x, y)`
+            tuple of arrays.
+        reference_dataset: references in the same form. Defaults to None:
+            leave-one-out on the queries.
+        ks, metrics, distance, chunk_size: see `retrieval_metrics`.
+        batch_size: batch size for array inputs. Defaults to 256.
+
+    Returns:
+        The dict of `retrieval_metrics`.
+
+    Examples:
+        >>> model = keras.Sequential([keras.layers.Dense(8)])
+        >>> evaluate_retrieval(model, (x_test, y_test), ks=(1, 2))["recall@1"]
+    """
+    queries, query_labels = embed_dataset(model, dataset, batch_size)
+    references = reference_labels = None
+    if reference_dataset is not None:
+        references, reference_labels = embed_dataset(model, reference_dataset, batch_size)
+    return retrieval_metrics(
+        queries, query_labels, references, reference_labels, ks, metrics, distance, chunk_size
+    )
