@@ -2,4 +2,5 @@
 
 from keras_dml.losses.base import PairLoss, PairTerms
 from keras_dml.losses.contrastive import Contrastive
+from keras_dml.losses.ice import InstanceCrossEntropy
 from keras_dml.losses.multi_similarity import MultiSimilarity

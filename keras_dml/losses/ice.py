@@ -1,0 +1,138 @@
+"""Instance cross entropy (ICE) with the paper's normalised gradient reweighting."""
+
+import math
+
+import keras
+import tensorflow as tf
+
+from keras_dml import ops
+from keras_dml.losses.base import PairLoss
+
+_METRICS = ("cosine", "dot")
+
+
+def instance_cross_entropy_terms(similarity, positive, negative, scale):
+    """Per-anchor ICE value (eq. 5) and the reweighted pair gradients (eq. 13-14).
+
+    With logits z = scale * S and, for each anchor a, the negatives' log-sum-exp
+    l_a = log sum_{j in N(a)} exp(z_aj), every positive i of a has the margin
+    x_ai = l_a - z_ai, and
+
+        -log p^(i|a) = softplus(x_ai)            (eq. 3 on the scaled logits)
+        1 - p^(i|a)  = sigmoid(x_ai)             (no cancellation at large s)
+        p^(j|a,i)    = q_aj * (1 - p^(i|a)),     q_aj = softmax_{N(a)}(z_a)_j
+
+    The last line factorises the sum over positives in eq. 14: the negative
+    weight of j is (1 / 2N) * q_aj, whatever the positives are, so the whole
+    computation is O(N^2). The positive weights of eq. 13 are a softmax over the
+    positives of log sigmoid(x_ai), exact even when every 1 - p^ underflows.
+
+    Args:
+        similarity: float32 (N, M) similarity matrix.
+        positive: bool (N, M) positive-pair mask.
+        negative: bool (N, M) negative-pair mask.
+        scale: the scaling parameter s.
+
+    Returns:
+        (value, weights): value (N,) = sum_{i in P(a)} -log p^(i|a); weights (N, M)
+        with weights[a, i] = -1/2 * (1 - p^(i|a)) / sum_{i'} (1 - p^(i'|a)) on
+        positives and weights[a, j] = +1/2 * q_aj on negatives, so that after
+        Keras' mean over the N anchors dL/dS = -+ w_bar of eq. 13-14. Anchors
+        without a positive or without a negative get value 0 and zero weights.
+    """
+    logits = scale * similarity
+    has_negative = tf.reduce_any(negative, axis=1, keepdims=True)
+    has_positive = tf.reduce_any(positive, axis=1, keepdims=True)
+    # [matching distributions] one per (anchor, positive); empty without negatives.
+    active = tf.logical_and(positive, has_negative)
+    negative_lse = ops.masked_logsumexp(logits, negative, keepdims=True)
+    margin = tf.where(active, negative_lse - logits, tf.zeros_like(logits))
+    # [loss] eq. 5, anchor by anchor.
+    value = tf.reduce_sum(tf.where(active, tf.math.softplus(margin), tf.zeros_like(margin)), 1)
+    # [weighting] eq. 13: (1 - p^) / sum (1 - p^) = softmax of log(1 - p^) = log sigmoid.
+    positive_weights = ops.masked_softmax(tf.math.log_sigmoid(margin), active)
+    # eq. 14, factorised: sum_i p^(j|a,i) / sum_i (1 - p^(i|a)) = q_aj.
+    negative_weights = ops.masked_softmax(logits, negative)
+    negative_weights *= tf.cast(has_positive, tf.float32)
+    return value, 0.5 * (negative_weights - positive_weights)
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class InstanceCrossEntropy(PairLoss):
+    """Instance cross entropy (Wang et al. 2019) with its normalised sample reweighting.
+
+    On cosine similarities S of L2-normalised embeddings, every anchor a and
+    each of its positives i (same class, i != a) define one matching
+    distribution over {i} and all the anchor's negatives N(a), on logits s * S
+    (eq. 3, rescaled as in eq. 11):
+
+        p^(i|a) = exp(s S_ai) / (exp(s S_ai) + sum_{j in N(a)} exp(s S_aj))
+
+    and the loss is the cross entropy of all of them (eq. 5), averaged over the
+    N anchors:
+
+        L = (1/N) sum_a sum_{i in P(a)} -log p^(i|a)
+
+    Weights are stated, not derived: the backward pass does not use the
+    derivative of L. As in Algorithm 1 and eq. 15, the gradient magnitudes are
+    replaced by the per-anchor normalised weights of eq. 13-14:
+
+        dL/dS_ai = -(1/2N) (1 - p^(i|a)) / sum_{i' in P(a)} (1 - p^(i'|a))
+        dL/dS_aj = +(1/2N) sum_{i in P(a)} p^(j|a,i) / sum_{i' in P(a)} (1 - p^(i'|a))
+
+    so each anchor's positive weights and its negative weights both sum to
+    1/(2N) (footnote 2): s changes the relative weights, not the total. The
+    gradient reaches both embeddings of every pair through S and the L2
+    normalisation by the chain rule. Anchors with no positive (a class with one
+    sample in the batch, which still serves as a negative) or with no negative
+    contribute 0. With two samples per class, eq. 16-17: every positive gets
+    1/(2N) and negative j gets (1/2N) p^(j|a,i) / (1 - p^(i|a)).
+
+    Computed in O(N^2) time and memory (eq. 14's sum over positives factorises),
+    in float32, with 1 - p^ taken from the negatives' log-sum-exp so the weights
+    stay exact for well-separated batches at s = 64, 80 and beyond.
+
+    Args:
+        scale: the weight scaling parameter s (the paper's only hyperparameter;
+            s >= 1 in the paper, any positive value accepted). Defaults to 64.0,
+            the paper's best setting (Table 2).
+        metric: "cosine" (embeddings are L2-normalised inside) or "dot" (for
+            embeddings already on the unit sphere). Defaults to "cosine".
+        miner: optional `keras_dml.mining.Miner` restricting the pairs. The
+            paper uses none. Defaults to None.
+
+    Examples:
+
+    >>> loss = keras_dml.losses.InstanceCrossEntropy(scale=64.0)
+    >>> model.compile(optimizer="adam", loss=loss)
+    >>> # or by name: model.compile(optimizer="adam", loss="keras_dml>InstanceCrossEntropy")
+
+    Reference:
+        Wang, Kodirov, Hua, Robertson, "Instance Cross Entropy for Deep Metric
+        Learning", 2019 (eq. 3-5, 11-17, Algorithm 1; Table 2 for s).
+    """
+
+    def __init__(self, scale=64.0, metric="cosine", miner=None,
+                 reduction="sum_over_batch_size", name="instance_cross_entropy", dtype=None):
+        if metric not in _METRICS:
+            raise ValueError(
+                f"InstanceCrossEntropy needs a similarity metric, one of {_METRICS}; got "
+                f"metric={metric!r}."
+            )
+        try:
+            scale = float(scale)
+        except (TypeError, ValueError):
+            raise ValueError(f"scale must be a positive number, got {scale!r}.") from None
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale must be a positive finite number, got {scale!r}.")
+        super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
+                         dtype=dtype)
+        self.scale = scale
+
+    def compute_terms(self, matrix, positive, negative):
+        return instance_cross_entropy_terms(matrix, positive, negative, self.scale)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(scale=self.scale)
+        return config
