@@ -1,0 +1,155 @@
+"""`DMLModel`: a Keras model whose loss sees the whole (global) batch of embeddings."""
+
+import keras
+import tensorflow as tf
+
+from keras_dml import losses, validation
+
+_NONFINITE_MESSAGE = (
+    "keras_dml: the model produced NaN or Inf embeddings for this batch; training "
+    "stopped before applying any update from it (lower the learning rate, check the "
+    "input pipeline for NaN pixels, or use gradient clipping)."
+)
+
+
+def _gather_with_local_gradient(tensor):
+    """All-gather `tensor` over replicas; the gradient returns this replica's slice."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return tensor
+
+    sizes = context.all_gather(tf.shape(tensor)[:1], axis=0)
+    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
+    start = tf.reduce_sum(sizes[:replica])
+
+    @tf.custom_gradient
+    def gather(local):
+        def grad(upstream):
+            return upstream[start:start + tf.shape(local)[0]]
+
+        return context.all_gather(local, axis=0), grad
+
+    return gather(tensor)
+
+
+def gather_across_replicas(embeddings, labels, sample_weight=None):
+    """Embeddings, labels and sample weights of the global batch, in replica order.
+
+    Outside `tf.distribute` (or with one replica) the inputs come back unchanged.
+    Gradients reach each replica's own embeddings exactly: replica r receives
+    dL/dE for its slice of the global batch, so summing the replicas' parameter
+    gradients (what Keras optimizers do) equals single-device training on the
+    concatenated batch.
+    """
+    embeddings = _gather_with_local_gradient(embeddings)
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+        labels = context.all_gather(labels, axis=0)
+        if sample_weight is not None:
+            sample_weight = context.all_gather(sample_weight, axis=0)
+    return embeddings, labels, sample_weight
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class DMLModel(keras.Model):
+    """A `keras.Model` for deep metric learning, built functionally.
+
+    `DMLModel(inputs, outputs)` maps images to embeddings. Compile it with a
+    keras_dml loss and fit it on `(images, labels)` or `(images, labels,
+    sample_weights)` batches, e.g. from `keras_dml.data.class_balanced_batches`.
+
+    What it adds to `keras.Model`:
+    - Under `tf.distribute`, the loss sees the embeddings and labels of the global
+      batch gathered from all replicas (pair losses need every pair), and the update
+      equals single-device training on the concatenated batch.
+    - A loss that owns trainable weights (learnable proxies, margins), exposed as the
+      loss's `trainable_layer`, is attached to the model at `compile`: its weights are
+      in `model.trainable_weights`, trained, and saved / restored with the model.
+      `embedder()` returns the embedding network alone, without them.
+    - NaN or Inf embeddings stop training with a clear error before any update is
+      applied from that batch (in eager mode the loss raises a ValueError).
+    - The progress bar and `History` show the real loss; `evaluate` reports it.
+    """
+
+    def compile(self, optimizer="rmsprop", loss=None, **kwargs):
+        if isinstance(loss, (str, dict)):
+            loss = losses.get(loss)
+        if isinstance(loss, (list, tuple, dict)):
+            raise ValueError("DMLModel takes a single keras_dml loss, got a structure of losses.")
+        self._attach_loss_layer(loss)
+        super().compile(optimizer=optimizer, loss=loss, **kwargs)
+        self.dml_loss = loss
+
+    def compile_from_config(self, config):
+        """Recompile from a saved `.keras` file (the overridden `compile` is safe to call)."""
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if getattr(self, "optimizer", None) is not None and self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def _attach_loss_layer(self, loss):
+        layer = getattr(loss, "trainable_layer", None)
+        if layer is None:
+            return
+        if not layer.built:
+            layer.build((None, self.embedding_dim))
+        self.loss_layer = layer
+
+    @property
+    def embedding_dim(self):
+        shape = self.outputs[0].shape
+        if len(shape) != 2 or shape[-1] is None:
+            raise ValueError(
+                f"DMLModel outputs must be embeddings of shape (batch, dim), got {tuple(shape)}."
+            )
+        return int(shape[-1])
+
+    def embedder(self):
+        """The embedding network alone (a plain `keras.Model`, no loss weights)."""
+        return keras.Model(self.inputs, self.outputs, name=f"{self.name}_embedder")
+
+    # -- training ---------------------------------------------------------------------
+    def _dml_loss_value(self, x, y, embeddings, sample_weight, training):
+        if getattr(self, "dml_loss", None) is None:
+            raise ValueError("DMLModel needs a loss: call compile(optimizer, loss=...) first.")
+        if y is None:
+            raise ValueError("DMLModel needs labels: the dataset must yield (images, labels).")
+        if not tf.executing_eagerly():
+            embeddings = tf.debugging.check_numerics(embeddings, _NONFINITE_MESSAGE)
+        labels = validation.check_class_labels(y) if _is_class_labels(y) else y
+        embeddings, labels, sample_weight = gather_across_replicas(
+            embeddings, labels, sample_weight
+        )
+        value = self.dml_loss(labels, embeddings, sample_weight=sample_weight)
+        extra = self.losses
+        if extra:
+            replicas = tf.distribute.get_strategy().num_replicas_in_sync
+            value = value + tf.add_n([tf.cast(l, value.dtype) for l in extra]) / replicas
+        return value
+
+    def train_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            embeddings = self(x, training=True)
+            loss = self._dml_loss_value(x, y, embeddings, sample_weight, training=True)
+            scaled = self.optimizer.scale_loss(loss)
+        variables = self.trainable_weights
+        gradients = tape.gradient(scaled, variables)
+        self.optimizer.apply(gradients, variables)
+        return self._record(x, y, embeddings, sample_weight, loss)
+
+    def test_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        embeddings = self(x, training=False)
+        loss = self._dml_loss_value(x, y, embeddings, sample_weight, training=False)
+        return self._record(x, y, embeddings, sample_weight, loss)
+
+    def _record(self, x, y, embeddings, sample_weight, loss):
+        self._loss_tracker.update_state(loss, sample_weight=tf.shape(embeddings)[0])
+        return self.compute_metrics(x, y, embeddings, sample_weight=sample_weight)
+
+
+def _is_class_labels(y):
+    """Integer-like labels of rank <= 2 with one column (not continuous targets)."""
+    y = tf.convert_to_tensor(y)
+    return y.shape.rank == 1 or (y.shape.rank == 2 and y.shape[1] == 1)
