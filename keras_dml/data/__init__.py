@@ -1,0 +1,20 @@
+"""Input pipelines for deep metric learning.
+
+Class-balanced C x k batches, the weighted contrastive paper's batch designs
+with importance weights, hard negative class mining, and the papers'
+image preprocessing.
+"""
+
+from keras_dml.data.pipeline import class_balanced_batches
+from keras_dml.data.preprocessing import Preprocessing, decode_image, register_normalization
+from keras_dml.data.sampler import ClassBalancedSampler
+from keras_dml.data.verify import verify_images
+
+__all__ = [
+    "ClassBalancedSampler",
+    "Preprocessing",
+    "class_balanced_batches",
+    "decode_image",
+    "register_normalization",
+    "verify_images",
+]

@@ -1,0 +1,181 @@
+import glob
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_dml
+from keras_dml.data import Preprocessing, class_balanced_batches, verify_images
+from keras_dml.datasets.base import labeled_from_raw
+
+CUB = "/work/shared/datasets/cub200_subset/CUB_200_2011"
+
+
+def _cub_files(num_classes=4, per_class=6):
+    folders = sorted(glob.glob(os.path.join(CUB, "images", "*")))[:num_classes]
+    paths, labels = [], []
+    for c, folder in enumerate(folders):
+        for path in sorted(glob.glob(os.path.join(folder, "*.jpg")))[:per_class]:
+            paths.append(path)
+            labels.append(c)
+    return paths, np.array(labels)
+
+
+def _check_batch(y, classes, k):
+    y = y.reshape(classes, k)
+    assert (y == y[:, :1]).all(), "batch is not class-major"
+    assert len(np.unique(y[:, 0])) == classes
+
+
+def test_in_memory_batches_are_c_by_k_with_distinct_samples():
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(12), rng.integers(3, 9, 12))
+    x = np.arange(len(y), dtype=np.float32)[:, None]  # x encodes the index
+    ds = class_balanced_batches((x, y), 4, 3, seed=1)
+    for xb, yb in ds.take(60).as_numpy_iterator():
+        _check_batch(yb, 4, 3)
+        idx = xb[:, 0].astype(int)
+        assert len(set(idx)) == 12
+        np.testing.assert_array_equal(y[idx], yb)
+
+
+def test_same_seed_same_stream_other_seed_differs():
+    x, y = load_digits_train()
+    a = [yb for _, yb in class_balanced_batches((x, y), 3, 2, seed=5).take(5).as_numpy_iterator()]
+    b = [yb for _, yb in class_balanced_batches((x, y), 3, 2, seed=5).take(5).as_numpy_iterator()]
+    c = [yb for _, yb in class_balanced_batches((x, y), 3, 2, seed=6).take(5).as_numpy_iterator()]
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def load_digits_train():
+    split = keras_dml.datasets.load("digits").train
+    return split.images, split.labels
+
+
+def test_labeled_images_and_tf_dataset_sources():
+    split = keras_dml.datasets.load("digits").train
+    xb, yb = next(iter(class_balanced_batches(split, 5, 4, seed=0)))
+    assert xb.shape == (20, 8, 8, 1) and yb.dtype == tf.int32
+    ds = tf.data.Dataset.from_tensor_slices((split.images[:200], split.labels[:200]))
+    xb2, yb2 = next(iter(class_balanced_batches(ds, 5, 4, seed=0)))
+    _check_batch(yb2.numpy(), 5, 4)
+    # Each returned image is the one of its label.
+    for image, label in zip(xb2.numpy(), yb2.numpy()):
+        match = np.flatnonzero((split.images[:200] == image).all(axis=(1, 2, 3)))
+        assert label in split.labels[:200][match]
+
+
+def test_encoded_string_dataset_is_decoded_lazily():
+    paths, labels = _cub_files(3, 4)
+    encoded = [open(p, "rb").read() for p in paths]
+    ds = tf.data.Dataset.from_tensor_slices((encoded, labels))
+    prep = Preprocessing(image_size=32, resize_size=40)
+    xb, yb = next(iter(class_balanced_batches(ds, 3, 2, seed=0, preprocessing=prep)))
+    assert xb.shape == (6, 32, 32, 3)
+    _check_batch(yb.numpy(), 3, 2)
+
+
+def test_files_eval_mode_gives_exact_preprocessed_images():
+    paths, labels = _cub_files(2, 3)
+    prep = Preprocessing(image_size=32, resize_size=40)
+    ds = class_balanced_batches((paths, labels), 2, 3, seed=0, preprocessing=prep,
+                                training=False)
+    xb, yb = next(iter(ds))
+    expected = {prep.eval(tf.io.decode_jpeg(tf.io.read_file(p))).numpy().tobytes()
+                for p in paths}
+    assert {x.tobytes() for x in xb.numpy()} == expected
+
+
+def test_training_augmentation_is_seeded():
+    paths, labels = _cub_files(2, 3)
+    prep = Preprocessing(image_size=32, resize_size=40)
+    a = next(iter(class_balanced_batches((paths, labels), 2, 2, seed=3, preprocessing=prep)))
+    b = next(iter(class_balanced_batches((paths, labels), 2, 2, seed=3, preprocessing=prep)))
+    np.testing.assert_array_equal(a[0].numpy(), b[0].numpy())
+
+
+def test_bad_files_skip_whole_batches_with_count_never_crash(tmp_path, capfd):
+    paths, labels = _cub_files(3, 4)
+    truncated = tmp_path / "truncated.jpg"
+    truncated.write_bytes(b"\xff\xd8\xff\xe0" + b"\x00" * 20)
+    paths = paths + [str(tmp_path / "missing.jpg"), str(truncated)]
+    labels = np.concatenate([labels, [0, 1]])
+    prep = Preprocessing(image_size=16, resize_size=20)
+    ds = class_balanced_batches((paths, labels), 3, 2, seed=0, preprocessing=prep)
+    seen = 0
+    for xb, yb in ds.take(30).as_numpy_iterator():
+        _check_batch(yb, 3, 2)
+        seen += 1
+    assert seen == 30
+    err = capfd.readouterr().err
+    assert "skipped" in err and "total skipped" in err
+
+
+def test_verify_images_drops_undecodable_files(tmp_path):
+    paths, labels = _cub_files(2, 3)
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    split = labeled_from_raw(np.concatenate([labels, [1]]), paths=paths + [str(bad)])
+    with pytest.warns(UserWarning, match="1 of 7 images cannot be decoded"):
+        clean = verify_images(split)
+    assert len(clean) == 6 and clean.skipped == [(str(bad), "undecodable")]
+
+
+def test_small_classes_option_and_errors():
+    y = np.array([0, 0, 0, 1, 1, 1, 2, 3, 3, 3])
+    x = np.arange(len(y), dtype=np.float32)
+    with pytest.warns(UserWarning, match="1 of 4 classes"):
+        ds = class_balanced_batches((x, y), 3, 2, small_classes="drop", seed=0)
+    for _, yb in ds.take(20).as_numpy_iterator():
+        assert 2 not in yb
+    with pytest.warns(UserWarning, match="drawn with replacement"):
+        ds = class_balanced_batches((x, y), 4, 2, seed=0)
+    for _, yb in ds.take(5).as_numpy_iterator():
+        _check_batch(yb, 4, 2)
+    with pytest.raises(ValueError, match="usable"):
+        class_balanced_batches((x, y), 4, 2, small_classes="drop")
+    with pytest.raises(ValueError, match="divisible"):
+        class_balanced_batches((x, y), 3, 2, num_replicas=2)
+    with pytest.raises(ValueError, match="must match"):
+        class_balanced_batches((x, y[:-1]), 2, 2)
+    with pytest.raises(ValueError, match="source"):
+        class_balanced_batches("not a source", 2, 2)
+
+
+def test_map_fn_applies_per_batch():
+    x, y = load_digits_train()
+    ds = class_balanced_batches((x, y), 2, 2, seed=0, map_fn=lambda a, b: (a * 0 + 7, b))
+    xb, _ = next(iter(ds))
+    assert float(tf.reduce_min(xb)) == 7.0
+
+
+def test_mirrored_strategy_each_replica_gets_whole_classes():
+    script = textwrap.dedent("""
+        import numpy as np, tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        from keras_dml.data import class_balanced_batches
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        y = np.repeat(np.arange(10), 4)
+        x = np.arange(40, dtype=np.float32)
+        with strategy.scope():
+            ds = class_balanced_batches((x, y), 4, 3, seed=0)
+        dist = strategy.experimental_distribute_dataset(ds)
+        for step, (xb, yb) in zip(range(5), dist):
+            parts = [t.numpy() for t in strategy.experimental_local_results(yb)]
+            assert all(p.shape == (6,) for p in parts), [p.shape for p in parts]
+            for p in parts:
+                assert (p.reshape(2, 3) == p.reshape(2, 3)[:, :1]).all()
+            full = np.concatenate(parts)
+            assert len(set(full)) == 4
+        print("OK")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert out.stdout.strip().endswith("OK"), out.stderr[-2000:]
