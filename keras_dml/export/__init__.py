@@ -1,0 +1,22 @@
+"""Export for TF Serving: embedder and in-graph retrieval SavedModels.
+
+Each export is a TF Serving version directory `base_dir/<version>/` with
+`saved_model.pb`, `variables/`, the warm-up file
+`assets.extra/tf_serving_warmup_requests` and the JSON sidecar
+`keras_dml_export.json`. The SavedModels use TensorFlow ops only and load
+without keras_dml (or Python) in `tensorflow_model_server`.
+"""
+
+from keras_dml.export.embedder import export_embedder
+from keras_dml.export.layout import list_versions, next_version
+from keras_dml.export.sidecar import read_export_info
+from keras_dml.export.warmup import predict_request, read_warmup_requests
+
+__all__ = [
+    "export_embedder",
+    "list_versions",
+    "next_version",
+    "predict_request",
+    "read_export_info",
+    "read_warmup_requests",
+]

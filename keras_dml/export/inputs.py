@@ -1,0 +1,220 @@
+"""The serving input of an export: its name, spec, and in-graph decoding and checks.
+
+Two input formats:
+- `"image_bytes"`: a 1-D string batch of encoded JPEG / PNG / GIF / BMP / WebP
+  images, decoded and preprocessed in the graph with exactly
+  `keras_dml.data.decode_image` and `Preprocessing.eval`, the evaluation
+  pipeline's functions.
+- `"images"`: a float batch `(batch, H, W, C)` that is fed to the model as is
+  (the client applies the preprocessing recorded in the sidecar).
+
+Every check runs at serving time with a message naming the offending input,
+because TF Serving hands requests to the graph without validating shapes.
+"""
+
+import dataclasses
+import json
+import os
+
+import tensorflow as tf
+
+from keras_dml.data.preprocessing import Preprocessing, decode_image
+
+INPUT_FORMATS = ("image_bytes", "images")
+
+# Leading bytes of the formats `tf.io.decode_image` decodes.
+_SIGNATURES = {
+    "JPEG": (0, b"\xff\xd8\xff"),
+    "PNG": (0, b"\x89PNG\r\n\x1a\n"),
+    "GIF": (0, b"GIF8"),
+    "BMP": (0, b"BM"),
+    "WebP": (8, b"WEBP"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingInput:
+    """What a signature takes and how it becomes the model's input batch.
+
+    Attributes:
+        input_format: `"image_bytes"` or `"images"`.
+        spec: `tf.TensorSpec` of the signature input (its `name` is the
+            signature's input key).
+        image_spec: `tf.TensorSpec` of the model's input batch.
+        preprocessing: The `Preprocessing` applied in the graph
+            (`"image_bytes"`) or expected from clients (`"images"`), or None.
+    """
+
+    input_format: str
+    spec: tf.TensorSpec
+    image_spec: tf.TensorSpec
+    preprocessing: Preprocessing = None
+
+    @property
+    def name(self):
+        return self.spec.name
+
+    def to_images(self, inputs):
+        """Checks the serving input and maps it to the model's input batch."""
+        inputs = assert_shape(inputs, self.spec)
+        if self.input_format == "images":
+            return inputs
+        return decode_images(inputs, self.preprocessing, self.image_spec.dtype)
+
+    def describe(self):
+        """A JSON-friendly description for the sidecar."""
+        if self.input_format == "image_bytes":
+            text = ("Encoded JPEG/PNG/GIF/BMP/WebP images; decoded, resized and "
+                    "normalised in the graph with `preprocessing`.")
+        else:
+            text = ("Images already preprocessed as `preprocessing` describes "
+                    "(resize, centre crop, normalisation), fed to the network as is.")
+        return {
+            "format": self.input_format,
+            "dtype": self.spec.dtype.name,
+            "shape": shape_list(self.spec.shape),
+            "description": text,
+            "preprocessing_in_graph": self.input_format == "image_bytes",
+        }
+
+
+def as_preprocessing(value):
+    """A `Preprocessing` from an instance, a dict or a JSON file (None stays None).
+
+    A JSON file may hold the `Preprocessing.to_dict()` fields, or any object
+    with a `"preprocessing"` key (such as an export sidecar).
+    """
+    if value is None or isinstance(value, Preprocessing):
+        return value
+    if isinstance(value, dict):
+        return Preprocessing.from_dict(value.get("preprocessing", value))
+    if isinstance(value, (str, os.PathLike)):
+        with tf.io.gfile.GFile(os.fspath(value)) as f:
+            return as_preprocessing(json.load(f))
+    raise ValueError(
+        "preprocessing must be a keras_dml.data.Preprocessing, a dict or a JSON "
+        f"file path, got {type(value).__name__}."
+    )
+
+
+def serving_input(model, input_format="image_bytes", preprocessing=None):
+    """Builds the `ServingInput` of `model` for `input_format`.
+
+    Args:
+        model: A built Keras model with one image input `(batch, H, W, C)`.
+        input_format: `"image_bytes"` or `"images"`. Defaults to `"image_bytes"`.
+        preprocessing: `Preprocessing` (or dict / JSON path). Required for
+            `"image_bytes"` unless the model has a `preprocessing` attribute.
+
+    Raises:
+        ValueError: Unknown format, missing preprocessing, or a preprocessing
+            whose output shape does not fit the model's input.
+    """
+    if input_format not in INPUT_FORMATS:
+        raise ValueError(f"input_format must be one of {INPUT_FORMATS}, got {input_format!r}.")
+    preprocessing = as_preprocessing(preprocessing)
+    if preprocessing is None:
+        preprocessing = getattr(model, "preprocessing", None)
+        preprocessing = preprocessing if isinstance(preprocessing, Preprocessing) else None
+    if input_format == "image_bytes" and preprocessing is None:
+        raise ValueError(
+            "input_format='image_bytes' decodes and preprocesses images in the graph "
+            "and needs the evaluation preprocessing: pass preprocessing="
+            "keras_dml.data.Preprocessing(image_size=..., resize_size=..., "
+            "normalization=...) as used for evaluation."
+        )
+    image_spec = _image_spec(model, preprocessing)
+    if input_format == "images":
+        spec = tf.TensorSpec(image_spec.shape, image_spec.dtype, name="images")
+    else:
+        spec = tf.TensorSpec([None], tf.string, name="image_bytes")
+    return ServingInput(input_format, spec, image_spec, preprocessing)
+
+
+def _image_spec(model, preprocessing):
+    inputs = _model_inputs(model)
+    if inputs is None:
+        if preprocessing is None:
+            raise ValueError(
+                f"Cannot infer the input shape of {type(model).__name__} (it has no "
+                "functional inputs): pass preprocessing= to fix the image size."
+            )
+        return tf.TensorSpec((None, *preprocessing.output_shape), tf.float32)
+    if len(inputs) != 1:
+        raise ValueError(f"Only single-input models can be exported, got {len(inputs)} inputs.")
+    shape, dtype = tuple(inputs[0].shape), tf.as_dtype(inputs[0].dtype)
+    if len(shape) != 4:
+        raise ValueError(
+            f"The model input must be an image batch (batch, H, W, C), got shape {shape}."
+        )
+    if preprocessing is None:
+        return tf.TensorSpec(shape, dtype)
+    produced = preprocessing.output_shape
+    if any(m is not None and m != p for m, p in zip(shape[1:], produced)):
+        raise ValueError(
+            f"Preprocessing produces images of shape {produced} but the model expects "
+            f"{shape[1:]}: set Preprocessing(image_size=..., channels=...) to match."
+        )
+    return tf.TensorSpec((None, *produced), dtype)
+
+
+def _model_inputs(model):
+    if not model.built:
+        raise ValueError(f"The model {model.name!r} is not built: call it on a batch first.")
+    try:
+        return model.inputs
+    except AttributeError:
+        return None
+
+
+def assert_shape(tensor, spec):
+    """`tensor`, after a run-time check that its shape matches `spec`.
+
+    The error names the input, the expected and the received shape. The check
+    compares a string of the run-time shape, which graph optimisers cannot fold
+    away using the signature's declared shape.
+    """
+    expected = ", ".join(["batch"] + [str(d) if d is not None else "any"
+                                      for d in spec.shape[1:]])
+    pattern = ",".join(["[0-9]+"] + [str(d) if d is not None else "[0-9]+"
+                                     for d in spec.shape[1:]])
+    actual = tf.strings.reduce_join(tf.strings.as_string(tf.shape(tensor)), separator=",")
+    message = tf.strings.format(
+        "{} must have shape ({}), got shape [{}]",
+        (spec.name, expected, actual), summarize=-1,
+    )
+    ok = tf.strings.regex_full_match(actual, pattern)
+    with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
+        return tf.identity(tensor)
+
+
+def assert_encoded_image(encoded, index, name="image_bytes"):
+    """An Assert op: `encoded` starts like a JPEG/PNG/GIF/BMP/WebP file."""
+    ok = tf.constant(False)
+    for offset, magic in _SIGNATURES.values():
+        ok = tf.logical_or(ok, tf.equal(tf.strings.substr(encoded, offset, len(magic)), magic))
+    message = tf.strings.format(
+        "{}[{}] is not an encoded image ({} bytes); expected {} data",
+        (name, index, tf.strings.length(encoded), "/".join(_SIGNATURES)),
+    )
+    return tf.debugging.Assert(ok, [message])
+
+
+def decode_images(image_bytes, preprocessing, dtype=tf.float32):
+    """Encoded images `(batch,)` -> preprocessed batch, as the evaluation pipeline does."""
+    spec = tf.TensorSpec(preprocessing.output_shape, tf.float32)
+
+    def one(args):
+        index, encoded = args
+        with tf.control_dependencies([assert_encoded_image(encoded, index)]):
+            image = decode_image(encoded, channels=preprocessing.channels)
+        return preprocessing.eval(image)
+
+    indices = tf.range(tf.shape(image_bytes)[0])
+    images = tf.map_fn(one, (indices, image_bytes), fn_output_signature=spec)
+    return tf.cast(images, dtype)
+
+
+def shape_list(shape):
+    """A TensorShape as a JSON list (None for unknown dims)."""
+    return [None if d is None else int(d) for d in shape]
