@@ -1,15 +1,30 @@
 """`DMLModel`: a Keras model whose loss sees the whole (global) batch of embeddings."""
 
+import math
+
 import keras
 import tensorflow as tf
 
 from keras_dml import losses, validation
 
-_NONFINITE_MESSAGE = (
-    "keras_dml: the model produced NaN or Inf embeddings for this batch; training "
-    "stopped before applying any update from it (lower the learning rate, check the "
-    "input pipeline for NaN pixels, or use gradient clipping)."
+NONFINITE_MESSAGE = (
+    "keras_dml: NaN or Inf in the embeddings or gradients of a training batch; the "
+    "update from that batch was skipped and training stopped (check the input "
+    "pipeline for NaN pixels, lower the learning rate, or clip gradients)."
 )
+
+
+def _all_finite(tensors):
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors])
+
+
+class StopOnNonFinite(keras.callbacks.Callback):
+    """Raise a clear error as soon as a training batch reported a non-finite loss."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            raise FloatingPointError(f"{NONFINITE_MESSAGE} (batch {batch})")
 
 
 def _gather_with_local_gradient(tensor):
@@ -114,8 +129,6 @@ class DMLModel(keras.Model):
             raise ValueError("DMLModel needs a loss: call compile(optimizer, loss=...) first.")
         if y is None:
             raise ValueError("DMLModel needs labels: the dataset must yield (images, labels).")
-        if not tf.executing_eagerly():
-            embeddings = tf.debugging.check_numerics(embeddings, _NONFINITE_MESSAGE)
         labels = validation.check_class_labels(y) if _is_class_labels(y) else y
         embeddings, labels, sample_weight = gather_across_replicas(
             embeddings, labels, sample_weight
@@ -135,8 +148,26 @@ class DMLModel(keras.Model):
             scaled = self.optimizer.scale_loss(loss)
         variables = self.trainable_weights
         gradients = tape.gradient(scaled, variables)
-        self.optimizer.apply(gradients, variables)
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            # It skips non-finite steps and lowers its scale by design.
+            self.optimizer.apply(gradients, variables)
+        else:
+            # Never write NaN into the weights: skip the update, report a NaN loss,
+            # and `StopOnNonFinite` (added by `fit`) stops with a clear message.
+            finite = _all_finite([embeddings] + [g for g in gradients if g is not None])
+            tf.cond(finite, lambda: self._apply(gradients, variables), lambda: False)
+            loss = tf.where(finite, loss, tf.constant(float("nan"), loss.dtype))
         return self._record(x, y, embeddings, sample_weight, loss)
+
+    def _apply(self, gradients, variables):
+        self.optimizer.apply(gradients, variables)
+        return True
+
+    def fit(self, *args, callbacks=None, **kwargs):
+        callbacks = list(callbacks or [])
+        if not any(isinstance(c, StopOnNonFinite) for c in callbacks):
+            callbacks.append(StopOnNonFinite())
+        return super().fit(*args, callbacks=callbacks, **kwargs)
 
     def test_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
