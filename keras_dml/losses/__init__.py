@@ -4,3 +4,9 @@ from keras_dml.losses.base import PairLoss, PairTerms
 from keras_dml.losses.contrastive import Contrastive
 from keras_dml.losses.ice import InstanceCrossEntropy
 from keras_dml.losses.multi_similarity import MultiSimilarity
+from keras_dml.losses.log_ratio import LogRatio
+from keras_dml.losses.normalized_softmax import NormalizedSoftmax
+from keras_dml.losses.proxies import ProxyLoss
+from keras_dml.losses.proxy_anchor import ProxyAnchor
+from keras_dml.losses.proxy_nca import ProxyNCA
+from keras_dml.losses.soft_triple import SoftTriple

@@ -1,0 +1,235 @@
+"""Log-ratio loss for continuous labels, with dense triplet sampling in O(N^2)."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_dml import ops, validation
+from keras_dml.losses.base import PairTerms
+from keras_dml.weighting import weighted_pair_loss
+
+_LABEL_METRICS = ("squared_euclidean", "euclidean")
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class LogRatio(keras.losses.Loss):
+    """Log-ratio loss (Kim et al. CVPR 2019) with dense triplet sampling.
+
+    For an anchor a and two other samples i, j of the batch, with D the squared
+    Euclidean distance between embeddings and D_y a distance between labels
+    (slides, "Log-ratio Loss"):
+
+        l(a, i, j) = ( log D(f_a, f_i) / D(f_a, f_j) - log D_y(y_a, y_i) / D_y(y_a, y_j) )^2
+
+    Dense triplet sampling uses every triplet of the batch: L_a is the mean of
+    l(a, i, j) over all unordered pairs {i, j} of the anchor's partners (every
+    other sample, or its `max_triplets_per_anchor`-limited neighbourhood), and
+    the batch loss is the mean over anchors. As in the authors' code, both
+    distances get `epsilon` inside the log. No L2 normalisation and no margin.
+
+    Cost. With u_ai = log(D_ai + eps) - log(D_y,ai + eps) and n_a partners,
+    sum_{i<j} (u_ai - u_aj)^2 = n_a sum_i u_ai^2 - (sum_i u_ai)^2, so all
+    N (N-1)(N-2)/2 triplets are computed exactly in O(N^2) time and memory (two
+    N x N matrices and their gradients; N = 1024 takes a few MB). The pair
+    weights (the derivative with respect to D_ai) are exact:
+    dL_a/dD_ai = 2 (n_a u_ai - sum_j u_aj) / (P_a (D_ai + eps)), with
+    P_a = n_a (n_a - 1) / 2 pairs. `keras_dml.weighting.pair_weights` reports
+    |dL/dD|, marking as "positive" the pairs the loss currently pulls together
+    and as "negative" those it pushes apart.
+
+    Labels. `y_true` is a float matrix (N, m) of label vectors (for example a pose
+    or (cos, sin) of an angle), not class ids; with a precomputed label-distance
+    matrix it is the integer index (N,) of each sample into that matrix.
+
+    Args:
+        label_distance: the label distance D_y: "squared_euclidean" (the
+            paper's choice for poses), "euclidean", a function
+            `f(y_true) -> (N, N)` on the float (N, m) labels (a registered Keras
+            serializable function, if the loss is to be saved), or a precomputed
+            (M, M) matrix of distances between the M training samples, indexed by
+            `y_true` (stored in the config, so keep M moderate). Defaults to
+            "squared_euclidean".
+        max_triplets_per_anchor: if given, each anchor uses only its n nearest
+            partners in label space, the largest n with n (n - 1) / 2 <=
+            max_triplets_per_anchor (the paper builds batches around each
+            anchor's label-space neighbours). Not needed for memory (see Cost).
+            Defaults to None (all partners).
+        epsilon: added to both distances inside the logs. Defaults to 1e-6.
+
+    Examples:
+
+    >>> angles = np.random.uniform(0, 2 * np.pi, size=(64,))
+    >>> y = np.stack([np.cos(angles), np.sin(angles)], axis=1).astype("float32")
+    >>> loss = keras_dml.losses.LogRatio()
+    >>> value = loss(y, embeddings)
+
+    Reference:
+        Kim, Seo, Laptev, Cho, Kwak, "Deep Metric Learning Beyond Binary
+        Supervision", CVPR 2019.
+    """
+
+    is_distance = True
+
+    def __init__(self, label_distance="squared_euclidean", max_triplets_per_anchor=None,
+                 epsilon=1e-6, reduction="sum_over_batch_size", name="log_ratio", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        if isinstance(label_distance, dict):
+            label_distance = keras.saving.deserialize_keras_object(label_distance)
+        if isinstance(label_distance, (list, tuple, np.ndarray, tf.Tensor)):
+            label_distance = np.asarray(label_distance, dtype="float32")
+            if (label_distance.ndim != 2 or label_distance.shape[0] != label_distance.shape[1]
+                    or not np.all(np.isfinite(label_distance)) or np.any(label_distance < 0)):
+                raise ValueError(
+                    "A precomputed label_distance must be a square (M, M) matrix of finite "
+                    f"non-negative distances, got shape {label_distance.shape}."
+                )
+        elif not callable(label_distance) and label_distance not in _LABEL_METRICS:
+            raise ValueError(
+                f"label_distance must be one of {_LABEL_METRICS}, a function or an (M, M) "
+                f"matrix, got {label_distance!r}."
+            )
+        if max_triplets_per_anchor is not None and not max_triplets_per_anchor >= 1:
+            raise ValueError(
+                f"max_triplets_per_anchor must be >= 1 or None, got {max_triplets_per_anchor!r}."
+            )
+        if not epsilon > 0:
+            raise ValueError(f"epsilon must be positive, got {epsilon!r}.")
+        self.label_distance = label_distance
+        self.max_triplets_per_anchor = (
+            None if max_triplets_per_anchor is None else int(max_triplets_per_anchor)
+        )
+        self.epsilon = float(epsilon)
+
+    @property
+    def precomputed(self):
+        return isinstance(self.label_distance, np.ndarray)
+
+    @property
+    def max_partners(self):
+        """Largest n with n (n - 1) / 2 <= max_triplets_per_anchor, or None."""
+        if self.max_triplets_per_anchor is None:
+            return None
+        return int((1 + np.sqrt(1 + 8 * self.max_triplets_per_anchor)) // 2)
+
+    # -- validation -------------------------------------------------------------------
+    def validate(self, labels, embeddings):
+        embeddings = validation.check_embeddings(embeddings)
+        labels = tf.convert_to_tensor(labels)
+        if self.precomputed:
+            labels = validation.check_class_labels(labels, embeddings.shape[0],
+                                                   name="labels (indices)")
+            size = self.label_distance.shape[0]
+            if tf.executing_eagerly():
+                values = labels.numpy()
+                bad = values[(values < 0) | (values >= size)]
+                if bad.size:
+                    raise ValueError(
+                        f"labels index the precomputed ({size}, {size}) label_distance "
+                        f"matrix and must lie in [0, {size}), got values such as "
+                        f"{np.unique(bad)[:5].tolist()}."
+                    )
+            return labels, embeddings
+        if not labels.dtype.is_floating:
+            raise ValueError(
+                "LogRatio needs continuous label vectors: a float matrix (N, m), got "
+                f"{labels.dtype.name} labels of shape {tuple(labels.shape)}, which look like "
+                "class ids. Use a class-label loss (e.g. MultiSimilarity) for class ids, or "
+                "pass a precomputed label_distance matrix indexed by the labels."
+            )
+        if labels.shape.rank != 2:
+            raise ValueError(
+                "LogRatio needs continuous label vectors of shape (N, m), got shape "
+                f"{tuple(labels.shape)}; reshape a scalar target to (N, 1)."
+            )
+        if labels.shape[0] is not None and embeddings.shape[0] is not None \
+                and labels.shape[0] != embeddings.shape[0]:
+            raise ValueError(
+                f"labels and embeddings disagree in batch size: labels have shape "
+                f"{tuple(labels.shape)}, embeddings {tuple(embeddings.shape)}."
+            )
+        if tf.executing_eagerly() and not bool(tf.reduce_all(tf.math.is_finite(labels))):
+            raise ValueError("labels contain NaN or Inf values.")
+        return ops.to_float32(labels), embeddings
+
+    # -- the engine hooks -------------------------------------------------------------
+    def pair_matrix(self, embeddings):
+        return ops.pairwise(embeddings, metric="squared_euclidean")
+
+    def label_matrix(self, labels):
+        """The (N, N) label distances D_y of a batch."""
+        if self.precomputed:
+            table = tf.constant(self.label_distance)
+            return tf.gather(tf.gather(table, labels), labels, axis=1)
+        if callable(self.label_distance):
+            matrix = ops.to_float32(self.label_distance(labels))
+            if matrix.shape.rank != 2:
+                raise ValueError(
+                    f"label_distance must return an (N, N) matrix, got shape "
+                    f"{tuple(matrix.shape)}."
+                )
+            return matrix
+        return ops.pairwise(labels, metric=self.label_distance)
+
+    def partners(self, label_matrix):
+        """(N, N) mask of each anchor's partners: all others, or its nearest in label space."""
+        n = tf.shape(label_matrix)[0]
+        others = tf.logical_not(tf.eye(n, dtype=tf.bool))
+        if self.max_partners is None:
+            return others
+        ranked = tf.where(others, label_matrix, tf.fill(tf.shape(label_matrix), -1.0))
+        order = tf.argsort(ranked, axis=1, stable=True)
+        rank = tf.argsort(order, axis=1, stable=True)
+        return tf.logical_and(others, rank <= self.max_partners)
+
+    def compute_terms(self, matrix, label_matrix, partners):
+        mask = tf.cast(partners, tf.float32)
+        u = (tf.math.log(matrix + self.epsilon)
+             - tf.math.log(tf.stop_gradient(label_matrix) + self.epsilon)) * mask
+        count = tf.reduce_sum(mask, axis=1)
+        pairs = count * (count - 1.0) / 2.0
+        total = tf.reduce_sum(u, axis=1)
+        value = tf.math.divide_no_nan(
+            count * tf.reduce_sum(tf.square(u), axis=1) - tf.square(total), pairs
+        )
+        slope = tf.math.divide_no_nan(2.0 * (count[:, None] * u - total[:, None]),
+                                      pairs[:, None])
+        weights = slope * mask / (matrix + self.epsilon)
+        return value, weights
+
+    def pair_terms(self, matrix, labels):
+        label_matrix = self.label_matrix(labels)
+        partners = self.partners(label_matrix)
+        value, weights = self.compute_terms(matrix, label_matrix, partners)
+        pull = tf.logical_and(partners, weights > 0)
+        push = tf.logical_and(partners, weights < 0)
+        return PairTerms(value, weights, pull, push, True)
+
+    def pair_terms_for_batch(self, labels, embeddings):
+        labels, embeddings = self.validate(labels, embeddings)
+        return self.pair_terms(self.pair_matrix(ops.to_float32(embeddings)), labels)
+
+    # -- keras.losses.Loss ------------------------------------------------------------
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        self.validate(y_true, y_pred)
+        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+
+    def call(self, y_true, y_pred):
+        labels, embeddings = self.validate(y_true, y_pred)
+        matrix = self.pair_matrix(ops.to_float32(embeddings))
+        label_matrix = self.label_matrix(labels)
+        partners = self.partners(label_matrix)
+        return weighted_pair_loss(
+            matrix, lambda m: self.compute_terms(m, label_matrix, partners)
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        distance = self.label_distance
+        if self.precomputed:
+            distance = distance.tolist()
+        elif callable(distance):
+            distance = keras.saving.serialize_keras_object(distance)
+        config.update(label_distance=distance,
+                      max_triplets_per_anchor=self.max_triplets_per_anchor,
+                      epsilon=self.epsilon)
+        return config

@@ -1,0 +1,85 @@
+"""Proxy Anchor loss: proxies as anchors, weighted by the samples' relative hardness."""
+
+import keras
+import tensorflow as tf
+
+from keras_dml import ops
+from keras_dml.losses.proxies import ProxyLoss
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class ProxyAnchor(ProxyLoss):
+    """Proxy Anchor loss (Kim et al. CVPR 2020).
+
+    With S(f_i, p) the cosine similarity of sample i to proxy p, B_p^+ / B_p^- the
+    samples of / not of p's class, P^+ the proxies with at least one positive in
+    the batch and P all C proxies (slides, "Details of Proxy Anchor Loss"):
+
+        L = 1/|P^+| sum_{p in P^+} SoftPlus(LSE_{i in B_p^+} -alpha (S(f_i, p) - delta))
+          + 1/|P|   sum_{p in P}   SoftPlus(LSE_{i in B_p^-}  alpha (S(f_i, p) + delta))
+
+    where SoftPlus(LSE(x)) = log(1 + sum exp(x)). The negative term is normalised
+    by all C proxies, as in the slides' second form and the authors' code. The
+    loss is batch-global (one scalar per batch, so `sample_weight` is not
+    supported); its gradient is the slides' hardness formula, exact:
+
+        dL/dS(f_i, p) = -alpha/|P^+| h_p^+(f_i) / (1 + sum_{j in B_p^+} h_p^+(f_j)), i in B_p^+
+        dL/dS(f_i, p) =  alpha/|P|   h_p^-(f_i) / (1 + sum_{k in B_p^-} h_p^-(f_k)), i in B_p^-
+
+    with the positive / negative hardness h_p^+(f) = exp(-alpha (S(f, p) - delta))
+    and h_p^-(f) = exp(alpha (S(f, p) + delta)). `keras_dml.weighting.pair_weights(
+    loss, labels, embeddings)` returns these (N, C) sample-to-proxy weights (their
+    absolute values), showing which samples dominate each proxy's pull and push.
+
+    Args:
+        num_classes: number of training classes C (one proxy each); labels must
+            lie in [0, C).
+        alpha: the scale. Defaults to 32.
+        delta: the margin. Defaults to 0.1.
+        proxy_lr_multiplier: proxies' learning rate relative to the optimizer's;
+            the paper uses 100. Defaults to 1.0.
+        proxy_initializer: defaults to kaiming-normal (the authors' code).
+
+    Defaults are the paper's (alpha = 32, delta = 0.1, one proxy per class).
+
+    Examples:
+
+    >>> loss = keras_dml.losses.ProxyAnchor(num_classes=100, proxy_lr_multiplier=100)
+    >>> model = keras_dml.models.DMLModel(inputs, embeddings)
+    >>> model.compile(optimizer=keras.optimizers.AdamW(1e-4), loss=loss)
+
+    Reference:
+        Kim, Kim, Cho, Kwak, "Proxy Anchor Loss for Deep Metric Learning", CVPR 2020.
+    """
+
+    def __init__(self, num_classes, alpha=32.0, delta=0.1, proxy_lr_multiplier=1.0,
+                 proxy_initializer=None, reduction="sum_over_batch_size",
+                 name="proxy_anchor", dtype=None):
+        if not alpha > 0:
+            raise ValueError(f"alpha must be positive, got {alpha!r}.")
+        super().__init__(num_classes, proxy_lr_multiplier=proxy_lr_multiplier,
+                         proxy_initializer=proxy_initializer, reduction=reduction,
+                         name=name, dtype=dtype)
+        self.alpha, self.delta = float(alpha), float(delta)
+
+    def compute_terms(self, matrix, positive, negative):
+        pull = -self.alpha * (matrix - self.delta)
+        push = self.alpha * (matrix + self.delta)
+        with_positive = tf.reduce_sum(tf.cast(tf.reduce_any(positive, axis=0), tf.float32))
+        num_proxies = tf.cast(tf.shape(matrix)[1], tf.float32)
+        pull_terms = ops.masked_logsumexp(pull, positive, axis=0, include_zero=True)
+        push_terms = ops.masked_logsumexp(push, negative, axis=0, include_zero=True)
+        value = (tf.math.divide_no_nan(tf.reduce_sum(pull_terms), with_positive)
+                 + tf.reduce_sum(push_terms) / num_proxies)
+        weights = (
+            self.alpha / num_proxies * ops.masked_softmax(push, negative, axis=0,
+                                                          include_zero=True)
+            - tf.math.divide_no_nan(self.alpha, with_positive)
+            * ops.masked_softmax(pull, positive, axis=0, include_zero=True)
+        )
+        return value, weights
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(alpha=self.alpha, delta=self.delta)
+        return config

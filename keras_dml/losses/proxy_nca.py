@@ -1,0 +1,67 @@
+"""Proxy NCA loss: NCA of each sample against one learnable proxy per class."""
+
+import keras
+import tensorflow as tf
+
+from keras_dml import ops
+from keras_dml.losses.proxies import ProxyLoss
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class ProxyNCA(ProxyLoss):
+    """Proxy NCA loss (Movshovitz-Attias et al. ICCV 2017).
+
+    On L2-normalised embeddings f_i and proxies p, with D the squared Euclidean
+    distance, p^+ the proxy of sample i's class and P^- the other proxies (slides,
+    "Proxy NCA loss"), scaled by `scale` s:
+
+        L_i = -log( exp(-s D(f_i, p^+)) / sum_{p in P^-} exp(-s D(f_i, p)) )
+            = s D(f_i, p^+) + log sum_{p in P^-} exp(-s D(f_i, p))
+
+    and the batch loss is the mean over samples. As in the paper the positive
+    proxy is not in the denominator, so L_i may be negative. The loss is computed
+    on the cosine similarity S, using D = 2 - 2 S for unit vectors:
+    L_i = LSE_{p in P^-}(2 s S(f_i, p)) - 2 s S(f_i, p^+). Its sample-to-proxy
+    weights are the exact derivatives: dL_i/dS(f_i, p^+) = -2 s and
+    dL_i/dS(f_i, p) = 2 s softmax_{P^-}(2 s S(f_i, .))_p on negatives.
+
+    Args:
+        num_classes: number of training classes C; labels must lie in [0, C).
+        scale: s, the inverse softmax temperature on squared distances. Defaults to
+            1.0, the paper's formula (also pytorch-metric-learning's default);
+            Proxy-NCA++ (Teh et al. 2020) reports better results with s = 9.
+        proxy_lr_multiplier: proxies' learning rate relative to the optimizer's.
+            Defaults to 1.0.
+        proxy_initializer: defaults to kaiming-normal.
+
+    Examples:
+
+    >>> loss = keras_dml.losses.ProxyNCA(num_classes=100, scale=9.0)
+
+    Reference:
+        Movshovitz-Attias, Toshev, Leung, Ioffe, Singh, "No Fuss Distance Metric
+        Learning using Proxies", ICCV 2017.
+    """
+
+    def __init__(self, num_classes, scale=1.0, proxy_lr_multiplier=1.0,
+                 proxy_initializer=None, reduction="sum_over_batch_size", name="proxy_nca",
+                 dtype=None):
+        if not scale > 0:
+            raise ValueError(f"scale must be positive, got {scale!r}.")
+        super().__init__(num_classes, proxy_lr_multiplier=proxy_lr_multiplier,
+                         proxy_initializer=proxy_initializer, reduction=reduction,
+                         name=name, dtype=dtype)
+        self.scale = float(scale)
+
+    def compute_terms(self, matrix, positive, negative):
+        logits = 2.0 * self.scale * matrix
+        positive_f = tf.cast(positive, tf.float32)
+        value = (ops.masked_logsumexp(logits, negative)
+                 - tf.reduce_sum(logits * positive_f, axis=1))
+        weights = 2.0 * self.scale * (ops.masked_softmax(logits, negative) - positive_f)
+        return value, weights
+
+    def get_config(self):
+        config = super().get_config()
+        config["scale"] = self.scale
+        return config

@@ -1,0 +1,103 @@
+"""SoftTriple loss: a softmax over classes, each represented by K learned centres."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_dml import ops
+from keras_dml.losses.proxies import ProxyLoss
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class SoftTriple(ProxyLoss):
+    """SoftTriple loss (Qian et al. ICCV 2019), with its centre regulariser.
+
+    Each class c has K centres w_c^k (the proxies). On cosine similarities
+    S_i,ck = S(f_i, w_c^k), the relaxed similarity of sample i to class c is
+
+        S'_ic = sum_k softmax_k(S_i,ck / gamma) S_i,ck
+
+    and, with margin delta, scale lambda and the centre regulariser,
+
+        L_i = -log( exp(lambda (S'_iy - delta))
+                    / (exp(lambda (S'_iy - delta)) + sum_{c != y} exp(lambda S'_ic)) )
+        R   = sum_c sum_{k < k'} sqrt(2 + 1e-5 - 2 <w_c^k, w_c^k'>) / (C K (K - 1))
+        L   = mean_i L_i + tau R
+
+    (R as in the authors' code, on unit-normalised centres; it is skipped when
+    K = 1 or tau = 0). The sample-to-centre weights are the exact derivatives of
+    L_i with respect to S_i,ck:
+
+        dL_i/dS_i,ck = lambda (softmax_c - [c = y]) * q_ck (1 + (S_i,ck - S'_ic) / gamma)
+
+    with q_ck = softmax_k(S_i,ck / gamma). The matrix is (N, C K).
+
+    Args:
+        num_classes: number of training classes C; labels must lie in [0, C).
+        centers_per_class: K. Defaults to 10.
+        la: lambda, the scale. Defaults to 20.
+        gamma: the entropy temperature of the centre softmax. Defaults to 0.1.
+        tau: weight of the centre regulariser. Defaults to 0.2.
+        margin: delta. Defaults to 0.01.
+        proxy_lr_multiplier: centres' learning rate relative to the optimizer's.
+            Defaults to 1.0.
+        proxy_initializer: defaults to kaiming-normal.
+
+    Defaults are the paper's (K = 10, lambda = 20, gamma = 0.1, tau = 0.2,
+    delta = 0.01).
+
+    Examples:
+
+    >>> loss = keras_dml.losses.SoftTriple(num_classes=100)
+
+    Reference:
+        Qian, Shang, Sun, Hu, Li, Jin, "SoftTriple Loss: Deep Metric Learning
+        Without Triplet Sampling", ICCV 2019.
+    """
+
+    def __init__(self, num_classes, centers_per_class=10, la=20.0, gamma=0.1, tau=0.2,
+                 margin=0.01, proxy_lr_multiplier=1.0, proxy_initializer=None,
+                 reduction="sum_over_batch_size", name="soft_triple", dtype=None):
+        for label, value in (("la", la), ("gamma", gamma)):
+            if not value > 0:
+                raise ValueError(f"{label} must be positive, got {value!r}.")
+        if tau < 0:
+            raise ValueError(f"tau must be non-negative, got {tau!r}.")
+        super().__init__(num_classes, proxies_per_class=centers_per_class,
+                         proxy_lr_multiplier=proxy_lr_multiplier,
+                         proxy_initializer=proxy_initializer, reduction=reduction,
+                         name=name, dtype=dtype)
+        self.la, self.gamma, self.tau = float(la), float(gamma), float(tau)
+        self.margin = float(margin)
+
+    def compute_terms(self, matrix, positive, negative):
+        classes, k = self.num_classes, self.proxies_per_class
+        centres = tf.reshape(matrix, [-1, classes, k])
+        q = tf.nn.softmax(centres / self.gamma, axis=2)
+        relaxed = tf.reduce_sum(q * centres, axis=2)
+        own = tf.cast(tf.reduce_any(tf.reshape(positive, [-1, classes, k]), axis=2),
+                      tf.float32)
+        logits = self.la * (relaxed - self.margin * own)
+        value = tf.reduce_logsumexp(logits, axis=1) - tf.reduce_sum(logits * own, axis=1)
+        d_relaxed = self.la * (tf.nn.softmax(logits) - own)
+        d_centres = q * (1.0 + (centres - relaxed[:, :, tf.newaxis]) / self.gamma)
+        weights = tf.reshape(d_relaxed[:, :, tf.newaxis] * d_centres, tf.shape(matrix))
+        return value, weights
+
+    def proxy_penalty(self, proxies):
+        k = self.proxies_per_class
+        if self.tau == 0 or k == 1:
+            return tf.constant(0.0)
+        centres = tf.reshape(ops.l2_normalize(ops.to_float32(proxies)),
+                             [self.num_classes, k, -1])
+        gram = tf.matmul(centres, centres, transpose_b=True)
+        upper = tf.constant(np.triu(np.ones((k, k), "float32"), 1))
+        distances = tf.sqrt(tf.maximum(2.0 + 1e-5 - 2.0 * gram, 0.0))
+        total = tf.reduce_sum(distances * upper)
+        return self.tau * total / (self.num_classes * k * (k - 1))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(centers_per_class=self.proxies_per_class, la=self.la, gamma=self.gamma,
+                      tau=self.tau, margin=self.margin)
+        return config
