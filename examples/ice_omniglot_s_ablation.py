@@ -121,7 +121,7 @@ def main():
     print("\n| method | R@1 | R@2 | R@4 | R@8 | mean train loss | train s |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
-        extra = (f"{row["mean_train_loss"]:.4g} | {row['train_seconds']:.0f}"
+        extra = (f"{row['mean_train_loss']:.4g} | {row['train_seconds']:.0f}"
                  if "mean_train_loss" in row else "- | -")
         print(f"| {row['method']} | " + " | ".join(f"{row[f'R@{k}']:.1f}" for k in (1, 2, 4, 8))
               + f" | {extra} |")
