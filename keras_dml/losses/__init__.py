@@ -10,3 +10,9 @@ from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.proxy_anchor import ProxyAnchor
 from keras_dml.losses.proxy_nca import ProxyNCA
 from keras_dml.losses.soft_triple import SoftTriple
+from keras_dml.losses.binomial import BinLifted
+from keras_dml.losses.binomial import BinomialDeviance
+from keras_dml.losses.lifted import GeneralizedLiftedStructure
+from keras_dml.losses.lifted import LiftedStructure
+from keras_dml.losses.multi_similarity import RelativeAbsoluteWeighting
+from keras_dml.losses.triplet import Triplet

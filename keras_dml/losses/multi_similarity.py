@@ -82,3 +82,29 @@ class MultiSimilarity(PairLoss):
                 and self.miner.epsilon == self.epsilon):
             config["miner"] = None  # rebuilt from epsilon
         return config
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class RelativeAbsoluteWeighting(MultiSimilarity):
+    """Relative and absolute weighting (RAW) with VTHM: the unified view's name for MS.
+
+    The unified view (section 5, eq. 15-17) derives RAW weighting with valid
+    triplet hard mining; the loss of eq. 17 with VTHM is, term for term, the
+    multi-similarity loss, so this class is `MultiSimilarity` under a second name
+    (same arguments, defaults, weights and value).
+
+    Examples:
+
+    >>> loss = keras_dml.losses.RelativeAbsoluteWeighting(alpha=2.0, beta=50.0, base=0.5)
+
+    Reference:
+        "A Unified View of Pair-based Deep Metric Learning" (ICLR 2019
+        submission), eq. 15-17 and section 5.1.
+    """
+
+    def __init__(self, alpha=2.0, beta=50.0, base=0.5, epsilon=0.1, mining=True, miner=None,
+                 metric="cosine", reduction="sum_over_batch_size",
+                 name="relative_absolute_weighting", dtype=None):
+        super().__init__(alpha=alpha, beta=beta, base=base, epsilon=epsilon, mining=mining,
+                         miner=miner, metric=metric, reduction=reduction, name=name,
+                         dtype=dtype)

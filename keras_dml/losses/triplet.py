@@ -1,0 +1,162 @@
+"""Triplet loss with all-triplet, batch-hard, semi-hard or easy-positive mining, in O(N^2)."""
+
+import keras
+import tensorflow as tf
+
+from keras_dml import mining as mining_lib
+from keras_dml import ops
+from keras_dml.losses.base import PairLoss
+from keras_dml.mining.triplet import TRIPLET_MINERS, TripletMiner
+
+_DISTANCES = ("cosine", "euclidean", "squared_euclidean")
+_MINING = ("all",) + tuple(TRIPLET_MINERS)
+_DEFAULT_MARGIN = {"cosine": 0.1, "euclidean": 0.2, "squared_euclidean": 0.2}
+
+
+def _count_below(values, mask, queries, side, fill):
+    """Per row, how many masked-in `values` are < (side="left") / <= ("right") each query."""
+    keys = tf.sort(tf.where(mask, values, tf.fill(tf.shape(values), fill)), axis=1)
+    return keys, tf.searchsorted(keys, queries, side=side)
+
+
+def all_triplet_terms(closeness, positive, negative, margin):
+    """Sum over every triplet of [c_an - c_ap + margin]_+ per anchor, and its gradient.
+
+    Per anchor, the negatives' closeness is sorted once; for each positive a binary
+    search finds the negatives inside the margin and a cumulative sum gives their
+    total, so the N^3 triplets are never materialised (O(N^2 log N) time, O(N^2)
+    memory).
+
+    Returns:
+        (per-anchor sum (N,), its derivative w.r.t. `closeness` (N, N), triplet count).
+    """
+    n = tf.shape(closeness)[1]
+    # [mining] negatives n with c_an > c_ap - margin, per (a, p)
+    thresholds = closeness - margin
+    keys, at_most = _count_below(closeness, negative, thresholds, "right", tf.float32.min)
+    active = tf.cast(n, tf.int32) - at_most  # negatives strictly above the threshold
+    values = tf.where(keys > tf.float32.min, keys, tf.zeros_like(keys))
+    prefix = tf.concat([tf.zeros_like(values[:, :1]), tf.cumsum(values, axis=1)], axis=1)
+    above = prefix[:, -1:] - tf.gather(prefix, at_most, batch_dims=1)
+    active_f = tf.where(positive, tf.cast(active, tf.float32), tf.zeros_like(closeness))
+    # [loss] sum_n (c_an - c_ap + margin) over the active negatives
+    per_pair = tf.where(positive, above - active_f * thresholds, tf.zeros_like(closeness))
+    # [weighting] each negative counts the positives p with c_ap < c_an + margin
+    _, pulls = _count_below(closeness, positive, closeness + margin, "left", tf.float32.max)
+    pushes = tf.where(negative, tf.cast(pulls, tf.float32), tf.zeros_like(closeness))
+    count = tf.reduce_sum(
+        tf.cast(tf.math.count_nonzero(positive, axis=1), tf.float32)
+        * tf.cast(tf.math.count_nonzero(negative, axis=1), tf.float32)
+    )
+    return tf.reduce_sum(per_pair, axis=1), pushes - active_f, count
+
+
+def selected_triplet_terms(closeness, valid, negative_index, margin):
+    """Sum of [c_an(a,p) - c_ap + margin]_+ over the selected triplets, per anchor."""
+    negative_closeness = tf.gather(closeness, negative_index, batch_dims=1)
+    hinge = tf.where(valid, negative_closeness - closeness + margin, tf.zeros_like(closeness))
+    active = tf.cast(hinge > 0, tf.float32)
+    shape = tf.shape(closeness)
+    rows = tf.broadcast_to(tf.range(shape[0])[:, tf.newaxis], shape)
+    pushes = tf.tensor_scatter_nd_add(
+        tf.zeros_like(closeness), tf.stack([rows, negative_index], axis=-1), active
+    )
+    count = tf.reduce_sum(tf.cast(valid, tf.float32))
+    return tf.reduce_sum(tf.nn.relu(hinge), axis=1), pushes - active, count
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class Triplet(PairLoss):
+    """Triplet loss with a margin on similarities or distances (weighted contrastive eq. 1).
+
+    For each kept triplet (anchor a, positive p, negative n):
+
+        distance="cosine":             l = [S_an - S_ap + margin]_+   (unified view eq. 7)
+        distance="squared_euclidean":  l = [D_ap^2 - D_an^2 + margin]_+  (FaceNet, eq. 1)
+        distance="euclidean":          l = [D_ap - D_an + margin]_+
+
+    and the loss is the mean over the kept triplet set T, (1/|T|) sum_T l (eq. 1).
+    Per anchor the value is (N/|T|) sum_{T_a} l, so that Keras' mean over anchors
+    is exactly eq. 1. The pair weights are 0 or 1 per active triplet (eq. 8):
+    a pair's weight is the number of active triplets it belongs to, / |T|, the
+    exact derivative.
+
+    Mining (which triplets form T):
+        "all": every (a, p, n) of the batch.
+        "hard": batch-hard (Hermans et al.), one triplet per anchor from its
+            hardest positive and hardest negative.
+        "semihard": FaceNet, per (a, p) the closest negative farther than p
+            (pairs with none keep no triplet).
+        "easy": easy-positive (Xuan et al.), the most similar positive with the
+            hardest negative.
+    Nothing N^3 is built: "all" sorts each anchor's negatives and uses binary
+    search plus cumulative sums; the other strategies keep one negative per (a, p).
+
+    Args:
+        margin: defaults to 0.1 for cosine (0.2 on squared distances of unit
+            vectors, FaceNet's alpha) and 0.2 for the distances.
+        distance: "cosine", "euclidean" or "squared_euclidean". Defaults to "cosine".
+        mining: "all", "hard", "semihard" or "easy". Defaults to "all".
+        miner: a `keras_dml.mining.TripletMiner` (`SemiHardMiner`, `HardMiner`,
+            `EasyMiner`, used instead of `mining`; its own `margin` option drops
+            inactive triplets from |T|), or any pair miner, whose kept pairs then
+            form the triplets that `mining` selects from.
+
+    Examples:
+
+    >>> loss = keras_dml.losses.Triplet(mining="semihard")
+    >>> loss = keras_dml.losses.Triplet(distance="squared_euclidean", margin=0.2,
+    ...                                 miner=keras_dml.mining.HardMiner())
+
+    Reference:
+        Schroff et al., "FaceNet", CVPR 2015; weighted contrastive paper eq. 1;
+        unified view eq. 7-8; Hermans et al. 2017 (batch-hard).
+    """
+
+    def __init__(self, margin=None, distance="cosine", mining="all", miner=None,
+                 reduction="sum_over_batch_size", name="triplet", dtype=None):
+        if distance not in _DISTANCES:
+            raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}.")
+        if mining not in _MINING:
+            raise ValueError(f"mining must be one of {_MINING}, got {mining!r}.")
+        miner = mining_lib.get(miner)
+        if isinstance(miner, TripletMiner) and mining != "all":
+            raise ValueError(
+                f"Give either mining={mining!r} or a triplet miner ({miner!r}), not both."
+            )
+        self.distance, self.mining = distance, mining
+        self.margin = float(_DEFAULT_MARGIN[distance] if margin is None else margin)
+        super().__init__(metric=distance, miner=miner, reduction=reduction, name=name,
+                         dtype=dtype)
+
+    @property
+    def triplet_miner(self):
+        """The `TripletMiner` choosing one negative per (anchor, positive), or None for "all"."""
+        if isinstance(self.miner, TripletMiner):
+            return self.miner
+        return None if self.mining == "all" else TRIPLET_MINERS[self.mining]()
+
+    def pair_masks(self, matrix, labels):
+        if isinstance(self.miner, TripletMiner):  # applied per triplet in compute_terms
+            return ops.label_masks(labels)
+        return super().pair_masks(matrix, labels)
+
+    def compute_terms(self, matrix, positive, negative):
+        sign = -1.0 if self.is_distance else 1.0
+        closeness = sign * matrix
+        selector = self.triplet_miner
+        if selector is None:
+            total, gradient, count = all_triplet_terms(closeness, positive, negative,
+                                                       self.margin)
+        else:
+            valid, negative_index = selector.select(closeness, positive, negative)
+            total, gradient, count = selected_triplet_terms(closeness, valid, negative_index,
+                                                            self.margin)
+        scale = tf.math.divide_no_nan(tf.cast(tf.shape(matrix)[0], tf.float32), count)
+        return scale * total, (sign * scale) * gradient
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("metric")
+        config.update(margin=self.margin, distance=self.distance, mining=self.mining)
+        return config

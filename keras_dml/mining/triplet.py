@@ -1,0 +1,196 @@
+"""Triplet miners (semi-hard, batch-hard, easy-positive) and the pair-margin miner.
+
+A triplet miner picks, for each anchor a and positive p, at most one negative
+n(a, p). It is stored in O(N^2) as two (N, N) tensors, never as an N^3 tensor of
+triplets:
+
+    valid[a, p]            True when the triplet (a, p, n(a, p)) is kept
+    negative_index[a, p]   the column of n(a, p) (meaningful where `valid`)
+
+`select` returns that pair, which `keras_dml.losses.Triplet(miner=...)` consumes
+directly. As a plain `Miner` (`mine`, used by `Contrastive(miner=...)` and every
+other pair loss) it returns the pair masks the triplets touch: the kept positives
+are the valid (a, p) and the kept negatives are the chosen (a, n(a, p)).
+
+Miners look at a similarity (higher = closer); losses on distances pass the
+negated distance, so "closest" always means "largest similarity".
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_dml import ops
+from keras_dml.mining.base import Miner
+
+_BIG = tf.float32.max
+
+
+def _fill(x, mask, value):
+    return tf.where(mask, x, tf.fill(tf.shape(x), value))
+
+
+def semihard_triplets(similarity, positive, negative):
+    """FaceNet semi-hard selection: per (a, p), the closest negative farther than p.
+
+    The chosen n maximises s_an subject to s_an < s_ap. Found per anchor with one
+    sort of its negative similarities and a binary search per positive: O(N^2 log N)
+    time and O(N^2) memory. A pair (a, p) without such a negative keeps no triplet.
+
+    Returns:
+        (valid, negative_index): bool (N, N) and int32 (N, N).
+    """
+    # [mining] negatives sorted ascending per anchor; non-negatives go to the end
+    keys = _fill(similarity, negative, _BIG)
+    order = tf.argsort(keys, axis=1, stable=True)
+    ordered = tf.gather(keys, order, batch_dims=1)
+    below = tf.searchsorted(ordered, similarity, side="left")  # negatives with s < s_ap
+    valid = positive & (below > 0)
+    negative_index = tf.gather(order, tf.maximum(below - 1, 0), batch_dims=1)
+    return valid, negative_index
+
+
+def _one_per_anchor(similarity, positive, negative, easiest_positive):
+    positive_keys = _fill(similarity, positive, -_BIG if easiest_positive else _BIG)
+    if easiest_positive:
+        chosen_positive = tf.argmax(positive_keys, axis=1, output_type=tf.int32)
+    else:
+        chosen_positive = tf.argmin(positive_keys, axis=1, output_type=tf.int32)
+    chosen_negative = tf.argmax(_fill(similarity, negative, -_BIG), axis=1,
+                                output_type=tf.int32)
+    n = tf.shape(similarity)[1]
+    has_both = tf.reduce_any(positive, axis=1) & tf.reduce_any(negative, axis=1)
+    valid = tf.cast(tf.one_hot(chosen_positive, n), tf.bool) & has_both[:, tf.newaxis]
+    negative_index = tf.broadcast_to(chosen_negative[:, tf.newaxis], tf.shape(similarity))
+    return valid, negative_index
+
+
+def hard_triplets(similarity, positive, negative):
+    """Batch-hard selection (Hermans et al.): hardest positive and hardest negative per anchor."""
+    return _one_per_anchor(similarity, positive, negative, easiest_positive=False)
+
+
+def easy_positive_triplets(similarity, positive, negative):
+    """Easy-positive selection (Xuan et al.): most similar positive, hardest negative per anchor."""
+    return _one_per_anchor(similarity, positive, negative, easiest_positive=True)
+
+
+def chosen_negative_mask(valid, negative_index):
+    """(N, N) bool: True at (a, n) when n is the chosen negative of some valid (a, p)."""
+    shape = tf.shape(valid)
+    rows = tf.broadcast_to(tf.range(shape[0])[:, tf.newaxis], shape)
+    indices = tf.stack([rows, negative_index], axis=-1)
+    counts = tf.tensor_scatter_nd_add(tf.zeros(shape, tf.float32), indices,
+                                      tf.cast(valid, tf.float32))
+    return counts > 0
+
+
+class TripletMiner(Miner):
+    """Base of the miners that choose one negative per (anchor, positive) pair.
+
+    Args:
+        margin: if given, keep only the triplets that violate it,
+            s_an > s_ap - margin (the ones with a non-zero triplet loss). Defaults
+            to None (keep every selected triplet).
+    """
+
+    select_fn = None  # (similarity, positive, negative) -> (valid, negative_index)
+
+    def __init__(self, margin=None):
+        self.margin = None if margin is None else float(margin)
+
+    def select(self, similarity, positive, negative):
+        """Kept triplets as (valid (N, N) bool, negative_index (N, N) int32)."""
+        similarity = tf.stop_gradient(ops.to_float32(similarity))
+        valid, negative_index = type(self).select_fn(similarity, positive, negative)
+        if self.margin is not None:
+            negative_similarity = tf.gather(similarity, negative_index, batch_dims=1)
+            valid = valid & (negative_similarity > similarity - self.margin)
+        return tf.stop_gradient(valid), tf.stop_gradient(negative_index)
+
+    def mine(self, similarity, positive, negative):
+        valid, negative_index = self.select(similarity, positive, negative)
+        return valid, negative & chosen_negative_mask(valid, negative_index)
+
+    def get_config(self):
+        return {"margin": self.margin}
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class SemiHardMiner(TripletMiner):
+    """Semi-hard mining (Schroff et al., FaceNet 2015).
+
+    For each anchor a and positive p, the chosen negative is the closest negative
+    farther from a than p: argmax s_an subject to s_an < s_ap. Pairs (a, p) without
+    such a negative keep no triplet. O(N^2) memory (a sort and a binary search per
+    anchor), never an N^3 tensor.
+
+    Args:
+        margin: keep only triplets with s_an > s_ap - margin. Defaults to None.
+
+    Examples:
+
+    >>> loss = keras_dml.losses.Triplet(miner=keras_dml.mining.SemiHardMiner())
+    >>> pairs = keras_dml.losses.Contrastive(miner=keras_dml.mining.SemiHardMiner(0.1))
+
+    Reference:
+        Schroff, Kalenichenko, Philbin, "FaceNet", CVPR 2015, section 3.2.
+    """
+
+    select_fn = staticmethod(semihard_triplets)
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class HardMiner(TripletMiner):
+    """Batch-hard mining: per anchor, its hardest positive and its hardest negative.
+
+    Args:
+        margin: keep only triplets with s_an > s_ap - margin. Defaults to None.
+
+    Reference:
+        Hermans, Beyer, Leibe, "In Defense of the Triplet Loss for Person
+        Re-Identification", 2017.
+    """
+
+    select_fn = staticmethod(hard_triplets)
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class EasyMiner(TripletMiner):
+    """Easy-positive mining: per anchor, its most similar positive and hardest negative.
+
+    Args:
+        margin: keep only triplets with s_an > s_ap - margin. Defaults to None.
+
+    Reference:
+        Xuan, Stylianou, Pless, "Improved Embeddings with Easy Positive Triplet
+        Mining", WACV 2020.
+    """
+
+    select_fn = staticmethod(easy_positive_triplets)
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class PairMarginMiner(Miner):
+    """Keeps the pairs on the wrong side of a similarity threshold.
+
+    Keeps positive pairs with s < pos_margin and negative pairs with s > neg_margin.
+    The thresholds are on the similarity the miner sees: cosine similarity, or the
+    negated distance for losses on distances (e.g. pos_margin=-0.2 keeps positives
+    farther apart than 0.2).
+
+    Args:
+        pos_margin: defaults to 0.8.
+        neg_margin: defaults to 0.5.
+    """
+
+    def __init__(self, pos_margin=0.8, neg_margin=0.5):
+        self.pos_margin, self.neg_margin = float(pos_margin), float(neg_margin)
+
+    def mine(self, similarity, positive, negative):
+        return positive & (similarity < self.pos_margin), negative & (similarity > self.neg_margin)
+
+    def get_config(self):
+        return {"pos_margin": self.pos_margin, "neg_margin": self.neg_margin}
+
+
+TRIPLET_MINERS = {"semihard": SemiHardMiner, "hard": HardMiner, "easy": EasyMiner}
