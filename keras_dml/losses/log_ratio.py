@@ -69,6 +69,7 @@ class LogRatio(keras.losses.Loss):
     """
 
     is_distance = True
+    continuous_labels = True  # DMLModel: do not validate y as class ids
 
     def __init__(self, label_distance="squared_euclidean", max_triplets_per_anchor=None,
                  epsilon=1e-6, reduction="sum_over_batch_size", name="log_ratio", dtype=None):

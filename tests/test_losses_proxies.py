@@ -1,0 +1,304 @@
+"""ProxyAnchor, ProxyNCA, SoftTriple, NormalizedSoftmax and the Proxies layer."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import reference_proxies as ref
+from keras_dml import weighting
+from keras_dml.losses import NormalizedSoftmax, ProxyAnchor, ProxyNCA, SoftTriple
+from keras_dml.models import DMLModel
+from keras_dml.proxy_layers import Proxies
+
+CLASSES = 5
+
+
+def batch(n=12, dim=8, classes=CLASSES, seed=0):
+    rng = np.random.default_rng(seed)
+    labels = (np.arange(n) % classes).astype("int32")
+    return labels, rng.normal(size=(n, dim)).astype("float32")
+
+
+def with_proxies(loss, dim=8, seed=1):
+    """Build the loss's proxies and set them to known random values."""
+    loss.trainable_layer.build((None, dim))
+    shape = loss.proxies.shape
+    values = np.random.default_rng(seed).normal(size=shape).astype("float32")
+    loss.proxies.assign(values)
+    return values
+
+
+def reference_value(loss, labels, x, proxies):
+    if isinstance(loss, ProxyAnchor):
+        return ref.proxy_anchor(x, labels, proxies, loss.alpha, loss.delta)[0]
+    if isinstance(loss, ProxyNCA):
+        return ref.proxy_nca(x, labels, proxies, loss.scale)
+    if isinstance(loss, NormalizedSoftmax):
+        return ref.normalized_softmax(x, labels, proxies, loss.temperature)
+    return ref.soft_triple(x, labels, proxies, loss.proxies_per_class, loss.la, loss.gamma,
+                           loss.tau, loss.margin)
+
+
+SETTINGS = [
+    lambda: ProxyAnchor(CLASSES),
+    lambda: ProxyAnchor(CLASSES, alpha=16.0, delta=0.2),
+    lambda: ProxyAnchor(CLASSES, alpha=4.0, delta=0.0),
+    lambda: ProxyNCA(CLASSES),
+    lambda: ProxyNCA(CLASSES, scale=9.0),
+    lambda: NormalizedSoftmax(CLASSES),
+    lambda: NormalizedSoftmax(CLASSES, temperature=0.5),
+    lambda: SoftTriple(CLASSES),
+    lambda: SoftTriple(CLASSES, centers_per_class=3, la=10.0, gamma=0.5, tau=0.5, margin=0.1),
+    lambda: SoftTriple(CLASSES, centers_per_class=1, tau=0.2),
+]
+LOSSES = [ProxyAnchor, ProxyNCA, NormalizedSoftmax, SoftTriple]
+
+
+@pytest.mark.parametrize("make", SETTINGS)
+def test_matches_numpy_reference_and_autodiff(make):
+    loss = make()
+    labels, x = batch(seed=3)
+    proxies = with_proxies(loss)
+    np.testing.assert_allclose(float(loss(labels, x)), reference_value(loss, labels, x, proxies),
+                               rtol=1e-5, atol=1e-5)
+    autodiff, weights = weighting.autodiff_weights(loss, labels, x)
+    np.testing.assert_allclose(weights, autodiff, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("alpha, delta", [(32.0, 0.1), (8.0, 0.3)])
+def test_proxy_anchor_gradient_is_the_slides_hardness_formula(alpha, delta):
+    loss = ProxyAnchor(CLASSES, alpha=alpha, delta=delta)
+    labels, x = batch(n=9, seed=4)
+    labels[labels == 4] = 0  # class 4 has no positive in the batch: |P+| = 4
+    proxies = with_proxies(loss)
+    _, slides = ref.proxy_anchor(x, labels, proxies, alpha, delta)
+    terms = loss.pair_terms_for_batch(labels, x)
+    np.testing.assert_allclose(terms.weights, slides, rtol=1e-5, atol=1e-7)
+    # pair_weights: the hardness weights as non-negative (N, C) sample-to-proxy weights.
+    weights = weighting.pair_weights(loss, labels, x)
+    assert weights.shape == (9, CLASSES)
+    np.testing.assert_allclose(weights, np.abs(slides), rtol=1e-5, atol=1e-7)
+    own = np.eye(CLASSES, dtype=bool)[labels]
+    np.testing.assert_array_equal(np.asarray(terms.positive), own)
+
+
+def test_custom_gradient_reaches_embeddings_and_proxies_like_autodiff():
+    loss = ProxyAnchor(CLASSES)
+    labels, x = batch(seed=5)
+    proxies = with_proxies(loss)
+    x_var = tf.Variable(x)
+    with tf.GradientTape() as tape:
+        value = loss(labels, x_var)
+    grads = tape.gradient(value, [x_var, loss.proxies])
+
+    # Plain autodiff of the same formula (no custom gradient).
+    p_var = tf.Variable(proxies)
+    with tf.GradientTape() as tape:
+        s = tf.matmul(tf.math.l2_normalize(x_var, 1), tf.math.l2_normalize(p_var, 1),
+                      transpose_b=True)
+        pos = tf.one_hot(labels, CLASSES)
+        h_pos = tf.reduce_sum(pos * tf.exp(-32.0 * (s - 0.1)), axis=0)
+        h_neg = tf.reduce_sum((1 - pos) * tf.exp(32.0 * (s + 0.1)), axis=0)
+        has = tf.reduce_sum(tf.cast(tf.reduce_sum(pos, 0) > 0, tf.float32))
+        plain = tf.reduce_sum(tf.math.log1p(h_pos)) / has + tf.reduce_mean(tf.math.log1p(h_neg))
+    expected = tape.gradient(plain, [x_var, p_var])
+    np.testing.assert_allclose(float(value), float(plain), rtol=1e-5)
+    for got, want in zip(grads, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("cls", LOSSES)
+def test_eager_function_and_xla_agree(cls):
+    loss = cls(CLASSES)
+    labels, x = batch(seed=6)
+    with_proxies(loss)
+    eager = float(loss(labels, x))
+    graph = float(tf.function(loss)(labels, x))
+    xla = float(tf.function(loss, jit_compile=True)(labels, x))
+    np.testing.assert_allclose([graph, xla], [eager, eager], rtol=1e-5)
+
+
+@pytest.mark.parametrize("cls", LOSSES)
+def test_labels_outside_the_classes_are_an_error(cls):
+    loss = cls(CLASSES)
+    labels, x = batch()
+    labels[3] = CLASSES
+    with pytest.raises(ValueError, match=r"\[0, 5\).*\[5\]"):
+        loss(labels, x)
+    with pytest.raises(ValueError, match=r"\[-1\]"):
+        loss(np.where(labels == CLASSES, -1, labels), x)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"must lie in \[0, num_classes\)"):
+        tf.function(loss)(labels, x)
+    # XLA drops run-time assertions: the batch's loss is NaN, never a wrong proxy.
+    assert np.isnan(float(tf.function(loss, jit_compile=True)(labels, x)))
+
+
+@pytest.mark.parametrize("cls", LOSSES)
+def test_degenerate_batches_are_finite(cls):
+    loss = cls(CLASSES)
+    for labels, x in [
+        (np.zeros(6, "int32"), np.random.default_rng(0).normal(size=(6, 8)).astype("float32")),
+        (np.array([2], "int32"), np.ones((1, 8), "float32")),
+        (np.array([0, 1], "int32"), np.zeros((2, 8), "float32")),
+    ]:
+        x_var = tf.Variable(x)
+        with tf.GradientTape() as tape:
+            value = loss(labels, x_var)
+        grads = tape.gradient(value, [x_var, loss.proxies])
+        assert np.isfinite(float(value))
+        assert all(np.all(np.isfinite(g)) for g in grads)
+
+
+def test_single_class_problem_is_finite():
+    loss = ProxyNCA(1)
+    x = np.random.default_rng(0).normal(size=(4, 8)).astype("float32")
+    assert np.isfinite(float(loss(np.zeros(4, "int32"), x)))
+
+
+def test_many_classes_matrix_is_n_by_c():
+    loss = ProxyAnchor(11318)
+    labels = np.arange(180) // 2
+    x = np.random.default_rng(0).normal(size=(180, 16)).astype("float32")
+    terms = loss.pair_terms_for_batch(labels, x)
+    assert terms.weights.shape == (180, 11318)
+    assert np.isfinite(float(loss(labels, x)))
+
+
+@pytest.mark.parametrize("cls", LOSSES)
+def test_mixed_float16_matches_float32(cls):
+    labels, x = batch(seed=7)
+    loss32 = cls(CLASSES)
+    proxies = with_proxies(loss32)
+    expected = float(loss32(labels, x))
+    policy = keras.config.dtype_policy()
+    try:
+        keras.mixed_precision.set_dtype_policy("mixed_float16")
+        loss16 = cls(CLASSES)
+        loss16.trainable_layer.build((None, 8))
+        loss16.proxies.assign(proxies)
+        assert loss16.proxies.dtype == "float32"
+        value = loss16(labels, tf.constant(x, tf.float16))
+    finally:
+        keras.mixed_precision.set_dtype_policy(policy)
+    assert value.dtype == tf.float32
+    np.testing.assert_allclose(float(value), expected, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("loss", [
+    ProxyAnchor(7, alpha=16.0, delta=0.2, proxy_lr_multiplier=100.0),
+    ProxyNCA(7, scale=3.0),
+    NormalizedSoftmax(7, temperature=0.1, proxy_initializer="glorot_uniform"),
+    SoftTriple(7, centers_per_class=4, la=10.0, gamma=0.2, tau=0.1, margin=0.05),
+])
+def test_config_round_trip(loss):
+    config = loss.get_config()
+    clone = type(loss).from_config(config)
+    assert clone.get_config() == config
+    by_name = keras.losses.get({"class_name": f"keras_dml>{type(loss).__name__}",
+                                "config": config})
+    assert type(by_name) is type(loss) and by_name.get_config() == config
+    layer = clone.trainable_layer
+    assert (layer.num_classes, layer.proxies_per_class) == (7, loss.proxies_per_class)
+    assert layer.learning_rate_multiplier == loss.trainable_layer.learning_rate_multiplier
+
+
+# -- the Proxies layer ------------------------------------------------------------------
+
+
+def test_layer_is_built_from_the_embedding_size_with_kaiming_normal():
+    layer = Proxies(2000)
+    out = layer(tf.zeros((3, 64)))
+    assert out.shape == (2000, 64) and layer.proxies.trainable
+    std = float(np.std(layer.proxies.numpy()))
+    assert abs(std - np.sqrt(2.0 / 2000)) < 0.05 * np.sqrt(2.0 / 2000)
+    with pytest.raises(ValueError, match="size 32 do not match.*64"):
+        layer(tf.zeros((3, 32)))
+    clone = Proxies.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+
+
+@pytest.mark.parametrize("bad", [dict(num_classes=0), dict(num_classes=2.5),
+                                 dict(num_classes=3, learning_rate_multiplier=0.0)])
+def test_layer_rejects_bad_arguments(bad):
+    with pytest.raises(ValueError):
+        Proxies(**bad)
+
+
+def proxy_step(multiplier, optimizer):
+    """Proxies' change after one optimizer step on a fixed batch."""
+    labels, x = batch(seed=8)
+    loss = ProxyAnchor(CLASSES, proxy_lr_multiplier=multiplier)
+    before = with_proxies(loss)
+    with tf.GradientTape() as tape:
+        value = loss(labels, x)
+    grads = tape.gradient(value, [loss.proxies])
+    optimizer.apply(grads, [loss.proxies])
+    return loss.proxies.numpy() - before
+
+
+@pytest.mark.parametrize("make_optimizer", [
+    lambda: keras.optimizers.SGD(0.01),
+    lambda: keras.optimizers.SGD(0.01, momentum=0.9),
+    lambda: keras.optimizers.Adam(1e-4),
+    lambda: keras.optimizers.AdamW(1e-4, weight_decay=0.01),
+])
+def test_learning_rate_multiplier_scales_the_proxy_step(make_optimizer):
+    base = proxy_step(1.0, make_optimizer())
+    scaled = proxy_step(10.0, make_optimizer())
+    assert np.abs(base).max() > 0
+    np.testing.assert_allclose(scaled, 10.0 * base, rtol=1e-4, atol=1e-9)
+
+
+# -- with DMLModel: trained, saved, restored, excluded from the embedder ---------------
+
+
+def digits_batch():
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    keep = np.concatenate([np.flatnonzero(digits.target == c)[:16] for c in range(10)])
+    return (digits.data[keep] / 16.0).astype("float32"), digits.target[keep].astype("int32")
+
+
+def dml_model(seed=0):
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((64,))
+    hidden = keras.layers.Dense(64, activation="relu")(inputs)
+    return DMLModel(inputs, keras.layers.Dense(16)(hidden))
+
+
+@pytest.mark.parametrize("make_loss", [
+    lambda: ProxyAnchor(10, proxy_lr_multiplier=10.0),
+    lambda: SoftTriple(10, centers_per_class=2),
+])
+def test_dml_model_trains_saves_and_resumes(make_loss, tmp_path):
+    x, y = digits_batch()
+    model = dml_model()
+    loss = make_loss()
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=loss)
+    proxies = loss.proxies
+    assert any(w is proxies for w in model.trainable_weights)
+    assert not any(w is proxies for w in model.embedder().trainable_weights)
+    assert not any(w is proxies for w in keras.Model(model.inputs, model.outputs).weights)
+
+    start = float(loss(y, model(x)))
+    initial = proxies.numpy()
+    model.fit(x, y, batch_size=len(x), epochs=15, verbose=0)
+    trained = float(loss(y, model(x)))
+    assert trained < 0.8 * start
+    assert not np.allclose(proxies.numpy(), initial)
+
+    path = str(tmp_path / "proxies.keras")
+    model.save(path)
+    restored = keras.models.load_model(path)
+    restored_loss = restored.dml_loss
+    assert restored_loss is not loss
+    np.testing.assert_allclose(restored_loss.proxies.numpy(), proxies.numpy())
+    np.testing.assert_allclose(float(restored_loss(y, restored(x))), trained, rtol=1e-5)
+    assert any(w is restored_loss.proxies for w in restored.trainable_weights)
+
+    # Training resumes from the saved state (optimizer included) and keeps improving.
+    assert int(restored.optimizer.iterations) == int(model.optimizer.iterations)
+    restored.fit(x, y, batch_size=len(x), epochs=5, verbose=0)
+    assert float(restored_loss(y, restored(x))) < trained
