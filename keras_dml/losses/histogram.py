@@ -1,0 +1,109 @@
+"""Histogram loss (Ustinova and Lempitsky 2016): a batch-global pair loss."""
+
+import keras
+import tensorflow as tf
+
+from keras_dml.losses import _hyper
+from keras_dml.losses.base import PairLoss
+
+
+def _soft_histogram(similarity, mask, bins):
+    """Node indices, interpolation and the normalised linear-binned histogram (eq. 4-5).
+
+    Nodes t_r = -1 + r Delta, r = 0 .. R-1, Delta = 2 / (R - 1). A similarity in
+    [t_p, t_{p+1}] puts (t_{p+1} - S) / Delta on node p and (S - t_p) / Delta on
+    node p + 1.
+    """
+    delta = 2.0 / (bins - 1)
+    position = (tf.clip_by_value(similarity, -1.0, 1.0) + 1.0) / delta
+    lower = tf.clip_by_value(tf.floor(position), 0.0, bins - 2.0)
+    upper_share = position - lower
+    index = tf.cast(lower, tf.int32)
+    mask_f = tf.cast(mask, tf.float32)
+    count = tf.reduce_sum(mask_f)
+    flat_index = tf.reshape(index, [-1])
+    histogram = tf.math.unsorted_segment_sum(
+        tf.reshape(mask_f * (1.0 - upper_share), [-1]), flat_index, bins
+    ) + tf.math.unsorted_segment_sum(
+        tf.reshape(mask_f * upper_share, [-1]), flat_index + 1, bins
+    )
+    return index, tf.math.divide_no_nan(histogram, count), count
+
+
+def histogram_terms(similarity, positive, negative, bins):
+    """Histogram loss (scalar) and d loss / d similarity for every pair (eq. 3-9).
+
+        L = sum_r h_r^- sum_{q <= r} h_q^+          (eq. 3)
+
+    the estimated probability that a random negative pair is more similar than a
+    random positive pair. With S_ij in [t_p, t_{p+1}] (eq. 9 and its mirror):
+
+        dL/dS_ij = -h_p^-     / (Delta |S+|)   for a positive pair,
+        dL/dS_ij = +h_{p+1}^+ / (Delta |S-|)   for a negative pair.
+
+    These are the exact derivatives of L wherever they exist (everywhere except
+    on the nodes, a set of measure zero, where the left and right derivatives
+    differ). |S+| and |S-| count ordered pairs of the matrix, so each unordered
+    pair appears twice in the histograms (which does not change them) and its
+    two entries S_ij and S_ji each carry the weight above.
+    """
+    delta = 2.0 / (bins - 1)
+    index, positive_hist, positive_count = _soft_histogram(similarity, positive, bins)
+    _, negative_hist, negative_count = _soft_histogram(similarity, negative, bins)
+    value = tf.reduce_sum(negative_hist * tf.cumsum(positive_hist))
+    pull = tf.math.divide_no_nan(tf.gather(negative_hist, index), delta * positive_count)
+    push = tf.math.divide_no_nan(tf.gather(positive_hist, index + 1), delta * negative_count)
+    zeros = tf.zeros_like(similarity)
+    weights = tf.where(negative, push, zeros) - tf.where(positive, pull, zeros)
+    return value, weights
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class Histogram(PairLoss):
+    """Histogram loss (Ustinova and Lempitsky 2016), MS supplementary eq. 3-9.
+
+    The cosine similarities of the batch's positive pairs and of its negative pairs
+    are binned into two R-node histograms h+ and h- by linear interpolation
+    (eq. 4-5, nodes t_r = -1 + r Delta, Delta = 2 / (R - 1)), and
+
+        L = sum_{r=1}^R h_r^- sum_{q=1}^r h_q^+        (eq. 3)
+
+    estimates the probability that a negative pair is more similar than a positive
+    one. The loss is batch-global: its value is one scalar for the whole batch
+    (not a mean over anchors; `sample_weight` does not apply), and the engine's
+    weights are dL/dS of eq. 9: h_p^- / (Delta |S+|) for a positive pair with
+    S in [t_p, t_{p+1}], and h_{p+1}^+ / (Delta |S-|) for a negative pair. They
+    are the exact derivatives (the piecewise-linear binning is differentiable
+    almost everywhere). A batch without positive or negative pairs gives 0.
+
+    Args:
+        bins: R, the number of histogram nodes (R - 1 intervals). Defaults to 101
+            (Delta = 0.02, the same nodes as pytorch-metric-learning's default
+            n_bins=100).
+        miner: optional `keras_dml.mining.Miner`; the histograms then hold the kept
+            pairs only. Defaults to None.
+
+    Examples:
+
+    >>> loss = keras_dml.losses.Histogram(bins=151)
+    >>> model.compile(optimizer="adam", loss=loss)
+
+    Reference:
+        Ustinova and Lempitsky, "Learning Deep Embeddings with Histogram Loss",
+        NeurIPS 2016; MS supplementary eq. 3-9.
+    """
+
+    def __init__(self, bins=101, miner=None, reduction="sum_over_batch_size",
+                 name="histogram", dtype=None):
+        super().__init__(metric="cosine", miner=miner, reduction=reduction, name=name,
+                         dtype=dtype)
+        self.bins = _hyper.integer_at_least("bins", bins, 2)
+
+    def compute_terms(self, matrix, positive, negative):
+        return histogram_terms(matrix, positive, negative, self.bins)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("metric")
+        config.update(bins=self.bins)
+        return config

@@ -1,0 +1,112 @@
+"""Multi-class N-pair loss (Sohn 2016) on any C x k batch, with its L2 penalty."""
+
+import keras
+import tensorflow as tf
+
+from keras_dml import ops
+from keras_dml.losses import _hyper
+from keras_dml.losses.base import PairLoss
+
+_METRICS = ("dot", "cosine")
+
+
+def npair_terms(similarity, positive, negative):
+    """Per-anchor N-pair value and its exact derivative w.r.t. the similarities.
+
+    For anchor a with positives P_a and negatives N_a, every positive p defines
+    one (N+1)-tuple (a, p, N_a) and its softmax cross entropy; the anchor's value
+    is the mean over its positives:
+
+        L_a = 1/|P_a| sum_{p in P_a} log(1 + sum_{n in N_a} exp(S_an - S_ap))
+            = 1/|P_a| sum_{p in P_a} softplus(A_a - S_ap),  A_a = logsumexp_{N_a} S_an
+
+    Derivatives (the pair weights, exact):
+
+        dL_a/dS_ap = -1/|P_a| sigmoid(A_a - S_ap)
+        dL_a/dS_an = +1/|P_a| (sum_p sigmoid(A_a - S_ap)) softmax_{N_a}(S_a)_n
+
+    O(N^2): the sum over positives of the negatives' softmax factorises. An anchor
+    without a positive or without a negative has value 0 and zero weights.
+    """
+    has_negative = tf.reduce_any(negative, axis=1, keepdims=True)
+    active = tf.logical_and(positive, has_negative)
+    count = tf.reduce_sum(tf.cast(active, tf.float32), axis=1, keepdims=True)
+    negative_lse = ops.masked_logsumexp(similarity, negative, keepdims=True)
+    margin = tf.where(active, negative_lse - similarity, tf.zeros_like(similarity))
+    zeros = tf.zeros_like(similarity)
+    per_pair = tf.where(active, tf.math.softplus(margin), zeros)
+    value = tf.math.divide_no_nan(tf.reduce_sum(per_pair, axis=1, keepdims=True), count)
+    pull = tf.math.divide_no_nan(tf.where(active, tf.sigmoid(margin), zeros), count)
+    push = tf.reduce_sum(pull, axis=1, keepdims=True) * ops.masked_softmax(similarity, negative)
+    return tf.squeeze(value, axis=1), push - pull
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class NPair(PairLoss):
+    """Multi-class N-pair loss (Sohn 2016) with the L2 penalty on the embeddings.
+
+    Weighted contrastive paper eq. 2: for a tuple t = (i, j, k_1, ..., k_{n-1}) of
+    an anchor i, one positive j and negatives k_l,
+
+        l(t) = -log( exp(S_ij) / (exp(S_ij) + sum_l exp(S_ik_l)) ),
+
+    S the dot product. On a C x k batch (any k >= 2), every anchor a and every one
+    of its k - 1 positives p form one tuple (a, p, N_a) with ALL of a's in-batch
+    negatives N_a: one positive per term, as in N-pair-mc. The anchor's value is
+    the mean over its positives (so every anchor weighs the same whatever k), and
+
+        L = 1/N sum_a [ 1/|P_a| sum_{p in P_a} l(a, p, N_a) + l2_penalty ||f_a||^2 ].
+
+    On a C x k batch every anchor has k - 1 positives, so the pair term is exactly
+    eq. 2's mean over all N (k - 1) tuples.
+
+    With k = 2 each anchor has exactly one positive, and both members of a pair
+    serve as anchors; the negatives are both members of every other class (N-pair-mc
+    uses only the other classes' positives, i.e. half of them). Anchors without a
+    positive (a class with one sample) or without a negative contribute only the
+    penalty.
+
+    Pair weights (`keras_dml.weighting.pair_weights`) are the exact derivatives of
+    the pair term (see `npair_terms`); the penalty's gradient 2 l2_penalty f_a acts
+    on the embeddings directly and is not a pair weight.
+
+    Args:
+        l2_penalty: lambda of the penalty lambda ||f_a||^2 averaged over the batch.
+            Defaults to 0.002 (the reg_lambda of TensorFlow's reference
+            `npairs_loss`).
+        metric: "dot" (Sohn: unnormalised inner products, which is why the penalty
+            exists) or "cosine". Defaults to "dot".
+        miner: optional `keras_dml.mining.Miner`. Defaults to None.
+
+    Examples:
+
+    >>> loss = keras_dml.losses.NPair(l2_penalty=0.002)
+    >>> model.compile(optimizer="adam", loss=loss)
+
+    Reference:
+        Sohn, "Improved Deep Metric Learning with Multi-class N-pair Loss
+        Objective", NeurIPS 2016; Hong et al., "Deep Metric Learning via Weighted
+        Contrastive Loss", eq. 2; MS supplementary section 2.
+    """
+
+    def __init__(self, l2_penalty=0.002, metric="dot", miner=None,
+                 reduction="sum_over_batch_size", name="npair", dtype=None):
+        _hyper.one_of("NPair metric", metric, _METRICS)
+        super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
+                         dtype=dtype)
+        self.l2_penalty = _hyper.non_negative("l2_penalty", l2_penalty)
+
+    def compute_terms(self, matrix, positive, negative):
+        return npair_terms(matrix, positive, negative)
+
+    def call(self, y_true, y_pred):
+        value = super().call(y_true, y_pred)
+        if self.l2_penalty == 0.0:
+            return value
+        squared_norms = tf.reduce_sum(tf.square(ops.to_float32(y_pred)), axis=1)
+        return value + self.l2_penalty * squared_norms
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(l2_penalty=self.l2_penalty)
+        return config

@@ -1,0 +1,161 @@
+"""NPair (weighted contrastive eq. 2, Sohn) and NCA (MS supplementary eq. 1-2)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import pairs2_checks as checks
+import reference_pairs2 as ref
+from keras_dml import weighting
+from keras_dml.losses import NCA, NPair
+from keras_dml.mining import MultiSimilarityMiner
+
+# -- NPair --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("l2_penalty, metric, k, scale", [
+    (0.002, "dot", 2, 0.5),
+    (0.0, "dot", 3, 0.3),
+    (0.05, "cosine", 4, 1.0),
+    (0.002, "dot", 5, 0.2),
+])
+def test_npair_matches_reference_and_autodiff(l2_penalty, metric, k, scale):
+    labels, x = checks.batch(classes=4, k=k, dim=6, seed=k, scale=scale)
+    loss = NPair(l2_penalty=l2_penalty, metric=metric)
+    value, _ = checks.assert_modes_agree(loss, labels, x)
+    np.testing.assert_allclose(value, ref.npair(labels, x, l2_penalty, metric), rtol=1e-5)
+    checks.assert_exact_weights(loss, labels, x)
+
+
+def test_npair_k2_is_n_pair_mc_with_all_in_batch_negatives():
+    # With k = 2 each anchor has one positive: L_a = -log softmax over {p} u N_a.
+    labels, x = checks.batch(classes=5, k=2, dim=4, seed=1, scale=0.5)
+    s = x.astype(np.float64) @ x.T.astype(np.float64)
+    expected = []
+    for a in range(10):
+        p = a ^ 1
+        logits = np.array([s[a, p]] + [s[a, j] for j in range(10) if labels[j] != labels[a]])
+        expected.append(np.log(np.exp(logits).sum()) - logits[0])
+    np.testing.assert_allclose(float(NPair(l2_penalty=0.0)(labels, x)), np.mean(expected),
+                               rtol=1e-5)
+
+
+def test_npair_penalty_gradient_reaches_embeddings():
+    labels, x = checks.batch(classes=3, k=2, dim=4, seed=2)
+    _, with_penalty = checks.value_and_gradient(NPair(l2_penalty=0.1), labels, x)
+    _, without = checks.value_and_gradient(NPair(l2_penalty=0.0), labels, x)
+    np.testing.assert_allclose(with_penalty - without, 2 * 0.1 * x / len(x), rtol=1e-4,
+                               atol=1e-6)
+
+
+def test_npair_pair_weights_are_non_negative_and_sum_per_anchor():
+    labels, x = checks.batch(classes=3, k=3, dim=5, seed=4, scale=0.5)
+    w = weighting.pair_weights(NPair(), labels, x)
+    assert np.all(w >= 0)
+    positive = labels[:, None] == labels[None, :]
+    np.fill_diagonal(positive, False)
+    # the positive weights of each anchor equal the total of its negative weights
+    np.testing.assert_allclose((w * positive).sum(1), (w * ~positive).sum(1), rtol=1e-5)
+
+
+def test_npair_degenerate_and_easy_batches():
+    checks.assert_degenerate_finite(NPair(l2_penalty=0.0),
+                                    expect_zero=("no_positives", "one_class", "single_sample"))
+    # all pairs easy: positives far more similar than every negative
+    labels = np.repeat(np.arange(3), 2).astype("int32")
+    x = np.repeat(np.eye(3, 4, dtype="float32") * 30.0, 2, axis=0)
+    value, gradient = checks.value_and_gradient(NPair(l2_penalty=0.0), labels, x, "jit")
+    assert value < 1e-6 and np.all(np.abs(gradient) < 1e-6)
+
+
+def test_npair_serialization_and_mixed_precision(tmp_path):
+    loss = NPair(l2_penalty=0.01, metric="cosine", miner=MultiSimilarityMiner(0.2))
+    clone = checks.assert_config_round_trip(loss)
+    assert clone.l2_penalty == 0.01 and clone.miner.epsilon == 0.2
+    checks.assert_save_load(NPair(l2_penalty=0.01), tmp_path)
+    labels, x = checks.batch(classes=4, k=3, dim=8, seed=5, scale=0.3)
+    checks.assert_mixed_precision(lambda: NPair(), labels, x)
+
+
+@pytest.mark.parametrize("kwargs", [{"l2_penalty": -1.0}, {"metric": "euclidean"},
+                                    {"l2_penalty": float("nan")}])
+def test_npair_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        NPair(**kwargs)
+
+
+def test_npair_bad_inputs_raise_value_error():
+    with pytest.raises(ValueError, match="shape"):
+        NPair()(np.zeros((4, 2), "int32"), np.zeros((4, 3), "float32"))
+    with pytest.raises(ValueError, match="NaN"):
+        NPair()(np.arange(2), np.array([[np.nan, 0.0], [1.0, 0.0]], "float32"))
+
+
+# -- NCA ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale, metric", [
+    (1.0, "cosine"), (16.0, "cosine"), (0.5, "squared_euclidean"), (2.0, "euclidean"),
+    (3.0, "dot"),
+])
+def test_nca_matches_reference_and_autodiff(scale, metric):
+    labels, x = checks.batch(classes=4, k=3, dim=6, seed=7, scale=0.4)
+    loss = NCA(scale=scale, metric=metric)
+    value, _ = checks.assert_modes_agree(loss, labels, x)
+    np.testing.assert_allclose(value, ref.nca(labels, x, scale, metric), rtol=1e-5)
+    checks.assert_exact_weights(loss, labels, x)
+
+
+def test_nca_weights_are_eq2_times_scale():
+    labels, x = checks.batch(classes=3, k=3, dim=5, seed=8)
+    scale = 4.0
+    w = weighting.pair_weights(NCA(scale=scale), labels, x)
+    s = ref.similarity(x, "cosine")
+    n = len(labels)
+    for i in range(n):
+        others = [k for k in range(n) if k != i]
+        same = [k for k in others if labels[k] == labels[i]]
+        total = sum(np.exp(scale * s[i, k]) for k in others)
+        same_total = sum(np.exp(scale * s[i, k]) for k in same)
+        for j in others:
+            e = np.exp(scale * s[i, j])
+            eq2 = e / same_total - e / total if j in same else e / total
+            np.testing.assert_allclose(w[i, j], scale * eq2 / n, rtol=1e-4, atol=1e-7)
+
+
+def test_nca_equivalence_of_metrics_on_the_sphere():
+    labels, x = checks.batch(classes=3, k=4, dim=6, seed=9)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    cosine = float(NCA(scale=2.0, metric="cosine")(labels, x))
+    squared = float(NCA(scale=1.0, metric="squared_euclidean")(labels, x))
+    np.testing.assert_allclose(cosine, squared, rtol=1e-5)
+
+
+def test_nca_degenerate_batches():
+    # one class: every neighbour is of the own class, -log 1 = 0
+    checks.assert_degenerate_finite(NCA(scale=8.0),
+                                    expect_zero=("no_positives", "one_class", "single_sample"))
+
+
+def test_nca_with_miner_uses_only_kept_pairs():
+    labels, x = checks.batch(classes=3, k=3, dim=5, seed=10)
+    miner = MultiSimilarityMiner(0.05)
+    terms = NCA(miner=miner).pair_terms_for_batch(labels, x)
+    kept = tf.logical_or(terms.positive, terms.negative).numpy()
+    w = np.asarray(terms.weights)
+    assert np.all(w[~kept] == 0)
+    checks.assert_exact_weights(NCA(miner=miner), labels, x)
+
+
+def test_nca_serialization_and_mixed_precision(tmp_path):
+    loss = NCA(scale=8.0, metric="squared_euclidean")
+    assert checks.assert_config_round_trip(loss).scale == 8.0
+    checks.assert_save_load(NCA(scale=4.0), tmp_path)
+    labels, x = checks.batch(classes=4, k=3, dim=8, seed=11)
+    checks.assert_mixed_precision(lambda: NCA(scale=8.0), labels, x)
+
+
+@pytest.mark.parametrize("kwargs", [{"scale": 0.0}, {"scale": "x"}, {"metric": "l1"}])
+def test_nca_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        NCA(**kwargs)
