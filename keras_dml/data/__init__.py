@@ -5,6 +5,8 @@ with importance weights, hard negative class mining, and the papers'
 image preprocessing.
 """
 
+from keras_dml.data.designs import (GroupDesign, RandomPairDesign, RandomPairSampler,
+                                    design_batches, importance_weights)
 from keras_dml.data.pipeline import class_balanced_batches
 from keras_dml.data.preprocessing import Preprocessing, decode_image, register_normalization
 from keras_dml.data.sampler import ClassBalancedSampler
@@ -12,9 +14,14 @@ from keras_dml.data.verify import verify_images
 
 __all__ = [
     "ClassBalancedSampler",
+    "GroupDesign",
+    "RandomPairDesign",
+    "RandomPairSampler",
     "Preprocessing",
     "class_balanced_batches",
     "decode_image",
+    "design_batches",
+    "importance_weights",
     "register_normalization",
     "verify_images",
 ]

@@ -1,6 +1,7 @@
 """`class_balanced_batches`: the C x k tf.data pipeline of the metric learning papers."""
 
 import sys
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -84,18 +85,38 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
     # Validate (and warn about small classes) now, not at the first iteration.
     ClassBalancedSampler(data.labels, classes_per_batch, samples_per_class,
                          small_classes=small_classes, seed=seed)
-    labels = tf.constant(data.labels.astype(np.int32))
-    batch_size = classes_per_batch * samples_per_class
-    stream_seed = np.random.SeedSequence(seed).generate_state(2)
 
-    def generate():
-        import warnings
-
+    def make_sampler():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            sampler = ClassBalancedSampler(data.labels, classes_per_batch,
-                                           samples_per_class, small_classes, seed)
-        for batch_id, indices in enumerate(sampler):
+            return ClassBalancedSampler(data.labels, classes_per_batch,
+                                        samples_per_class, small_classes, seed)
+
+    return batches_from_sampler(data, make_sampler,
+                                classes_per_batch * samples_per_class,
+                                seed=seed, map_fn=map_fn)
+
+
+def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None):
+    """Infinite `(x, y)` batches from an index sampler over a `Source`.
+
+    Args:
+        data: A `keras_dml.data.sources.Source`.
+        make_sampler: Called at the start of each iteration of the dataset;
+            returns an iterable of int index arrays of length `batch_size`.
+        batch_size: Static batch size.
+        seed: Augmentation seed (stateless, per batch id). Defaults to `None`.
+        map_fn: Optional per-batch `map_fn(x, y) -> (x, y)`.
+
+    Returns:
+        A `tf.data.Dataset`. File sources skip batches that fail to decode and
+        print a running count (see `class_balanced_batches`).
+    """
+    labels = tf.constant(data.labels.astype(np.int32))
+    stream_seed = int(np.random.SeedSequence(seed).generate_state(1)[0])
+
+    def generate():
+        for batch_id, indices in enumerate(make_sampler()):
             yield batch_id, indices
 
     ds = tf.data.Dataset.from_generator(
@@ -106,7 +127,7 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
 
     def build(batch_id, indices):
         aug_seed = None if seed is None else tf.stack(
-            [tf.constant(stream_seed[0], tf.int64), batch_id])
+            [tf.constant(stream_seed, tf.int64), batch_id])
         x = data.fetch(indices, aug_seed)
         y = tf.gather(labels, indices)
         if map_fn is not None:
