@@ -94,6 +94,10 @@ class DMLModel(keras.Model):
         self._attach_loss_layer(loss)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
         self.dml_loss = loss
+        # Keras divides a mean-reduced loss by the number of replicas, expecting the
+        # replicas' gradients to be summed over disjoint shards; ours sees the whole
+        # global batch, so it is reduced here, once, without that scaling.
+        self._unreduced_loss = _with_reduction(loss, "none")
 
     def compile_from_config(self, config):
         """Recompile from a saved `.keras` file (the overridden `compile` is safe to call)."""
@@ -133,7 +137,8 @@ class DMLModel(keras.Model):
         embeddings, labels, sample_weight = gather_across_replicas(
             embeddings, labels, sample_weight
         )
-        value = self.dml_loss(labels, embeddings, sample_weight=sample_weight)
+        values = self._unreduced_loss(labels, embeddings, sample_weight=sample_weight)
+        value = _reduce(values, sample_weight, self.dml_loss.reduction)
         extra = self.losses
         if extra:
             replicas = tf.distribute.get_strategy().num_replicas_in_sync
@@ -155,7 +160,17 @@ class DMLModel(keras.Model):
             # Never write NaN into the weights: skip the update, report a NaN loss,
             # and `StopOnNonFinite` (added by `fit`) stops with a clear message.
             finite = _all_finite([embeddings] + [g for g in gradients if g is not None])
-            tf.cond(finite, lambda: self._apply(gradients, variables), lambda: False)
+            context = tf.distribute.get_replica_context()
+            if context is None or context.num_replicas_in_sync == 1:
+                tf.cond(finite, lambda: self._apply(gradients, variables), lambda: False)
+            else:
+                # A cond around a cross-replica update is not supported: agree on one
+                # flag across replicas and apply all-zero gradients instead.
+                failures = context.all_reduce("sum", 1.0 - tf.cast(finite, tf.float32))
+                finite = failures < 0.5
+                gradients = [None if g is None else tf.where(finite, g, tf.zeros_like(g))
+                             for g in gradients]
+                self.optimizer.apply(gradients, variables)
             loss = tf.where(finite, loss, tf.constant(float("nan"), loss.dtype))
         return self._record(x, y, embeddings, sample_weight, loss)
 
@@ -184,3 +199,24 @@ def _is_class_labels(y):
     """Integer-like labels of rank <= 2 with one column (not continuous targets)."""
     y = tf.convert_to_tensor(y)
     return y.shape.rank == 1 or (y.shape.rank == 2 and y.shape[1] == 1)
+
+
+def _reduce(values, sample_weight, reduction):
+    """Keras' loss reductions, without its division by the number of replicas."""
+    values = tf.convert_to_tensor(values)
+    if values.shape.rank == 0:
+        return values
+    total = tf.reduce_sum(values)
+    if reduction == "sum":
+        return total
+    if reduction == "mean_with_sample_weight" and sample_weight is not None:
+        return tf.math.divide_no_nan(total, tf.reduce_sum(tf.cast(sample_weight, total.dtype)))
+    return total / tf.cast(tf.size(values), total.dtype)
+
+
+def _with_reduction(loss, reduction):
+    """A shallow copy of `loss` (sharing its weights) with another reduction."""
+    twin = object.__new__(type(loss))  # copy.copy would pickle through Keras saving
+    twin.__dict__.update(loss.__dict__)
+    twin.reduction = reduction
+    return twin
