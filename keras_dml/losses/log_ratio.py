@@ -11,6 +11,22 @@ from keras_dml.weighting import weighted_pair_loss
 _LABEL_METRICS = ("squared_euclidean", "euclidean")
 
 
+def _squared_differences(labels):
+    """Exact (N, N) squared Euclidean distances between label vectors.
+
+    Label vectors are close to each other (that is the point of a continuous
+    target), where |a|^2 - 2ab + |b|^2 loses most float32 digits; summing squared
+    differences one label column at a time stays exact and O(N^2) in memory.
+    """
+    columns = labels.shape[1]
+    if columns is None:
+        return tf.reduce_sum(tf.square(labels[:, None, :] - labels[None, :, :]), axis=2)
+    total = 0.0
+    for k in range(columns):
+        total += tf.square(labels[:, k, None] - labels[None, :, k])
+    return total
+
+
 @keras.saving.register_keras_serializable(package="keras_dml")
 class LogRatio(keras.losses.Loss):
     """Log-ratio loss (Kim et al. CVPR 2019) with dense triplet sampling.
@@ -28,11 +44,11 @@ class LogRatio(keras.losses.Loss):
     distances get `epsilon` inside the log. No L2 normalisation and no margin.
 
     Cost. With u_ai = log(D_ai + eps) - log(D_y,ai + eps) and n_a partners,
-    sum_{i<j} (u_ai - u_aj)^2 = n_a sum_i u_ai^2 - (sum_i u_ai)^2, so all
+    sum_{i<j} (u_ai - u_aj)^2 = n_a sum_i (u_ai - mean_i u_ai)^2, so all
     N (N-1)(N-2)/2 triplets are computed exactly in O(N^2) time and memory (two
     N x N matrices and their gradients; N = 1024 takes a few MB). The pair
     weights (the derivative with respect to D_ai) are exact:
-    dL_a/dD_ai = 2 (n_a u_ai - sum_j u_aj) / (P_a (D_ai + eps)), with
+    dL_a/dD_ai = 2 n_a (u_ai - mean_j u_aj) / (P_a (D_ai + eps)), with
     P_a = n_a (n_a - 1) / 2 pairs. `keras_dml.weighting.pair_weights` reports
     |dL/dD|, marking as "positive" the pairs the loss currently pulls together
     and as "negative" those it pushes apart.
@@ -154,6 +170,9 @@ class LogRatio(keras.losses.Loss):
 
     # -- the engine hooks -------------------------------------------------------------
     def pair_matrix(self, embeddings):
+        # Centring (distances are translation invariant) keeps |a|^2 - 2ab + |b|^2 precise.
+        embeddings = ops.to_float32(embeddings)
+        embeddings -= tf.reduce_mean(embeddings, axis=0, keepdims=True)
         return ops.pairwise(embeddings, metric="squared_euclidean")
 
     def label_matrix(self, labels):
@@ -169,7 +188,10 @@ class LogRatio(keras.losses.Loss):
                     f"{tuple(matrix.shape)}."
                 )
             return matrix
-        return ops.pairwise(labels, metric=self.label_distance)
+        squared = _squared_differences(labels)
+        if self.label_distance == "squared_euclidean":
+            return squared
+        return tf.sqrt(squared)
 
     def partners(self, label_matrix):
         """(N, N) mask of each anchor's partners: all others, or its nearest in label space."""
@@ -186,15 +208,14 @@ class LogRatio(keras.losses.Loss):
         mask = tf.cast(partners, tf.float32)
         u = (tf.math.log(matrix + self.epsilon)
              - tf.math.log(tf.stop_gradient(label_matrix) + self.epsilon)) * mask
-        count = tf.reduce_sum(mask, axis=1)
+        count = tf.reduce_sum(mask, axis=1, keepdims=True)
         pairs = count * (count - 1.0) / 2.0
-        total = tf.reduce_sum(u, axis=1)
-        value = tf.math.divide_no_nan(
-            count * tf.reduce_sum(tf.square(u), axis=1) - tf.square(total), pairs
-        )
-        slope = tf.math.divide_no_nan(2.0 * (count[:, None] * u - total[:, None]),
-                                      pairs[:, None])
-        weights = slope * mask / (matrix + self.epsilon)
+        # sum_{i<j} (u_i - u_j)^2 = n sum_i (u_i - mean u)^2, in the stable centred form.
+        centred = (u - tf.math.divide_no_nan(tf.reduce_sum(u, axis=1, keepdims=True), count))
+        centred *= mask
+        scale = tf.math.divide_no_nan(count, pairs)
+        value = tf.squeeze(scale, 1) * tf.reduce_sum(tf.square(centred), axis=1)
+        weights = 2.0 * scale * centred / (matrix + self.epsilon)
         return value, weights
 
     def pair_terms(self, matrix, labels):
