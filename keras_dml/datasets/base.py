@@ -78,9 +78,24 @@ class LabeledImages:
         """Number of images per label, shape `(num_classes,)`."""
         return np.bincount(self.labels, minlength=self.num_classes)
 
-    def subset(self, indices):
-        """The images at `indices`, with labels remapped again to 0..C'-1."""
+    def subset(self, indices, remap=True):
+        """The images at `indices`.
+
+        Args:
+            indices: Positions to keep.
+            remap: Remap labels to 0..C'-1 over the kept classes (True), or
+                keep this split's label space (False; e.g. In-Shop query and
+                gallery share one). Defaults to True.
+        """
         indices = np.asarray(indices, dtype=np.int64)
+        if not remap:
+            return dataclasses.replace(
+                self,
+                images=None if self.images is None else self.images[indices],
+                paths=None if self.paths is None else [self.paths[i] for i in indices],
+                labels=self.labels[indices],
+                skipped=[],
+            )
         kept, labels = np.unique(self.labels[indices], return_inverse=True)
         return LabeledImages(
             images=None if self.images is None else self.images[indices],
@@ -147,6 +162,29 @@ def labeled_from_raw(raw_labels, *, images=None, paths=None, names=None, what="s
     )
     report_small_classes(result, what)
     return result
+
+
+def split_by_class_halves(raw_labels, *, paths=None, images=None, names=None,
+                          dataset="dataset"):
+    """The CUB / Cars protocol: first half of the sorted class ids train, rest test.
+
+    Returns:
+        `(train, test)` `LabeledImages`.
+    """
+    raw_labels = np.asarray(raw_labels)
+    classes = np.unique(raw_labels)
+    is_train = np.isin(raw_labels, classes[: len(classes) // 2])
+    parts = []
+    for mask, what in ((is_train, "train"), (~is_train, "test")):
+        rows = np.flatnonzero(mask)
+        parts.append(labeled_from_raw(
+            raw_labels[rows],
+            paths=None if paths is None else [paths[i] for i in rows],
+            images=None if images is None else images[rows],
+            names=names,
+            what=f"{dataset} {what}",
+        ))
+    return tuple(parts)
 
 
 def report_small_classes(split, what="split", min_count=2):
