@@ -97,3 +97,139 @@ class EmbeddingHead(keras.layers.Layer):
             "normalize": self.normalize,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
         }
+
+
+# -- multi-level embeddings (ICE / RLL "(L, M, H)") ----------------------------------------
+
+# Low, mid and high levels of keras.applications.ResNet50: the last block of stages 3-5.
+RESNET50_LEVELS = ("conv3_block4_out", "conv4_block6_out", "conv5_block3_out")
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class MultiLevelEmbedding(keras.layers.Layer):
+    """One `EmbeddingHead` per feature map, concatenated and L2-normalised.
+
+    The multi-level embedding of the ICE-(L, M, H) and RLL-(L, M, H) rows of the
+    ICE paper's Table 3: feature maps from a low, a mid and a high layer of the
+    backbone each get their own pooling + Dense (+ L2) head, and the concatenated
+    vector is L2-normalised, so retrieval compares all levels at once. Call it on a
+    list of feature maps; `multi_level_embedder` wires it onto a backbone by layer
+    names.
+
+    Args:
+        dims: embedding size of each level's head, one int per input feature map.
+        pooling: "avg" or "max" global pooling in every head. Defaults to "avg".
+        normalize_levels: L2-normalise each level before concatenating, so every
+            level weighs the same in the cosine similarity. Defaults to True.
+
+    Examples:
+
+    >>> maps = [backbone.get_layer(n).output for n in keras_dml.layers.RESNET50_LEVELS]
+    >>> embeddings = keras_dml.layers.MultiLevelEmbedding([512, 512, 512])(maps)
+
+    Reference:
+        Wang et al., "Instance Cross Entropy for Deep Metric Learning", 2019
+        (section 4.2, Table 3); Wang et al., "Ranked List Loss", CVPR 2019.
+    """
+
+    def __init__(self, dims, pooling="avg", normalize_levels=True, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(dims, (int, float, str)) or not len(dims):
+            raise ValueError(
+                f"dims must be a non-empty list with one embedding size per level, got {dims!r}."
+            )
+        self.dims = [int(d) for d in dims]
+        self.pooling, self.normalize_levels = pooling, bool(normalize_levels)
+        self.heads = [
+            EmbeddingHead(dim, pooling=pooling, normalize=self.normalize_levels,
+                          dtype=self.dtype_policy, name=f"level_{i}")
+            for i, dim in enumerate(self.dims)
+        ]
+        self.l2 = L2Normalize(name="l2_normalize")
+
+    def _check_levels(self, shapes):
+        if not isinstance(shapes, (list, tuple)) or len(shapes) != len(self.dims):
+            count = len(shapes) if isinstance(shapes, (list, tuple)) else 1
+            raise ValueError(
+                f"MultiLevelEmbedding has {len(self.dims)} heads (dims={self.dims}) but was "
+                f"given {count} feature map(s)."
+            )
+
+    def build(self, input_shape):
+        self._check_levels(input_shape)
+        for head, shape in zip(self.heads, input_shape):
+            head.build(shape)
+
+    def call(self, inputs):
+        self._check_levels(inputs)
+        levels = [head(x) for head, x in zip(self.heads, inputs)]
+        return self.l2(ops.concatenate(levels, axis=-1))
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0][0], sum(self.dims))
+
+    def compute_output_spec(self, inputs):
+        return keras.KerasTensor((inputs[0].shape[0], sum(self.dims)), dtype="float32")
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "dims": list(self.dims),
+            "pooling": self.pooling,
+            "normalize_levels": self.normalize_levels,
+        }
+
+
+def multi_level_embedder(backbone, layer_names, dims=512, pooling="avg", normalize_levels=True,
+                         model_class=None, name=None):
+    """An embedding model from the named layers of any functional Keras backbone.
+
+    Args:
+        backbone: a functional `keras.Model` (e.g. `keras.applications.ResNet50(
+            weights=None, include_top=False, input_shape=(224, 224, 3))`).
+        layer_names: the layers whose outputs are the levels, low to high, e.g.
+            `RESNET50_LEVELS`. `backbone.summary()` lists the names.
+        dims: embedding size per level: an int for every level, or one per level.
+            Defaults to 512.
+        pooling, normalize_levels: as for `MultiLevelEmbedding`.
+        model_class: the model to build. Defaults to `keras_dml.models.DMLModel`.
+        name: model name. Defaults to None.
+
+    Returns:
+        `model_class(backbone.input, embeddings)` with embeddings of size sum(dims).
+
+    Examples:
+
+    >>> backbone = keras.applications.ResNet50(weights=None, include_top=False,
+    ...                                        input_shape=(224, 224, 3))
+    >>> model = keras_dml.layers.multi_level_embedder(backbone, RESNET50_LEVELS, 512)
+    >>> model.compile("adam", loss=keras_dml.losses.InstanceCrossEntropy())
+    """
+    if isinstance(layer_names, str) or not len(layer_names):
+        raise ValueError(f"layer_names must be a non-empty list of layer names, got "
+                         f"{layer_names!r}.")
+    if isinstance(dims, (int, float)):
+        dims = [int(dims)] * len(layer_names)
+    if len(dims) != len(layer_names):
+        raise ValueError(f"dims has {len(dims)} entries but layer_names has "
+                         f"{len(layer_names)}: give one size per level or a single int.")
+    known = {layer.name for layer in getattr(backbone, "layers", [])}
+    missing = [n for n in layer_names if n not in known]
+    if missing:
+        raise ValueError(
+            f"Backbone {getattr(backbone, 'name', backbone)!r} has no layer(s) {missing}; "
+            f"its layers include {sorted(known)[-8:] if known else 'none'} "
+            "(see backbone.summary() for all names)."
+        )
+    try:
+        maps = [backbone.get_layer(n).output for n in layer_names]
+    except (AttributeError, ValueError) as error:
+        raise ValueError(
+            f"Cannot read the outputs of layers {list(layer_names)}: the backbone must be a "
+            f"functional keras.Model ({error})."
+        ) from None
+    embeddings = MultiLevelEmbedding(dims, pooling=pooling, normalize_levels=normalize_levels,
+                                     name="multi_level_embedding")(maps)
+    if model_class is None:
+        from keras_dml.models import DMLModel as model_class
+    return model_class(backbone.input, embeddings, name=name)
