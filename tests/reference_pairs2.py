@@ -123,30 +123,31 @@ def histogram_eq9_weights(labels, embeddings, bins=101):
     return w
 
 
-def margin(labels, embeddings, alpha=0.2, beta=1.2, nu=0.0, pairs=None):
+def margin(labels, embeddings, alpha=0.2, beta=1.2, nu=0.0, pairs=None, average="pairs"):
     """Weighted contrastive eq. 3 with Wu et al.'s nu penalty, on the unit sphere.
 
     `beta` is a float or a per-class array (beta_i = beta[y_i]); `pairs` the set
     of kept ordered (i, j) pairs (default: every i != j).
     1/|P| sum_{(i,j) in P} [Y (D - beta_i + alpha)_+ + (1 - Y)(alpha + beta_i - D)_+
-    + nu beta_i].
+    + nu beta_i], or divided by the number of pairs with a non-zero hinge for
+    average="active".
     """
     s = _cosine(embeddings)
     n = len(labels)
     if pairs is None:
         pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
-    if not pairs:
-        return 0.0
-    total = 0.0
+    total, active = 0.0, 0
     for i, j in pairs:
         b = float(beta) if np.ndim(beta) == 0 else float(beta[labels[i]])
         d = math.sqrt(max(2.0 - 2.0 * s[i, j], 0.0))
         if labels[i] == labels[j]:
-            total += max(d - b + alpha, 0.0)
+            hinge = max(d - b + alpha, 0.0)
         else:
-            total += max(alpha + b - d, 0.0)
-        total += nu * b
-    return total / len(pairs)
+            hinge = max(alpha + b - d, 0.0)
+        total += hinge + nu * b
+        active += hinge > 0
+    count = len(pairs) if average == "pairs" else active
+    return total / count if count else 0.0
 
 
 def balanced_contrastive(labels, embeddings, class_counts, lam=256.0, margin_=1.0,

@@ -1,0 +1,231 @@
+"""Margin loss with a learnable boundary beta (Wu et al. 2017, "Sampling Matters")."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_dml import ops, validation
+from keras_dml.losses import _hyper
+from keras_dml.losses.base import PairLoss, PairTerms
+
+_AVERAGES = ("pairs", "active")
+_SQRT_EPSILON = 1e-12
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class MarginBeta(keras.layers.Layer):
+    """The learnable boundary beta of `Margin`: one global value or one per class.
+
+    Called on integer labels (N,), it returns beta_i for every anchor: the global
+    beta, or beta[y_i] with `num_classes`.
+
+    Args:
+        num_classes: None for one global beta, else the number of classes (labels
+            must lie in [0, num_classes)). Defaults to None.
+        initial_value: Defaults to 1.2 (Wu et al.).
+    """
+
+    def __init__(self, num_classes=None, initial_value=1.2, **kwargs):
+        kwargs.setdefault("dtype", "float32")
+        super().__init__(**kwargs)
+        self.num_classes = (
+            None if num_classes is None
+            else _hyper.integer_at_least("num_classes", num_classes, 1)
+        )
+        self.initial_value = _hyper.positive("beta", initial_value)
+
+    def build(self, input_shape=None):
+        self.beta = self.add_weight(
+            shape=(self.num_classes or 1,), name="beta", dtype="float32",
+            initializer=keras.initializers.Constant(self.initial_value),
+        )
+
+    def call(self, labels):
+        beta = tf.convert_to_tensor(self.beta)
+        if self.num_classes is None:
+            return tf.fill(tf.shape(labels), beta[0])
+        _check_label_range(labels, self.num_classes)
+        return tf.gather(beta, tf.clip_by_value(labels, 0, self.num_classes - 1))
+
+    def get_config(self):
+        return {**super().get_config(), "num_classes": self.num_classes,
+                "initial_value": self.initial_value}
+
+
+def _check_label_range(labels, num_classes):
+    if tf.executing_eagerly() and tf.size(labels) > 0:
+        low, high = int(tf.reduce_min(labels)), int(tf.reduce_max(labels))
+        if low < 0 or high >= num_classes:
+            raise ValueError(
+                f"Margin has one beta per class for num_classes={num_classes}, but the labels "
+                f"range over [{low}, {high}]: labels must lie in [0, {num_classes})."
+            )
+
+
+def _sphere_distance(similarity):
+    """d = sqrt(2 - 2 S) and dd/dS = -1/d; both 0 where the points coincide."""
+    squared = tf.maximum(2.0 - 2.0 * similarity, 0.0)
+    apart = squared > _SQRT_EPSILON
+    distance = tf.where(apart, tf.sqrt(tf.where(apart, squared, tf.ones_like(squared))), 0.0)
+    slope = tf.where(apart, -1.0 / tf.where(apart, distance, tf.ones_like(distance)), 0.0)
+    return distance, slope
+
+
+def margin_terms(similarity, positive, negative, anchor_beta, alpha, nu, average):
+    """Per-anchor margin loss value and its exact derivatives w.r.t. S and beta_a.
+
+    With D = sqrt(2 - 2 S) and c the number of averaged pairs (all kept pairs for
+    average="pairs", those with a non-zero loss for "active"):
+
+        value_a = N/c sum_j [pos (D_aj - beta_a + alpha)_+ + neg (alpha + beta_a - D_aj)_+
+                             + nu beta_a (pos + neg)]
+
+    so that the mean over the N anchors is the batch loss. Returns (value (N,),
+    d value_a / d S_a: (N, M), d value_a / d beta_a: (N,)).
+    """
+    positive_f, negative_f = tf.cast(positive, tf.float32), tf.cast(negative, tf.float32)
+    distance, slope = _sphere_distance(similarity)
+    beta = anchor_beta[:, tf.newaxis]
+    pull = tf.nn.relu(distance - beta + alpha) * positive_f
+    push = tf.nn.relu(alpha + beta - distance) * negative_f
+    pull_active = tf.cast(pull > 0, tf.float32)
+    push_active = tf.cast(push > 0, tf.float32)
+    counted = positive_f + negative_f if average == "pairs" else pull_active + push_active
+    rows = tf.cast(tf.shape(similarity)[0], tf.float32)
+    scale = tf.math.divide_no_nan(rows, tf.reduce_sum(counted))
+    kept = tf.reduce_sum(positive_f + negative_f, axis=1)
+    value = scale * (tf.reduce_sum(pull + push, axis=1) + nu * anchor_beta * kept)
+    weights = scale * (pull_active - push_active) * slope
+    beta_gradient = scale * (tf.reduce_sum(push_active - pull_active, axis=1) + nu * kept)
+    return value, weights, beta_gradient
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class Margin(PairLoss):
+    """Margin loss (Wu et al. 2017), weighted contrastive paper eq. 3.
+
+    On L2-normalised embeddings (normalised inside), with D_ij = ||f_i - f_j||
+    = sqrt(2 - 2 S_ij), a margin alpha and the boundary beta_i between positive and
+    negative distances:
+
+        L = 1/|P| sum_{(i,j) in P} [ Y_ij (D_ij - beta_i + alpha)_+
+                                    + (1 - Y_ij)(alpha + beta_i - D_ij)_+ + nu beta_i ]
+
+    P the kept ordered pairs (all pairs i != j, or those a miner keeps: the paper's
+    setup is `Margin(miner=DistanceWeighted())`, all positives and one distance
+    weighted negative per positive pair). nu beta_i is Wu et al.'s penalty that
+    pushes beta down (nu = 0 disables it). beta is learnable: one global value or
+    one per class (beta_i = beta[y_i]), initialised to 1.2. It is a Keras weight
+    of the layer `loss.trainable_layer` (a `MarginBeta`), which
+    `keras_dml.models.DMLModel` attaches at compile time, so beta appears in
+    `model.trainable_weights`, is trained with the model and is saved and
+    restored with `model.save("x.keras")` / `keras.models.load_model`.
+
+    Pair weights (on cosine similarities) are the exact derivatives:
+    dL/dS_ij = -+ 1/(|P| D_ij) for active positive / negative pairs, 0 otherwise.
+    The gradient w.r.t. beta_i is (number of active negatives - active positives
+    + nu * pairs of anchor i) / |P|.
+
+    Args:
+        alpha: the margin. Defaults to 0.2 (Wu et al.).
+        beta: initial (or fixed) boundary. Defaults to 1.2 (Wu et al.).
+        learn_beta: train beta. Defaults to True.
+        num_classes: None for one global beta, else one beta per class (labels in
+            [0, num_classes)). Defaults to None.
+        nu: weight of the beta penalty. Defaults to 0.0 (Wu et al. report no gain
+            from it in the paper's final setting).
+        average: "pairs" divides by |P| (eq. 3); "active" divides by the number of
+            pairs with a non-zero loss (Wu et al.'s code and pytorch-metric-learning).
+            Defaults to "pairs".
+        miner: a `keras_dml.mining.Miner`, e.g. `DistanceWeighted()`. Defaults to None.
+
+    Examples:
+
+    >>> loss = keras_dml.losses.Margin(miner=keras_dml.mining.DistanceWeighted(seed=0))
+    >>> model = keras_dml.models.DMLModel(inputs, embeddings)
+    >>> model.compile(optimizer="adam", loss=loss)   # beta is in model.trainable_weights
+
+    Reference:
+        Wu, Manmatha, Smola, Kraehenbuehl, "Sampling Matters in Deep Embedding
+        Learning", ICCV 2017; weighted contrastive paper eq. 3.
+    """
+
+    def __init__(self, alpha=0.2, beta=1.2, learn_beta=True, num_classes=None, nu=0.0,
+                 average="pairs", miner=None, reduction="sum_over_batch_size", name="margin",
+                 dtype=None):
+        super().__init__(metric="cosine", miner=miner, reduction=reduction, name=name,
+                         dtype=dtype)
+        self.alpha = _hyper.non_negative("alpha", alpha)
+        self.nu = _hyper.non_negative("nu", nu)
+        self.average = _hyper.one_of("average", average, _AVERAGES)
+        self.learn_beta = bool(learn_beta)
+        beta_layer = MarginBeta(num_classes, beta, name=f"{name}_beta")
+        self.beta, self.num_classes = beta_layer.initial_value, beta_layer.num_classes
+        self._beta_layer = beta_layer
+        self.trainable_layer = beta_layer if self.learn_beta else None
+
+    # -- beta -------------------------------------------------------------------------
+    def anchor_beta(self, labels, dim=None):
+        """beta_i of every anchor: the layer's current weights (built on first use)."""
+        layer = self._beta_layer
+        if not layer.built:
+            layer.build((None, dim))
+        beta = layer(labels)
+        return beta if self.learn_beta else tf.stop_gradient(beta)
+
+    # -- engine -----------------------------------------------------------------------
+    def pair_matrix(self, embeddings):
+        if hasattr(self.miner, "bind_dimension"):
+            self.miner.bind_dimension(embeddings.shape[-1])
+        return super().pair_matrix(embeddings)
+
+    def compute_terms(self, matrix, positive, negative, anchor_beta=None):
+        """Value and weights; `anchor_beta` defaults to the current global beta."""
+        if anchor_beta is None:
+            if self.num_classes is not None:
+                raise ValueError("Margin with one beta per class needs the labels: use "
+                                 "pair_terms(matrix, labels).")
+            anchor_beta = self.anchor_beta(tf.zeros(tf.shape(matrix)[:1], tf.int32))
+        value, weights, _ = margin_terms(matrix, positive, negative, anchor_beta, self.alpha,
+                                         self.nu, self.average)
+        return value, weights
+
+    def pair_terms(self, matrix, labels):
+        positive, negative = self.pair_masks(matrix, labels)
+        value, weights = self.compute_terms(matrix, positive, negative, self.anchor_beta(labels))
+        return PairTerms(value, weights, positive, negative, self.is_distance)
+
+    def call(self, y_true, y_pred):
+        labels = validation.check_class_labels(y_true)
+        embeddings = ops.to_float32(y_pred)
+        matrix = self.pair_matrix(embeddings)
+        positive, negative = self.pair_masks(matrix, labels)
+        anchor_beta = self.anchor_beta(labels, embeddings.shape[-1])
+
+        @tf.custom_gradient
+        def loss(m, b):
+            value, weights, beta_gradient = margin_terms(
+                m, positive, negative, b, self.alpha, self.nu, self.average
+            )
+
+            def grad(upstream):
+                return upstream[:, tf.newaxis] * weights, upstream * beta_gradient
+
+            return value, grad
+
+        return loss(matrix, anchor_beta)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("metric")
+        config.update(alpha=self.alpha, beta=self.beta, learn_beta=self.learn_beta,
+                      num_classes=self.num_classes, nu=self.nu, average=self.average)
+        return config
+
+    @property
+    def beta_values(self):
+        """Current beta values as a NumPy array ((1,) or (num_classes,))."""
+        layer = self._beta_layer
+        if not layer.built:
+            layer.build()
+        return np.asarray(layer.beta)

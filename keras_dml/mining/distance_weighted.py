@@ -1,0 +1,171 @@
+"""Distance weighted sampling (Wu et al. 2017): negatives drawn against the sphere's density."""
+
+import math
+
+import keras
+import tensorflow as tf
+
+from keras_dml.mining.base import Miner
+
+# 1 - d^2 / 4 is clamped here before its log: d = 2 (antipodal points) would give log 0.
+_MIN_ANTIPODAL_FACTOR = 1e-8
+
+
+def log_inverse_sphere_density(distance, dim, cutoff):
+    """log q(d)^-1 up to a constant, with d clipped below at `cutoff`.
+
+    On the unit sphere in R^n the distance d between two uniformly random points
+    has density q(d) proportional to d^(n-2) (1 - d^2/4)^((n-3)/2), 0 < d < 2.
+    """
+    distance = tf.maximum(distance, cutoff)
+    antipodal = tf.maximum(1.0 - 0.25 * tf.square(distance), _MIN_ANTIPODAL_FACTOR)
+    return -(dim - 2.0) * tf.math.log(distance) - 0.5 * (dim - 3.0) * tf.math.log(antipodal)
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class DistanceWeighted(Miner):
+    """Distance weighted sampling of negatives (Wu et al., "Sampling Matters", 2017).
+
+    Requires L2-normalised embeddings: the miner receives their cosine similarities
+    S (every keras_dml loss passes a similarity to its miner) and works with the
+    Euclidean distances on the unit sphere, d = sqrt(2 - 2 S). For each anchor a it
+    keeps every positive pair, and samples `negatives_per_positive` negatives per
+    positive pair, without replacement, with probability proportional to
+
+        w_an = q(max(d_an, cutoff))^-1      if d_an < nonzero_loss_cutoff, else 0,
+
+    q(d) ~ d^(n-2) (1 - d^2/4)^((n-3)/2) the density of distances between random
+    points of the sphere in dimension n. Sampling against q makes the sampled
+    distances spread over the whole range instead of concentrating near sqrt(2);
+    clipping d at `cutoff` caps the weight of the very close (noisy) negatives,
+    and negatives farther than `nonzero_loss_cutoff` (where the margin loss is 0
+    with its defaults) are never drawn. An anchor whose negatives are all beyond
+    the cutoff samples among them uniformly, as in Wu et al.'s code.
+
+    Computation is in log space, O(N^2) memory, and XLA-compatible: draws are
+    Gumbel-top-k (exactly sampling without replacement proportionally to w), with
+    noise from a seeded `tf.random.Generator`. Kept pairs are a mask, so a negative
+    is kept at most once per anchor (Wu et al. draw with replacement); an anchor
+    with fewer candidates than draws keeps all its candidates.
+
+    Args:
+        cutoff: lower clip of the distance in the weights. Defaults to 0.5 (Wu et al.).
+        nonzero_loss_cutoff: negatives at or beyond this distance are not sampled;
+            None samples from all negatives. Defaults to 1.4 (Wu et al.'s code, the
+            margin loss's alpha + beta at initialisation).
+        negatives_per_positive: draws per positive pair. Defaults to 1 (Wu et al.).
+        dim: embedding dimension n. Defaults to None: `Margin` supplies it from its
+            inputs; other losses need it given here.
+        seed: int seed of the sampler; None draws a non-deterministic seed.
+
+    Examples:
+
+    >>> loss = keras_dml.losses.Margin(miner=keras_dml.mining.DistanceWeighted(seed=0))
+
+    Reference:
+        Wu, Manmatha, Smola, Kraehenbuehl, "Sampling Matters in Deep Embedding
+        Learning", ICCV 2017, section 4.
+    """
+
+    def __init__(self, cutoff=0.5, nonzero_loss_cutoff=1.4, negatives_per_positive=1, dim=None,
+                 seed=None):
+        self.cutoff = _distance("cutoff", cutoff)
+        self.nonzero_loss_cutoff = (
+            None if nonzero_loss_cutoff is None
+            else _distance("nonzero_loss_cutoff", nonzero_loss_cutoff)
+        )
+        if self.nonzero_loss_cutoff is not None and self.nonzero_loss_cutoff <= self.cutoff:
+            raise ValueError(
+                f"nonzero_loss_cutoff ({nonzero_loss_cutoff}) must exceed cutoff ({cutoff})."
+            )
+        self.negatives_per_positive = _count("negatives_per_positive", negatives_per_positive, 1)
+        self.dim = None if dim is None else _count("dim", dim, 2)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed must be an int or None, got {seed!r}.")
+        self.seed = seed
+        self._bound_dim = None
+        self._generator = None
+
+    def bind_dimension(self, dim):
+        """Use `dim` as n unless `dim` was given to the constructor (called by losses)."""
+        if dim is not None:
+            self._bound_dim = int(dim)
+
+    @property
+    def generator(self):
+        """The miner's random generator, created on first use (outside any graph)."""
+        if self._generator is None:
+            with tf.init_scope():
+                self._generator = (
+                    tf.random.Generator.from_non_deterministic_state() if self.seed is None
+                    else tf.random.Generator.from_seed(self.seed)
+                )
+        return self._generator
+
+    def sampling_log_weights(self, similarity, negative, dim):
+        """log w_an of every candidate negative, and the candidate mask."""
+        distance = tf.sqrt(tf.maximum(2.0 - 2.0 * similarity, 0.0))
+        log_weights = log_inverse_sphere_density(distance, float(dim), self.cutoff)
+        candidates = negative
+        if self.nonzero_loss_cutoff is not None:
+            candidates = negative & (distance < self.nonzero_loss_cutoff)
+        # Anchors with no negative in range sample uniformly among all negatives.
+        in_range = tf.reduce_any(candidates, axis=1, keepdims=True)
+        candidates = tf.where(in_range, candidates, negative)
+        log_weights = tf.where(in_range, log_weights, tf.zeros_like(log_weights))
+        return log_weights, candidates
+
+    def mine(self, similarity, positive, negative):
+        dim = self.dim or self._bound_dim
+        if dim is None:
+            raise ValueError(
+                "DistanceWeighted needs the embedding dimension n for the sphere's distance "
+                "density: pass DistanceWeighted(dim=n), or use it with keras_dml.losses.Margin, "
+                "which supplies it."
+            )
+        _check_cosine(similarity)
+        similarity = tf.clip_by_value(similarity, -1.0, 1.0)
+        log_weights, candidates = self.sampling_log_weights(similarity, negative, dim)
+        draws = self.negatives_per_positive * tf.reduce_sum(tf.cast(positive, tf.int32), axis=1)
+        draws = tf.minimum(draws, tf.reduce_sum(tf.cast(candidates, tf.int32), axis=1))
+        # [sampling] Gumbel-top-k: the `draws` largest log w + Gumbel keys per row.
+        uniform = self.generator.uniform(tf.shape(similarity), minval=1e-20, maxval=1.0)
+        gumbel = -tf.math.log(-tf.math.log(uniform))
+        shift = tf.reduce_max(tf.where(candidates, log_weights, tf.float32.min), axis=1,
+                              keepdims=True)
+        keys = tf.where(candidates, log_weights - shift + gumbel, tf.float32.min)
+        ordered = tf.sort(keys, axis=1, direction="DESCENDING")
+        threshold = tf.gather(ordered, tf.maximum(draws - 1, 0), axis=1, batch_dims=1)
+        kept = candidates & (keys >= threshold[:, tf.newaxis]) & (draws > 0)[:, tf.newaxis]
+        return positive, kept
+
+    def get_config(self):
+        return {"cutoff": self.cutoff, "nonzero_loss_cutoff": self.nonzero_loss_cutoff,
+                "negatives_per_positive": self.negatives_per_positive, "dim": self.dim,
+                "seed": self.seed}
+
+
+def _distance(name, value):
+    value = float(value)
+    if not (math.isfinite(value) and 0.0 <= value <= 2.0):
+        raise ValueError(f"{name} must be a distance on the unit sphere in [0, 2], got {value}.")
+    return value
+
+
+def _count(name, value, minimum):
+    if isinstance(value, bool) or int(value) != value or int(value) < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+    return int(value)
+
+
+def _check_cosine(similarity):
+    """Eagerly refuse similarities that cannot come from L2-normalised embeddings."""
+    if not tf.executing_eagerly():
+        return
+    largest = float(tf.reduce_max(tf.abs(similarity))) if tf.size(similarity) > 0 else 0.0
+    if largest > 1.0 + 1e-3:
+        raise ValueError(
+            "DistanceWeighted requires cosine similarities of L2-normalised embeddings "
+            f"(values in [-1, 1]); got a similarity of magnitude {largest:.4g}. Use a "
+            "cosine loss, or L2-normalise the embeddings."
+        )
