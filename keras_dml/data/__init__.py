@@ -7,6 +7,8 @@ image preprocessing.
 
 from keras_dml.data.designs import (GroupDesign, RandomPairDesign, RandomPairSampler,
                                     design_batches, importance_weights)
+from keras_dml.data.hard_classes import (HardNegativeClassMining, HardNegativeClassSampler,
+                                         hard_negative_class_batches)
 from keras_dml.data.pipeline import class_balanced_batches
 from keras_dml.data.preprocessing import Preprocessing, decode_image, register_normalization
 from keras_dml.data.sampler import ClassBalancedSampler
@@ -15,12 +17,15 @@ from keras_dml.data.verify import verify_images
 __all__ = [
     "ClassBalancedSampler",
     "GroupDesign",
+    "HardNegativeClassMining",
+    "HardNegativeClassSampler",
     "RandomPairDesign",
     "RandomPairSampler",
     "Preprocessing",
     "class_balanced_batches",
     "decode_image",
     "design_batches",
+    "hard_negative_class_batches",
     "importance_weights",
     "register_normalization",
     "verify_images",

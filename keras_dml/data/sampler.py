@@ -122,9 +122,17 @@ class ClassBalancedSampler:
 
     def next_batch(self):
         """The next batch of `C * k` sample indices (int64, class-major)."""
+        return self.samples_of(self.next_classes())
+
+    def next_classes(self):
+        """The C distinct class indices (into `class_values`) of the next batch."""
         classes, self._class_cursor = draw_cyclic(
             self._class_queue, self._class_cursor, self.classes_per_batch, self._rng
         )
+        return classes
+
+    def samples_of(self, classes):
+        """k distinct sample indices for each of `classes`, class-major, flat."""
         k = self.samples_per_class
         counts, cursors = self.counts[classes], self._cursor[classes]
         fits = cursors + k <= counts
