@@ -152,29 +152,50 @@ def margin(labels, embeddings, alpha=0.2, beta=1.2, nu=0.0, pairs=None, average=
 
 def balanced_contrastive(labels, embeddings, class_counts, lam=256.0, margin_=1.0,
                          importance=None):
-    """Eq. 15 (eq. 23 with importance weights W) over the batch's ordered pairs.
+    """Eq. 15 (eq. 23 with importance weights W) over the batch's sampled ordered pairs.
 
     g(d) = d^2, h(d) = max(0, margin - d)^2 (eq. 5) on Euclidean distances,
-    eta_ij = lam / (L - 1) (N_{y_i} - 1) / N_{y_j} (eq. 16), and the mean over the
-    B = n (n - 1) ordered pairs of the batch (eq. 23).
+    eta_ij = lam / (L - 1) (N_{y_i} - 1) / N_{y_j} (eq. 16), L the number of
+    non-empty classes, and the mean over the B sampled ordered pairs (eq. 23):
+    every i != j without W, the pairs with W_ij > 0 with it.
     """
     x = np.asarray(embeddings, np.float64)
     n = len(labels)
-    num_classes = len(class_counts)
-    total = 0.0
+    num_classes = sum(1 for c in class_counts if c > 0)
+    total, sampled = 0.0, 0
     for i in range(n):
         for j in range(n):
-            if i == j:
-                continue
-            d = float(np.linalg.norm(x[i] - x[j]))
             w = 1.0 if importance is None else float(importance[i, j])
+            if i == j or w <= 0:
+                continue
+            sampled += 1
+            d = float(np.linalg.norm(x[i] - x[j]))
             if labels[i] == labels[j]:
                 total += w * d * d
             else:
                 eta = lam / (num_classes - 1) * (class_counts[labels[i]] - 1) / class_counts[
                     labels[j]]
                 total += w * eta * max(margin_ - d, 0.0) ** 2
-    return total / (n * (n - 1))
+    return total / sampled if sampled else 0.0
+
+
+def group_importance(labels, class_counts, m, n):
+    """Eq. 25: W_ij of the (m, n)-group design, 0 on the diagonal."""
+    num_classes = sum(1 for c in class_counts if c > 0)
+    total = sum(class_counts)
+    size = len(labels)
+    w = np.zeros((size, size))
+    for i in range(size):
+        for j in range(size):
+            ni, nj = class_counts[labels[i]], class_counts[labels[j]]
+            if i == j:
+                continue
+            if labels[i] == labels[j]:
+                w[i, j] = num_classes * (m * n - 1) * ni * (ni - 1) / ((m - 1) * total * (total - 1))
+            else:
+                w[i, j] = (num_classes * (num_classes - 1) * (m * n - 1) * ni * nj
+                           / (m * (n - 1) * total * (total - 1)))
+    return w
 
 
 def log_inverse_sphere_density(distance, dim, cutoff=0.5):

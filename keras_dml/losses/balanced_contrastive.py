@@ -1,0 +1,206 @@
+"""Balanced contrastive loss with importance sampling (Hong, Park and Kim)."""
+
+import dataclasses
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_dml import ops, validation
+from keras_dml.losses import _hyper
+from keras_dml.losses.base import PairLoss, PairTerms
+from keras_dml.weighting import weighted_pair_loss
+
+_DESIGNS = ("GroupDesign", "RandomPairDesign")
+
+
+def _designs():
+    from keras_dml.data import designs  # imported lazily: the data package is heavier
+
+    return designs
+
+
+def _design(design):
+    """A batch design from None, a design object, or its {"class_name", "config"} dict."""
+    if design is None:
+        return None
+    if isinstance(design, dict):
+        if design.get("class_name") not in _DESIGNS:
+            raise ValueError(f"Unknown batch design {design!r}: expected one of {_DESIGNS}.")
+        return getattr(_designs(), design["class_name"])(**design["config"])
+    if type(design).__name__ not in _DESIGNS:
+        raise ValueError(
+            f"design must be a keras_dml.data GroupDesign or RandomPairDesign, got {design!r}."
+        )
+    return design
+
+
+def _class_counts(class_counts):
+    if class_counts is None:
+        return None
+    counts = np.asarray(class_counts)
+    if counts.ndim != 1 or counts.size < 2 or not np.issubdtype(counts.dtype, np.number):
+        raise ValueError(
+            f"class_counts must be a 1-D sequence of per-class sample counts (at least two "
+            f"classes), got shape {counts.shape}."
+        )
+    if np.any(counts < 0) or np.any(counts != np.round(counts)) or np.sum(counts > 0) < 2:
+        raise ValueError("class_counts must be non-negative integers with at least two "
+                         "non-empty classes.")
+    return [int(c) for c in counts]
+
+
+def balanced_contrastive_terms(distance, positive, negative, eta, importance, margin):
+    """Per-anchor value of eq. 23 (eq. 15 when importance is None) and exact weights.
+
+        value_a = N/B sum_j W_aj [Y_aj D_aj^2 + (1 - Y_aj) eta_aj [margin - D_aj]_+^2]
+
+    over the B sampled ordered pairs (kept pairs, and W > 0 when W is given), so
+    that the mean over anchors is eq. 23's (1/B) sum. Weights:
+    d value_a / d D_aj = N/B W_aj (2 Y D_aj - 2 (1 - Y) eta_aj [margin - D_aj]_+).
+    """
+    sampled = positive | negative
+    if importance is not None:
+        sampled &= importance > 0
+        importance = tf.where(sampled, importance, 0.0)
+    else:
+        importance = tf.cast(sampled, tf.float32)
+    rows = tf.cast(tf.shape(distance)[0], tf.float32)
+    scale = tf.math.divide_no_nan(rows, tf.reduce_sum(tf.cast(sampled, tf.float32)))
+    positive_w = tf.where(positive, importance, 0.0) * scale
+    negative_w = tf.where(negative, importance * eta, 0.0) * scale
+    gap = tf.nn.relu(margin - distance)
+    value = tf.reduce_sum(positive_w * tf.square(distance) + negative_w * tf.square(gap), 1)
+    return value, 2.0 * (positive_w * distance - negative_w * gap)
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class BalancedContrastive(PairLoss):
+    """Balanced contrastive loss (Hong et al., eq. 10, 15-16) with importance weights (eq. 23-25).
+
+    The weighted contrastive loss (eq. 10) with g(d) = d^2 and h(d) = [margin - d]_+^2
+    (eq. 5) on Euclidean distances D, and the negative-pair weights of eq. 16,
+
+        eta_ij = lambda / (L - 1) * (N_{y_i} - 1) / N_{y_j},
+
+    L the number of classes and N_c the number of training samples of class c:
+    each positive pair is compared with lambda negatives on average (eq. 13-15).
+    On a batch of B sampled ordered pairs (i, j):
+
+        L = 1/B sum_{(i,j)} W_ij [Y_ij D_ij^2 + (1 - Y_ij) eta_ij h(D_ij)]     (eq. 23)
+
+    With `design=None`, W = 1: eq. 15 averaged over the batch's ordered pairs.
+    With a batch design of `keras_dml.data` (`GroupDesign(m, n)` or
+    `RandomPairDesign(p, num_pairs)`), W_ij are its importance weights (eq. 24-25),
+    computed inside the loss from the batch labels and `class_counts` by
+    `keras_dml.data.designs.importance_weights`; nothing has to be packed into
+    y_true or sample_weight. For the p-random design only the design's pairs
+    (2t, 2t + 1) are sampled, so B = num_pairs. Feed batches drawn by
+    `keras_dml.data.designs.design_batches(source, design)`.
+
+    Pair weights (on distances) are the exact derivatives:
+    W_ij 2 D_ij / B for positives, W_ij eta_ij 2 [margin - D_ij]_+ / B for negatives.
+
+    Args:
+        class_counts: N_c per class id (length L, the full training set's counts;
+            labels index into it). Defaults to None: the batch is taken as the
+            dataset (N_c counted in the batch, L = classes in the batch).
+        design: None, or the `GroupDesign` / `RandomPairDesign` the batches are
+            drawn with (needs `class_counts`). Defaults to None.
+        lam: lambda, negatives compared per positive pair. Defaults to 256 (the
+            paper's setting for all experiments).
+        margin: alpha of h(d) = [alpha - d]_+^2. Defaults to 1.0 (the paper does not
+            state its value).
+        miner: optional `keras_dml.mining.Miner`. Defaults to None.
+
+    Examples:
+
+    >>> from keras_dml.data.designs import GroupDesign, design_batches
+    >>> design = GroupDesign(m=4, n=16)
+    >>> counts = np.bincount(train_labels)
+    >>> loss = keras_dml.losses.BalancedContrastive(class_counts=counts, design=design)
+    >>> model.fit(design_batches(train_source, design), steps_per_epoch=100)
+
+    Reference:
+        Hong, Park, Kim, "Deep Metric Learning via Weighted Contrastive Loss",
+        eq. 4-5, 10, 15-16, 23-25.
+    """
+
+    def __init__(self, class_counts=None, design=None, lam=256.0, margin=1.0, miner=None,
+                 reduction="sum_over_batch_size", name="balanced_contrastive", dtype=None):
+        super().__init__(metric="euclidean", miner=miner, reduction=reduction, name=name,
+                         dtype=dtype)
+        self.class_counts = _class_counts(class_counts)
+        self.design = _design(design)
+        if self.design is not None and self.class_counts is None:
+            raise ValueError("Importance weights need the training set's class_counts: pass "
+                             "BalancedContrastive(class_counts=..., design=...).")
+        self.lam = _hyper.positive("lam", lam)
+        self.margin = _hyper.positive("margin", margin)
+
+    # -- eq. 16 and eq. 24-25 from the labels -------------------------------------------
+    def negative_weights(self, labels):
+        """eta_ij of eq. 16 for every ordered pair of the batch, (N, N)."""
+        if self.class_counts is None:
+            same = tf.cast(tf.equal(labels[:, None], labels[None, :]), tf.float32)
+            counts = tf.reduce_sum(same, axis=1)
+            num_classes = tf.reduce_sum(1.0 / counts)
+        else:
+            table = tf.constant(self.class_counts, tf.float32)
+            self._check_labels(labels)
+            counts = tf.gather(table, tf.clip_by_value(labels, 0, len(self.class_counts) - 1))
+            num_classes = tf.reduce_sum(tf.cast(table > 0, tf.float32))
+        ratio = tf.math.divide_no_nan(counts[:, None] - 1.0, counts[None, :])
+        return tf.math.divide_no_nan(self.lam, num_classes - 1.0) * ratio
+
+    def importance_weights(self, labels):
+        """W_ij of the batch design (eq. 24-25), or None without a design."""
+        if self.design is None:
+            return None
+        return _designs().importance_weights(labels, self.class_counts, self.design)
+
+    def _check_labels(self, labels):
+        if not tf.executing_eagerly() or tf.size(labels) == 0:
+            return
+        values = labels.numpy()
+        size = len(self.class_counts)
+        if values.min() < 0 or values.max() >= size:
+            raise ValueError(f"labels range over [{values.min()}, {values.max()}] but "
+                             f"class_counts has {size} classes: labels must lie in [0, {size}).")
+        empty = sorted({int(v) for v in values if self.class_counts[v] == 0})
+        if empty:
+            raise ValueError(f"labels {empty[:5]} have class_counts 0: a batch cannot hold a "
+                             "class the training set does not.")
+
+    # -- engine -------------------------------------------------------------------------
+    def _terms_fn(self, labels, positive, negative):
+        eta = self.negative_weights(labels)
+        importance = self.importance_weights(labels)
+        return lambda m: balanced_contrastive_terms(m, positive, negative, eta, importance,
+                                                    self.margin)
+
+    def compute_terms(self, matrix, positive, negative):
+        raise ValueError("BalancedContrastive needs the labels for eq. 16: use "
+                         "pair_terms(matrix, labels) or call the loss.")
+
+    def pair_terms(self, matrix, labels):
+        positive, negative = self.pair_masks(matrix, labels)
+        value, weights = self._terms_fn(labels, positive, negative)(matrix)
+        return PairTerms(value, weights, positive, negative, self.is_distance)
+
+    def call(self, y_true, y_pred):
+        labels = validation.check_class_labels(y_true)
+        matrix = self.pair_matrix(ops.to_float32(y_pred))
+        positive, negative = self.pair_masks(matrix, labels)
+        return weighted_pair_loss(matrix, self._terms_fn(labels, positive, negative))
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("metric")
+        design = None
+        if self.design is not None:
+            design = {"class_name": type(self.design).__name__,
+                      "config": dataclasses.asdict(self.design)}
+        config.update(class_counts=self.class_counts, design=design, lam=self.lam,
+                      margin=self.margin)
+        return config
