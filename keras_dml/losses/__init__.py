@@ -16,3 +16,8 @@ from keras_dml.losses.lifted import GeneralizedLiftedStructure
 from keras_dml.losses.lifted import LiftedStructure
 from keras_dml.losses.multi_similarity import RelativeAbsoluteWeighting
 from keras_dml.losses.triplet import Triplet
+from keras_dml.losses.npair import NPair
+from keras_dml.losses.nca import NCA
+from keras_dml.losses.histogram import Histogram
+from keras_dml.losses.margin import Margin
+from keras_dml.losses.balanced_contrastive import BalancedContrastive

@@ -6,3 +6,4 @@ from keras_dml.mining.triplet import HardMiner
 from keras_dml.mining.triplet import PairMarginMiner
 from keras_dml.mining.triplet import SemiHardMiner
 from keras_dml.mining.triplet import TripletMiner
+from keras_dml.mining.distance_weighted import DistanceWeighted
