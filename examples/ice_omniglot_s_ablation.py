@@ -64,7 +64,11 @@ def train_and_evaluate(loss, train, test, args):
     """Same seed, same batch stream, same steps for every loss; returns Recall@K (%)."""
     keras.utils.set_random_seed(args.seed)
     model = build_model(args.size, args.dim)
-    model.compile(optimizer=keras.optimizers.Adam(args.lr), loss=loss, jit_compile=False)
+    if args.optimizer == "adam":
+        optimizer = keras.optimizers.Adam(args.lr)
+    else:  # the paper's SGD (section 4.1): momentum 0.8
+        optimizer = keras.optimizers.SGD(args.lr, momentum=0.8)
+    model.compile(optimizer=optimizer, loss=loss, jit_compile=False)
     batches = class_balanced_batches(train, args.classes_per_batch, args.samples_per_class,
                                      seed=args.seed)
     start = time.perf_counter()
@@ -88,6 +92,8 @@ def parse_args():
     parser.add_argument("--samples-per-class", type=int, default=2, help="k")
     parser.add_argument("--size", type=int, default=28, help="image side after resizing")
     parser.add_argument("--dim", type=int, default=128, help="embedding size")
+    parser.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
+                        help="adam, or sgd with the paper's momentum 0.8")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
