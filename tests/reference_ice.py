@@ -29,7 +29,8 @@ def ice_loss(labels, similarity, scale):
         positives, negatives = _sets(labels, a)
         negative_sum = sum(np.exp(scale * similarity[a, j]) for j in negatives)
         for i in positives:
-            p = np.exp(scale * similarity[a, i]) / (np.exp(scale * similarity[a, i]) + negative_sum)
+            positive_term = np.exp(scale * similarity[a, i])
+            p = positive_term / (positive_term + negative_sum)  # eq. 3
             total += -np.log(p)
     return total / n
 
