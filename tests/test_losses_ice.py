@@ -293,3 +293,23 @@ def test_model_compiled_with_loss_trains_and_survives_save_load(tmp_path):
     string_model = DMLModel(inputs, keras.layers.Dense(8)(inputs))
     string_model.compile(optimizer="sgd", loss="keras_dml>InstanceCrossEntropy")
     assert np.isfinite(string_model.evaluate(x, labels, batch_size=24, verbose=0))
+
+
+def test_miner_restricts_pairs_and_round_trips():
+    from keras_dml.mining import MultiSimilarityMiner
+
+    labels, x = _batch(4, 4, seed=15)
+    miner = MultiSimilarityMiner(0.1)
+    loss = InstanceCrossEntropy(scale=32.0, miner=miner)
+    similarity = ref.cosine_matrix(x).astype("float32")
+    same = labels[:, None] == labels[None, :]
+    kept_pos, kept_neg = (np.asarray(m) for m in miner(
+        tf.constant(similarity), tf.constant(same & ~np.eye(16, dtype=bool)),
+        tf.constant(~same)))
+    w = pair_weights(loss, labels, x)
+    assert np.all(w[~(kept_pos | kept_neg)] == 0.0)
+    active = kept_pos.any(axis=1) & kept_neg.any(axis=1)
+    np.testing.assert_allclose(np.sum(np.where(kept_pos, w, 0), axis=1),
+                               np.where(active, 1 / 32, 0.0), rtol=1e-5, atol=1e-9)
+    clone = InstanceCrossEntropy.from_config(loss.get_config())
+    np.testing.assert_allclose(pair_weights(clone, labels, x), w, rtol=1e-6)
