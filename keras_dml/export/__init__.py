@@ -8,12 +8,25 @@ without keras_dml (or Python) in `tensorflow_model_server`.
 """
 
 from keras_dml.export.embedder import export_embedder
+from keras_dml.export.keras_file import (
+    add_export_arguments,
+    export_from_args,
+    export_from_keras_file,
+    load_keras_model,
+)
 from keras_dml.export.layout import list_versions, next_version
+from keras_dml.export.retriever import chunked_top_k, export_retriever
 from keras_dml.export.sidecar import read_export_info
 from keras_dml.export.warmup import predict_request, read_warmup_requests
 
 __all__ = [
+    "add_export_arguments",
+    "export_from_args",
+    "export_from_keras_file",
+    "load_keras_model",
+    "chunked_top_k",
     "export_embedder",
+    "export_retriever",
     "list_versions",
     "next_version",
     "predict_request",

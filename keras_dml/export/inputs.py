@@ -179,10 +179,8 @@ def assert_shape(tensor, spec):
     pattern = ",".join(["[0-9]+"] + [str(d) if d is not None else "[0-9]+"
                                      for d in spec.shape[1:]])
     actual = tf.strings.reduce_join(tf.strings.as_string(tf.shape(tensor)), separator=",")
-    message = tf.strings.format(
-        "{} must have shape ({}), got shape [{}]",
-        (spec.name, expected, actual), summarize=-1,
-    )
+    message = tf.strings.join(
+        [f"{spec.name} must have shape ({expected}), got shape [", actual, "]"])
     ok = tf.strings.regex_full_match(actual, pattern)
     with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
         return tf.identity(tensor)
@@ -190,13 +188,16 @@ def assert_shape(tensor, spec):
 
 def assert_encoded_image(encoded, index, name="image_bytes"):
     """An Assert op: `encoded` starts like a JPEG/PNG/GIF/BMP/WebP file."""
+    # Padding keeps substr in range for short strings.
+    padded = tf.strings.join([encoded, b"\0" * 12])
     ok = tf.constant(False)
     for offset, magic in _SIGNATURES.values():
-        ok = tf.logical_or(ok, tf.equal(tf.strings.substr(encoded, offset, len(magic)), magic))
-    message = tf.strings.format(
-        "{}[{}] is not an encoded image ({} bytes); expected {} data",
-        (name, index, tf.strings.length(encoded), "/".join(_SIGNATURES)),
-    )
+        ok = tf.logical_or(ok, tf.equal(tf.strings.substr(padded, offset, len(magic)), magic))
+    message = tf.strings.join([
+        f"{name}[", tf.strings.as_string(index), "] is not an encoded image (",
+        tf.strings.as_string(tf.strings.length(encoded)),
+        f" bytes); expected {'/'.join(_SIGNATURES)} data",
+    ])
     return tf.debugging.Assert(ok, [message])
 
 

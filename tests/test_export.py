@@ -1,0 +1,661 @@
+"""Tests for keras_dml.export: TF Serving SavedModels checked without keras_dml.
+
+The served-side checks run in one subprocess (tests/reference_export.py) that
+blocks `import keras_dml`, loads every export with TensorFlow alone and answers
+gRPC `PredictRequest`s and REST `:predict` bodies as tensorflow_model_server
+does. The request code is executed from savedmodels/README.md itself.
+"""
+
+import base64
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_dml import export
+from keras_dml.data import Preprocessing, decode_image
+from keras_dml.export import layout, sidecar
+from keras_dml.layers import EmbeddingHead
+from keras_dml.models import DMLModel
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EMULATOR = ROOT / "tests" / "reference_export.py"
+README = ROOT / "savedmodels" / "README.md"
+PREP = Preprocessing(image_size=32, resize_size=40, normalization="symmetric")
+DIM = 8
+
+
+# -- fixtures ---------------------------------------------------------------------------
+
+
+def _backbone_model(seed=0):
+    """Tiny conv net on 32x32 images with BatchNorm and Dropout (inference mode matters)."""
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((32, 32, 3))
+    x = keras.layers.Conv2D(6, 3, strides=2, activation="relu")(inputs)
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.Dropout(0.5)(x)
+    x = keras.layers.Conv2D(8, 3, activation="relu")(x)
+    return inputs, EmbeddingHead(DIM)(x)
+
+
+@pytest.fixture(scope="module")
+def model():
+    inputs, outputs = _backbone_model()
+    model = keras.Model(inputs, outputs)
+    # Non-trivial BatchNorm statistics, so training=True would give other numbers.
+    bn = next(layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization))
+    bn.moving_mean.assign(np.full(6, 0.3, np.float32))
+    bn.moving_variance.assign(np.full(6, 2.0, np.float32))
+    return model
+
+
+def _smooth_image(rng, height, width, channels=3):
+    """A photo-like image (smooth gradients + mild noise), so JPEG stays close."""
+    yy, xx = np.mgrid[0:height, 0:width] / max(height, width)
+    planes = [np.sin(rng.uniform(1, 6) * xx + rng.uniform(1, 6) * yy + rng.uniform(0, 6))
+              for _ in range(channels)]
+    image = (np.stack(planes, -1) + 1) * 110 + rng.normal(0, 8, (height, width, channels))
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def encoded():
+    """JPEG and PNG images of various sizes, one greyscale (expanded to RGB in the graph)."""
+    rng = np.random.default_rng(1)
+    images = [_smooth_image(rng, 60, 80), _smooth_image(rng, 33, 33), _smooth_image(rng, 90, 50),
+              _smooth_image(rng, 41, 47, channels=1), _smooth_image(rng, 64, 64)]
+    return [tf.io.encode_jpeg(images[0]).numpy(), tf.io.encode_png(images[1]).numpy(),
+            tf.io.encode_jpeg(images[2]).numpy(), tf.io.encode_png(images[3]).numpy(),
+            tf.io.encode_png(images[4]).numpy()]
+
+
+def _evaluation_tensor(encoded_images):
+    """What the evaluation pipeline feeds the model: decode_image -> Preprocessing.eval."""
+    return tf.stack([PREP.eval(decode_image(b, channels=3)) for b in encoded_images])
+
+
+def _tiny_model(seed=0, size=4):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((size, size, 3)), keras.layers.Flatten(),
+                             keras.layers.Dense(DIM)])
+
+
+def _quick(model, base_dir, **kwargs):
+    kwargs.setdefault("input_format", "images")
+    kwargs.setdefault("warmup", False)
+    kwargs.setdefault("verify", False)
+    return export.export_embedder(model, base_dir, **kwargs)
+
+
+def _snippet(name):
+    text = README.read_text()
+    match = re.search(rf"<!-- snippet: {name} -->\n```\w+\n(.*?)```", text, re.S)
+    assert match, f"savedmodels/README.md has no snippet {name!r}"
+    return match.group(1)
+
+
+class _Sent(Exception):
+    """Raised by the recording stubs: the README code got as far as sending."""
+
+
+def _run_python_snippet(name, workdir, grpc_response=None, rest_reply=None):
+    """Executes a README Python snippet in `workdir` with the network calls replaced.
+
+    Without a response the stubs record what would be sent and stop the snippet;
+    with one they return it, and the snippet's namespace is returned.
+    """
+    import requests
+    from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+    sent = {}
+
+    class Stub:
+        def __init__(self, channel):
+            pass
+
+        def Predict(self, request, timeout=None):  # noqa: N802 - gRPC method name
+            sent["request"] = request
+            if grpc_response is None:
+                raise _Sent
+            return grpc_response
+
+    class Reply:
+        def json(self):
+            return rest_reply
+
+    def post(url, json=None, **kwargs):
+        sent["url"], sent["json"] = url, json
+        if rest_reply is None:
+            raise _Sent
+        return Reply()
+
+    namespace = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(prediction_service_pb2_grpc, "PredictionServiceStub", Stub)
+        patch.setattr(requests, "post", post)
+        patch.chdir(workdir)
+        try:
+            exec(compile(_snippet(name), f"README:{name}", "exec"), namespace)
+        except _Sent:
+            pass
+    return sent, namespace
+
+
+def _curl_body(workdir):
+    """The -d payload of the README curl command, run by bash with curl replaced."""
+    script = ('curl() { prev=; for a in "$@"; do [ "$prev" = -d ] && printf %s "$a" > body.json;'
+              ' prev=$a; done; }\n' + _snippet("curl"))
+    subprocess.run(["bash", "-c", script], cwd=workdir, check=True)
+    return (pathlib.Path(workdir) / "body.json").read_text()
+
+
+# -- the served exports, checked in one keras_dml-free subprocess -------------------------
+
+
+@pytest.fixture(scope="module")
+def served(model, encoded, tmp_path_factory):
+    """Writes the exports, builds every request, runs the emulator once."""
+    root = tmp_path_factory.mktemp("served")
+    workdir = root / "client"
+    workdir.mkdir()
+    (workdir / "query.jpg").write_bytes(encoded[0])
+
+    run_info = {"dataset": "synthetic", "loss": "multi_similarity", "epochs": 3}
+    emb_bytes = export.export_embedder(model, root / "embedder", preprocessing=PREP,
+                                       warmup_batch_sizes=(1, 3), run_info=run_info)
+    emb_images = export.export_embedder(model, root / "embedder", input_format="images",
+                                        preprocessing=PREP)
+    gallery_images = _evaluation_tensor(encoded).numpy()
+    labels = np.array(["cat", "dog", "owl", "cat", "eel"])
+    retriever = export.export_retriever(
+        model, root / "retriever", reference_images=encoded, reference_labels=labels, k=3,
+        preprocessing=PREP, chunk_size=2)
+
+    def predict_job(job_id, export_dir, value, name="image_bytes"):
+        request = export.predict_request({name: value}, "m")
+        return {"id": job_id, "export_dir": str(export_dir), "type": "predict",
+                "request": base64.b64encode(request.SerializeToString()).decode()}
+
+    grpc_sent, _ = _run_python_snippet("grpc", workdir)
+    rest_sent, _ = _run_python_snippet("rest", workdir)
+    rest_retriever_sent, _ = _run_python_snippet("rest_retriever", workdir)
+    curl_body = _curl_body(workdir)
+    b64 = [{"b64": base64.b64encode(b).decode()} for b in encoded]
+    wrong_shape = np.zeros((2, 16, 16, 3), np.float32)
+    jobs = [
+        predict_job("bytes", emb_bytes, np.array(encoded, dtype=object)),
+        predict_job("images", emb_images, gallery_images, name="images"),
+        predict_job("retrieve", retriever, np.array(encoded, dtype=object)),
+        {"id": "readme_grpc", "export_dir": str(emb_bytes), "type": "predict",
+         "request": base64.b64encode(grpc_sent["request"].SerializeToString()).decode()},
+        {"id": "readme_rest", "export_dir": str(emb_bytes), "type": "rest",
+         "body": json.dumps(rest_sent["json"])},
+        {"id": "readme_curl", "export_dir": str(emb_bytes), "type": "rest", "body": curl_body},
+        {"id": "readme_rest_retriever", "export_dir": str(retriever), "type": "rest",
+         "body": json.dumps(rest_retriever_sent["json"])},
+        {"id": "rest_batch", "export_dir": str(emb_bytes), "type": "rest",
+         "body": json.dumps({"instances": b64})},
+        {"id": "rest_columnar", "export_dir": str(emb_bytes), "type": "rest",
+         "body": json.dumps({"inputs": {"image_bytes": b64[:2]}})},
+        {"id": "rest_retriever_batch", "export_dir": str(retriever), "type": "rest",
+         "body": json.dumps({"instances": b64})},
+        predict_job("bad_bytes", emb_bytes, np.array([encoded[0], b"not an image"], dtype=object)),
+        predict_job("empty_bytes", emb_bytes, np.array([b""], dtype=object)),
+        predict_job("bad_dtype", emb_bytes, np.array([1.0, 2.0], np.float32)),
+        predict_job("bad_shape", emb_images, wrong_shape, name="images"),
+        predict_job("bad_images_dtype", emb_images, wrong_shape.astype(np.uint8), name="images"),
+        {"id": "warmup_bytes", "export_dir": str(emb_bytes), "type": "warmup"},
+        {"id": "warmup_images", "export_dir": str(emb_images), "type": "warmup"},
+        {"id": "warmup_retriever", "export_dir": str(retriever), "type": "warmup"},
+    ]
+    jobs_path, results_path = root / "jobs.json", root / "results.json"
+    jobs_path.write_text(json.dumps(jobs))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    # saved_model_cli runs alongside the emulator: each process pays for importing TF.
+    cli = {name: subprocess.Popen(["saved_model_cli", "show", "--dir", str(path), "--all"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                  env=env)
+           for name, path in (("embedder", emb_bytes), ("retriever", retriever))}
+    subprocess.run([sys.executable, str(EMULATOR), str(jobs_path), str(results_path)],
+                   check=True, cwd=root, timeout=300, env=env)
+    results = json.loads(results_path.read_text())
+    cli_output = {}
+    for name, process in cli.items():
+        cli_output[name] = process.communicate(timeout=300)[0]
+        assert process.returncode == 0, f"saved_model_cli failed on the {name}"
+    expected = model.predict(_evaluation_tensor(encoded), verbose=0)
+    return {
+        "results": results, "expected": expected, "labels": labels, "workdir": workdir,
+        "grpc_request": grpc_sent["request"], "run_info": run_info, "cli": cli_output,
+        "paths": {"bytes": emb_bytes, "images": emb_images, "retriever": retriever},
+    }
+
+
+def _response(served, job_id):
+    from tensorflow_serving.apis import predict_pb2
+
+    result = served["results"][job_id]
+    assert "error" not in result, result
+    return predict_pb2.PredictResponse.FromString(base64.b64decode(result["response"]))
+
+
+def _error(served, job_id):
+    result = served["results"][job_id]
+    assert "error" in result, f"{job_id} was expected to fail: {result}"
+    return result["error"]
+
+
+def test_subprocess_never_imported_keras_dml(served):
+    assert served["results"]["_modules"] == []
+
+
+def test_image_bytes_embedding_equals_model_predict_on_evaluation_tensor(served):
+    got = tf.make_ndarray(_response(served, "bytes").outputs["embedding"])
+    assert got.dtype == np.float32 and got.shape == (5, DIM)
+    np.testing.assert_allclose(got, served["expected"], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
+
+
+def test_images_input_embedding_equals_model_predict(served):
+    got = tf.make_ndarray(_response(served, "images").outputs["embedding"])
+    np.testing.assert_allclose(got, served["expected"], atol=1e-5, rtol=0)
+
+
+def test_retriever_finds_each_gallery_image_and_matches_brute_force(served):
+    response = _response(served, "retrieve")
+    indices = tf.make_ndarray(response.outputs["indices"])
+    labels = tf.make_ndarray(response.outputs["labels"])
+    scores = tf.make_ndarray(response.outputs["scores"])
+    gallery = served["expected"]
+    similarity = gallery @ gallery.T
+    reference = np.argsort(-similarity, axis=1, kind="stable")[:, :3]
+    assert indices.dtype == np.int64 and indices.shape == (5, 3)
+    np.testing.assert_array_equal(indices[:, 0], np.arange(5))
+    np.testing.assert_allclose(scores, np.take_along_axis(similarity, indices, 1), atol=1e-5)
+    np.testing.assert_allclose(scores, np.take_along_axis(similarity, reference, 1), atol=1e-5)
+    assert labels.tolist() == served["labels"][indices].astype(bytes).tolist()
+    assert np.all(np.diff(scores, axis=1) <= 1e-7)
+
+
+def test_readme_grpc_snippet_round_trip(served):
+    request = served["grpc_request"]
+    assert request.model_spec.name == "embedder"
+    assert request.model_spec.signature_name == "serving_default"
+    response = _response(served, "readme_grpc")
+    _, namespace = _run_python_snippet("grpc", served["workdir"], grpc_response=response)
+    embedding = namespace["embedding"]
+    assert embedding.shape == (1, DIM)
+    np.testing.assert_allclose(embedding, served["expected"][:1], atol=1e-5, rtol=0)
+
+
+def test_readme_rest_snippet_round_trip(served):
+    reply = json.loads(served["results"]["readme_rest"]["body"])
+    sent, namespace = _run_python_snippet("rest", served["workdir"], rest_reply=reply)
+    assert sent["url"] == "http://localhost:8501/v1/models/embedder:predict"
+    np.testing.assert_allclose(namespace["embedding"], served["expected"][0], atol=1e-5, rtol=0)
+
+
+def test_readme_curl_body_is_what_tf_serving_accepts(served):
+    reply = json.loads(served["results"]["readme_curl"]["body"])
+    np.testing.assert_allclose(reply["predictions"], served["expected"][:1], atol=1e-5, rtol=0)
+
+
+def test_readme_retriever_snippet_round_trip(served):
+    reply = json.loads(served["results"]["readme_rest_retriever"]["body"])
+    _, namespace = _run_python_snippet("rest_retriever", served["workdir"], rest_reply=reply)
+    best = namespace["best"]
+    assert sorted(best) == ["indices", "labels", "scores"]
+    assert best["indices"][0] == 0 and best["labels"][0] == "cat"
+    assert best["scores"][0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_rest_batch_and_columnar_formats(served):
+    rows = json.loads(served["results"]["rest_batch"]["body"])["predictions"]
+    np.testing.assert_allclose(rows, served["expected"], atol=1e-5, rtol=0)
+    columns = json.loads(served["results"]["rest_columnar"]["body"])["outputs"]
+    np.testing.assert_allclose(columns, served["expected"][:2], atol=1e-5, rtol=0)
+    predictions = json.loads(served["results"]["rest_retriever_batch"]["body"])["predictions"]
+    assert [p["labels"][0] for p in predictions] == served["labels"].tolist()
+
+
+def test_undecodable_bytes_error_names_the_element(served):
+    assert "image_bytes[1] is not an encoded image (12 bytes)" in _error(served, "bad_bytes")
+    assert "image_bytes[0] is not an encoded image (0 bytes)" in _error(served, "empty_bytes")
+
+
+def test_wrong_dtype_and_shape_errors_name_the_problem(served):
+    assert "expected to be a string tensor but is a float tensor" in _error(served, "bad_dtype")
+    assert "expected to be a float tensor but is a uint8 tensor" in _error(
+        served, "bad_images_dtype")
+    assert ("images must have shape (batch, 32, 32, 3), got shape [2,16,16,3]"
+            in _error(served, "bad_shape"))
+
+
+def test_warmup_requests_replay_like_tf_serving(served):
+    assert served["results"]["warmup_bytes"] == {"replayed": 2}
+    assert served["results"]["warmup_images"] == {"replayed": 1}
+    assert served["results"]["warmup_retriever"] == {"replayed": 1}
+    requests = export.read_warmup_requests(served["paths"]["bytes"])
+    assert [r.model_spec.signature_name for r in requests] == ["serving_default"] * 2
+    sizes = [tf.make_ndarray(r.inputs["image_bytes"]).shape for r in requests]
+    assert sizes == [(1,), (3,)]
+
+
+def test_sidecar_describes_the_export(served):
+    info = export.read_export_info(served["paths"]["bytes"])
+    assert info["kind"] == "embedder" and info["version"] == 1
+    assert info["inputs"]["image_bytes"]["dtype"] == "string"
+    assert info["inputs"]["image_bytes"]["shape"] == [None]
+    assert info["outputs"]["embedding"]["shape"] == [None, DIM]
+    assert info["outputs"]["embedding"]["dtype"] == "float32"
+    assert info["embedding_dim"] == DIM
+    assert Preprocessing.from_dict(info["preprocessing"]) == PREP
+    assert info["training_run"] == served["run_info"]
+    assert info["warmup"]["batch_sizes"] == [1, 3]
+    images = export.read_export_info(served["paths"]["images"])
+    assert images["version"] == 2 and images["inputs"]["images"]["shape"] == [None, 32, 32, 3]
+    assert images["inputs"]["images"]["preprocessing_in_graph"] is False
+    retrieval = export.read_export_info(served["paths"]["retriever"])["retrieval"]
+    assert retrieval["gallery_size"] == 5 and retrieval["k"] == 3
+    assert retrieval["num_chunks"] == 3 and retrieval["label_dtype"] == "string"
+
+
+def _tensor_info(output, kind, name):
+    match = re.search(rf"{kind}\['{name}'\] tensor_info:\s+dtype: (\w+)\s+shape: (\([^)]*\))",
+                      output)
+    assert match, f"saved_model_cli lists no {kind} {name!r}"
+    return match.groups()
+
+
+def test_saved_model_cli_lists_documented_signatures(served):
+    embedder, retriever = served["cli"]["embedder"], served["cli"]["retriever"]
+    for output in (embedder, retriever):
+        assert "signature_def['serving_default']" in output
+        assert _tensor_info(output, "inputs", "image_bytes") == ("DT_STRING", "(-1)")
+        assert "Method name is: tensorflow/serving/predict" in output
+    assert _tensor_info(embedder, "outputs", "embedding") == ("DT_FLOAT", f"(-1, {DIM})")
+    assert _tensor_info(retriever, "outputs", "indices") == ("DT_INT64", "(-1, 3)")
+    assert _tensor_info(retriever, "outputs", "labels") == ("DT_STRING", "(-1, 3)")
+    assert _tensor_info(retriever, "outputs", "scores") == ("DT_FLOAT", "(-1, 3)")
+
+
+def _graph_ops(export_dir):
+    """Every op of the SavedModel, including those inside functions (map_fn, while)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel.FromString(
+        (pathlib.Path(export_dir) / "saved_model.pb").read_bytes())
+    graph = proto.meta_graphs[0].graph_def
+    ops = {node.op for node in graph.node}
+    for function in graph.library.function:
+        ops |= {node.op for node in function.node_def}
+    return ops
+
+
+def test_graph_has_only_tensorflow_ops(served):
+    for path in served["paths"].values():
+        ops = _graph_ops(path)
+        assert not ops & {"PyFunc", "EagerPyFunc", "PyFuncStateless"}
+    assert "DecodeImage" in _graph_ops(served["paths"]["bytes"])
+    assert "TopKV2" in _graph_ops(served["paths"]["retriever"])
+
+
+# -- variables: only the embedding network -------------------------------------------------
+
+
+class _ProxyLayer(keras.layers.Layer):
+    def build(self, input_shape):
+        self.proxies = self.add_weight(shape=(7, input_shape[-1]), name="proxies")
+
+
+class _ProxyLoss(keras.losses.Loss):
+    """A minimal loss owning trainable proxies, as DMLModel expects (`trainable_layer`)."""
+
+    def __init__(self):
+        super().__init__(name="proxy_loss")
+        self.trainable_layer = _ProxyLayer()
+
+    def call(self, y_true, y_pred):
+        proxies = tf.gather(self.trainable_layer.proxies, tf.cast(y_true, tf.int32))
+        return -tf.reduce_sum(y_pred * proxies, axis=-1)
+
+
+def _checkpoint_shapes(export_dir):
+    names = tf.train.list_variables(os.path.join(export_dir, "variables", "variables"))
+    return sorted(tuple(shape) for name, shape in names if "OBJECT_GRAPH" not in name)
+
+
+def test_dmlmodel_export_leaves_out_proxies_and_optimizer(tmp_path):
+    inputs, outputs = _backbone_model(seed=3)
+    model = DMLModel(inputs, outputs)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=_ProxyLoss())
+    x = np.random.default_rng(0).random((14, 32, 32, 3)).astype(np.float32)
+    model.fit(x, np.arange(14) % 7, batch_size=14, epochs=1, verbose=0)
+    assert any(tuple(w.shape) == (7, DIM) for w in model.weights)  # the proxies exist
+
+    path = export.export_embedder(model, tmp_path / "dml", input_format="images")
+    embedder = model.embedder()
+    assert _checkpoint_shapes(path) == sorted(tuple(w.shape) for w in embedder.weights)
+    info = export.read_export_info(path)
+    assert info["saved_variables"]["count"] == len(embedder.weights)
+    loaded = tf.saved_model.load(path).signatures["serving_default"]
+    np.testing.assert_allclose(loaded(images=tf.constant(x[:4]))["embedding"],
+                               model.predict(x[:4], verbose=0), atol=1e-5, rtol=0)
+
+
+# -- layout and versions -------------------------------------------------------------------
+
+
+def test_versions_increment_and_never_overwrite_silently(tmp_path):
+    model = _tiny_model()
+    base = tmp_path / "tiny"
+    assert export.next_version(base) == 1
+    first = _quick(model, base)
+    assert pathlib.Path(first) == base / "1"
+    assert {p.name for p in (base / "1").iterdir()} >= {
+        "saved_model.pb", "variables", layout.SIDECAR_NAME}
+    assert _quick(model, base, version=7) == str(base / "7")
+    assert export.list_versions(base) == [1, 7]
+    assert _quick(model, base) == str(base / "8")
+    with pytest.raises(FileExistsError, match="7 already exists.*overwrite=True"):
+        _quick(model, base, version=7)
+    _quick(model, base, version=7, overwrite=True, run_info={"note": "second"})
+    assert export.read_export_info(base / "7")["training_run"] == {"note": "second"}
+    assert sorted(p.name for p in base.iterdir()) == ["1", "7", "8"]  # no staging leftovers
+
+
+@pytest.mark.parametrize("version", [0, -2, "3", 2.0, True])
+def test_bad_version_is_a_value_error(tmp_path, version):
+    with pytest.raises(ValueError, match="version must be a positive integer"):
+        _quick(_tiny_model(), tmp_path / "m", version=version)
+
+
+def test_failed_export_publishes_nothing(tmp_path, monkeypatch):
+    def broken(export_dir, info):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(sidecar, "write_export_info", broken)
+    with pytest.raises(OSError, match="disk full"):
+        _quick(_tiny_model(), tmp_path / "m")
+    assert list((tmp_path / "m").iterdir()) == []
+
+
+def test_verify_refuses_to_publish_a_mismatching_export(tmp_path, monkeypatch):
+    real_load = tf.saved_model.load
+
+    class Perturbed:
+        def __init__(self, path):
+            signature = real_load(path).signatures["serving_default"]
+            self.signatures = {"serving_default": lambda **inputs: {
+                name: value + 1.0 for name, value in signature(**inputs).items()}}
+
+    monkeypatch.setattr(tf.saved_model, "load", Perturbed)
+    with pytest.raises(RuntimeError, match="disagrees with the in-process model"):
+        _quick(_tiny_model(), tmp_path / "m", verify=True)
+    assert list((tmp_path / "m").iterdir()) == []
+
+
+# -- argument validation -------------------------------------------------------------------
+
+
+def test_image_bytes_needs_preprocessing_matching_the_model(tmp_path, model):
+    with pytest.raises(ValueError, match="needs the evaluation preprocessing"):
+        export.export_embedder(model, tmp_path / "m")
+    with pytest.raises(ValueError, match=r"produces images of shape \(64, 64, 3\).*\(32, 32, 3\)"):
+        export.export_embedder(model, tmp_path / "m", preprocessing=Preprocessing(image_size=64))
+    with pytest.raises(ValueError, match="input_format must be one of"):
+        export.export_embedder(model, tmp_path / "m", input_format="jpeg")
+    with pytest.raises(ValueError, match="Unknown Preprocessing keys"):
+        export.export_embedder(model, tmp_path / "m", preprocessing={"size": 32})
+
+
+def test_bad_models_are_value_errors(tmp_path):
+    inputs = keras.Input((4, 4, 3))
+    flat = keras.layers.Flatten()(inputs)
+    two = keras.Model(inputs, [keras.layers.Dense(2)(flat), keras.layers.Dense(3)(flat)])
+    with pytest.raises(ValueError, match="one embedding tensor"):
+        _quick(two, tmp_path / "m")
+    vector = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match=r"image batch \(batch, H, W, C\), got shape \(None, 5\)"):
+        _quick(vector, tmp_path / "m")
+    unbuilt = keras.Sequential([keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="is not built"):
+        _quick(unbuilt, tmp_path / "m")
+
+
+def test_bad_export_arguments_are_value_errors(tmp_path):
+    model = _tiny_model()
+    with pytest.raises(ValueError, match="run_info must be JSON-serialisable"):
+        _quick(model, tmp_path / "m", run_info={"x": object()})
+    with pytest.raises(ValueError, match="warmup_batch_sizes must be positive ints"):
+        _quick(model, tmp_path / "m", warmup=True, warmup_batch_sizes=(1, 0))
+    with pytest.raises(ValueError, match=r"warmup_inputs must be one non-empty batch.*\(3, 4, 3\)"):
+        _quick(model, tmp_path / "m", warmup_inputs=np.zeros((3, 4, 3)))
+
+
+def test_warmup_inputs_are_written_as_given(tmp_path):
+    batch = np.random.default_rng(0).random((2, 4, 4, 3)).astype(np.float32)
+    path = _quick(_tiny_model(), tmp_path / "m", warmup=True, warmup_inputs=batch)
+    (request,) = export.read_warmup_requests(path)
+    np.testing.assert_array_equal(tf.make_ndarray(request.inputs["images"]), batch)
+    assert request.model_spec.name == "m"
+
+
+def _retrieve(tmp_path, **kwargs):
+    kwargs.setdefault("input_format", "images")
+    kwargs.setdefault("warmup", False)
+    kwargs.setdefault("verify", False)
+    return export.export_retriever(_tiny_model(), tmp_path / "r", **kwargs)
+
+
+def test_retriever_argument_errors(tmp_path):
+    emb = np.random.default_rng(0).normal(size=(6, DIM))
+    labels = np.arange(6)
+    with pytest.raises(ValueError, match="exactly one of reference_images and"):
+        _retrieve(tmp_path, reference_labels=labels)
+    with pytest.raises(ValueError, match="exactly one of reference_images and"):
+        _retrieve(tmp_path, reference_images=np.zeros((6, 4, 4, 3)), reference_embeddings=emb,
+                  reference_labels=labels)
+    with pytest.raises(ValueError, match="reference_labels is required"):
+        _retrieve(tmp_path, reference_embeddings=emb)
+    with pytest.raises(ValueError, match=r"k=7 exceeds the number of references \(6\)"):
+        _retrieve(tmp_path, reference_embeddings=emb, reference_labels=labels, k=7)
+    with pytest.raises(ValueError, match=r"shape \(6,\), one label per reference, got \(5,\)"):
+        _retrieve(tmp_path, reference_embeddings=emb, reference_labels=labels[:5])
+    with pytest.raises(ValueError, match=rf"\(N >= 1, {DIM}\).*got \(6, 3\)"):
+        _retrieve(tmp_path, reference_embeddings=emb[:, :3], reference_labels=labels)
+    bad = emb.copy()
+    bad[4, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN or Inf in 1 rows \\(first: row 4\\)"):
+        _retrieve(tmp_path, reference_embeddings=bad, reference_labels=labels)
+    with pytest.raises(ValueError, match="integers or strings, got fractional"):
+        _retrieve(tmp_path, reference_embeddings=emb, reference_labels=labels + 0.5)
+    with pytest.raises(ValueError, match=r"reference_images must have shape \(N, 4, 4, 3\)"):
+        _retrieve(tmp_path, reference_images=np.zeros((6, 5, 5, 3)), reference_labels=labels)
+    with pytest.raises(ValueError, match="chunk_size must be a positive integer"):
+        _retrieve(tmp_path, reference_embeddings=emb, reference_labels=labels, chunk_size=0)
+    assert not (tmp_path / "r").exists()
+
+
+def test_retriever_from_embeddings_and_from_a_labelled_dataset(tmp_path):
+    rng = np.random.default_rng(0)
+    images = rng.random((10, 4, 4, 3)).astype(np.float32)
+    labels = np.arange(10) % 4
+    model = _tiny_model()
+    embeddings = model.predict(images, verbose=0)
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels))
+    by_dataset = export.export_retriever(model, tmp_path / "d", reference_images=dataset, k=4,
+                                         input_format="images", batch_size=3, chunk_size=4)
+    by_embeddings = export.export_retriever(model, tmp_path / "e", k=4, input_format="images",
+                                            reference_embeddings=embeddings * 3.0,
+                                            reference_labels=labels)
+    query = tf.constant(images[:3])
+    a = tf.saved_model.load(by_dataset).signatures["serving_default"](images=query)
+    b = tf.saved_model.load(by_embeddings).signatures["serving_default"](images=query)
+    np.testing.assert_array_equal(a["indices"], b["indices"])
+    np.testing.assert_array_equal(a["labels"], labels[a["indices"].numpy()])
+    assert a["labels"].dtype == tf.int64
+    np.testing.assert_allclose(a["scores"], b["scores"], atol=1e-5)
+    np.testing.assert_array_equal(a["indices"][:, 0], [0, 1, 2])
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 4, 9, 100])
+def test_chunked_top_k_equals_a_stable_sort(chunk_size):
+    rng = np.random.default_rng(chunk_size)
+    gallery = rng.normal(size=(9, 5)).astype(np.float32)
+    gallery /= np.linalg.norm(gallery, axis=1, keepdims=True)
+    gallery[[4, 7]] = gallery[2]  # ties across chunks go to the lower index
+    queries = np.concatenate([gallery[2:3], rng.normal(size=(3, 5))]).astype(np.float32)
+    scores, indices = export.chunked_top_k(tf.constant(queries), tf.constant(gallery), 4,
+                                           chunk_size)
+    similarity = queries @ gallery.T
+    reference = np.argsort(-similarity, axis=1, kind="stable")[:, :4]
+    np.testing.assert_array_equal(indices, reference)
+    np.testing.assert_allclose(scores, np.take_along_axis(similarity, reference, 1), atol=1e-6)
+    assert indices.numpy()[0, :3].tolist() == [2, 4, 7]
+
+
+# -- from a .keras file, and the CLI arguments ---------------------------------------------
+
+
+def test_export_from_keras_file_via_cli_arguments(tmp_path):
+    inputs, outputs = _backbone_model(seed=5)
+    model = DMLModel(inputs, outputs)
+    keras_path = tmp_path / "run.keras"
+    model.save(keras_path)
+    (tmp_path / "run.json").write_text(json.dumps({"epochs": 2}))
+    parser = export.keras_file.build_parser()
+    args = parser.parse_args([
+        str(keras_path), str(tmp_path / "cli"), "--image-size", "32", "--resize-size", "40",
+        "--normalization", "symmetric", "--warmup-batch-sizes", "1,2",
+        "--run-info", str(tmp_path / "run.json")])
+    path = export.export_from_args(args)
+    info = export.read_export_info(path)
+    assert Preprocessing.from_dict(info["preprocessing"]) == PREP
+    assert info["training_run"] == {"epochs": 2} and info["warmup"]["batch_sizes"] == [1, 2]
+
+    images = np.random.default_rng(0).random((6, 32, 32, 3)).astype(np.float32)
+    np.savez(tmp_path / "gallery.npz", images=images, labels=np.arange(6))
+    args = parser.parse_args([str(keras_path), str(tmp_path / "cli"), "--version", "5",
+                              "--input-format", "images", "--reference",
+                              str(tmp_path / "gallery.npz"), "--k", "2", "--no-warmup"])
+    path = export.export_from_args(args)
+    assert path == str(tmp_path / "cli" / "5")
+    served = tf.saved_model.load(path).signatures["serving_default"](images=tf.constant(images))
+    np.testing.assert_array_equal(served["indices"][:, 0], np.arange(6))
+
+    with pytest.raises(ValueError, match="either --preprocessing or the individual"):
+        export.export_from_args(parser.parse_args(
+            [str(keras_path), str(tmp_path / "x"), "--preprocessing", path, "--image-size", "32"]))
+    with pytest.raises(ValueError, match="Expected a .keras model file"):
+        export.export_from_keras_file(tmp_path / "run.h5", tmp_path / "x")
+    with pytest.raises(ValueError, match="reference= is required for kind='retriever'"):
+        export.export_from_keras_file(keras_path, tmp_path / "x", kind="retriever")
