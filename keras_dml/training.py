@@ -1,0 +1,160 @@
+"""The main job behind `keras-dml train`: data, model, fit, evaluate, save, export."""
+
+import dataclasses
+import json
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_dml import backbones, data, datasets, evaluation, losses
+from keras_dml.layers import EmbeddingHead
+from keras_dml.models import DMLModel
+
+KS = (1, 2, 4, 8)
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    dataset: str = "digits"
+    data_dir: str = None
+    image_size: int = None
+    classes_per_batch: int = 5
+    samples_per_class: int = 16
+    backbone: str = "convnet"
+    embedding_dim: int = 64
+    loss: str = "MultiSimilarity"
+    loss_args: dict = dataclasses.field(default_factory=dict)
+    epochs: int = 4
+    steps_per_epoch: int = 25
+    learning_rate: float = 1e-3
+    seed: int = 0
+    jit_compile: bool = False
+    run_name: str = None
+    runs_dir: str = "runs"
+    export_dir: str = "savedmodels"
+    export: bool = True
+    plots: bool = True
+
+    @classmethod
+    def from_args(cls, args):
+        try:
+            loss_args = json.loads(args.loss_args)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"--loss-args must be a JSON object: {error}") from None
+        if not isinstance(loss_args, dict):
+            raise ValueError(f"--loss-args must be a JSON object, got {args.loss_args!r}.")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in vars(args).items() if k in fields}
+        values.update(loss_args=loss_args, export=not args.no_export, plots=not args.no_plots)
+        return cls(**values)
+
+
+def make_loss(name, **kwargs):
+    """A keras_dml loss from its class name ("MultiSimilarity") or registered name."""
+    registered = name if ">" in name else f"keras_dml>{name}"
+    cls = keras.saving.get_registered_object(registered)
+    if cls is None or not isinstance(cls, type) or not issubclass(cls, keras.losses.Loss):
+        available = sorted(n for n in dir(losses) if isinstance(getattr(losses, n), type)
+                           and issubclass(getattr(losses, n), keras.losses.Loss))
+        raise ValueError(f"Unknown loss {name!r}: expected one of {available}.")
+    return cls(**kwargs)
+
+
+def _input_spec(split, image_size):
+    """(input shape, Preprocessing or None) for a split held in memory or in files."""
+    if split.images is not None:
+        images = np.asarray(split.images)
+        shape = images.shape[1:] if images.ndim == 4 else images.shape[1:] + (1,)
+        return shape, None
+    preprocessing = data.Preprocessing(image_size=image_size or 224)
+    return (preprocessing.image_size, preprocessing.image_size, preprocessing.channels), \
+        preprocessing
+
+
+def eval_batches(split, preprocessing=None, batch_size=256):
+    """The split in order, (x, y) batches with evaluation preprocessing."""
+    labels = np.asarray(split.labels, np.int32)
+    if split.images is not None:
+        images = np.asarray(split.images, np.float32)
+        if images.ndim == 3:
+            images = images[..., np.newaxis]
+        return tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch_size)
+
+    def load(path, label):
+        image = data.decode_image(tf.io.read_file(path), channels=preprocessing.channels)
+        return preprocessing.eval(image), label
+
+    paths = tf.data.Dataset.from_tensor_slices((list(split.paths), labels))
+    return paths.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(
+        tf.data.AUTOTUNE)
+
+
+def build_model(config, input_shape):
+    keras.utils.set_random_seed(config.seed)
+    backbone = backbones.get(config.backbone, input_shape)
+    embeddings = EmbeddingHead(config.embedding_dim, name="embedding")(backbone.output)
+    return DMLModel(backbone.input, embeddings, name=f"{config.backbone}_embedder")
+
+
+def evaluate(model, split, preprocessing):
+    embeddings, labels = evaluation.embed_dataset(model, eval_batches(split, preprocessing))
+    return evaluation.retrieval_metrics(embeddings, labels, ks=KS)
+
+
+def run(config, report=None):
+    """Train and evaluate as `config` says; return a summary dict (also saved as JSON)."""
+    started = time.time()
+    splits = datasets.load(config.dataset, data_dir=config.data_dir)
+    input_shape, preprocessing = _input_spec(splits.train, config.image_size)
+    model = build_model(config, input_shape)
+    loss = make_loss(config.loss, **config.loss_args)
+    model.compile(optimizer=keras.optimizers.Adam(config.learning_rate), loss=loss,
+                  jit_compile=config.jit_compile)
+
+    run_name = config.run_name or f"{config.dataset}-{config.loss}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = os.path.join(config.runs_dir, run_name)
+    os.makedirs(run_dir, exist_ok=True)
+
+    before = evaluate(model, splits.test, preprocessing)
+    if report:
+        report("before training", before, KS)
+    batches = data.class_balanced_batches(
+        splits.train, config.classes_per_batch, config.samples_per_class, seed=config.seed,
+        preprocessing=preprocessing,
+    )
+    callbacks = [keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
+    history = model.fit(batches, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
+                        callbacks=callbacks, verbose=2)
+    after = evaluate(model, splits.test, preprocessing)
+    if report:
+        report("after training", after, KS)
+
+    model_path = os.path.join(run_dir, "model.keras")
+    model.save(model_path)
+    summary = {
+        "config": dataclasses.asdict(config),
+        "run_dir": run_dir,
+        "model": model_path,
+        "recall_before": before,
+        "recall_after": after,
+        "loss_history": [float(v) for v in history.history["loss"]],
+        "seconds": None,
+        "export_dir": None,
+    }
+    if config.export:
+        from keras_dml.export import export_embedder
+
+        summary["export_dir"] = export_embedder(
+            model.embedder(), os.path.join(config.export_dir, run_name),
+            input_format="images" if preprocessing is None else "image_bytes",
+            preprocessing=preprocessing,
+            run_info={"dataset": config.dataset, "loss": config.loss,
+                      "recall_after": after},
+        )
+    summary["seconds"] = round(time.time() - started, 1)
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2, default=str)
+    return summary
