@@ -156,6 +156,7 @@ def retrieval_metrics(
         queries if leave_one_out else queries[selected], references, k, distance, chunk_size
     )
     for start, indices, _ in search:
+        indices = indices.numpy()
         rows = np.arange(start, start + len(indices))
         if leave_one_out:
             keep = included[rows]
