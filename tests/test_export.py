@@ -23,6 +23,7 @@ from keras_dml import export
 from keras_dml.data import Preprocessing, decode_image
 from keras_dml.export import layout, sidecar
 from keras_dml.layers import EmbeddingHead
+from keras_dml.losses import ProxyAnchor
 from keras_dml.models import DMLModel
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -411,21 +412,15 @@ def test_graph_has_only_tensorflow_ops(served):
 # -- variables: only the embedding network -------------------------------------------------
 
 
-class _ProxyLayer(keras.layers.Layer):
-    def build(self, input_shape):
-        self.proxies = self.add_weight(shape=(7, input_shape[-1]), name="proxies")
-
-
-class _ProxyLoss(keras.losses.Loss):
-    """A minimal loss owning trainable proxies, as DMLModel expects (`trainable_layer`)."""
-
-    def __init__(self):
-        super().__init__(name="proxy_loss")
-        self.trainable_layer = _ProxyLayer()
-
-    def call(self, y_true, y_pred):
-        proxies = tf.gather(self.trainable_layer.proxies, tf.cast(y_true, tf.int32))
-        return -tf.reduce_sum(y_pred * proxies, axis=-1)
+@pytest.fixture(scope="module")
+def trained_dml():
+    """A DMLModel trained one step with ProxyAnchor: it carries proxies and Adam state."""
+    inputs, outputs = _backbone_model(seed=3)
+    model = DMLModel(inputs, outputs)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=ProxyAnchor(num_classes=7))
+    x = np.random.default_rng(0).random((14, 32, 32, 3)).astype(np.float32)
+    model.fit(x, np.arange(14) % 7, batch_size=14, epochs=1, verbose=0)
+    return model, x
 
 
 def _checkpoint_shapes(export_dir):
@@ -433,13 +428,10 @@ def _checkpoint_shapes(export_dir):
     return sorted(tuple(shape) for name, shape in names if "OBJECT_GRAPH" not in name)
 
 
-def test_dmlmodel_export_leaves_out_proxies_and_optimizer(tmp_path):
-    inputs, outputs = _backbone_model(seed=3)
-    model = DMLModel(inputs, outputs)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=_ProxyLoss())
-    x = np.random.default_rng(0).random((14, 32, 32, 3)).astype(np.float32)
-    model.fit(x, np.arange(14) % 7, batch_size=14, epochs=1, verbose=0)
+def test_dmlmodel_export_leaves_out_proxies_and_optimizer(tmp_path, trained_dml):
+    model, x = trained_dml
     assert any(tuple(w.shape) == (7, DIM) for w in model.weights)  # the proxies exist
+    assert model.optimizer.variables
 
     path = export.export_embedder(model, tmp_path / "dml", input_format="images")
     embedder = model.embedder()
@@ -626,9 +618,8 @@ def test_chunked_top_k_equals_a_stable_sort(chunk_size):
 # -- from a .keras file, and the CLI arguments ---------------------------------------------
 
 
-def test_export_from_keras_file_via_cli_arguments(tmp_path):
-    inputs, outputs = _backbone_model(seed=5)
-    model = DMLModel(inputs, outputs)
+def test_export_from_keras_file_via_cli_arguments(tmp_path, trained_dml):
+    model, _ = trained_dml
     keras_path = tmp_path / "run.keras"
     model.save(keras_path)
     (tmp_path / "run.json").write_text(json.dumps({"epochs": 2}))
@@ -639,6 +630,7 @@ def test_export_from_keras_file_via_cli_arguments(tmp_path):
         "--run-info", str(tmp_path / "run.json")])
     path = export.export_from_args(args)
     info = export.read_export_info(path)
+    assert info["saved_variables"]["count"] == len(model.embedder().weights)
     assert Preprocessing.from_dict(info["preprocessing"]) == PREP
     assert info["training_run"] == {"epochs": 2} and info["warmup"]["batch_sizes"] == [1, 2]
 

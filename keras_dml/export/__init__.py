@@ -21,13 +21,13 @@ from keras_dml.export.warmup import predict_request, read_warmup_requests
 
 __all__ = [
     "add_export_arguments",
-    "export_from_args",
-    "export_from_keras_file",
-    "load_keras_model",
     "chunked_top_k",
     "export_embedder",
+    "export_from_args",
+    "export_from_keras_file",
     "export_retriever",
     "list_versions",
+    "load_keras_model",
     "next_version",
     "predict_request",
     "read_export_info",

@@ -50,7 +50,8 @@ def write_export(base_dir, serve, serving_input, *, kind, describe, embedding_di
     expected = [_numpy(endpoint(tf.constant(batch))) for batch in batches]
     concrete = endpoint.get_concrete_function()
     outputs = {
-        name: {"dtype": spec.dtype.name, "shape": shape_list(spec.shape), "description": describe[name]}
+        name: {"dtype": spec.dtype.name, "shape": shape_list(spec.shape),
+               "description": describe[name]}
         for name, spec in concrete.structured_outputs.items()
     }
     variables = concrete.variables
@@ -76,6 +77,9 @@ def write_export(base_dir, serve, serving_input, *, kind, describe, embedding_di
         )
         sidecar.write_export_info(staging, info)
         if verify:
+            if warmup:  # replay what TF Serving will replay: the written protos
+                batches = [tf.make_ndarray(request.inputs[serving_input.name])
+                           for request in warmup_lib.read_warmup_requests(staging)]
             _verify(staging, serving_input.name, batches, expected)
     return layout.version_dir(base_dir, version)
 
