@@ -116,6 +116,20 @@ def masked_min(x, mask, axis=-1, keepdims=False, empty_value=0.0):
     return -masked_max(-to_float32(x), mask, axis, keepdims, -empty_value)
 
 
+def _shifted_exps(x, mask, axis, include_zero):
+    """exp(x - shift) on the mask, their sum (plus exp(-shift) for the zero term), shift."""
+    x = to_float32(x)
+    mask = tf.convert_to_tensor(mask)
+    shift = tf.stop_gradient(masked_max(x, mask, axis, keepdims=True, empty_value=0.0))
+    if include_zero:
+        shift = tf.maximum(shift, 0.0)
+    exps = tf.where(mask, tf.exp(_masked_fill(x, mask, 0.0) - shift), tf.zeros_like(x))
+    total = tf.reduce_sum(exps, axis=axis, keepdims=True)
+    if include_zero:
+        total += tf.exp(-shift)
+    return exps, total, shift
+
+
 def masked_logsumexp(x, mask, axis=-1, keepdims=False, include_zero=False, empty_value=0.0):
     """log(sum(exp(x))) over `mask`, stable and finite for every row.
 
@@ -132,17 +146,8 @@ def masked_logsumexp(x, mask, axis=-1, keepdims=False, include_zero=False, empty
         float32 tensor, `x` reduced over `axis`. Its gradient is the masked
         softmax, and exactly zero on masked-out entries and on empty rows.
     """
-    x = to_float32(x)
-    mask = tf.convert_to_tensor(mask)
-    shift = tf.stop_gradient(masked_max(x, mask, axis, keepdims=True, empty_value=0.0))
-    if include_zero:
-        shift = tf.maximum(shift, 0.0)
-    exps = tf.where(mask, tf.exp(_masked_fill(x, mask, 0.0) - shift), tf.zeros_like(x))
-    total = tf.reduce_sum(exps, axis=axis, keepdims=True)
-    if include_zero:
-        total += tf.exp(-shift)
-    has_any = tf.reduce_any(mask, axis=axis, keepdims=True)
-    non_empty = tf.logical_or(has_any, include_zero)
+    _, total, shift = _shifted_exps(x, mask, axis, include_zero)
+    non_empty = tf.reduce_any(mask, axis=axis, keepdims=True) | include_zero
     safe_total = tf.where(non_empty, total, tf.ones_like(total))
     result = tf.where(
         non_empty, tf.math.log(safe_total) + shift, tf.fill(tf.shape(total), empty_value)
@@ -151,10 +156,13 @@ def masked_logsumexp(x, mask, axis=-1, keepdims=False, include_zero=False, empty
 
 
 def masked_softmax(x, mask, axis=-1, include_zero=False):
-    """Softmax of `x` over `mask` (zero elsewhere); the derivative of `masked_logsumexp`."""
-    x = to_float32(x)
-    lse = masked_logsumexp(x, mask, axis, keepdims=True, include_zero=include_zero)
-    return tf.where(mask, tf.exp(_masked_fill(x, mask, 0.0) - lse), tf.zeros_like(x))
+    """Softmax of `x` over `mask` (zero elsewhere); the derivative of `masked_logsumexp`.
+
+    With `include_zero`, the implicit exp(0) term takes part in the normalisation:
+    entries are exp(x_j) / (1 + sum_k exp(x_k)). Empty rows are all zero.
+    """
+    exps, total, _ = _shifted_exps(x, mask, axis, include_zero)
+    return tf.math.divide_no_nan(exps, total)
 
 
 def masked_mean(x, mask, axis=-1, keepdims=False):

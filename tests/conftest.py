@@ -1,0 +1,35 @@
+"""Shared test set-up: quiet TensorFlow, two logical CPUs, deterministic seeds."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+# Two logical CPU devices, so tf.distribute tests can mirror over two replicas. It
+# must happen before TensorFlow initialises its devices, hence here.
+_cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    _cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
+)
+
+SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
+SHARED_DATASETS = os.path.join(SHARED, "datasets")
+
+
+@pytest.fixture(autouse=True)
+def _float32_policy_and_seed():
+    """Every test starts in float32 with fixed seeds, whatever the previous one did."""
+    keras.mixed_precision.set_global_policy("float32")
+    keras.utils.set_random_seed(0)
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.fixture
+def mixed_precision():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    yield
+    keras.mixed_precision.set_global_policy("float32")

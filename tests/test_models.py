@@ -1,0 +1,179 @@
+"""DMLModel: real loss in logs, global batch under tf.distribute, loss-owned weights."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_dml import losses
+from keras_dml.layers import EmbeddingHead
+from keras_dml.models import DMLModel
+
+
+@keras.saving.register_keras_serializable(package="keras_dml_tests")
+class _Temperature(keras.layers.Layer):
+    def build(self, input_shape):
+        self.log_scale = self.add_weight(shape=(), initializer="zeros", name="log_scale")
+
+
+@keras.saving.register_keras_serializable(package="keras_dml_tests")
+class _LearnedScaleMS(losses.MultiSimilarity):
+    """MultiSimilarity times exp(log_scale): a tiny loss that owns one trainable weight."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.trainable_layer = _Temperature()
+
+    def call(self, y_true, y_pred):
+        if not self.trainable_layer.built:
+            self.trainable_layer.build((None, y_pred.shape[-1]))
+        return super().call(y_true, y_pred) * tf.exp(self.trainable_layer.log_scale)
+
+
+def _data(n=48, d=10, classes=12, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, d)).astype("float32"), np.repeat(np.arange(classes), n // classes)
+
+
+def _model(embedding_dim=8):
+    inputs = keras.Input((10,))
+    hidden = keras.layers.Dense(16, activation="tanh")(inputs)
+    return DMLModel(inputs, EmbeddingHead(embedding_dim)(hidden))
+
+
+def _dataset(x, y, batch=24):
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
+
+
+def test_fit_history_and_evaluate_show_the_real_loss():
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=losses.MultiSimilarity())
+    expected_first = float(losses.MultiSimilarity()(y[:24], model(x[:24])))
+    history = model.fit(_dataset(x, y), epochs=3, verbose=0)
+    assert history.history["loss"][0] > 0
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    evaluated = model.evaluate(_dataset(x, y), verbose=0)
+    assert evaluated > 0 and np.isfinite(evaluated)
+    assert abs(expected_first - history.history["loss"][0]) < expected_first
+
+
+def test_compile_by_registered_name_and_jit_compile():
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer="adam", loss="keras_dml>MultiSimilarity", jit_compile=True)
+    assert isinstance(model.dml_loss, losses.MultiSimilarity)
+    history = model.fit(_dataset(x, y), epochs=2, verbose=0)
+    assert all(np.isfinite(history.history["loss"]))
+
+
+def test_sample_weights_reach_the_loss():
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=losses.MultiSimilarity(mining=False))
+    weights = np.zeros(len(y), "float32")
+    zero = model.evaluate(tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(24),
+                          verbose=0)
+    assert zero == 0.0
+
+
+def test_mirrored_strategy_update_equals_single_device_on_the_concatenated_batch():
+    assert len(tf.config.list_logical_devices("CPU")) >= 2
+    x, y = _data(n=32, classes=8)
+    loss = losses.MultiSimilarity(mining=False)
+
+    def build():
+        keras.utils.set_random_seed(3)
+        model = _model()
+        model.compile(optimizer=keras.optimizers.SGD(0.5), loss=loss)
+        return model
+
+    single = build()
+    start = [w.copy() for w in single.get_weights()]
+    single.fit(_dataset(x, y, batch=32), epochs=1, verbose=0)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        mirrored = build()
+    mirrored.set_weights(start)
+    mirrored.fit(_dataset(x, y, batch=32), epochs=1, verbose=0)
+    for a, b, w0 in zip(single.get_weights(), mirrored.get_weights(), start):
+        assert np.abs(a - w0).max() > 1e-4  # something was learned
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_loss_owned_weight_is_tracked_trained_saved_and_restored(tmp_path):
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=_LearnedScaleMS())
+    paths = [w.path for w in model.trainable_weights]
+    assert any("log_scale" in p for p in paths)
+    assert not any("log_scale" in w.path for w in model.embedder().weights)
+    model.fit(_dataset(x, y), epochs=2, verbose=0)
+    trained = float(model.loss_layer.log_scale)
+    assert trained != 0.0
+    path = tmp_path / "model.keras"
+    model.save(path)
+    restored = keras.models.load_model(path)
+    assert float(restored.loss_layer.log_scale) == pytest.approx(trained)
+    assert restored.evaluate(_dataset(x, y), verbose=0) == pytest.approx(
+        model.evaluate(_dataset(x, y), verbose=0), rel=1e-5)
+    restored.fit(_dataset(x, y), epochs=1, verbose=0)  # training resumes
+    assert float(restored.loss_layer.log_scale) != pytest.approx(trained)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_nan_inputs_stop_training_before_any_update(jit_compile):
+    x, y = _data()
+    x[5, 0] = np.nan
+    model = _model()
+    model.compile(optimizer="adam", loss=losses.MultiSimilarity(), jit_compile=jit_compile)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(FloatingPointError, match="NaN or Inf"):
+        model.fit(_dataset(x, y, batch=48), epochs=1, verbose=0)
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_nan_embeddings_are_a_value_error_in_eager_loss_calls():
+    x, y = _data()
+    x[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        losses.MultiSimilarity()(y, x)
+
+
+@pytest.mark.parametrize("labels, embeddings, message", [
+    (np.zeros(5, "int32"), np.zeros((4, 3), "float32"), "disagree in batch size"),
+    (np.zeros(4, "int32"), np.zeros((4, 3, 1), "float32"), "rank 2"),
+    (np.array([0.5, 1, 2, 3]), np.zeros((4, 3), "float32"), "integer class ids"),
+    (np.zeros((4, 2), "int32"), np.zeros((4, 3), "float32"), r"shape \(N,\) or \(N, 1\)"),
+    (np.zeros(4, "int32"), np.zeros((4, 3), "int32"), "floating point"),
+])
+def test_bad_input_is_a_clear_value_error(labels, embeddings, message):
+    with pytest.raises(ValueError, match=message):
+        losses.MultiSimilarity()(labels, embeddings)
+
+
+def test_labels_of_shape_n_by_1_and_float_integral_labels_are_accepted():
+    x, y = _data()
+    loss = losses.MultiSimilarity()
+    reference = float(loss(y, x))
+    assert float(loss(y[:, None], x)) == pytest.approx(reference)
+    assert float(loss(y.astype("float32"), x)) == pytest.approx(reference)
+
+
+def test_mixed_precision_training_keeps_float32_embeddings(mixed_precision):
+    x, y = _data()
+    model = _model()
+    assert model.output.dtype == "float32"
+    model.compile(optimizer="adam", loss=losses.MultiSimilarity())
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    history = model.fit(_dataset(x, y), epochs=2, verbose=0)
+    assert all(np.isfinite(history.history["loss"]))
+
+
+def test_model_without_loss_or_labels_explains_itself():
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer="adam", loss=losses.MultiSimilarity())
+    with pytest.raises(ValueError, match="labels"):
+        model.fit(tf.data.Dataset.from_tensor_slices(x).batch(8), epochs=1, verbose=0)

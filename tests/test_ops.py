@@ -1,0 +1,85 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_dml import ops
+
+
+def _points(n=6, d=5, seed=0):
+    return np.random.default_rng(seed).normal(size=(n, d)).astype("float32")
+
+
+@pytest.mark.parametrize("metric", ops.METRICS)
+def test_pairwise_matches_numpy(metric):
+    q, k = _points(6), _points(4, seed=1)
+    got = ops.pairwise(q, k, metric).numpy()
+    if metric == "cosine":
+        qn = q / np.linalg.norm(q, axis=1, keepdims=True)
+        kn = k / np.linalg.norm(k, axis=1, keepdims=True)
+        expected = qn @ kn.T
+    elif metric == "dot":
+        expected = q @ k.T
+    else:
+        expected = np.sqrt(((q[:, None] - k[None]) ** 2).sum(-1))
+        if metric == "squared_euclidean":
+            expected = expected**2
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_pairwise_defaults_to_self_and_euclidean_gradient_is_finite_at_zero():
+    x = tf.Variable(np.array([[1.0, 2.0], [1.0, 2.0], [0.0, 0.0]], "float32"))
+    with tf.GradientTape() as tape:
+        d = ops.pairwise(x, metric="euclidean")
+        total = tf.reduce_sum(d)
+    assert d.shape == (3, 3) and float(d[0, 1]) == 0.0
+    assert np.isfinite(tape.gradient(total, x).numpy()).all()
+
+
+def test_pairwise_rejects_unknown_metric():
+    with pytest.raises(ValueError, match="Unknown metric 'manhattan'"):
+        ops.pairwise(_points(), metric="manhattan")
+
+
+def test_label_masks_remove_self_pairs_only_for_the_batch_itself():
+    labels = tf.constant([0, 0, 1])
+    pos, neg = ops.label_masks(labels)
+    np.testing.assert_array_equal(pos.numpy(), [[0, 1, 0], [1, 0, 0], [0, 0, 0]])
+    np.testing.assert_array_equal(neg.numpy(), [[0, 0, 1], [0, 0, 1], [1, 1, 0]])
+    pos, _ = ops.label_masks(labels, tf.constant([0, 1]))
+    np.testing.assert_array_equal(pos.numpy(), [[1, 0], [1, 0], [0, 1]])
+
+
+def test_masked_reductions_match_numpy_and_are_finite_on_empty_rows():
+    x = np.array([[1.0, 5.0, -2.0], [3.0, 4.0, 9.0]], "float32")
+    mask = np.array([[True, False, True], [False, False, False]])
+    assert ops.masked_max(x, mask).numpy().tolist() == [1.0, 0.0]
+    assert ops.masked_min(x, mask).numpy().tolist() == [-2.0, 0.0]
+    lse = ops.masked_logsumexp(x, mask).numpy()
+    np.testing.assert_allclose(lse[0], np.log(np.exp(1.0) + np.exp(-2.0)), rtol=1e-6)
+    assert lse[1] == 0.0
+    soft = ops.masked_logsumexp(x, mask, include_zero=True).numpy()
+    np.testing.assert_allclose(soft, [np.log(1 + np.exp(1.0) + np.exp(-2.0)), 0.0], rtol=1e-6)
+    np.testing.assert_allclose(ops.masked_mean(x, mask).numpy(), [-0.5, 0.0])
+
+
+def test_masked_logsumexp_is_stable_and_its_gradient_is_the_masked_softmax():
+    x = tf.Variable(np.array([[1000.0, 999.0, -1000.0], [-5.0, 0.0, 0.0]], "float32"))
+    mask = tf.constant([[True, True, False], [False, False, False]])
+    with tf.GradientTape() as tape:
+        value = ops.masked_logsumexp(x, mask, include_zero=True)
+        total = tf.reduce_sum(value)
+    grad = tape.gradient(total, x).numpy()
+    assert np.isfinite(value.numpy()).all() and np.isfinite(grad).all()
+    np.testing.assert_allclose(grad, ops.masked_softmax(x, mask, include_zero=True).numpy(),
+                               atol=1e-6)
+    assert (grad[1] == 0).all() and grad[0, 2] == 0.0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_reductions_are_float32_for_half_precision_inputs(dtype):
+    x = tf.cast(tf.constant([[60000.0, 1.0], [2.0, 3.0]]), dtype)
+    mask = tf.constant([[True, True], [True, False]])
+    for value in (ops.masked_logsumexp(x, mask), ops.masked_max(x, mask),
+                  ops.pairwise(x, metric="squared_euclidean")):
+        assert value.dtype == tf.float32
+        assert np.isfinite(value.numpy()).all()
