@@ -3,8 +3,7 @@
 import keras
 import tensorflow as tf
 
-from keras_dml import ops
-from keras_dml.losses.proxies import ProxyLoss
+from keras_dml.losses.proxies import ProxyLoss, grouped_softplus_lse, masked_lse_and_softmax
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -63,20 +62,26 @@ class ProxyAnchor(ProxyLoss):
         self.alpha, self.delta = float(alpha), float(delta)
 
     def compute_terms(self, matrix, positive, negative):
-        pull = -self.alpha * (matrix - self.delta)
-        push = self.alpha * (matrix + self.delta)
-        with_positive = tf.reduce_sum(tf.cast(tf.reduce_any(positive, axis=0), tf.float32))
-        num_proxies = tf.cast(tf.shape(matrix)[1], tf.float32)
-        pull_terms = ops.masked_logsumexp(pull, positive, axis=0, include_zero=True)
-        push_terms = ops.masked_logsumexp(push, negative, axis=0, include_zero=True)
-        value = (tf.math.divide_no_nan(tf.reduce_sum(pull_terms), with_positive)
-                 + tf.reduce_sum(push_terms) / num_proxies)
-        weights = (
-            self.alpha / num_proxies * ops.masked_softmax(push, negative, axis=0,
-                                                          include_zero=True)
-            - tf.math.divide_no_nan(self.alpha, with_positive)
-            * ops.masked_softmax(pull, positive, axis=0, include_zero=True)
+        num_proxies = tf.shape(matrix)[1]
+        proxies_f = tf.cast(num_proxies, tf.float32)
+        # [positives] one own proxy per sample: an O(N) problem grouped by proxy
+        own_proxy = tf.reduce_sum(tf.where(positive, tf.range(num_proxies), 0), axis=1)
+        own = tf.reduce_sum(tf.where(positive, matrix, 0.0), axis=1)
+        pull_terms, pull_share = grouped_softplus_lse(
+            -self.alpha * (own - self.delta), own_proxy, num_proxies
         )
+        members = tf.math.unsorted_segment_sum(tf.ones_like(own), own_proxy, num_proxies)
+        with_positive = tf.reduce_sum(tf.cast(members > 0, tf.float32))
+        # [negatives] every other proxy: per proxy, softplus of a masked column LSE
+        push_terms, push_share = masked_lse_and_softmax(
+            self.alpha * (matrix + self.delta), negative, 0, include_zero=True
+        )
+        # [loss] and [weighting]: the slides' hardness formula
+        pull_scale = tf.math.divide_no_nan(self.alpha, with_positive)
+        value = (tf.math.divide_no_nan(tf.reduce_sum(pull_terms), with_positive)
+                 + tf.reduce_sum(push_terms) / proxies_f)
+        weights = (self.alpha / proxies_f * push_share
+                   - tf.where(positive, (pull_scale * pull_share)[:, tf.newaxis], 0.0))
         return value, weights
 
     def get_config(self):

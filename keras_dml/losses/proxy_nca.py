@@ -3,8 +3,7 @@
 import keras
 import tensorflow as tf
 
-from keras_dml import ops
-from keras_dml.losses.proxies import ProxyLoss
+from keras_dml.losses.proxies import ProxyLoss, masked_lse_and_softmax
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -56,9 +55,9 @@ class ProxyNCA(ProxyLoss):
     def compute_terms(self, matrix, positive, negative):
         logits = 2.0 * self.scale * matrix
         positive_f = tf.cast(positive, tf.float32)
-        value = (ops.masked_logsumexp(logits, negative)
-                 - tf.reduce_sum(logits * positive_f, axis=1))
-        weights = 2.0 * self.scale * (ops.masked_softmax(logits, negative) - positive_f)
+        push_terms, push_weights = masked_lse_and_softmax(logits, negative, 1)
+        value = push_terms - tf.reduce_sum(logits * positive_f, axis=1)
+        weights = 2.0 * self.scale * (push_weights - positive_f)
         return value, weights
 
     def get_config(self):
