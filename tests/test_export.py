@@ -523,6 +523,28 @@ def test_bad_models_are_value_errors(tmp_path):
         _quick(unbuilt, tmp_path / "m")
 
 
+class _Subclassed(keras.Model):
+    def __init__(self):
+        super().__init__(name="subclassed")
+        self.flatten, self.dense = keras.layers.Flatten(), keras.layers.Dense(DIM)
+
+    def call(self, x):
+        return self.dense(self.flatten(x))
+
+
+def test_subclassed_model_takes_its_input_shape_from_preprocessing(tmp_path):
+    model = _Subclassed()
+    model(np.zeros((1, 32, 32, 3), np.float32))
+    with pytest.raises(ValueError, match="Cannot infer the input shape of _Subclassed"):
+        _quick(model, tmp_path / "m")
+    path = export.export_embedder(model, tmp_path / "m", preprocessing=PREP, warmup=False)
+    encoded = [tf.io.encode_png(_smooth_image(np.random.default_rng(0), 50, 30)).numpy()]
+    got = tf.saved_model.load(path).signatures["serving_default"](
+        image_bytes=tf.constant(encoded))["embedding"]
+    want = tf.math.l2_normalize(model(_evaluation_tensor(encoded)), axis=1)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
 def test_bad_export_arguments_are_value_errors(tmp_path):
     model = _tiny_model()
     with pytest.raises(ValueError, match="run_info must be JSON-serialisable"):
@@ -643,6 +665,21 @@ def test_export_from_keras_file_via_cli_arguments(tmp_path, trained_dml):
     assert path == str(tmp_path / "cli" / "5")
     served = tf.saved_model.load(path).signatures["serving_default"](images=tf.constant(images))
     np.testing.assert_array_equal(served["indices"][:, 0], np.arange(6))
+
+    paths = []
+    for i in range(3):
+        paths.append(str(tmp_path / f"g{i}.png"))
+        pathlib.Path(paths[-1]).write_bytes(tf.io.encode_png(
+            _smooth_image(np.random.default_rng(i), 40, 40)).numpy())
+    np.savez(tmp_path / "files.npz", paths=np.array(paths), labels=np.array(["a", "b", "c"]))
+    args = parser.parse_args([str(keras_path), str(tmp_path / "cli"), "--reference",
+                              str(tmp_path / "files.npz"), "--k", "1", "--image-size", "32",
+                              "--resize-size", "40", "--normalization", "symmetric"])
+    path = export.export_from_args(args)
+    assert path == str(tmp_path / "cli" / "6")
+    query = tf.constant([pathlib.Path(p).read_bytes() for p in paths])
+    served = tf.saved_model.load(path).signatures["serving_default"](image_bytes=query)
+    assert served["labels"].numpy()[:, 0].tolist() == [b"a", b"b", b"c"]
 
     with pytest.raises(ValueError, match="either --preprocessing or the individual"):
         export.export_from_args(parser.parse_args(

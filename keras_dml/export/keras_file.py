@@ -37,22 +37,37 @@ def load_keras_model(keras_path):
 def load_reference(npz_path):
     """Gallery arguments of `export_retriever` from an `.npz` file.
 
-    The file holds `labels` and either `embeddings` `(N, d)` or `images`
-    (model-ready `(N, H, W, C)` arrays, or encoded image bytes).
+    The file holds `labels` and one of `embeddings` `(N, d)`, `images`
+    (model-ready numeric `(N, H, W, C)`) or `paths` (image files, decoded
+    with the export's preprocessing).
     """
+    sources = ("embeddings", "images", "paths")
     with np.load(os.fspath(npz_path), allow_pickle=False) as data:
         keys = set(data.files)
-        if "labels" not in keys or len(keys & {"embeddings", "images"}) != 1:
+        found = [key for key in sources if key in keys]
+        if "labels" not in keys or len(found) != 1:
             raise ValueError(
-                f"{npz_path} must hold 'labels' and one of 'embeddings' or 'images'; it "
-                f"holds {sorted(keys)}."
+                f"{npz_path} must hold 'labels' and one of {sources}; it holds {sorted(keys)}."
             )
         reference = {"reference_labels": data["labels"]}
-        if "embeddings" in keys:
-            reference["reference_embeddings"] = data["embeddings"]
-        else:
-            reference["reference_images"] = data["images"]
+        values = data[found[0]]
+    if found[0] == "embeddings":
+        reference["reference_embeddings"] = values
+    elif found[0] == "images":
+        if values.dtype.kind not in "fiu":
+            raise ValueError(
+                f"{npz_path}: 'images' must be numeric model-ready images, got dtype "
+                f"{values.dtype}; store encoded images as files and list them in 'paths'."
+            )
+        reference["reference_images"] = values
+    else:
+        reference["reference_images"] = [_read_bytes(str(path)) for path in values]
     return reference
+
+
+def _read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def export_from_keras_file(keras_path, base_dir, *, kind="embedder", reference=None, k=10,
@@ -109,8 +124,8 @@ def add_export_arguments(parser):
         prep.add_argument(f"--{field}", type=kind, default=None)
     retrieval = parser.add_argument_group("retrieval")
     retrieval.add_argument("--reference", default=None,
-                           help=".npz gallery (labels + embeddings or images): exports a "
-                           "retriever instead of an embedder")
+                           help=".npz gallery (labels + embeddings, images or paths): "
+                           "exports a retriever instead of an embedder")
     retrieval.add_argument("--k", type=int, default=10)
     retrieval.add_argument("--chunk-size", type=int, default=32768)
     parser.add_argument("--warmup-batch-sizes", default="1",

@@ -183,7 +183,7 @@ def _embed_references(embed, serving, images, batch_size):
     if isinstance(images, tf.data.Dataset):
         batches = _dataset_batches(images, serving, batch_size)
     else:
-        array = np.asarray(images)
+        array = _as_array(images)
         batches = ((array[i:i + batch_size], None) for i in range(0, len(array), batch_size))
     to_images = tf.function(_gallery_input(serving))
     embed = tf.function(embed)
@@ -197,6 +197,14 @@ def _embed_references(embed, serving, images, batch_size):
     if labels and len(labels) != len(chunks):
         raise ValueError("The reference dataset yields labels for only some batches.")
     return np.concatenate(chunks), np.concatenate(labels) if labels else None
+
+
+def _as_array(images):
+    """Images as an array; encoded images as an object array (NumPy's fixed-width
+    byte strings would drop trailing zero bytes)."""
+    if isinstance(images, (list, tuple)) and images and isinstance(images[0], (bytes, str)):
+        return np.array(images, dtype=object)
+    return np.asarray(images)
 
 
 def _dataset_batches(dataset, serving, batch_size):
