@@ -165,6 +165,19 @@ def masked_softmax(x, mask, axis=-1, include_zero=False):
     return tf.math.divide_no_nan(exps, total)
 
 
+def masked_logsumexp_and_softmax(x, mask, axis=-1, include_zero=False):
+    """`masked_logsumexp` (keepdims=False, empty rows 0) and `masked_softmax` in one pass.
+
+    Losses whose value is a log-sum-exp and whose pair weights are its softmax
+    (multi-similarity, lifted structure, NCA, ...) need both; this shares the exps.
+    """
+    exps, total, shift = _shifted_exps(x, mask, axis, include_zero)
+    non_empty = tf.reduce_any(mask, axis=axis, keepdims=True) | include_zero
+    safe_total = tf.where(non_empty, total, tf.ones_like(total))
+    lse = tf.where(non_empty, tf.math.log(safe_total) + shift, tf.zeros_like(total))
+    return tf.squeeze(lse, axis=axis), exps / safe_total
+
+
 def masked_mean(x, mask, axis=-1, keepdims=False):
     """Mean of `x` over `mask`; empty rows give 0."""
     x = to_float32(x)

@@ -65,14 +65,9 @@ class MultiSimilarity(PairLoss):
     def compute_terms(self, matrix, positive, negative):
         pull = -self.alpha * (matrix - self.base)
         push = self.beta * (matrix - self.base)
-        value = (
-            ops.masked_logsumexp(pull, positive, include_zero=True) / self.alpha
-            + ops.masked_logsumexp(push, negative, include_zero=True) / self.beta
-        )
-        weights = ops.masked_softmax(push, negative, include_zero=True) - ops.masked_softmax(
-            pull, positive, include_zero=True
-        )
-        return value, weights
+        pull_lse, pull_weights = ops.masked_logsumexp_and_softmax(pull, positive, include_zero=True)
+        push_lse, push_weights = ops.masked_logsumexp_and_softmax(push, negative, include_zero=True)
+        return pull_lse / self.alpha + push_lse / self.beta, push_weights - pull_weights
 
     def get_config(self):
         config = super().get_config()
