@@ -17,6 +17,9 @@ _SUBMODULES = (
     "callbacks",
     "export",
     "plots",
+    "backbones",
+    "training",
+    "validation",
 )
 
 
