@@ -6,9 +6,10 @@ import pytest
 import tensorflow as tf
 
 import reference_proxies as ref
-from keras_dml import weighting
+from keras_dml import ops, weighting
 from keras_dml.losses import NormalizedSoftmax, ProxyAnchor, ProxyNCA, SoftTriple
 from keras_dml.models import DMLModel
+from keras_dml.losses.proxies import cosine_similarity
 from keras_dml.proxy_layers import Proxies
 
 CLASSES = 5
@@ -106,6 +107,21 @@ def test_custom_gradient_reaches_embeddings_and_proxies_like_autodiff():
     np.testing.assert_allclose(float(value), float(plain), rtol=1e-5)
     for got, want in zip(grads, expected):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_fused_cosine_similarity_matches_autodiff_of_normalised_matmul():
+    rng = np.random.default_rng(9)
+    x = tf.Variable(np.concatenate([rng.normal(size=(5, 6)), np.zeros((1, 6))]).astype("f"))
+    k = tf.Variable(rng.normal(size=(7, 6)).astype("float32") * 3.0)
+    upstream = tf.constant(rng.normal(size=(6, 7)).astype("float32"))
+    results = []
+    for similarity in (cosine_similarity, lambda a, b: ops.pairwise(a, b, "cosine")):
+        with tf.GradientTape() as tape:
+            s = similarity(x, k)
+            total = tf.reduce_sum(s * upstream)
+        results.append([s] + tape.gradient(total, [x, k]))
+    for fused, plain in zip(*results):
+        np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("cls", LOSSES)
@@ -298,7 +314,39 @@ def test_dml_model_trains_saves_and_resumes(make_loss, tmp_path):
     np.testing.assert_allclose(float(restored_loss(y, restored(x))), trained, rtol=1e-5)
     assert any(w is restored_loss.proxies for w in restored.trainable_weights)
 
+    # Weight checkpoints (ModelCheckpoint(save_weights_only=True)) carry the proxies too.
+    weights_path = str(tmp_path / "proxies.weights.h5")
+    model.save_weights(weights_path)
+    fresh, fresh_loss = dml_model(seed=1), make_loss()
+    fresh.compile(optimizer=keras.optimizers.Adam(1e-2), loss=fresh_loss)
+    fresh.optimizer.build(fresh.trainable_variables)
+    fresh.load_weights(weights_path)
+    np.testing.assert_allclose(fresh_loss.proxies.numpy(), proxies.numpy())
+    assert int(fresh.optimizer.iterations) == int(model.optimizer.iterations)
+
     # Training resumes from the saved state (optimizer included) and keeps improving.
     assert int(restored.optimizer.iterations) == int(model.optimizer.iterations)
     restored.fit(x, y, batch_size=len(x), epochs=5, verbose=0)
     assert float(restored_loss(y, restored(x))) < trained
+
+
+def test_learning_rate_multiplier_inside_dml_model_fit():
+    x, y = digits_batch()
+    deltas = []
+    for multiplier in (1.0, 10.0):
+        model = dml_model()
+        loss = ProxyAnchor(10, proxy_lr_multiplier=multiplier,
+                           proxy_initializer=keras.initializers.RandomNormal(seed=3))
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+        before = model.get_weights()
+        proxies_before = loss.proxies.numpy()
+        model.fit(x, y, batch_size=len(x), epochs=1, verbose=0)
+        deltas.append(loss.proxies.numpy() - proxies_before)
+        network = [w.numpy() - b for w, b in zip(model.weights, before)
+                   if w is not loss.proxies and w is not loss.trainable_layer.step_origin]
+        deltas.append(network)
+    (proxy_1, network_1), (proxy_10, network_10) = deltas[:2], deltas[2:]
+    assert np.abs(proxy_1).max() > 0
+    np.testing.assert_allclose(proxy_10, 10.0 * proxy_1, rtol=1e-3, atol=1e-8)
+    for a, b in zip(network_1, network_10):  # the network's own step is unchanged
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
