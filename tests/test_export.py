@@ -459,8 +459,10 @@ def test_versions_increment_and_never_overwrite_silently(tmp_path):
     assert _quick(model, base) == str(base / "8")
     with pytest.raises(FileExistsError, match="7 already exists.*overwrite=True"):
         _quick(model, base, version=7)
-    _quick(model, base, version=7, overwrite=True, run_info={"note": "second"})
-    assert export.read_export_info(base / "7")["training_run"] == {"note": "second"}
+    _quick(model, base, version=7, overwrite=True,
+           run_info={"note": "second", "recall@1": np.float32(0.5), "r": np.arange(2)})
+    assert export.read_export_info(base / "7")["training_run"] == {
+        "note": "second", "recall@1": 0.5, "r": [0, 1]}
     assert sorted(p.name for p in base.iterdir()) == ["1", "7", "8"]  # no staging leftovers
 
 

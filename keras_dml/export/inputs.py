@@ -66,9 +66,11 @@ class ServingInput:
         if self.input_format == "image_bytes":
             text = ("Encoded JPEG/PNG/GIF/BMP/WebP images; decoded, resized and "
                     "normalised in the graph with `preprocessing`.")
-        else:
+        elif self.preprocessing is not None:
             text = ("Images already preprocessed as `preprocessing` describes "
                     "(resize, centre crop, normalisation), fed to the network as is.")
+        else:
+            text = "Model-ready image batch, fed to the network as is."
         return {
             "format": self.input_format,
             "dtype": self.spec.dtype.name,
@@ -121,7 +123,9 @@ def serving_input(model, input_format="image_bytes", preprocessing=None):
             "input_format='image_bytes' decodes and preprocesses images in the graph "
             "and needs the evaluation preprocessing: pass preprocessing="
             "keras_dml.data.Preprocessing(image_size=..., resize_size=..., "
-            "normalization=...) as used for evaluation."
+            "normalization=...) as used for evaluation (keras-dml export: --preprocessing "
+            "FILE or --image-size/--resize-size/--normalization), or use "
+            "input_format='images' for model-ready image batches."
         )
     image_spec = _image_spec(model, preprocessing)
     if input_format == "images":

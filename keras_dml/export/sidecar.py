@@ -10,6 +10,7 @@ import datetime
 import json
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_dml.export.layout import SIDECAR_NAME
@@ -27,7 +28,8 @@ def export_info(kind, version, serving_input, outputs, embedding_dim, run_info=N
         serving_input: The export's `ServingInput`.
         outputs: Dict output name -> dict (dtype, shape, description).
         embedding_dim: Embedding size d.
-        run_info: JSON-serialisable dict describing the training run, or None.
+        run_info: Dict describing the training run (JSON values, NumPy
+            scalars or arrays), or None.
         **sections: Further JSON-serialisable sections (e.g. `retrieval`).
 
     Raises:
@@ -36,7 +38,7 @@ def export_info(kind, version, serving_input, outputs, embedding_dim, run_info=N
     if run_info is not None and not isinstance(run_info, dict):
         raise ValueError(f"run_info must be a dict, got {type(run_info).__name__}.")
     try:
-        json.dumps(run_info)
+        run_info = json.loads(json.dumps(run_info, default=_plain))
     except (TypeError, ValueError) as error:
         raise ValueError(f"run_info must be JSON-serialisable: {error}.") from None
     from keras_dml import __version__
@@ -61,6 +63,13 @@ def export_info(kind, version, serving_input, outputs, embedding_dim, run_info=N
             "keras": keras.__version__,
         },
     }
+
+
+def _plain(value):
+    """NumPy scalars and arrays (typical metric values) as plain JSON values."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def write_export_info(export_dir, info):
