@@ -29,7 +29,7 @@ def _class_ids(query_labels, reference_labels):
     except TypeError as error:
         raise ValueError(f"labels must be comparable class ids: {error}") from None
     ids = ids.reshape(-1).astype(np.int64)
-    return ids[: len(query_labels)], ids[len(query_labels) :]
+    return ids[: len(query_labels)], ids[len(query_labels) :], int(ids.max()) + 1
 
 
 class _Accumulator:
@@ -128,8 +128,8 @@ def retrieval_metrics(
         references = _inputs.as_embeddings(reference_embeddings, "reference_embeddings")
         r_labels = _inputs.as_labels(reference_labels, references.shape[0], "reference_labels")
 
-    q_ids, r_ids = _class_ids(q_labels, r_labels)
-    r_per_query = np.bincount(r_ids)[q_ids] - int(leave_one_out)
+    q_ids, r_ids, num_classes = _class_ids(q_labels, r_labels)
+    r_per_query = np.bincount(r_ids, minlength=num_classes)[q_ids] - int(leave_one_out)
     included = r_per_query > 0
     num_queries = int(included.sum())
     if num_queries == 0:
