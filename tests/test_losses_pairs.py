@@ -397,3 +397,17 @@ def test_losses_are_exported():
     for name in ("Contrastive", "Triplet", "LiftedStructure", "GeneralizedLiftedStructure",
                  "BinomialDeviance", "BinLifted", "RelativeAbsoluteWeighting"):
         assert hasattr(keras_dml.losses, name)
+
+
+@pytest.mark.parametrize("mining_name", ["all", "semihard"])
+def test_slot_and_sorting_paths_agree(mining_name, monkeypatch):
+    """Few positives per anchor use per-slot passes, many use sorting: same loss."""
+    labels, x = _uneven(seed=19)
+    loss = Triplet(margin=0.3, mining=mining_name)
+    slots_result = _value_and_gradient(loss, labels, x)
+    monkeypatch.setattr(mining.triplet, "SLOT_LIMIT", 0)
+    sorting_result = _value_and_gradient(loss, labels, x)
+    np.testing.assert_allclose(sorting_result[0], slots_result[0], rtol=1e-5)
+    np.testing.assert_allclose(sorting_result[1], slots_result[1], rtol=1e-4, atol=1e-6)
+    expected = ref.triplet(x.astype("float64"), labels, 0.3, mining=mining_name)
+    assert sorting_result[0] == pytest.approx(expected, rel=1e-5)

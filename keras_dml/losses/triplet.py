@@ -6,6 +6,7 @@ import tensorflow as tf
 from keras_dml import mining as mining_lib
 from keras_dml import ops
 from keras_dml.losses.base import PairLoss
+from keras_dml.mining import triplet as triplet_mining
 from keras_dml.mining.triplet import TRIPLET_MINERS, TripletMiner
 
 _DISTANCES = ("cosine", "euclidean", "squared_euclidean")
@@ -19,7 +20,7 @@ def _count_below(values, mask, queries, side, fill):
     return keys, tf.searchsorted(keys, queries, side=side)
 
 
-def all_triplet_terms(closeness, positive, negative, margin):
+def all_triplet_terms_by_sorting(closeness, positive, negative, margin):
     """Sum over every triplet of [c_an - c_ap + margin]_+ per anchor, and its gradient.
 
     Per anchor, the negatives' closeness is sorted once; for each positive a binary
@@ -28,7 +29,7 @@ def all_triplet_terms(closeness, positive, negative, margin):
     memory).
 
     Returns:
-        (per-anchor sum (N,), its derivative w.r.t. `closeness` (N, N), triplet count).
+        (per-anchor sum (N,), its derivative w.r.t. `closeness` (N, N)).
     """
     n = tf.shape(closeness)[1]
     # [mining] negatives n with c_an > c_ap - margin, per (a, p)
@@ -44,11 +45,7 @@ def all_triplet_terms(closeness, positive, negative, margin):
     # [weighting] each negative counts the positives p with c_ap < c_an + margin
     _, pulls = _count_below(closeness, positive, closeness + margin, "left", tf.float32.max)
     pushes = tf.where(negative, tf.cast(pulls, tf.float32), tf.zeros_like(closeness))
-    count = tf.reduce_sum(
-        tf.cast(tf.math.count_nonzero(positive, axis=1), tf.float32)
-        * tf.cast(tf.math.count_nonzero(negative, axis=1), tf.float32)
-    )
-    return tf.reduce_sum(per_pair, axis=1), pushes - active_f, count
+    return tf.reduce_sum(per_pair, axis=1), pushes - active_f
 
 
 def selected_triplet_terms(closeness, valid, negative_index, margin):
@@ -56,13 +53,44 @@ def selected_triplet_terms(closeness, valid, negative_index, margin):
     negative_closeness = tf.gather(closeness, negative_index, batch_dims=1)
     hinge = tf.where(valid, negative_closeness - closeness + margin, tf.zeros_like(closeness))
     active = tf.cast(hinge > 0, tf.float32)
-    shape = tf.shape(closeness)
-    rows = tf.broadcast_to(tf.range(shape[0])[:, tf.newaxis], shape)
-    pushes = tf.tensor_scatter_nd_add(
-        tf.zeros_like(closeness), tf.stack([rows, negative_index], axis=-1), active
-    )
+    pushes = triplet_mining.chosen_negative_counts(valid, negative_index, active)
     count = tf.reduce_sum(tf.cast(valid, tf.float32))
     return tf.reduce_sum(tf.nn.relu(hinge), axis=1), pushes - active, count
+
+
+def _all_triplets_by_slots(closeness, positive, negative, margin):
+    def body(slot, total, gradient):
+        anchor_positive = tf.reduce_sum(tf.where(slot, closeness, 0.0), axis=1, keepdims=True)
+        rows = tf.reduce_any(slot, axis=1, keepdims=True)  # anchors with a j-th positive
+        hinge = tf.where(negative & rows, closeness - anchor_positive + margin, 0.0)
+        active = tf.cast(hinge > 0, tf.float32)
+        pulls = tf.reduce_sum(active, axis=1, keepdims=True)
+        gradient += active - tf.cast(slot, tf.float32) * pulls
+        return total + tf.reduce_sum(tf.nn.relu(hinge), axis=1), gradient
+
+    total, gradient = triplet_mining.for_each_slot(
+        positive, body, (tf.zeros_like(closeness[:, 0]), tf.zeros_like(closeness)))
+    return total, gradient
+
+
+def all_triplet_terms(closeness, positive, negative, margin):
+    """Sum over every triplet of [c_an - c_ap + margin]_+ per anchor, and its gradient.
+
+    With few positives per anchor, one (N, N) pass per positive slot; with many,
+    the sorted-negatives path (`all_triplet_terms_by_sorting`). Never N^3 memory.
+
+    Returns:
+        (per-anchor sum (N,), its derivative w.r.t. `closeness` (N, N), triplet count).
+    """
+    total, gradient = tf.cond(
+        triplet_mining.slots(positive)[1] <= triplet_mining.SLOT_LIMIT,
+        lambda: _all_triplets_by_slots(closeness, positive, negative, margin),
+        lambda: all_triplet_terms_by_sorting(closeness, positive, negative, margin))
+    count = tf.reduce_sum(
+        tf.cast(tf.math.count_nonzero(positive, axis=1), tf.float32)
+        * tf.cast(tf.math.count_nonzero(negative, axis=1), tf.float32)
+    )
+    return total, gradient, count
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -89,8 +117,11 @@ class Triplet(PairLoss):
             (pairs with none keep no triplet).
         "easy": easy-positive (Xuan et al.), the most similar positive with the
             hardest negative.
-    Nothing N^3 is built: "all" sorts each anchor's negatives and uses binary
-    search plus cumulative sums; the other strategies keep one negative per (a, p).
+    Nothing N^3 is built: with at most `keras_dml.mining.triplet.SLOT_LIMIT` (16)
+    positives per anchor, one (N, N) pass per positive "slot" (the j-th positive
+    of every anchor) computes all triplets or the semi-hard negatives; beyond it,
+    each anchor's negatives are sorted once and searched (binary search plus
+    cumulative sums). The other strategies keep one negative per (a, p).
 
     Args:
         margin: defaults to 0.1 for cosine (0.2 on squared distances of unit

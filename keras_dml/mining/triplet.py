@@ -2,7 +2,7 @@
 
 A triplet miner picks, for each anchor a and positive p, at most one negative
 n(a, p). It is stored in O(N^2) as two (N, N) tensors, never as an N^3 tensor of
-triplets:
+triplets (loops run over the K kept positives per anchor, one (N, N) pass each):
 
     valid[a, p]            True when the triplet (a, p, n(a, p)) is kept
     negative_index[a, p]   the column of n(a, p) (meaningful where `valid`)
@@ -29,24 +29,71 @@ def _fill(x, mask, value):
     return tf.where(mask, x, tf.fill(tf.shape(x), value))
 
 
-def semihard_triplets(similarity, positive, negative):
-    """FaceNet semi-hard selection: per (a, p), the closest negative farther than p.
+# Up to this many kept positives per anchor, per-positive loops over "slots" (one
+# (N, N) pass each) beat sorting every row; beyond it the sort-based path is used.
+SLOT_LIMIT = 16
 
-    The chosen n maximises s_an subject to s_an < s_ap. Found per anchor with one
-    sort of its negative similarities and a binary search per positive: O(N^2 log N)
-    time and O(N^2) memory. A pair (a, p) without such a negative keeps no triplet.
 
-    Returns:
-        (valid, negative_index): bool (N, N) and int32 (N, N).
+def slots(mask):
+    """Rank (1..K) of each True entry within its row, 0 elsewhere, and K (max per row)."""
+    mask = tf.cast(mask, tf.int32)
+    rank = tf.cumsum(mask, axis=1) * mask
+    return rank, tf.reduce_max(tf.concat([tf.reshape(rank, [-1]), [0]], 0))
+
+
+def for_each_slot(mask, body, state):
+    """Runs `state = body(slot, *state)` for slot = (rank == j), j = 1..K (a tf.while_loop).
+
+    Each slot holds at most one True per row: the j-th kept entry of every row.
     """
-    # [mining] negatives sorted ascending per anchor; non-negatives go to the end
-    keys = _fill(similarity, negative, _BIG)
+    rank, count = slots(mask)
+
+    def step(j, *state):
+        return (j + 1,) + tuple(body(tf.equal(rank, j), *state))
+
+    return tf.while_loop(lambda j, *_: j <= count, step, (tf.constant(1),) + tuple(state))[1:]
+
+
+def _semihard_by_slots(similarity, positive, negative):
+    def body(slot, valid, negative_index):
+        anchor_positive = tf.reduce_sum(tf.where(slot, similarity, 0.0), axis=1, keepdims=True)
+        candidates = negative & (similarity < anchor_positive)
+        chosen = tf.argmax(_fill(similarity, candidates, -_BIG), axis=1, output_type=tf.int32)
+        found = tf.reduce_any(candidates, axis=1, keepdims=True)
+        return (valid | (slot & found),
+                tf.where(slot, tf.broadcast_to(chosen[:, tf.newaxis], tf.shape(slot)),
+                         negative_index))
+
+    return for_each_slot(positive, body, (tf.zeros_like(positive),
+                                          tf.zeros(tf.shape(similarity), tf.int32)))
+
+
+def _semihard_by_sorting(similarity, positive, negative):
+    keys = _fill(similarity, negative, _BIG)  # non-negatives sorted to the end
     order = tf.argsort(keys, axis=1, stable=True)
     ordered = tf.gather(keys, order, batch_dims=1)
     below = tf.searchsorted(ordered, similarity, side="left")  # negatives with s < s_ap
     valid = positive & (below > 0)
     negative_index = tf.gather(order, tf.maximum(below - 1, 0), batch_dims=1)
     return valid, negative_index
+
+
+def semihard_triplets(similarity, positive, negative):
+    """FaceNet semi-hard selection: per (a, p), the closest negative farther than p.
+
+    The chosen n maximises s_an subject to s_an < s_ap. With few positives per
+    anchor (C x k batches) one masked arg-max over the (N, N) matrix per positive
+    slot finds them all; with many, each anchor's negatives are sorted once and
+    searched per positive. O(N^2) memory either way. A pair (a, p) without such a
+    negative keeps no triplet.
+
+    Returns:
+        (valid, negative_index): bool (N, N) and int32 (N, N).
+    """
+    _, count = slots(positive)
+    return tf.cond(count <= SLOT_LIMIT,
+                   lambda: _semihard_by_slots(similarity, positive, negative),
+                   lambda: _semihard_by_sorting(similarity, positive, negative))
 
 
 def _one_per_anchor(similarity, positive, negative, easiest_positive):
@@ -74,14 +121,34 @@ def easy_positive_triplets(similarity, positive, negative):
     return _one_per_anchor(similarity, positive, negative, easiest_positive=True)
 
 
+def chosen_negative_counts(valid, negative_index, weights=None):
+    """(N, N) float: sum over valid (a, p) of weights[a, p] at (a, negative_index[a, p]).
+
+    Without `weights`, the number of kept triplets each (a, n) pair belongs to.
+    """
+    weights = tf.cast(valid, tf.float32) if weights is None else tf.where(
+        valid, weights, tf.zeros_like(weights))
+    n = tf.shape(valid)[1]
+
+    def by_slots():
+        def body(slot, counts):
+            chosen = tf.reduce_sum(tf.where(slot, negative_index, 0), axis=1)
+            weight = tf.reduce_sum(tf.where(slot, weights, 0.0), axis=1, keepdims=True)
+            return (counts + tf.one_hot(chosen, n) * weight,)
+
+        return for_each_slot(valid, body, (tf.zeros_like(weights),))[0]
+
+    def by_scatter():
+        rows = tf.broadcast_to(tf.range(tf.shape(valid)[0])[:, tf.newaxis], tf.shape(valid))
+        indices = tf.stack([rows, negative_index], axis=-1)
+        return tf.tensor_scatter_nd_add(tf.zeros_like(weights), indices, weights)
+
+    return tf.cond(slots(valid)[1] <= SLOT_LIMIT, by_slots, by_scatter)
+
+
 def chosen_negative_mask(valid, negative_index):
     """(N, N) bool: True at (a, n) when n is the chosen negative of some valid (a, p)."""
-    shape = tf.shape(valid)
-    rows = tf.broadcast_to(tf.range(shape[0])[:, tf.newaxis], shape)
-    indices = tf.stack([rows, negative_index], axis=-1)
-    counts = tf.tensor_scatter_nd_add(tf.zeros(shape, tf.float32), indices,
-                                      tf.cast(valid, tf.float32))
-    return counts > 0
+    return chosen_negative_counts(valid, negative_index) > 0
 
 
 class TripletMiner(Miner):
