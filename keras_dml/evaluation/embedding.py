@@ -35,7 +35,16 @@ def embed_dataset(model, data, batch_size=256):
     Returns:
         float32 NumPy embeddings (N, dim) and NumPy labels (N,).
     """
-    forward = tf.function(lambda x: model(x, training=False), reduce_retracing=True)
+    return embed_with(inference_function(model), data, batch_size)
+
+
+def inference_function(model):
+    """`model(x, training=False)` as a `tf.function`; build it once, embed many times."""
+    return tf.function(lambda x: model(x, training=False), reduce_retracing=True)
+
+
+def embed_with(forward, data, batch_size=256):
+    """Like `embed_dataset`, with a ready `forward(x)` from `inference_function`."""
     embeddings, labels = [], []
     for batch in _as_dataset(data, batch_size):
         if not isinstance(batch, (tuple, list)) or len(batch) < 2:

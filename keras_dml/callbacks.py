@@ -1,0 +1,157 @@
+"""Keras callbacks for deep metric learning: retrieval metrics in the epoch logs."""
+
+import time
+import warnings
+
+import keras
+import numpy as np
+
+from keras_dml.evaluation import _inputs
+from keras_dml.evaluation.embedding import _as_dataset, embed_with, inference_function
+from keras_dml.evaluation.retrieval import METRICS, retrieval_metrics
+
+_COUNTS = ("num_queries", "num_excluded_queries")
+
+
+class RecallAtK(keras.callbacks.Callback):
+    """Recall@K, Precision@1, R-Precision and MAP@R on validation data, per epoch.
+
+    At the end of every `every_n_epochs`-th epoch the model embeds the
+    validation data batch by batch (inference mode), `retrieval_metrics` ranks
+    every validation sample against the others (leave-one-out) or against
+    `reference_data`, and the results enter the epoch logs as
+    `val_recall@1`, ..., `val_precision@1`, `val_r_precision`, `val_map@r`. So
+    `ModelCheckpoint(monitor="val_recall@1", mode="max")`, `EarlyStopping`,
+    `CSVLogger`, `TensorBoard` and the `History` see them: list this callback
+    before them. Other epochs cost one integer test.
+
+    With `seen_classes`, the report is also split: validation samples of
+    classes seen in training and of unseen classes are each evaluated among
+    themselves (queries and references of the group only), as
+    `val_seen_recall@1`, `val_unseen_recall@1`, ... A group without any
+    evaluable query is left out of the logs.
+
+    Args:
+        validation_data: a `tf.data.Dataset` of `(x, y)` batches, or an `(x, y)`
+            tuple of arrays.
+        ks: the K of Recall@K. Defaults to (1, 2, 4, 8).
+        metrics: subset of `keras_dml.evaluation.METRICS`. Defaults to all.
+        reference_data: references (gallery) in the same form as
+            `validation_data`. Defaults to None (leave-one-out).
+        embedding_model: the model that maps x to embeddings. Defaults to None:
+            the model being trained.
+        every_n_epochs: evaluate after epochs n, 2n, ... Defaults to 1. Epochs
+            in between carry no value (a `CSVLogger` fixes its columns at the
+            first epoch, so keep 1 when logging to CSV).
+        seen_classes: class ids of the training classes, to split the report.
+            Defaults to None (no split).
+        distance: "cosine", "dot" or "euclidean". Defaults to "cosine".
+        batch_size: batch size for array inputs. Defaults to 256.
+        chunk_size: queries per kNN chunk. Defaults to None (automatic).
+        prefix: prefix of the log keys. Defaults to "val_".
+        verbose: 1 prints one line per evaluation, 0 is silent. Defaults to 1.
+
+    Examples:
+        >>> model.fit(
+        ...     train_ds, epochs=20,
+        ...     callbacks=[
+        ...         keras_dml.callbacks.RecallAtK((x_val, y_val), ks=(1, 2, 4, 8)),
+        ...         keras.callbacks.ModelCheckpoint(
+        ...             "best.keras", monitor="val_recall@1", mode="max",
+        ...             save_best_only=True),
+        ...     ])
+
+    Reference:
+        Recall@K as in Song et al., "Deep Metric Learning via Lifted Structured
+        Feature Embedding", CVPR 2016; MAP@R and R-Precision as in Musgrave et
+        al., "A Metric Learning Reality Check", ECCV 2020.
+    """
+
+    def __init__(
+        self,
+        validation_data,
+        ks=(1, 2, 4, 8),
+        metrics=METRICS,
+        reference_data=None,
+        embedding_model=None,
+        every_n_epochs=1,
+        seen_classes=None,
+        distance="cosine",
+        batch_size=256,
+        chunk_size=None,
+        prefix="val_",
+        verbose=1,
+    ):
+        super().__init__()
+        self.validation_data = _as_dataset(validation_data, batch_size)
+        self.reference_data = (
+            None if reference_data is None else _as_dataset(reference_data, batch_size)
+        )
+        self.ks = (ks,) if isinstance(ks, int) else tuple(ks)
+        self.metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+        self.every_n_epochs = _inputs.check_positive_int(every_n_epochs, "every_n_epochs")
+        self.seen_classes = None if seen_classes is None else np.unique(np.asarray(seen_classes))
+        self.distance = _inputs.check_distance(distance)
+        self.batch_size = batch_size
+        self.chunk_size = chunk_size
+        self.prefix = prefix
+        self.verbose = verbose
+        self.embedding_model = embedding_model
+        self._forward = None
+        self.last_results = {}
+
+    def set_model(self, model):
+        super().set_model(model)
+        self._forward = inference_function(self.embedding_model or model)
+
+    def _metrics(self, embeddings, labels, references=None, reference_labels=None):
+        result = retrieval_metrics(
+            embeddings, labels, references, reference_labels, self.ks, self.metrics,
+            self.distance, self.chunk_size,
+        )
+        return {key: value for key, value in result.items() if key not in _COUNTS}
+
+    def _groups(self, embeddings, labels, references, reference_labels):
+        """Seen / unseen classes, each evaluated among themselves."""
+        groups = {}
+        for name, seen in (("seen_", True), ("unseen_", False)):
+            mask = np.isin(labels, self.seen_classes) == seen
+            subset = [embeddings[mask], labels[mask], None, None]
+            if references is not None:
+                ref_mask = np.isin(reference_labels, self.seen_classes) == seen
+                subset[2:] = references[ref_mask], reference_labels[ref_mask]
+            if not len(subset[1]) or (references is not None and not len(subset[3])):
+                continue
+            try:
+                groups[name] = self._metrics(*subset)
+            except ValueError as error:  # e.g. no class with two samples in the group
+                warnings.warn(f"RecallAtK: {name[:-1]} classes not evaluated: {error}")
+        return groups
+
+    def evaluate(self):
+        """Embed the validation data now and return `{log_key: value}`."""
+        if self._forward is None:
+            raise ValueError("RecallAtK has no model: pass it to fit(callbacks=...) first.")
+        embeddings, labels = embed_with(self._forward, self.validation_data)
+        references = reference_labels = None
+        if self.reference_data is not None:
+            references, reference_labels = embed_with(self._forward, self.reference_data)
+        results = {"": self._metrics(embeddings, labels, references, reference_labels)}
+        if self.seen_classes is not None:
+            results.update(self._groups(embeddings, labels, references, reference_labels))
+        return {
+            f"{self.prefix}{group}{key}": value
+            for group, values in results.items()
+            for key, value in values.items()
+        }
+
+    def on_epoch_end(self, epoch, logs=None):
+        if (epoch + 1) % self.every_n_epochs:
+            return
+        start = time.perf_counter()
+        self.last_results = self.evaluate()
+        if logs is not None:
+            logs.update(self.last_results)
+        if self.verbose:
+            shown = " - ".join(f"{key}: {value:.4f}" for key, value in self.last_results.items())
+            print(f"Epoch {epoch + 1}: {shown} ({time.perf_counter() - start:.1f} s)")

@@ -1,0 +1,117 @@
+"""Tests for keras_dml.callbacks.RecallAtK with a tiny keras.Model."""
+
+import csv
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_dml.callbacks import RecallAtK
+from keras_dml.evaluation import retrieval_metrics
+
+NUM_CLASSES = 6
+
+
+def blobs(n, seed, classes=NUM_CLASSES):
+    rng = np.random.default_rng(seed)
+    centres = np.random.default_rng(123).normal(size=(classes, 10)).astype("float32")
+    labels = rng.integers(0, classes, n)
+    return centres[labels] + 1.5 * rng.normal(size=(n, 10)).astype("float32"), labels
+
+
+def tiny_model():
+    """Embeddings = logits of a linear classifier: retrieval improves as it trains."""
+    model = keras.Sequential([keras.Input((10,)), keras.layers.Dense(NUM_CLASSES)])
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.05),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return model
+
+
+def test_logs_drive_model_checkpoint_and_csv_logger(tmp_path):
+    x, y = blobs(240, 0)
+    x_val, y_val = blobs(90, 1)
+    model = tiny_model()
+    checkpoint = keras.callbacks.ModelCheckpoint(
+        str(tmp_path / "best.keras"), monitor="val_recall@1", mode="max", save_best_only=True
+    )
+    recall = RecallAtK((x_val, y_val), ks=(1, 2, 4), verbose=0)
+    history = model.fit(
+        x, y, epochs=4, batch_size=32, verbose=0,
+        callbacks=[recall, checkpoint, keras.callbacks.CSVLogger(str(tmp_path / "log.csv"))],
+    )
+    keys = ["val_recall@1", "val_recall@2", "val_recall@4", "val_precision@1",
+            "val_r_precision", "val_map@r"]
+    for key in keys:
+        assert len(history.history[key]) == 4
+    # The last epoch's logs are the metrics of the trained model.
+    expected = retrieval_metrics(model.predict(x_val, verbose=0), y_val, ks=(1, 2, 4))
+    for key in keys:
+        assert history.history[key][-1] == pytest.approx(expected[key[4:]])
+    # ModelCheckpoint monitored the callback's value and saved the best epoch's model.
+    assert checkpoint.best == pytest.approx(max(history.history["val_recall@1"]))
+    best = keras.saving.load_model(str(tmp_path / "best.keras"))
+    assert retrieval_metrics(best.predict(x_val, verbose=0), y_val, ks=(1,))[
+        "recall@1"
+    ] == pytest.approx(checkpoint.best)
+    with open(tmp_path / "log.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [float(r["val_recall@1"]) for r in rows] == pytest.approx(history.history["val_recall@1"])
+
+
+def test_early_stopping_reads_the_metric():
+    x, y = blobs(120, 2)
+    stop = keras.callbacks.EarlyStopping(monitor="val_map@r", mode="max", patience=0)
+    model = tiny_model()
+    model.fit(x, y, epochs=3, verbose=0, callbacks=[RecallAtK((x, y), verbose=0), stop])
+    assert stop.best is not None and np.isfinite(stop.best)
+
+
+def test_every_n_epochs_and_dataset_input(capsys):
+    x, y = blobs(120, 3)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(25)
+    recall = RecallAtK(dataset, ks=(1,), metrics=("recall@k",), every_n_epochs=2)
+    history = tiny_model().fit(x, y, epochs=5, verbose=0, callbacks=[recall])
+    assert len(history.history["val_recall@1"]) == 2  # epochs 2 and 4 only
+    assert set(recall.last_results) == {"val_recall@1"}
+    printed = capsys.readouterr().out
+    assert printed.count("val_recall@1:") == 2 and "Epoch 4:" in printed
+
+
+def test_seen_unseen_split_and_references():
+    x, y = blobs(150, 4)
+    model = tiny_model()
+    model.fit(x, y, epochs=1, verbose=0)
+    recall = RecallAtK((x, y), ks=(1, 2), seen_classes=[0, 1, 2], prefix="test_", verbose=0)
+    recall.set_model(model)
+    logs = recall.evaluate()
+    emb = model.predict(x, verbose=0)
+    seen = np.isin(y, [0, 1, 2])
+    for group, mask in (("seen_", seen), ("unseen_", ~seen)):
+        expected = retrieval_metrics(emb[mask], y[mask], ks=(1, 2))
+        assert logs[f"test_{group}recall@2"] == pytest.approx(expected["recall@2"])
+        assert logs[f"test_{group}map@r"] == pytest.approx(expected["map@r"])
+    assert logs["test_recall@1"] == pytest.approx(retrieval_metrics(emb, y, ks=(1,))["recall@1"])
+
+    gallery = RecallAtK((x[:40], y[:40]), reference_data=(x[40:], y[40:]), ks=(1,), verbose=0)
+    gallery.set_model(model)
+    expected = retrieval_metrics(emb[:40], y[:40], emb[40:], y[40:], ks=(1,))
+    assert gallery.evaluate()["val_recall@1"] == pytest.approx(expected["recall@1"])
+
+
+def test_embedding_model_and_errors():
+    x, y = blobs(60, 5)
+    model = tiny_model()
+    head = keras.Sequential([keras.Input((10,)), keras.layers.Dense(3)])
+    recall = RecallAtK((x, y), ks=(1,), embedding_model=head, verbose=0)
+    recall.set_model(model)
+    expected = retrieval_metrics(head.predict(x, verbose=0), y, ks=(1,))["recall@1"]
+    assert recall.evaluate()["val_recall@1"] == pytest.approx(expected)
+    with pytest.raises(ValueError, match="every_n_epochs"):
+        RecallAtK((x, y), every_n_epochs=0)
+    with pytest.raises(ValueError, match="tf.data.Dataset"):
+        RecallAtK(x)
+    with pytest.raises(ValueError, match="no model"):
+        RecallAtK((x, y)).evaluate()
