@@ -29,6 +29,7 @@ from keras_dml.models import DMLModel
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EMULATOR = ROOT / "tests" / "reference_export.py"
 README = ROOT / "savedmodels" / "README.md"
+CUB_IMAGES = ROOT.parent / "shared" / "datasets" / "cub200_subset" / "CUB_200_2011" / "images"
 PREP = Preprocessing(image_size=32, resize_size=40, normalization="symmetric")
 DIM = 8
 
@@ -69,13 +70,16 @@ def _smooth_image(rng, height, width, channels=3):
 
 @pytest.fixture(scope="module")
 def encoded():
-    """JPEG and PNG images of various sizes, one greyscale (expanded to RGB in the graph)."""
+    """Two real CUB photos (JPEG) and synthetic JPEG / PNG images of various sizes,
+    one greyscale (expanded to RGB in the graph)."""
+    photos = sorted(CUB_IMAGES.glob("*/*.jpg"))
+    assert photos, f"the real test images are missing: {CUB_IMAGES}"
     rng = np.random.default_rng(1)
     images = [_smooth_image(rng, 60, 80), _smooth_image(rng, 33, 33), _smooth_image(rng, 90, 50),
               _smooth_image(rng, 41, 47, channels=1), _smooth_image(rng, 64, 64)]
     return [tf.io.encode_jpeg(images[0]).numpy(), tf.io.encode_png(images[1]).numpy(),
             tf.io.encode_jpeg(images[2]).numpy(), tf.io.encode_png(images[3]).numpy(),
-            tf.io.encode_png(images[4]).numpy()]
+            tf.io.encode_png(images[4]).numpy(), photos[0].read_bytes(), photos[-1].read_bytes()]
 
 
 def _evaluation_tensor(encoded_images):
@@ -175,7 +179,7 @@ def served(model, encoded, tmp_path_factory):
     emb_images = export.export_embedder(model, root / "embedder", input_format="images",
                                         preprocessing=PREP)
     gallery_images = _evaluation_tensor(encoded).numpy()
-    labels = np.array(["cat", "dog", "owl", "cat", "eel"])
+    labels = np.array(["cat", "dog", "owl", "cat", "eel", "jay", "tern"])
     retriever = export.export_retriever(
         model, root / "retriever", reference_images=encoded, reference_labels=labels, k=3,
         preprocessing=PREP, chunk_size=2)
@@ -260,7 +264,7 @@ def test_subprocess_never_imported_keras_dml(served):
 
 def test_image_bytes_embedding_equals_model_predict_on_evaluation_tensor(served):
     got = tf.make_ndarray(_response(served, "bytes").outputs["embedding"])
-    assert got.dtype == np.float32 and got.shape == (5, DIM)
+    assert got.dtype == np.float32 and got.shape == (7, DIM)
     np.testing.assert_allclose(got, served["expected"], atol=1e-5, rtol=0)
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
 
@@ -278,8 +282,8 @@ def test_retriever_finds_each_gallery_image_and_matches_brute_force(served):
     gallery = served["expected"]
     similarity = gallery @ gallery.T
     reference = np.argsort(-similarity, axis=1, kind="stable")[:, :3]
-    assert indices.dtype == np.int64 and indices.shape == (5, 3)
-    np.testing.assert_array_equal(indices[:, 0], np.arange(5))
+    assert indices.dtype == np.int64 and indices.shape == (7, 3)
+    np.testing.assert_array_equal(indices[:, 0], np.arange(7))
     np.testing.assert_allclose(scores, np.take_along_axis(similarity, indices, 1), atol=1e-5)
     np.testing.assert_allclose(scores, np.take_along_axis(similarity, reference, 1), atol=1e-5)
     assert labels.tolist() == served["labels"][indices].astype(bytes).tolist()
@@ -365,8 +369,8 @@ def test_sidecar_describes_the_export(served):
     assert images["version"] == 2 and images["inputs"]["images"]["shape"] == [None, 32, 32, 3]
     assert images["inputs"]["images"]["preprocessing_in_graph"] is False
     retrieval = export.read_export_info(served["paths"]["retriever"])["retrieval"]
-    assert retrieval["gallery_size"] == 5 and retrieval["k"] == 3
-    assert retrieval["num_chunks"] == 3 and retrieval["label_dtype"] == "string"
+    assert retrieval["gallery_size"] == 7 and retrieval["k"] == 3
+    assert retrieval["num_chunks"] == 4 and retrieval["label_dtype"] == "string"
 
 
 def _tensor_info(output, kind, name):

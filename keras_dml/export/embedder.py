@@ -46,7 +46,9 @@ def export_embedder(model, base_dir, version=None, input_format="image_bytes",
     (string `(batch,)`, encoded JPEG/PNG/GIF/BMP/WebP, decoded and preprocessed
     in the graph exactly as `Preprocessing.eval` does at evaluation) or
     `images` (float `(batch, H, W, C)`, already preprocessed); output
-    `embedding`, float32 `(batch, d)`. Only TensorFlow ops, no `py_function`;
+    `embedding`, float32 `(batch, d)`: `model.predict` on the evaluation
+    tensor, rescaled to unit norm (for models ending in `EmbeddingHead`,
+    `model.predict` itself). Only TensorFlow ops, no `py_function`;
     only the variables the embedding reads are saved (no loss weights such as
     proxies, no optimizer state). Next to it: the warm-up file
     `assets.extra/tf_serving_warmup_requests` and the JSON sidecar
