@@ -561,6 +561,13 @@ def test_bad_export_arguments_are_value_errors(tmp_path):
         _quick(model, tmp_path / "m", warmup_inputs=np.zeros((3, 4, 3)))
 
 
+def test_missing_serving_api_is_a_clear_import_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorflow_serving.apis", None)
+    with pytest.raises(ImportError, match="pip install tensorflow-serving-api.*warmup=False"):
+        _quick(_tiny_model(), tmp_path / "m", warmup=True)
+    assert export.list_versions(tmp_path / "m") == []
+
+
 def test_warmup_inputs_are_written_as_given(tmp_path):
     batch = np.random.default_rng(0).random((2, 4, 4, 3)).astype(np.float32)
     path = _quick(_tiny_model(), tmp_path / "m", warmup=True, warmup_inputs=batch)
