@@ -411,3 +411,23 @@ def test_slot_and_sorting_paths_agree(mining_name, monkeypatch):
     np.testing.assert_allclose(sorting_result[1], slots_result[1], rtol=1e-4, atol=1e-6)
     expected = ref.triplet(x.astype("float64"), labels, 0.3, mining=mining_name)
     assert sorting_result[0] == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("miner", [mining.SemiHardMiner(), mining.SemiHardMiner(0.2),
+                                   mining.HardMiner(), mining.HardMiner(0.05),
+                                   mining.EasyMiner(0.3)],
+                         ids=["semihard", "semihard_margin", "hard", "hard_margin", "easy"])
+def test_fast_paths_equal_the_generic_select_path(miner):
+    """The fused per-miner paths give the loss of `select` + the generic triplet sum."""
+
+    class Generic(type(miner)):  # same selection, no fast path
+        pass
+
+    labels, x = _uneven(seed=20)
+    generic = Generic(miner.margin)
+    fast = _value_and_gradient(Triplet(margin=0.25, miner=miner), labels, x)
+    slow = _value_and_gradient(Triplet(margin=0.25, miner=generic), labels, x)
+    np.testing.assert_allclose(fast[0], slow[0], rtol=1e-6)
+    np.testing.assert_allclose(fast[1], slow[1], rtol=1e-5, atol=1e-7)
+    autodiff, weights = autodiff_weights(Triplet(margin=0.25, miner=miner), labels, x)
+    np.testing.assert_allclose(weights, autodiff, rtol=1e-5, atol=1e-6)

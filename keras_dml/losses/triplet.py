@@ -93,6 +93,71 @@ def all_triplet_terms(closeness, positive, negative, margin):
     return total, gradient, count
 
 
+def _per_anchor_terms(closeness, positive, negative, margin, miner):
+    """Batch-hard / easy-positive: one triplet per anchor, in a few (N, N) passes."""
+    chosen_positive, chosen_negative, valid = triplet_mining.per_anchor_choice(
+        tf.stop_gradient(closeness), positive, negative, miner.easiest_positive)
+    anchor_positive = tf.gather(closeness, chosen_positive, batch_dims=1)
+    anchor_negative = tf.gather(closeness, chosen_negative, batch_dims=1)
+    if miner.margin is not None:
+        valid &= tf.stop_gradient(anchor_negative - anchor_positive) > -miner.margin
+    hinge = tf.where(valid, anchor_negative - anchor_positive + margin, 0.0)
+    active = tf.cast(hinge > 0, tf.float32)[:, tf.newaxis]
+    n = tf.shape(closeness)[1]
+    gradient = (tf.one_hot(chosen_negative, n) - tf.one_hot(chosen_positive, n)) * active
+    return tf.nn.relu(hinge), gradient, tf.reduce_sum(tf.cast(valid, tf.float32))
+
+
+def _semihard_terms_by_slots(closeness, positive, negative, margin, miner):
+    """Semi-hard selection and the hinge fused in one pass per positive slot."""
+    rank, _ = triplet_mining.slots(positive)
+    fixed = tf.stop_gradient(closeness)
+    negatives_only = tf.where(negative, fixed, -_BIG)
+    n = tf.shape(closeness)[1]
+
+    def body(slot, total, gradient, count):
+        column = tf.argmax(tf.cast(slot, tf.int32), axis=1, output_type=tf.int32)
+        anchor_positive = tf.gather(closeness, column, batch_dims=1)
+        fixed_positive = tf.stop_gradient(anchor_positive)[:, tf.newaxis]
+        candidates = tf.where(negatives_only < fixed_positive, negatives_only, -_BIG)
+        chosen = tf.argmax(candidates, axis=1, output_type=tf.int32)
+        found = tf.gather(slot, column, batch_dims=1) & (
+            tf.gather(candidates, chosen, batch_dims=1) > -_BIG)
+        anchor_negative = tf.gather(closeness, chosen, batch_dims=1)
+        if miner.margin is not None:
+            found &= tf.stop_gradient(anchor_negative - anchor_positive) > -miner.margin
+        hinge = tf.where(found, anchor_negative - anchor_positive + margin, 0.0)
+        active = tf.cast(hinge > 0, tf.float32)[:, tf.newaxis]
+        gradient += (tf.one_hot(chosen, n) - tf.one_hot(column, n)) * active
+        return (total + tf.nn.relu(hinge), gradient,
+                count + tf.reduce_sum(tf.cast(found, tf.float32)))
+
+    return triplet_mining.for_each_slot(
+        positive, body, (tf.zeros_like(closeness[:, 0]), tf.zeros_like(closeness),
+                         tf.constant(0.0)))
+
+
+def _generic_terms(closeness, positive, negative, margin, miner):
+    valid, negative_index = miner.select(closeness, positive, negative)
+    return selected_triplet_terms(closeness, valid, negative_index, margin)
+
+
+def _semihard_terms(closeness, positive, negative, margin, miner):
+    return tf.cond(
+        triplet_mining.slots(positive)[1] <= triplet_mining.SLOT_LIMIT,
+        lambda: _semihard_terms_by_slots(closeness, positive, negative, margin, miner),
+        lambda: _generic_terms(closeness, positive, negative, margin, miner))
+
+
+# Fast paths for the built-in miners; any other TripletMiner goes through `select`.
+_FAST_TERMS = {
+    triplet_mining.SemiHardMiner: _semihard_terms,
+    triplet_mining.HardMiner: _per_anchor_terms,
+    triplet_mining.EasyMiner: _per_anchor_terms,
+}
+_BIG = tf.float32.max
+
+
 @keras.saving.register_keras_serializable(package="keras_dml")
 class Triplet(PairLoss):
     """Triplet loss with a margin on similarities or distances (weighted contrastive eq. 1).
@@ -180,9 +245,8 @@ class Triplet(PairLoss):
             total, gradient, count = all_triplet_terms(closeness, positive, negative,
                                                        self.margin)
         else:
-            valid, negative_index = selector.select(closeness, positive, negative)
-            total, gradient, count = selected_triplet_terms(closeness, valid, negative_index,
-                                                            self.margin)
+            terms = _FAST_TERMS.get(type(selector), _generic_terms)
+            total, gradient, count = terms(closeness, positive, negative, self.margin, selector)
         scale = tf.math.divide_no_nan(tf.cast(tf.shape(matrix)[0], tf.float32), count)
         return scale * total, (sign * scale) * gradient
 

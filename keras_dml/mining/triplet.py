@@ -96,7 +96,12 @@ def semihard_triplets(similarity, positive, negative):
                    lambda: _semihard_by_sorting(similarity, positive, negative))
 
 
-def _one_per_anchor(similarity, positive, negative, easiest_positive):
+def per_anchor_choice(similarity, positive, negative, easiest_positive):
+    """Per anchor: (positive column, negative column, has both) -- each (N,).
+
+    The positive is the least similar one (batch-hard) or, with
+    `easiest_positive`, the most similar one; the negative is the most similar.
+    """
     positive_keys = _fill(similarity, positive, -_BIG if easiest_positive else _BIG)
     if easiest_positive:
         chosen_positive = tf.argmax(positive_keys, axis=1, output_type=tf.int32)
@@ -104,8 +109,14 @@ def _one_per_anchor(similarity, positive, negative, easiest_positive):
         chosen_positive = tf.argmin(positive_keys, axis=1, output_type=tf.int32)
     chosen_negative = tf.argmax(_fill(similarity, negative, -_BIG), axis=1,
                                 output_type=tf.int32)
-    n = tf.shape(similarity)[1]
     has_both = tf.reduce_any(positive, axis=1) & tf.reduce_any(negative, axis=1)
+    return chosen_positive, chosen_negative, has_both
+
+
+def _one_per_anchor(similarity, positive, negative, easiest_positive):
+    chosen_positive, chosen_negative, has_both = per_anchor_choice(
+        similarity, positive, negative, easiest_positive)
+    n = tf.shape(similarity)[1]
     valid = tf.cast(tf.one_hot(chosen_positive, n), tf.bool) & has_both[:, tf.newaxis]
     negative_index = tf.broadcast_to(chosen_negative[:, tf.newaxis], tf.shape(similarity))
     return valid, negative_index
@@ -219,6 +230,7 @@ class HardMiner(TripletMiner):
     """
 
     select_fn = staticmethod(hard_triplets)
+    easiest_positive = False
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -234,6 +246,7 @@ class EasyMiner(TripletMiner):
     """
 
     select_fn = staticmethod(easy_positive_triplets)
+    easiest_positive = True
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
