@@ -35,12 +35,7 @@ def export_info(kind, version, serving_input, outputs, embedding_dim, run_info=N
     Raises:
         ValueError: `run_info` is not a JSON-serialisable dict.
     """
-    if run_info is not None and not isinstance(run_info, dict):
-        raise ValueError(f"run_info must be a dict, got {type(run_info).__name__}.")
-    try:
-        run_info = json.loads(json.dumps(run_info, default=_plain))
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"run_info must be JSON-serialisable: {error}.") from None
+    run_info = plain_run_info(run_info)
     from keras_dml import __version__
 
     preprocessing = serving_input.preprocessing
@@ -63,6 +58,20 @@ def export_info(kind, version, serving_input, outputs, embedding_dim, run_info=N
             "keras": keras.__version__,
         },
     }
+
+
+def plain_run_info(run_info):
+    """`run_info` as plain JSON values (NumPy scalars / arrays converted).
+
+    Raises:
+        ValueError: `run_info` is not a dict of JSON-serialisable values.
+    """
+    if run_info is not None and not isinstance(run_info, dict):
+        raise ValueError(f"run_info must be a dict, got {type(run_info).__name__}.")
+    try:
+        return json.loads(json.dumps(run_info, default=_plain))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"run_info must be JSON-serialisable: {error}.") from None
 
 
 def _plain(value):

@@ -20,7 +20,8 @@ _MISSING_API = (
 )
 
 
-def _apis():
+def require_serving_api():
+    """The `tensorflow_serving.apis` proto modules, or a clear ImportError."""
     try:
         from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
     except ImportError as error:
@@ -43,7 +44,7 @@ def predict_request(inputs, model_name, signature_name="serving_default"):
     >>> request.inputs["image_bytes"].dtype == tf.string.as_datatype_enum
     True
     """
-    predict_pb2, _ = _apis()
+    predict_pb2, _ = require_serving_api()
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model_name
     request.model_spec.signature_name = signature_name
@@ -54,7 +55,7 @@ def predict_request(inputs, model_name, signature_name="serving_default"):
 
 def write_warmup_requests(export_dir, requests):
     """Writes `requests` (PredictRequests) as TF Serving's warm-up file; returns its path."""
-    _, prediction_log_pb2 = _apis()
+    _, prediction_log_pb2 = require_serving_api()
     folder = tf.io.gfile.join(export_dir, WARMUP_PATH[0])
     tf.io.gfile.makedirs(folder)
     path = tf.io.gfile.join(folder, WARMUP_PATH[1])
@@ -69,7 +70,7 @@ def write_warmup_requests(export_dir, requests):
 
 def read_warmup_requests(export_dir):
     """The `PredictRequest`s of an export's warm-up file (empty list if it has none)."""
-    _, prediction_log_pb2 = _apis()
+    _, prediction_log_pb2 = require_serving_api()
     path = tf.io.gfile.join(export_dir, *WARMUP_PATH)
     if not tf.io.gfile.exists(path):
         return []

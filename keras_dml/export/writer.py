@@ -41,9 +41,11 @@ def write_export(base_dir, serve, serving_input, *, kind, describe, embedding_di
             function on the warm-up batches before publishing. Defaults to True.
         sections: Extra sidecar sections.
     """
+    # Argument errors first, before the slow tracing and writing.
     version = layout.resolve_version(base_dir, version, overwrite)
+    run_info = sidecar.plain_run_info(run_info)
     if warmup:
-        warmup_lib._apis()  # fail before the slow part if the protos are missing
+        warmup_lib.require_serving_api()
     batches = _warmup_batches(serving_input, warmup_batch_sizes, warmup_inputs)
     archive = keras.export.ExportArchive()
     endpoint = archive.add_endpoint(SIGNATURE, serve, input_signature=[serving_input.spec])
