@@ -327,6 +327,12 @@ def test_triplet_never_builds_a_cubic_tensor():
     (lambda: BinomialDeviance(alpha=0.0), "alpha"),
     (lambda: BinLifted(metric="euclidean"), "metric"),
     (lambda: Contrastive(miner="semihard"), "miner"),
+    (lambda: Contrastive("euclidean", neg_margin=-1.0), "neg_margin"),
+    (lambda: Contrastive(pos_margin=float("nan")), "pos_margin"),
+    (lambda: Triplet(margin=float("inf")), "margin"),
+    (lambda: LiftedStructure(margin=float("nan")), "margin"),
+    (lambda: BinomialDeviance(beta=float("inf")), "beta"),
+    (lambda: BinLifted(base=float("nan")), "base"),
 ])
 def test_bad_arguments_raise_value_error(factory, match):
     with pytest.raises(ValueError, match=match):

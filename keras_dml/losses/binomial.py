@@ -1,5 +1,7 @@
 """Binomial deviance loss and BinLifted, its direct combination with lifted structure."""
 
+import math
+
 import keras
 import tensorflow as tf
 
@@ -15,8 +17,9 @@ class _ScaledPairLoss(PairLoss):
     def __init__(self, alpha, beta, base, miner, metric, reduction, name, dtype):
         if metric not in _SIMILARITIES:
             raise ValueError(f"metric must be one of {_SIMILARITIES}, got {metric!r}.")
-        if alpha <= 0 or beta <= 0:
-            raise ValueError(f"alpha and beta must be positive, got alpha={alpha}, beta={beta}.")
+        if not (0 < alpha < math.inf and 0 < beta < math.inf and math.isfinite(base)):
+            raise ValueError(f"alpha and beta must be positive and finite and base finite, "
+                             f"got alpha={alpha}, beta={beta}, base={base}.")
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
         self.alpha, self.beta, self.base = float(alpha), float(beta), float(base)

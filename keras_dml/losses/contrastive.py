@@ -1,5 +1,7 @@
 """Contrastive loss on cosine similarities or Euclidean distances."""
 
+import math
+
 import keras
 import tensorflow as tf
 
@@ -35,7 +37,14 @@ class Contrastive(PairLoss):
         distance: "cosine" or "euclidean". Defaults to "cosine".
         pos_margin: defaults to 1.0 for cosine, 0.0 for euclidean.
         neg_margin: defaults to 0.5 for cosine, 1.0 for euclidean.
-        miner: optional `keras_dml.mining.Miner`.
+        miner: optional `keras_dml.mining.Miner`, e.g. `PairMarginMiner()` or a
+            triplet miner (`SemiHardMiner()` keeps the positives that have a
+            semi-hard negative and those negatives).
+
+    Examples:
+
+    >>> loss = keras_dml.losses.Contrastive()  # cosine, unified view eq. 5
+    >>> loss = keras_dml.losses.Contrastive("euclidean", neg_margin=1.0)  # eq. 4-5
 
     Reference:
         Hadsell, Chopra, LeCun, "Dimensionality Reduction by Learning an Invariant
@@ -50,6 +59,11 @@ class Contrastive(PairLoss):
         self.distance = distance
         self.pos_margin = float((1.0 if cosine else 0.0) if pos_margin is None else pos_margin)
         self.neg_margin = float((0.5 if cosine else 1.0) if neg_margin is None else neg_margin)
+        for label, value in (("pos_margin", self.pos_margin), ("neg_margin", self.neg_margin)):
+            if not math.isfinite(value) or (not cosine and value < 0):
+                raise ValueError(
+                    f"{label} must be finite{'' if cosine else ' and >= 0 (a distance)'}, "
+                    f"got {value}.")
         super().__init__(metric=distance, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
 

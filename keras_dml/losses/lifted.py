@@ -1,5 +1,7 @@
 """Lifted structure losses: the original (Song et al. 2016) and the generalised form."""
 
+import math
+
 import keras
 import tensorflow as tf
 
@@ -11,9 +13,11 @@ _DISTANCES = ("cosine", "euclidean")
 _EMPTY = -1e30
 
 
-def _check_distance(distance):
+def _check(distance, margin):
     if distance not in _DISTANCES:
         raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}.")
+    if not math.isfinite(float(margin)):
+        raise ValueError(f"margin must be finite, got {margin}.")
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -50,7 +54,7 @@ class LiftedStructure(PairLoss):
 
     def __init__(self, margin=1.0, distance="euclidean", miner=None,
                  reduction="sum_over_batch_size", name="lifted_structure", dtype=None):
-        _check_distance(distance)
+        _check(distance, margin)
         self.margin, self.distance = float(margin), distance
         super().__init__(metric=distance, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
@@ -119,7 +123,7 @@ class GeneralizedLiftedStructure(PairLoss):
     def __init__(self, margin=1.0, distance="cosine", miner=None,
                  reduction="sum_over_batch_size", name="generalized_lifted_structure",
                  dtype=None):
-        _check_distance(distance)
+        _check(distance, margin)
         self.margin, self.distance = float(margin), distance
         super().__init__(metric=distance, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)

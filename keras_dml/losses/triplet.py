@@ -1,5 +1,7 @@
 """Triplet loss with all-triplet, batch-hard, semi-hard or easy-positive mining, in O(N^2)."""
 
+import math
+
 import keras
 import tensorflow as tf
 
@@ -222,6 +224,8 @@ class Triplet(PairLoss):
             )
         self.distance, self.mining = distance, mining
         self.margin = float(_DEFAULT_MARGIN[distance] if margin is None else margin)
+        if not math.isfinite(self.margin):
+            raise ValueError(f"margin must be finite, got {margin}.")
         super().__init__(metric=distance, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
 
