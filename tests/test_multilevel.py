@@ -39,7 +39,7 @@ def test_resnet50_levels_give_unit_embeddings_from_own_heads(resnet):
     kernels = [head.projection.kernel.shape for head in layer.heads]
     assert kernels == [(512, 16), (1024, 8), (2048, 32)]
     # The embedding is exactly: each level pooled, projected, L2-normalised; concat; L2.
-    maps = keras.Model(resnet.inputs, [resnet.get_layer(n).output for n in RESNET50_LEVELS])(x)
+    maps = keras.Model(resnet.input, [resnet.get_layer(n).output for n in RESNET50_LEVELS])(x)
     parts = []
     for head, feature_map in zip(layer.heads, maps):
         z = np.mean(np.asarray(feature_map), axis=(1, 2)) @ np.asarray(head.projection.kernel)
