@@ -31,8 +31,15 @@ def embedding_fn(model, l2_normalize=True):
     return embed
 
 
-def embedding_dim(embed, image_spec):
-    """The embedding size d, from a trace of `embed` on `image_spec`."""
+def embedding_dim(model, embed, image_spec):
+    """The embedding size d: from a functional model's output, else a trace of `embed`."""
+    try:
+        outputs = model.outputs
+    except AttributeError:  # subclassed model: no symbolic outputs
+        outputs = None
+    if outputs and len(outputs) == 1 and len(outputs[0].shape) == 2 \
+            and outputs[0].shape[-1] is not None:
+        return int(outputs[0].shape[-1])
     spec = tf.function(embed).get_concrete_function(image_spec).structured_outputs
     return int(spec.shape[-1])
 
@@ -96,7 +103,7 @@ def export_embedder(model, base_dir, version=None, input_format="image_bytes",
     """
     serving = serving_input(model, input_format, preprocessing)
     embed = embedding_fn(model, l2_normalize)
-    dim = embedding_dim(embed, serving.image_spec)
+    dim = embedding_dim(model, embed, serving.image_spec)
 
     def serve(inputs):
         return {"embedding": embed(serving.to_images(inputs))}

@@ -116,7 +116,7 @@ def export_retriever(model, base_dir, reference_images=None, reference_embedding
     """
     serving = serving_input(model, input_format, preprocessing)
     embed = embedding_fn(model, l2_normalize=True)
-    dim = embedding_dim(embed, serving.image_spec)
+    dim = embedding_dim(model, embed, serving.image_spec)
     gallery, labels = reference_gallery(
         embed, serving, dim, reference_images, reference_embeddings, reference_labels,
         batch_size,
