@@ -21,6 +21,7 @@ libraries' semi-hard triplet training step.
 import argparse
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,7 +72,17 @@ def _with_torch_threads(step, count):
     return run
 
 
-def run(sizes, dim, repeats, only=None, torch_threads=(1,)):
+def _repeats(steps, repeats, budget):
+    """Warm every step up once; fewer repeats when one call is slow (PML's O(N^3) paths)."""
+    slowest = 0.0
+    for step in steps.values():
+        start = time.perf_counter()
+        step()
+        slowest = max(slowest, time.perf_counter() - start)
+    return max(3, min(repeats, int(budget / max(slowest * len(steps), 1e-9))))
+
+
+def run(sizes, dim, repeats, only=None, torch_threads=(1,), budget=60.0):
     threads = harness.limit_threads()
     print(f"keras_dml {keras_dml.__version__ if hasattr(keras_dml, '__version__') else ''} "
           f"vs pytorch-metric-learning, d={dim}, {threads} threads, median of {repeats}")
@@ -94,7 +105,8 @@ def run(sizes, dim, repeats, only=None, torch_threads=(1,)):
                 pml_step = harness.torch_step(pml_loss, embeddings, labels, pml_miner)
                 for count in torch_threads:
                     steps[f"pml{count}"] = _with_torch_threads(pml_step, count)
-            times = harness.median_times(steps, repeats=repeats, warmup=1)
+            times = harness.median_times(steps, repeats=_repeats(steps, repeats, budget),
+                                         warmup=0)
             pml_times = [times[f"pml{count}"] for count in torch_threads if f"pml{count}" in times]
             if pml_times:
                 times["pml"] = min(pml_times)
@@ -123,9 +135,11 @@ def main():
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--torch-threads", type=int, nargs="+", default=[1],
                         help="PML is timed with each thread count and its best median kept")
+    parser.add_argument("--budget", type=float, default=60.0,
+                        help="seconds per loss and size; slow peers get fewer (>= 3) repeats")
     parser.add_argument("--only", nargs="*", help="substrings of the loss names to run")
     args = parser.parse_args()
-    run(args.sizes, args.dim, args.repeats, args.only, tuple(args.torch_threads))
+    run(args.sizes, args.dim, args.repeats, args.only, tuple(args.torch_threads), args.budget)
 
 
 if __name__ == "__main__":

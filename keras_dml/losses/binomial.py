@@ -104,7 +104,8 @@ class BinLifted(_ScaledPairLoss):
 
         L_i = 1/2 [ sum_{P_i} (1/alpha) log(1 + e^{alpha (base - S_ik)})
                   + sum_{N_i} (1/beta) log(1 + e^{beta (S_ik - base)})
-                  + (1/alpha) log sum_{P_i} e^{-alpha S_ik} + (1/beta) log sum_{N_i} e^{beta S_ik} ],
+                  + (1/alpha) log sum_{P_i} e^{-alpha S_ik}
+                  + (1/beta) log sum_{N_i} e^{beta S_ik} ],
 
     and the batch loss is the mean over anchors. Unlike `BinomialDeviance`, the
     binomial part is not divided by |P_i|, |N_i| (eq. 10 as written).
