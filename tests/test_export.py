@@ -214,6 +214,7 @@ def served(model, encoded, tmp_path_factory):
          "body": json.dumps({"instances": b64})},
         predict_job("bad_bytes", emb_bytes, np.array([encoded[0], b"not an image"], dtype=object)),
         predict_job("empty_bytes", emb_bytes, np.array([b""], dtype=object)),
+        predict_job("truncated", emb_bytes, np.array([encoded[0][:300]], dtype=object)),
         predict_job("bad_dtype", emb_bytes, np.array([1.0, 2.0], np.float32)),
         predict_job("bad_shape", emb_images, wrong_shape, name="images"),
         predict_job("bad_images_dtype", emb_images, wrong_shape.astype(np.uint8), name="images"),
@@ -334,6 +335,7 @@ def test_rest_batch_and_columnar_formats(served):
 def test_undecodable_bytes_error_names_the_element(served):
     assert "image_bytes[1] is not an encoded image (12 bytes)" in _error(served, "bad_bytes")
     assert "image_bytes[0] is not an encoded image (0 bytes)" in _error(served, "empty_bytes")
+    assert "Invalid JPEG data" in _error(served, "truncated")
 
 
 def test_wrong_dtype_and_shape_errors_name_the_problem(served):
