@@ -51,6 +51,11 @@ class RecallAtK(keras.callbacks.Callback):
         prefix: prefix of the log keys. Defaults to "val_".
         verbose: 1 prints one line per evaluation, 0 is silent. Defaults to 1.
 
+    Attributes:
+        history: `{"epoch": [0-based epochs evaluated], "val_recall@1": [...], ...}`,
+            what `keras_dml.plots.recall_curves` draws.
+        last_results: the latest `{log_key: value}`.
+
     Examples:
         >>> model.fit(
         ...     train_ds, epochs=20,
@@ -99,6 +104,7 @@ class RecallAtK(keras.callbacks.Callback):
         self.embedding_model = embedding_model
         self._forward = None
         self.last_results = {}
+        self.history = {"epoch": []}
 
     def set_model(self, model):
         super().set_model(model)
@@ -150,6 +156,9 @@ class RecallAtK(keras.callbacks.Callback):
             return
         start = time.perf_counter()
         self.last_results = self.evaluate()
+        self.history["epoch"].append(epoch)
+        for key, value in self.last_results.items():
+            self.history.setdefault(key, []).append(value)
         if logs is not None:
             logs.update(self.last_results)
         if self.verbose:

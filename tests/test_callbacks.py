@@ -76,6 +76,8 @@ def test_every_n_epochs_and_dataset_input(capsys):
     history = tiny_model().fit(x, y, epochs=5, verbose=0, callbacks=[recall])
     assert len(history.history["val_recall@1"]) == 2  # epochs 2 and 4 only
     assert set(recall.last_results) == {"val_recall@1"}
+    assert recall.history["epoch"] == [1, 3]
+    assert recall.history["val_recall@1"] == history.history["val_recall@1"]
     printed = capsys.readouterr().out
     assert printed.count("val_recall@1:") == 2 and "Epoch 4:" in printed
 
