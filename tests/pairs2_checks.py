@@ -130,11 +130,11 @@ DEGENERATE_BATCHES = {
 
 
 def assert_degenerate_finite(loss, dim=8, expect_zero=()):
-    """Degenerate batches give a finite value and a finite gradient in every mode."""
+    """Degenerate batches give a finite value and gradient, eager and under XLA."""
     rng = np.random.default_rng(3)
     for name, labels in DEGENERATE_BATCHES.items():
         embeddings = rng.normal(size=(len(labels), dim)).astype("float32")
-        for mode in ("eager", "function", "jit"):
+        for mode in ("eager", "jit"):
             value, gradient = value_and_gradient(loss, labels.astype("int32"), embeddings, mode)
             assert np.isfinite(value), (name, mode)
             assert np.all(np.isfinite(gradient)), (name, mode)

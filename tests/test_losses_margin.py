@@ -107,7 +107,6 @@ def test_margin_with_distance_weighted_miner_uses_the_kept_pairs():
 
 
 def test_margin_degenerate_and_easy_batches():
-    checks.assert_degenerate_finite(Margin(learn_beta=False), expect_zero=("single_sample",))
     checks.assert_degenerate_finite(Margin(miner=DistanceWeighted(seed=0)),
                                     expect_zero=("single_sample",))
     # all pairs easy: positives within beta - alpha, negatives beyond beta + alpha
@@ -172,6 +171,24 @@ def test_sphere_density_matches_reference_and_clips():
     expected = [ref.log_inverse_sphere_density(v, 128, 0.5) for v in d]
     np.testing.assert_allclose(got, expected, rtol=1e-4)
     assert got[0] == got[1]  # clipped below at the cutoff
+
+
+def test_largest_per_row_matches_sorting():
+    from keras_dml.mining.distance_weighted import largest_per_row
+
+    rng = np.random.default_rng(0)
+    keys = (rng.normal(size=(7, 9)) * np.array([1e-30, 1, 1e3, 1e30, 1, 1, 1, 1, 1])).astype(
+        "float32")
+    keys[0, :3] = [-0.0, 0.0, -1e-38]
+    candidates = rng.random((7, 9)) < 0.7
+    select = tf.function(largest_per_row, jit_compile=True)
+    for counts in ([0, 1, 2, 3, 9, 4, 1], [0, 1, 2, 3, 40, 4, 1]):  # argmax, bisection
+        got = select(keys, candidates, np.array(counts)).numpy()
+        for row in range(7):
+            order = [j for j in np.argsort(-keys[row], kind="stable") if candidates[row, j]]
+            expected = np.zeros(9, bool)
+            expected[order[:counts[row]]] = True
+            np.testing.assert_array_equal(got[row], expected, err_msg=f"{counts} {row}")
 
 
 def _circle_batch():

@@ -70,7 +70,8 @@ class Histogram(PairLoss):
 
     estimates the probability that a negative pair is more similar than a positive
     one. The loss is batch-global: its value is one scalar for the whole batch
-    (not a mean over anchors; `sample_weight` does not apply), and the engine's
+    (not a mean over anchors; a `sample_weight` vector only scales it by its
+    mean, as Keras broadcasts it), and the engine's
     weights are dL/dS of eq. 9: h_p^- / (Delta |S+|) for a positive pair with
     S in [t_p, t_{p+1}], and h_{p+1}^+ / (Delta |S-|) for a negative pair. They
     are the exact derivatives (the piecewise-linear binning is differentiable

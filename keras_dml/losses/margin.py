@@ -119,7 +119,8 @@ class Margin(PairLoss):
     of the layer `loss.trainable_layer` (a `MarginBeta`), which
     `keras_dml.models.DMLModel` attaches at compile time, so beta appears in
     `model.trainable_weights`, is trained with the model and is saved and
-    restored with `model.save("x.keras")` / `keras.models.load_model`.
+    restored with `model.save("x.keras")` / `keras.models.load_model`. In a custom
+    training loop, optimise `loss.trainable_layer.trainable_weights` too.
 
     Pair weights (on cosine similarities) are the exact derivatives:
     dL/dS_ij = -+ 1/(|P| D_ij) for active positive / negative pairs, 0 otherwise.

@@ -44,7 +44,8 @@ class DistanceWeighted(Miner):
 
     Computation is in log space, O(N^2) memory, and XLA-compatible: draws are
     Gumbel-top-k (exactly sampling without replacement proportionally to w), with
-    noise from a seeded `tf.random.Generator`. Kept pairs are a mask, so a negative
+    noise from a seeded `tf.random.Generator`, and the draws are selected without
+    sorting (see `largest_per_row`). Kept pairs are a mask, so a negative
     is kept at most once per anchor (Wu et al. draw with replacement); an anchor
     with fewer candidates than draws keeps all its candidates.
 
@@ -133,16 +134,56 @@ class DistanceWeighted(Miner):
         gumbel = -tf.math.log(-tf.math.log(uniform))
         shift = tf.reduce_max(tf.where(candidates, log_weights, tf.float32.min), axis=1,
                               keepdims=True)
-        keys = tf.where(candidates, log_weights - shift + gumbel, tf.float32.min)
-        ordered = tf.sort(keys, axis=1, direction="DESCENDING")
-        threshold = tf.gather(ordered, tf.maximum(draws - 1, 0), axis=1, batch_dims=1)
-        kept = candidates & (keys >= threshold[:, tf.newaxis]) & (draws > 0)[:, tf.newaxis]
-        return positive, kept
+        return positive, largest_per_row(log_weights - shift + gumbel, candidates, draws)
 
     def get_config(self):
         return {"cutoff": self.cutoff, "nonzero_loss_cutoff": self.nonzero_loss_cutoff,
                 "negatives_per_positive": self.negatives_per_positive, "dim": self.dim,
                 "seed": self.seed}
+
+
+def largest_per_row(keys, candidates, counts):
+    """Mask of the `counts[a]` largest `keys[a, j]` among `candidates[a, :]`, per row a.
+
+    Exact, O(N M) memory, no sort (XLA sorts slowly on CPU): up to 32 draws per
+    row are taken by repeated row-wise max, more by a 32-step bisection over the
+    float32 total order. Tied keys (probability 0 for continuous keys) may keep
+    more than `counts[a]` entries.
+    """
+    keys = tf.where(candidates, tf.cast(keys, tf.float32), -float("inf"))
+    counts = tf.cast(counts, tf.int32)
+    return tf.cond(tf.reduce_max(counts) <= 32, lambda: _by_argmax(keys, counts),
+                   lambda: _by_bisection(keys, counts))
+
+
+def _by_argmax(keys, counts):
+    def body(step, keys, kept):
+        row_max = tf.reduce_max(keys, axis=1, keepdims=True)
+        take = (step < counts)[:, tf.newaxis] & (row_max > -float("inf"))
+        best = (keys >= row_max) & take
+        return step + 1, tf.where(best, -float("inf"), keys), kept | best
+
+    kept = tf.zeros(tf.shape(keys), tf.bool)
+    _, _, kept = tf.while_loop(lambda step, *_: step < tf.reduce_max(counts), body,
+                               (tf.constant(0), keys, kept))
+    return kept
+
+
+def _by_bisection(keys, counts):
+    finite = keys > -float("inf")
+    bits = tf.bitcast(keys, tf.int32)
+    # Flip the magnitude bits of negative floats: integer order == float order.
+    ordered = tf.cast(tf.where(bits < 0, tf.bitwise.bitwise_xor(bits, 0x7FFFFFFF), bits), tf.int64)
+    counts = tf.cast(counts, tf.float32)[:, tf.newaxis]
+    low = tf.fill(tf.shape(counts), tf.constant(-(2**31), tf.int64))
+    high = tf.fill(tf.shape(counts), tf.constant(2**31 - 1, tf.int64))
+    for _ in range(32):  # invariant: count(>= low) >= counts > count(>= high + 1)
+        middle = (low + high + 1) // 2
+        above = tf.cast(finite & (ordered >= middle), tf.float32)
+        enough = tf.reduce_sum(above, axis=1, keepdims=True) >= counts
+        low = tf.where(enough, middle, low)
+        high = tf.where(enough, high, middle - 1)
+    return finite & (ordered >= low) & (counts > 0)
 
 
 def _distance(name, value):
