@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml import backbones, data, datasets, evaluation, losses
+from keras_dml.callbacks import RecallAtK
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
 
@@ -100,8 +101,33 @@ def build_model(config, input_shape):
 
 
 def evaluate(model, split, preprocessing):
+    """(retrieval metrics, embeddings) of the split, leave-one-out."""
     embeddings, labels = evaluation.embed_dataset(model, eval_batches(split, preprocessing))
-    return evaluation.retrieval_metrics(embeddings, labels, ks=KS)
+    return evaluation.retrieval_metrics(embeddings, labels, ks=KS), embeddings
+
+
+def _have_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("figures skipped: matplotlib is not installed (pip install 'keras_dml[plots]')")
+        return False
+    return True
+
+
+def write_plots(run_dir, recall_callback, split, embeddings):
+    """Recall@K per epoch, a t-SNE map and (for in-memory images) a retrieval grid."""
+    from keras_dml import plots
+
+    written = {
+        "recall_curves": plots.recall_curves(
+            recall_callback, os.path.join(run_dir, "recall_curves.png")),
+        "tsne": plots.tsne_map(embeddings, split.labels, os.path.join(run_dir, "tsne.png")),
+    }
+    if split.images is not None:
+        written["retrievals"] = plots.retrieval_grid(
+            split.images, split.labels, embeddings, os.path.join(run_dir, "retrievals.png"))
+    return sorted(written)
 
 
 def run(config, report=None):
@@ -118,17 +144,18 @@ def run(config, report=None):
     run_dir = os.path.join(config.runs_dir, run_name)
     os.makedirs(run_dir, exist_ok=True)
 
-    before = evaluate(model, splits.test, preprocessing)
+    before, _ = evaluate(model, splits.test, preprocessing)
     if report:
         report("before training", before, KS)
     batches = data.class_balanced_batches(
         splits.train, config.classes_per_batch, config.samples_per_class, seed=config.seed,
         preprocessing=preprocessing,
     )
-    callbacks = [keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
+    recall = RecallAtK(eval_batches(splits.test, preprocessing), ks=KS, verbose=0)
+    callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
     history = model.fit(batches, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
                         callbacks=callbacks, verbose=2)
-    after = evaluate(model, splits.test, preprocessing)
+    after, embeddings = evaluate(model, splits.test, preprocessing)
     if report:
         report("after training", after, KS)
 
@@ -143,7 +170,10 @@ def run(config, report=None):
         "loss_history": [float(v) for v in history.history["loss"]],
         "seconds": None,
         "export_dir": None,
+        "plots": [],
     }
+    if config.plots and _have_matplotlib():
+        summary["plots"] = write_plots(run_dir, recall, splits.test, embeddings)
     if config.export:
         from keras_dml.export import export_embedder
 
