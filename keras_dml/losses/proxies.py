@@ -166,6 +166,15 @@ class ProxyLoss(PairLoss):
         """The proxies variable (C K, d), or None before the first call."""
         return self.trainable_layer.proxies
 
+    def compute_label_terms(self, matrix, labels):
+        """(value, weights) from the matrix and the class labels (the training path).
+
+        Defaults to `compute_terms` on the label masks; a subclass may override it
+        with a label-indexed form that never builds the (N, C K) masks.
+        """
+        positive, negative = self.pair_masks(matrix, labels)
+        return self.compute_terms(matrix, positive, negative)
+
     def proxy_penalty(self, proxies):
         """A term depending on the proxies only, added to every sample's value."""
         return tf.constant(0.0)
@@ -191,8 +200,7 @@ class ProxyLoss(PairLoss):
         labels = validation.check_class_labels(y_true)
         labels = check_label_range(labels, self.num_classes)
         matrix = self.pair_matrix(y_pred)
-        positive, negative = self.pair_masks(matrix, labels)
-        value = weighted_pair_loss(matrix, lambda m: self.compute_terms(m, positive, negative))
+        value = weighted_pair_loss(matrix, lambda m: self.compute_label_terms(m, labels))
         value += self.proxy_penalty(self.trainable_layer.proxies)
         in_range = tf.reduce_all((labels >= 0) & (labels < self.num_classes))
         return tf.where(in_range, value, tf.fill(tf.shape(value), np.float32("nan")))

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from keras_dml.losses.proxies import ProxyLoss, grouped_softplus_lse, masked_lse_and_softmax
+from keras_dml.losses.proxies import ProxyLoss, grouped_softplus_lse
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -64,26 +64,37 @@ class ProxyAnchor(ProxyLoss):
         self.alpha, self.delta = float(alpha), float(delta)
 
     def compute_terms(self, matrix, positive, negative):
+        # One proxy per class: the positive mask is the one-hot of the labels.
+        labels = tf.argmax(tf.cast(positive, tf.int32), axis=1, output_type=tf.int32)
+        return self.compute_label_terms(matrix, labels)
+
+    def compute_label_terms(self, matrix, labels):
         num_proxies = tf.shape(matrix)[1]
         proxies_f = tf.cast(num_proxies, tf.float32)
+        own_index = tf.stack([tf.range(tf.shape(labels)[0]), labels], axis=1)
         # [positives] one own proxy per sample: an O(N) problem grouped by proxy
-        own_proxy = tf.reduce_sum(tf.where(positive, tf.range(num_proxies), 0), axis=1)
-        own = tf.reduce_sum(tf.where(positive, matrix, 0.0), axis=1)
+        own = tf.gather_nd(matrix, own_index)
         pull_terms, pull_share = grouped_softplus_lse(
-            -self.alpha * (own - self.delta), own_proxy, num_proxies
+            -self.alpha * (own - self.delta), labels, num_proxies
         )
-        members = tf.math.unsorted_segment_sum(tf.ones_like(own), own_proxy, num_proxies)
+        members = tf.math.unsorted_segment_sum(tf.ones_like(own), labels, num_proxies)
         with_positive = tf.reduce_sum(tf.cast(members > 0, tf.float32))
-        # [negatives] every other proxy: per proxy, softplus of a masked column LSE
-        push_terms, push_share = masked_lse_and_softmax(
-            self.alpha * (matrix + self.delta), negative, 0, include_zero=True
+        # [negatives] per proxy, softplus of the column LSE without its own samples
+        push = tf.tensor_scatter_nd_update(
+            self.alpha * (matrix + self.delta), own_index,
+            tf.fill(tf.shape(own), tf.float32.min),
         )
+        shift = tf.stop_gradient(tf.maximum(tf.reduce_max(push, axis=0), 0.0))
+        exps = tf.exp(push - shift)
+        total = tf.reduce_sum(exps, axis=0) + tf.exp(-shift)
+        push_terms = tf.math.log(total) + shift
         # [loss] and [weighting]: the slides' hardness formula
         pull_scale = tf.math.divide_no_nan(self.alpha, with_positive)
         value = (tf.math.divide_no_nan(tf.reduce_sum(pull_terms), with_positive)
                  + tf.reduce_sum(push_terms) / proxies_f)
-        weights = (self.alpha / proxies_f * push_share
-                   - tf.where(positive, (pull_scale * pull_share)[:, tf.newaxis], 0.0))
+        weights = tf.tensor_scatter_nd_update(
+            self.alpha / proxies_f * (exps / total), own_index, -pull_scale * pull_share
+        )
         return value, weights
 
     def get_config(self):
