@@ -136,7 +136,7 @@ def _padding(n, group):
 def _search_rows(queries, references, k, distance, chunk_size, leave_one_out):
     """Chunks of queries against all references (each row sees every column)."""
     n = references.shape[0]
-    group = _group_size(n + _padding(n, max(1, int(math.sqrt(n / k)))), k)
+    group = _group_size(n, k)
     pad = _padding(n, group)
     ref = _augment(references, distance, pad, query_side=False)
     qry = _augment(queries, distance, 0, query_side=True)

@@ -32,6 +32,21 @@ def _class_ids(query_labels, reference_labels):
     return ids[: len(query_labels)], ids[len(query_labels) :], int(ids.max()) + 1
 
 
+def _search_depth(metrics, ks, r_per_query, num_references):
+    """Neighbours to find: the largest K, and for R-metrics the largest class count."""
+    k = 1
+    if "recall@k" in metrics:
+        k = ks[-1]
+        if k > num_references:
+            raise ValueError(
+                f"recall@{k} asks for {k} neighbours but each query has only "
+                f"{num_references} references."
+            )
+    if "r_precision" in metrics or "map@r" in metrics:
+        k = max(k, int(r_per_query.max()))
+    return k
+
+
 class _Accumulator:
     """Sums per-query scores chunk by chunk; one method per metric family."""
 
@@ -137,17 +152,7 @@ def retrieval_metrics(
             "No query has a reference of its own class"
             + (" (every class has a single sample)." if leave_one_out else ".")
         )
-    num_references = len(r_ids) - int(leave_one_out)
-    k = 1
-    if "recall@k" in metrics:
-        k = ks[-1]
-        if k > num_references:
-            raise ValueError(
-                f"recall@{k} asks for {k} neighbours but each query has only "
-                f"{num_references} references."
-            )
-    if "r_precision" in metrics or "map@r" in metrics:
-        k = max(k, int(r_per_query.max()))
+    k = _search_depth(metrics, ks, r_per_query, len(r_ids) - int(leave_one_out))
 
     selected = np.flatnonzero(included)
     accumulator = _Accumulator(metrics, ks)
