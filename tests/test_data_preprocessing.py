@@ -117,3 +117,12 @@ def test_register_normalization_hook():
     register_normalization("halves_test", lambda x: x / 510.0)
     prep = Preprocessing(2, 2, normalization="halves_test")
     np.testing.assert_allclose(prep.eval(np.full((2, 2, 3), 255, np.uint8)).numpy(), 0.5)
+
+
+def test_keras_serialization_roundtrip():
+    import keras
+
+    prep = Preprocessing(image_size=227, normalization="imagenet", resize_mode="pad")
+    config = keras.saving.serialize_keras_object(prep)
+    assert config["registered_name"] == "keras_dml>Preprocessing"
+    assert keras.saving.deserialize_keras_object(config) == prep
