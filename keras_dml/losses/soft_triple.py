@@ -71,16 +71,21 @@ class SoftTriple(ProxyLoss):
         self.margin = float(margin)
 
     def compute_terms(self, matrix, positive, negative):
+        # Centre c K + k belongs to class c: the positive mask holds the labels.
+        first = tf.argmax(tf.cast(positive, tf.int32), axis=1, output_type=tf.int32)
+        return self.compute_label_terms(matrix, first // self.proxies_per_class)
+
+    def compute_label_terms(self, matrix, labels):
         classes, k = self.num_classes, self.proxies_per_class
-        centres = tf.reshape(matrix, [-1, classes, k])
-        q = tf.nn.softmax(centres / self.gamma, axis=2)
-        relaxed = tf.reduce_sum(q * centres, axis=2)
-        own = tf.cast(tf.reduce_any(tf.reshape(positive, [-1, classes, k]), axis=2),
-                      tf.float32)
+        scaled = tf.reshape(matrix, [-1, classes, k]) / self.gamma
+        q = tf.nn.softmax(scaled, axis=2)
+        relaxed = self.gamma * tf.reduce_sum(q * scaled, axis=2)
+        own = tf.one_hot(labels, classes)
         logits = self.la * (relaxed - self.margin * own)
         value = tf.reduce_logsumexp(logits, axis=1) - tf.reduce_sum(logits * own, axis=1)
         d_relaxed = self.la * (tf.nn.softmax(logits) - own)
-        d_centres = q * (1.0 + (centres - relaxed[:, :, tf.newaxis]) / self.gamma)
+        # d relaxed_c / d S_ck = q_ck (1 + (S_ck - relaxed_c) / gamma)
+        d_centres = q * (scaled + (1.0 - relaxed / self.gamma)[:, :, tf.newaxis])
         weights = tf.reshape(d_relaxed[:, :, tf.newaxis] * d_centres, tf.shape(matrix))
         return value, weights
 
@@ -88,9 +93,12 @@ class SoftTriple(ProxyLoss):
         k = self.proxies_per_class
         if self.tau == 0 or k == 1:
             return tf.constant(0.0)
-        centres = tf.reshape(ops.l2_normalize(ops.to_float32(proxies)),
-                             [self.num_classes, k, -1])
-        gram = tf.matmul(centres, centres, transpose_b=True)
+        # Per-class Gram of the raw centres, normalised on the (C, K, K) result: no
+        # normalised (C K, d) copy of the centres and no pass over it backwards.
+        centres = tf.reshape(ops.to_float32(proxies), [self.num_classes, k, -1])
+        inverse = tf.math.rsqrt(tf.maximum(tf.reduce_sum(tf.square(centres), axis=2), 1e-12))
+        gram = (tf.matmul(centres, centres, transpose_b=True)
+                * inverse[:, :, tf.newaxis] * inverse[:, tf.newaxis, :])
         upper = tf.constant(np.triu(np.ones((k, k), "float32"), 1))
         distances = tf.sqrt(tf.maximum(2.0 + 1e-5 - 2.0 * gram, 0.0))
         total = tf.reduce_sum(distances * upper)
