@@ -14,7 +14,9 @@ negatives; PML: one pair per class), Margin + DistanceWeighted are random.
 
     python benchmarks/bench_pair_losses2.py [--repeats 15] [--sizes 180 1024]
 
-A peer taking more than 2 s per call (PML's HistogramLoss and MarginLoss +
+PML is timed with the harness's thread count and with one thread (on a loaded
+machine torch's OpenMP threads can be far slower than one thread); the ratio uses
+the faster of the two. A peer taking more than 2 s per call (PML's HistogramLoss and MarginLoss +
 DistanceWeightedMiner at N = 1024) is repeated 3 times instead, without warmup.
 """
 
@@ -70,8 +72,16 @@ def _repeats(step, repeats, slow_seconds=2.0, slow_repeats=3):
     return (repeats, 3) if time.perf_counter() - start < slow_seconds else (slow_repeats, 0)
 
 
+def _with_threads(torch, threads, step):
+    def run():
+        torch.set_num_threads(threads)
+        return step()
+
+    return run
+
+
 def run(sizes, dim, repeats):
-    harness.limit_threads()
+    threads = harness.limit_threads()
     rows = []
     for n in sizes:
         x, y = harness.batch(n, dim, samples_per_class=4, seed=n)
@@ -79,21 +89,25 @@ def run(sizes, dim, repeats):
         for name, make in _ours().items():
             peer_loss, peer_miner = peers[name]
             checked = _check_values(name, make(), peer_loss, x, y, torch)
+            pml = harness.torch_step(peer_loss, x, y, miner=peer_miner)
             steps = {
                 "graph": harness.tf_step(make(), x, y, jit_compile=False),
                 "xla": harness.tf_step(make(), x, y, jit_compile=True),
-                "pml": harness.torch_step(peer_loss, x, y, miner=peer_miner),
+                "pml": _with_threads(torch, threads, pml),
+                "pml 1 thread": _with_threads(torch, 1, pml),
                 "matmul": harness.tf_matmul_floor(x, jit_compile=True),
             }
-            count, warmup = _repeats(steps["pml"], repeats)
+            count, warmup = _repeats(steps["pml 1 thread"], repeats)
             times = harness.median_times(steps, repeats=count, warmup=warmup)
             best = min(times["graph"], times["xla"])
+            peer = min(times["pml"], times["pml 1 thread"])
             rows.append({
                 "loss": name, "N": n,
                 "keras_dml tf.function ms": 1e3 * times["graph"],
                 "keras_dml XLA ms": 1e3 * times["xla"],
-                "PML ms": 1e3 * times["pml"],
-                "best / PML": best / times["pml"],
+                f"PML {threads} threads ms": 1e3 * times["pml"],
+                "PML 1 thread ms": 1e3 * times["pml 1 thread"],
+                "best / best PML": best / peer,
                 "best / matmul": best / times["matmul"],
                 "matmul ms": 1e3 * times["matmul"],
                 "repeats": count,

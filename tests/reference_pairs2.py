@@ -191,7 +191,8 @@ def group_importance(labels, class_counts, m, n):
             if i == j:
                 continue
             if labels[i] == labels[j]:
-                w[i, j] = num_classes * (m * n - 1) * ni * (ni - 1) / ((m - 1) * total * (total - 1))
+                w[i, j] = (num_classes * (m * n - 1) * ni * (ni - 1)
+                           / ((m - 1) * total * (total - 1)))
             else:
                 w[i, j] = (num_classes * (num_classes - 1) * (m * n - 1) * ni * nj
                            / (m * (n - 1) * total * (total - 1)))
