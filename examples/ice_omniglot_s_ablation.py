@@ -16,7 +16,12 @@ of steps.
 
     python examples/ice_omniglot_s_ablation.py --steps 800 --out /tmp/ice_ablation.json
 
-The table it prints is in docs/ice_s_ablation.md.
+Conclusion
+----------
+Measured here (docs/ice_s_ablation.md has the tables, two seeds and the paper's SGD):
+s = 1 is clearly the worst (Recall@1 60-63 %, raw pixels 32.7 %), every s in 16-80
+reaches 83-85 % with differences inside seed noise (no drop at s = 80), and ICE beats
+MultiSimilarity with its default hyperparameters (76.6-78.1 %) under the same budget.
 """
 
 import argparse
