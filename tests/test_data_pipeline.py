@@ -70,6 +70,14 @@ def test_labeled_images_and_tf_dataset_sources():
         assert label in split.labels[:200][match]
 
 
+def test_dataset_of_variable_size_images_needs_encoding():
+    ds = tf.data.Dataset.from_generator(
+        lambda: ((np.zeros((h, 5, 3), np.uint8), i % 2) for i, h in enumerate([4, 6, 4, 6])),
+        output_signature=(tf.TensorSpec([None, 5, 3], tf.uint8), tf.TensorSpec([], tf.int64)))
+    with pytest.raises(ValueError, match="SkipDecoding"):
+        class_balanced_batches(ds, 2, 2)
+
+
 def test_encoded_string_dataset_is_decoded_lazily():
     paths, labels = _cub_files(3, 4)
     encoded = [open(p, "rb").read() for p in paths]

@@ -39,8 +39,9 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
         source: In-memory `(x, y)` arrays; `(paths, labels)` with image file
             paths; a `keras_dml.datasets.LabeledImages` (arrays, or paths
             decoded lazily); or a `tf.data.Dataset` of `(x, y)` such as a tfds
-            split (read once: fixed-shape `x` is held in memory, string `x`
-            is held encoded and decoded per batch).
+            split (`as_supervised=True`), read once: fixed-shape `x` is held
+            in memory, string `x` (tfds `decoders={"image":
+            tfds.decode.SkipDecoding()}`) is held encoded and decoded per batch.
         classes_per_batch: C.
         samples_per_class: k.
         small_classes: `"replace"` (draw with replacement) or `"drop"` for

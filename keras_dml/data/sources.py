@@ -143,5 +143,12 @@ def _dataset_source(dataset, preprocessing, training):
         ys.append(y)
     if not xs:
         raise ValueError("The tf.data.Dataset source is empty.")
+    shapes = {x.shape for x in xs}
+    if len(shapes) > 1:
+        raise ValueError(
+            f"The tf.data.Dataset source yields images of {len(shapes)} different shapes "
+            f"(e.g. {sorted(shapes)[:2]}); pass encoded images instead (tfds: "
+            "decoders={'image': tfds.decode.SkipDecoding()}) or resize them first."
+        )
     return _array_source(np.stack(xs), np.asarray(ys).reshape(-1), preprocessing,
                          training)
