@@ -51,9 +51,10 @@ def instance_cross_entropy_terms(similarity, positive, negative, scale):
     value = tf.reduce_sum(tf.where(active, tf.math.softplus(margin), tf.zeros_like(margin)), 1)
     # [weighting] eq. 13: (1 - p^) / sum (1 - p^) = softmax of log(1 - p^) = log sigmoid.
     positive_weights = ops.masked_softmax(tf.math.log_sigmoid(margin), active)
-    # eq. 14, factorised: sum_i p^(j|a,i) / sum_i (1 - p^(i|a)) = q_aj.
-    negative_weights = ops.masked_softmax(logits, negative)
-    negative_weights *= tf.cast(has_positive, tf.float32)
+    # eq. 14, factorised: sum_i p^(j|a,i) / sum_i (1 - p^(i|a)) = q_aj, the softmax of
+    # the negatives (reusing their log-sum-exp); zero for anchors without a positive.
+    keep = tf.logical_and(negative, has_positive)
+    negative_weights = tf.exp(tf.where(keep, logits - negative_lse, tf.float32.min))
     return value, 0.5 * (negative_weights - positive_weights)
 
 
