@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from keras_dml.losses.proxies import ProxyLoss
+from keras_dml.losses.proxies import ProxyLoss, own_entries
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -48,12 +48,14 @@ class NormalizedSoftmax(ProxyLoss):
                          name=name, dtype=dtype)
         self.temperature = float(temperature)
 
-    def compute_terms(self, matrix, positive, negative):
+    def compute_label_terms(self, matrix, labels):
         logits = matrix / self.temperature
-        positive_f = tf.cast(positive, tf.float32)
-        value = tf.reduce_logsumexp(logits, axis=1) - tf.reduce_sum(logits * positive_f, axis=1)
-        weights = (tf.nn.softmax(logits) - positive_f) / self.temperature
-        return value, weights
+        own = own_entries(labels)
+        value = tf.reduce_logsumexp(logits, axis=1) - tf.gather_nd(logits, own)
+        weights = tf.tensor_scatter_nd_sub(
+            tf.nn.softmax(logits), own, tf.ones_like(labels, tf.float32)
+        )
+        return value, weights / self.temperature
 
     def get_config(self):
         config = super().get_config()

@@ -76,33 +76,16 @@ def cosine_similarity(embeddings, keys):
     return similarity(ops.to_float32(embeddings), ops.to_float32(keys))
 
 
-def masked_lse_and_softmax(x, mask, axis, include_zero=False):
-    """`ops.masked_logsumexp` and `ops.masked_softmax` of `x` from one pass over it.
-
-    Proxy losses need both on an (N, C) matrix with C up to the tens of
-    thousands; computing them together halves the elementwise work. Empty slices
-    give 0 and a zero softmax, as in `keras_dml.ops`.
-    """
-    x = ops.to_float32(x)
-    peak = tf.reduce_max(tf.where(mask, x, tf.float32.min), axis=axis, keepdims=True)
-    has_any = peak > tf.float32.min
-    shift = tf.stop_gradient(tf.where(has_any, peak, 0.0))
-    if include_zero:
-        shift = tf.maximum(shift, 0.0)
-    exps = tf.where(mask, tf.exp(x - shift), 0.0)
-    total = tf.reduce_sum(exps, axis=axis, keepdims=True)
-    if include_zero:
-        total += tf.exp(-shift)
-    safe = tf.where(total > 0, total, 1.0)
-    lse = tf.where(has_any | include_zero, tf.math.log(safe) + shift, 0.0)
-    return tf.squeeze(lse, axis), exps / safe
+def own_entries(labels):
+    """Indices (N, 2) of each sample's own-class entry (i, labels[i]) of an (N, C) matrix."""
+    return tf.stack([tf.range(tf.shape(labels)[0]), labels], axis=1)
 
 
 def grouped_softplus_lse(x, groups, num_groups):
     """log(1 + sum_{i in g} exp(x_i)) for each group g, and each x_i's share of it.
 
-    The per-group form of `masked_lse_and_softmax(..., include_zero=True)` for a
-    one-hot mask (each x_i in exactly one group): O(N) work instead of O(N C).
+    The per-group form of `ops.masked_logsumexp(..., include_zero=True)` and its
+    softmax for a one-hot mask (each x_i in exactly one group): O(N) work instead of O(N C).
     Empty groups give 0.
 
     Returns:
@@ -118,10 +101,12 @@ def grouped_softplus_lse(x, groups, num_groups):
 class ProxyLoss(PairLoss):
     """Base class of losses on a samples x proxies similarity matrix.
 
-    A subclass writes `compute_terms(matrix, positive, negative)` as for any
-    `PairLoss`, where `matrix` is (N, C K) and `positive[i, c K + k]` is True exactly
-    when sample i has label c; it may add a proxy-only term (a regulariser) by
-    overriding `proxy_penalty(proxies)`.
+    A subclass writes `compute_label_terms(matrix, labels) -> (value, weights)`,
+    where `matrix` is (N, C K) and proxy k of class c is column c K + k; the
+    engine's mask form `compute_terms(matrix, positive, negative)` (used by
+    `pair_weights` / `autodiff_weights`, with `positive[i, c K + k]` True exactly
+    when sample i has label c) reads the labels back from the mask and calls it. It
+    may add a proxy-only term (a regulariser) by overriding `proxy_penalty(proxies)`.
 
     Args:
         num_classes: number of training classes C; labels must lie in [0, C).
@@ -166,14 +151,22 @@ class ProxyLoss(PairLoss):
         """The proxies variable (C K, d), or None before the first call."""
         return self.trainable_layer.proxies
 
-    def compute_label_terms(self, matrix, labels):
-        """(value, weights) from the matrix and the class labels (the training path).
+    def compute_terms(self, matrix, positive, negative):
+        """The engine's mask form (used by `pair_weights`); see `compute_label_terms`.
 
-        Defaults to `compute_terms` on the label masks; a subclass may override it
-        with a label-indexed form that never builds the (N, C K) masks.
+        The positive mask of a proxy loss is the one-hot of the labels (over each
+        class's K proxies), so the labels are read back from it.
         """
-        positive, negative = self.pair_masks(matrix, labels)
-        return self.compute_terms(matrix, positive, negative)
+        first = tf.argmax(tf.cast(positive, tf.int32), axis=1, output_type=tf.int32)
+        return self.compute_label_terms(matrix, first // self.proxies_per_class)
+
+    def compute_label_terms(self, matrix, labels):
+        """Return (value, weights = d value / d matrix) from the matrix and class labels.
+
+        The part a subclass writes. Labels index the own-class entries directly
+        (gather / sparse updates), so no (N, C K) mask is built in training.
+        """
+        raise NotImplementedError
 
     def proxy_penalty(self, proxies):
         """A term depending on the proxies only, added to every sample's value."""

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from keras_dml.losses.proxies import ProxyLoss, grouped_softplus_lse
+from keras_dml.losses.proxies import ProxyLoss, grouped_softplus_lse, own_entries
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -63,15 +63,10 @@ class ProxyAnchor(ProxyLoss):
                          name=name, dtype=dtype)
         self.alpha, self.delta = float(alpha), float(delta)
 
-    def compute_terms(self, matrix, positive, negative):
-        # One proxy per class: the positive mask is the one-hot of the labels.
-        labels = tf.argmax(tf.cast(positive, tf.int32), axis=1, output_type=tf.int32)
-        return self.compute_label_terms(matrix, labels)
-
     def compute_label_terms(self, matrix, labels):
         num_proxies = tf.shape(matrix)[1]
         proxies_f = tf.cast(num_proxies, tf.float32)
-        own_index = tf.stack([tf.range(tf.shape(labels)[0]), labels], axis=1)
+        own_index = own_entries(labels)
         # [positives] one own proxy per sample: an O(N) problem grouped by proxy
         own = tf.gather_nd(matrix, own_index)
         pull_terms, pull_share = grouped_softplus_lse(

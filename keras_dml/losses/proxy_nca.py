@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from keras_dml.losses.proxies import ProxyLoss, masked_lse_and_softmax
+from keras_dml.losses.proxies import ProxyLoss, own_entries
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -52,13 +52,20 @@ class ProxyNCA(ProxyLoss):
                          name=name, dtype=dtype)
         self.scale = float(scale)
 
-    def compute_terms(self, matrix, positive, negative):
+    def compute_label_terms(self, matrix, labels):
         logits = 2.0 * self.scale * matrix
-        positive_f = tf.cast(positive, tf.float32)
-        push_terms, push_weights = masked_lse_and_softmax(logits, negative, 1)
-        value = push_terms - tf.reduce_sum(logits * positive_f, axis=1)
-        weights = 2.0 * self.scale * (push_weights - positive_f)
-        return value, weights
+        own_index = own_entries(labels)
+        own = tf.gather_nd(logits, own_index)
+        if self.num_classes == 1:  # no negative proxy: L_i = -2 s S(f_i, p^+)
+            return -own, tf.tensor_scatter_nd_update(
+                tf.zeros_like(matrix), own_index, tf.fill(tf.shape(own), -2.0 * self.scale))
+        # [negatives] the softmax over all proxies but the sample's own
+        others = tf.tensor_scatter_nd_update(logits, own_index,
+                                             tf.fill(tf.shape(own), tf.float32.min))
+        value = tf.reduce_logsumexp(others, axis=1) - own
+        weights = tf.tensor_scatter_nd_update(tf.nn.softmax(others), own_index,
+                                              -tf.ones_like(own))
+        return value, 2.0 * self.scale * weights
 
     def get_config(self):
         config = super().get_config()

@@ -70,11 +70,6 @@ class SoftTriple(ProxyLoss):
         self.la, self.gamma, self.tau = float(la), float(gamma), float(tau)
         self.margin = float(margin)
 
-    def compute_terms(self, matrix, positive, negative):
-        # Centre c K + k belongs to class c: the positive mask holds the labels.
-        first = tf.argmax(tf.cast(positive, tf.int32), axis=1, output_type=tf.int32)
-        return self.compute_label_terms(matrix, first // self.proxies_per_class)
-
     def compute_label_terms(self, matrix, labels):
         classes, k = self.num_classes, self.proxies_per_class
         scaled = tf.reshape(matrix, [-1, classes, k]) / self.gamma
