@@ -39,6 +39,16 @@ def l2_normalize(x, axis=-1, epsilon=1e-12):
     return tf.math.l2_normalize(x, axis=axis, epsilon=epsilon)
 
 
+@tf.custom_gradient
+def self_products(x):
+    """x x^T, whose backward is one matmul, (G + G^T) x, instead of two."""
+
+    def grad(upstream):
+        return tf.matmul(upstream + tf.transpose(upstream), x)
+
+    return tf.matmul(x, x, transpose_b=True), grad
+
+
 def pairwise(query, key=None, metric="cosine"):
     """Pairwise similarity or distance between every query and every key.
 
@@ -54,11 +64,13 @@ def pairwise(query, key=None, metric="cosine"):
         coincide.
     """
     check_metric(metric)
-    query = to_float32(query)
-    key = query if key is None else to_float32(key)
-    if metric == "cosine":
-        query, key = l2_normalize(query), l2_normalize(key)
-    products = tf.matmul(query, key, transpose_b=True)
+    normalize = l2_normalize if metric == "cosine" else tf.identity
+    query = normalize(to_float32(query))
+    if key is None:
+        key, products = query, self_products(query)
+    else:
+        key = normalize(to_float32(key))
+        products = tf.matmul(query, key, transpose_b=True)
     if metric in SIMILARITIES:
         return products
     squared = (
