@@ -126,6 +126,7 @@ def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None)
                           tf.TensorSpec([batch_size], tf.int64)),
     )
 
+    @tf.autograph.experimental.do_not_convert
     def build(batch_id, indices):
         aug_seed = None if seed is None else tf.stack(
             [tf.constant(stream_seed, tf.int64), batch_id])
@@ -139,10 +140,16 @@ def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None)
     if data.from_files:
         initial = (tf.constant(-1, tf.int64), tf.constant(0, tf.int64))
         ds = ds.ignore_errors().scan(initial, _count_skipped_batches)
-    ds = ds.map(lambda batch_id, x, y: (x, y))
+    ds = ds.map(_drop_batch_id)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
+@tf.autograph.experimental.do_not_convert
+def _drop_batch_id(batch_id, x, y):
+    return x, y
+
+
+@tf.autograph.experimental.do_not_convert
 def _count_skipped_batches(state, element):
     """Scan step: warns about gaps in the batch ids left by `ignore_errors`.
 

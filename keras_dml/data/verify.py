@@ -29,10 +29,11 @@ def verify_images(split, channels=3):
     n = len(split.paths)
     ds = tf.data.Dataset.from_tensor_slices(
         (tf.range(n, dtype=tf.int64), tf.constant([str(p) for p in split.paths])))
-    ds = ds.map(
-        lambda i, path: (i, tf.shape(decode_image(tf.io.read_file(path), channels))),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    ).ignore_errors()
+    @tf.autograph.experimental.do_not_convert
+    def decode_shape(i, path):
+        return i, tf.shape(decode_image(tf.io.read_file(path), channels))
+
+    ds = ds.map(decode_shape, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors()
     good = np.zeros(n, bool)
     for i, _ in ds.as_numpy_iterator():
         good[i] = True
