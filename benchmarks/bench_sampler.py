@@ -8,7 +8,8 @@ papers: 90 classes x 2 (ICE on SOP) and 32 x 4.
 Each step draws one epoch's worth of index batches (59,551 // (C*k)):
 - keras_dml `ClassBalancedSampler.next_batch` (the NumPy sampler),
 - keras_dml `class_balanced_batches` over in-memory (index, label) arrays
-  (the sampler plus the tf.data machinery, no images),
+  (the sampler plus the tf.data machinery, no images; a fresh iterator per
+  repetition, start-up included),
 - pytorch-metric-learning `MPerClassSampler(labels, m=k, batch_size=C*k,
   length_before_new_iter=59,551)`, one `iter()`.
 Repetitions are interleaved and medians reported (the CPU is shared).
@@ -61,7 +62,6 @@ def steps_for(labels, classes, k):
         ours = ClassBalancedSampler(labels, classes, k, seed=0)
         dataset = class_balanced_batches((np.arange(len(labels)), labels), classes, k,
                                          seed=0)
-    iterator = iter(dataset)
     peer = MPerClassSampler(labels, m=k, batch_size=batch, length_before_new_iter=len(labels))
 
     def keras_dml_numpy():
@@ -69,6 +69,9 @@ def steps_for(labels, classes, k):
             ours.next_batch()
 
     def keras_dml_tf_data():
+        # A fresh iterator each time: includes start-up, and no prefetch buffer
+        # filled while the other samplers were being timed.
+        iterator = iter(dataset)
         for _ in range(num_batches):
             next(iterator)
 

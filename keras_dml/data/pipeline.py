@@ -98,7 +98,8 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
                                 seed=seed, map_fn=map_fn)
 
 
-def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None):
+def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
+                         chunk=32):
     """Infinite `(x, y)` batches from an index sampler over a `Source`.
 
     Args:
@@ -108,6 +109,9 @@ def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None)
         batch_size: Static batch size.
         seed: Augmentation seed (stateless, per batch id). Defaults to `None`.
         map_fn: Optional per-batch `map_fn(x, y) -> (x, y)`.
+        chunk: Index batches handed over from Python at a time (amortises
+            the generator's per-call cost). Use 1 when the sampler is steered
+            while training (hard negative class mining). Defaults to 32.
 
     Returns:
         A `tf.data.Dataset`. File sources skip batches that fail to decode and
@@ -117,14 +121,18 @@ def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None)
     stream_seed = int(np.random.SeedSequence(seed).generate_state(1)[0])
 
     def generate():
-        for batch_id, indices in enumerate(make_sampler()):
-            yield batch_id, indices
+        sampler = iter(make_sampler())
+        first = 0
+        while True:
+            block = np.stack([next(sampler) for _ in range(chunk)])
+            yield np.arange(first, first + chunk, dtype=np.int64), block
+            first += chunk
 
     ds = tf.data.Dataset.from_generator(
         generate,
-        output_signature=(tf.TensorSpec([], tf.int64),
-                          tf.TensorSpec([batch_size], tf.int64)),
-    )
+        output_signature=(tf.TensorSpec([chunk], tf.int64),
+                          tf.TensorSpec([chunk, batch_size], tf.int64)),
+    ).unbatch()
 
     @tf.autograph.experimental.do_not_convert
     def build(batch_id, indices):
