@@ -31,7 +31,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import limit_threads, print_table  # noqa: E402
 
-import numpy as np  # noqa: E402
 
 CUB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
                    "datasets", "cub200_subset")

@@ -59,7 +59,6 @@ def test_lazy_top_level_access():
 import glob  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
-import warnings  # noqa: E402
 
 from keras_dml.datasets.layout import DatasetNotFoundError  # noqa: E402
 

@@ -1,7 +1,6 @@
 """Containers for a labelled image split and a class-disjoint train/test pair."""
 
 import dataclasses
-import os
 import warnings
 
 import numpy as np
@@ -259,12 +258,3 @@ def _file_problem(path):
 
 def _py(value):
     return value.item() if hasattr(value, "item") else value
-
-
-def require_file(path, dataset, how_to_get):
-    """Raises a `FileNotFoundError` that says where to put the data and how to get it."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"{dataset}: expected {path!r} but it does not exist. {how_to_get}"
-        )
-    return path
