@@ -80,13 +80,15 @@ def _with_threads(torch, threads, step):
     return run
 
 
-def run(sizes, dim, repeats):
+def run(sizes, dim, repeats, names=None):
     threads = harness.limit_threads()
     rows = []
     for n in sizes:
         x, y = harness.batch(n, dim, samples_per_class=4, seed=n)
         peers, torch = _peers(n)
         for name, make in _ours().items():
+            if names and name not in names:
+                continue
             peer_loss, peer_miner = peers[name]
             checked = _check_values(name, make(), peer_loss, x, y, torch)
             pml = harness.torch_step(peer_loss, x, y, miner=peer_miner)
@@ -124,9 +126,10 @@ def main():
     parser.add_argument("--sizes", type=int, nargs="+", default=[180, 1024])
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--losses", nargs="+", choices=list(_ours()), default=None)
     args = parser.parse_args()
     print(f"keras_dml {getattr(keras_dml, '__version__', '?')}")
-    run(args.sizes, args.dim, args.repeats)
+    run(args.sizes, args.dim, args.repeats, args.losses)
 
 
 if __name__ == "__main__":

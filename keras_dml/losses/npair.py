@@ -37,7 +37,8 @@ def npair_terms(similarity, positive, negative):
     per_pair = tf.where(active, tf.math.softplus(margin), zeros)
     value = tf.math.divide_no_nan(tf.reduce_sum(per_pair, axis=1, keepdims=True), count)
     pull = tf.math.divide_no_nan(tf.where(active, tf.sigmoid(margin), zeros), count)
-    push = tf.reduce_sum(pull, axis=1, keepdims=True) * ops.masked_softmax(similarity, negative)
+    softmax = tf.where(negative, tf.exp(similarity - negative_lse), zeros)  # <= 1
+    push = tf.reduce_sum(pull, axis=1, keepdims=True) * softmax
     return tf.squeeze(value, axis=1), push - pull
 
 
