@@ -133,8 +133,8 @@ class Margin(PairLoss):
         learn_beta: train beta. Defaults to True.
         num_classes: None for one global beta, else one beta per class (labels in
             [0, num_classes)). Defaults to None.
-        nu: weight of the beta penalty. Defaults to 0.0 (Wu et al. report no gain
-            from it in the paper's final setting).
+        nu: weight of Wu et al.'s optional beta penalty. Defaults to 0.0 (off, as in
+            pytorch-metric-learning).
         average: "pairs" divides by |P| (eq. 3); "active" divides by the number of
             pairs with a non-zero loss (Wu et al.'s code and pytorch-metric-learning).
             Defaults to "pairs".

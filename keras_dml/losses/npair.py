@@ -73,8 +73,9 @@ class NPair(PairLoss):
 
     Args:
         l2_penalty: lambda of the penalty lambda ||f_a||^2 averaged over the batch.
-            Defaults to 0.002 (the reg_lambda of TensorFlow's reference
-            `npairs_loss`).
+            Defaults to 0.002 (the reg_lambda default of TensorFlow's reference
+            `npairs_loss`, whose penalty 0.25 lambda (mean ||f_anchor||^2 +
+            mean ||f_positive||^2) is half of this one for the same lambda).
         metric: "dot" (Sohn: unnormalised inner products, which is why the penalty
             exists) or "cosine". Defaults to "dot".
         miner: optional `keras_dml.mining.Miner`. Defaults to None.
