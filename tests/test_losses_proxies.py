@@ -166,10 +166,14 @@ def test_degenerate_batches_are_finite(cls):
         assert all(np.all(np.isfinite(g)) for g in grads)
 
 
-def test_single_class_problem_is_finite():
-    loss = ProxyNCA(1)
-    x = np.random.default_rng(0).normal(size=(4, 8)).astype("float32")
-    assert np.isfinite(float(loss(np.zeros(4, "int32"), x)))
+def test_single_class_problem_matches_reference():
+    loss = ProxyNCA(1, scale=2.0)
+    labels, x = np.zeros(4, "int32"), np.random.default_rng(0).normal(size=(4, 8)).astype("f")
+    proxies = with_proxies(loss)
+    np.testing.assert_allclose(float(loss(labels, x)), ref.proxy_nca(x, labels, proxies, 2.0),
+                               rtol=1e-5)
+    autodiff, weights = weighting.autodiff_weights(loss, labels, x)
+    np.testing.assert_allclose(weights, autodiff, rtol=1e-5, atol=1e-6)
 
 
 def test_many_classes_matrix_is_n_by_c():

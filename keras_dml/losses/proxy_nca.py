@@ -56,8 +56,8 @@ class ProxyNCA(ProxyLoss):
         logits = 2.0 * self.scale * matrix
         own_index = own_entries(labels)
         own = tf.gather_nd(logits, own_index)
-        if self.num_classes == 1:  # no negative proxy: L_i = -2 s S(f_i, p^+)
-            return -own, tf.tensor_scatter_nd_update(
+        if self.num_classes == 1:  # no negative proxy: L_i = s D(f_i, p^+)
+            return 2.0 * self.scale - own, tf.tensor_scatter_nd_update(
                 tf.zeros_like(matrix), own_index, tf.fill(tf.shape(own), -2.0 * self.scale))
         # [negatives] the softmax over all proxies but the sample's own
         others = tf.tensor_scatter_nd_update(logits, own_index,
