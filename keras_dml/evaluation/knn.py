@@ -1,23 +1,26 @@
 """Exact k-nearest-neighbour search in chunks, in memory bounded by chunk x N.
 
-How it is fast on a CPU and exact:
+How it is fast on a CPU and still exact:
 
 * Scores are one matmul per chunk of queries on the default TensorFlow device
   (the GPU when there is one). Norms are computed once: cosine normalises the
   embeddings up front; the Euclidean score `-|q - r|^2` and the -inf of padding
   columns ride in one or two extra embedding columns, so the matmul yields final
   scores and no elementwise pass follows it.
-* Top-k in two stages: a row of N scores is cut into groups of b; the k groups
-  with the largest maxima are kept (top-k over N/b maxima), and the final top-k
-  runs on their k*b members. This is exact: a member of the true top-k lives in
-  a group whose maximum is at least its score, and only k-1 other groups can beat
-  that maximum. With b ~ sqrt(N/k) it sorts about 2 sqrt(N k) values instead of N.
-* Leave-one-out (references = queries) uses the symmetry of the score matrix:
-  panel i scores rows i against columns >= i only, and its transpose feeds the
-  later rows' candidate lists (merged chunk by chunk), halving the matmul.
+* Top-k in two stages: the references are cut into blocks of b consecutive
+  indices; the k blocks with the largest maxima are kept (a top-k over N/b
+  maxima) and the final top-k runs on their k*b members. This is exact: a member
+  of the true top-k lies in a block whose maximum is at least its score, and
+  fewer than k other blocks can beat that maximum (ties go to the lower block,
+  which holds the lower indices). Members below the k-th kept maximum cannot
+  make the top-k and are dropped before it. With b ~ sqrt(N/k) this sorts about
+  2 sqrt(N k) values per query instead of N.
+* The reference rows are stored permuted, so that block g is the strided column
+  set {g, g + N/b, g + 2N/b, ...} of the score matrix: the block maxima are then
+  an elementwise maximum of b contiguous slices (vectorised), not a reduction
+  over short rows.
 
-Ties: among bitwise-equal scores the reference with the lower index wins. The
-two-stage selection, the merges and `tf.math.top_k` all keep that order.
+Ties: among bitwise-equal scores the reference with the lower index wins.
 """
 
 import math
@@ -28,76 +31,54 @@ import tensorflow as tf
 from keras_dml.evaluation import _inputs
 
 _SCORE_BUDGET = 2**26  # float32 scores in one chunk: 256 MB
-_STATE_BUDGET = 2**27  # bytes of running candidate lists in the symmetric search
 _NEG = float(-np.finfo(np.float32).max)  # score of padding and of the query itself
 
 
 def _group_size(width, k):
-    """Group size b of the two-stage top-k; 1 means a plain top-k."""
-    b = int(math.sqrt(width / k)) if k > 0 else 1
+    """Block size b of the two-stage top-k; 1 means a plain top-k."""
+    b = int(math.sqrt(width / k))
     return b if b >= 2 and width // b >= k else 1
 
 
+def _block_order(total, group):
+    """Original reference index at each stored position: position j*G + g holds g*b + j."""
+    return np.arange(total).reshape(total // group, group).T.reshape(-1)
+
+
+def _stored_position(index, total, group):
+    """Inverse of `_block_order`."""
+    return (index % group) * (total // group) + index // group
+
+
 def _top_k(scores, k, group):
-    """Exact top-k of each row, ties to the lower column; pads rows narrower than k."""
+    """Exact top-k of each row of `scores` (columns in `_block_order`), ties to the lower index.
+
+    Returns values and original reference indices.
+    """
     if group == 1:
-        missing = tf.maximum(k - tf.shape(scores)[1], 0)
-        scores = tf.pad(scores, [[0, 0], [0, missing]], constant_values=_NEG)
         return tf.math.top_k(scores, k=k, sorted=True)
-    rows, width = tf.shape(scores)[0], tf.shape(scores)[1]
-    groups = tf.reshape(scores, [rows, width // group, group])
-    maxima, chosen = tf.math.top_k(tf.reduce_max(groups, axis=2), k=k, sorted=True)
-    chosen = tf.sort(chosen, axis=1)  # ascending, so ties keep column order
-    members = tf.reshape(tf.gather(groups, chosen, batch_dims=1), [rows, k * group])
-    # The k chosen maxima are k scores >= the k-th of them, so every top-k score is
-    # too: members below it can go, which spares the heap most insertions.
-    floor = maxima[:, k - 1 :]
-    members = tf.where(members >= floor, members, tf.constant(-np.inf, members.dtype))
-    values, position = tf.math.top_k(members, k=k, sorted=True)
-    group_of = tf.gather(chosen, position // group, batch_dims=1)
-    return values, group_of * group + position % group
-
-
-def _merge(values_a, indices_a, values_b, indices_b, k):
-    """Top-k of two candidate lists; on ties list a (lower indices) wins."""
-    values, position = tf.math.top_k(tf.concat([values_a, values_b], 1), k=k, sorted=True)
-    return values, tf.gather(tf.concat([indices_a, indices_b], 1), position, batch_dims=1)
-
-
-def _exclude_diagonal(scores):
-    rows = tf.range(tf.shape(scores)[0])
-    return tf.tensor_scatter_nd_update(
-        scores, tf.stack([rows, rows], 1), tf.fill(tf.shape(rows), tf.constant(_NEG))
-    )
+    rows, blocks = tf.shape(scores)[0], tf.shape(scores)[1] // group
+    block_max = tf.reduce_max(tf.reshape(scores, [rows, group, blocks]), axis=1)
+    maxima, chosen = tf.math.top_k(block_max, k=k, sorted=True)
+    chosen = tf.sort(chosen, axis=1)  # ascending blocks: members in index order
+    positions = tf.range(group)[tf.newaxis, tf.newaxis, :] * blocks + chosen[:, :, tf.newaxis]
+    members = tf.gather(scores, tf.reshape(positions, [rows, k * group]), batch_dims=1)
+    # The k kept maxima are k scores >= the k-th of them, so the top-k are too.
+    members = tf.where(members >= maxima[:, k - 1 :], members, tf.constant(-np.inf))
+    values, slot = tf.math.top_k(members, k=k, sorted=True)
+    return values, tf.gather(chosen, slot // group, batch_dims=1) * group + slot % group
 
 
 @tf.function(reduce_retracing=True)
-def _chunk(queries, references, offset, k, group, leave_one_out):
-    """Queries (t, d') against all references (n', d'): exact top-k."""
+def _chunk(queries, references, own_columns, k, group):
+    """Queries (t, d') against all stored references (n', d'): exact top-k."""
     scores = tf.matmul(queries, references, transpose_b=True)
-    if leave_one_out:  # the query's own column is `offset + row`
+    if own_columns is not None:  # leave-one-out: the query's own column scores lowest
         rows = tf.range(tf.shape(scores)[0])
         scores = tf.tensor_scatter_nd_update(
-            scores, tf.stack([rows, rows + offset], 1), tf.fill(tf.shape(rows), _NEG)
+            scores, tf.stack([rows, own_columns], 1), tf.fill(tf.shape(rows), _NEG)
         )
     return _top_k(scores, k, group)
-
-
-@tf.function(reduce_retracing=True)
-def _panel(queries, references, offset, state_values, state_indices, k, row_group, col_group):
-    """Symmetric step: rows of this panel vs columns >= offset, and the transpose."""
-    scores = _exclude_diagonal(tf.matmul(queries, references, transpose_b=True))
-    rows = tf.shape(queries)[0]
-    values, indices = _top_k(scores, k, row_group)
-    values, indices = _merge(
-        state_values[:rows], state_indices[:rows], values, indices + offset, k
-    )
-    later = tf.transpose(scores)[rows:]  # later rows' scores against this panel
-    later_values, later_indices = _top_k(later, k, col_group)
-    later_values, later_indices = _merge(
-        state_values[rows:], state_indices[rows:], later_values, later_indices + offset, k
-    )
-    return values, indices, later_values, later_indices
 
 
 def _augment(x, distance, padded_rows, query_side):
@@ -126,51 +107,26 @@ def _augment(x, distance, padded_rows, query_side):
     else:
         out[:n, :d] = x
         out[:, d] = 1.0 if query_side else bias
-    return tf.constant(out)
+    return out
 
 
-def _padding(n, group):
-    return (-n) % group
-
-
-def _search_rows(queries, references, k, distance, chunk_size, leave_one_out):
-    """Chunks of queries against all references (each row sees every column)."""
+def _search(queries, references, k, distance, chunk_size, leave_one_out):
+    """Yield (start, indices, scores) for chunks of queries against all references."""
     n = references.shape[0]
     group = _group_size(n, k)
-    pad = _padding(n, group)
-    ref = _augment(references, distance, pad, query_side=False)
-    qry = _augment(queries, distance, 0, query_side=True)
+    total = n + (-n) % group
+    stored = _augment(references, distance, total - n, query_side=False)
+    ref = tf.constant(stored[_block_order(total, group)])
+    qry = tf.constant(_augment(queries, distance, 0, query_side=True))
+    own = None
+    if leave_one_out:
+        own = tf.constant(_stored_position(np.arange(n), total, group).astype(np.int32))
     for start in range(0, queries.shape[0], chunk_size):
+        stop = start + chunk_size
         values, indices = _chunk(
-            qry[start : start + chunk_size], ref, tf.constant(start), k, group, leave_one_out
+            qry[start:stop], ref, None if own is None else own[start:stop], k, group
         )
         yield start, indices, values
-
-
-def _search_symmetric(x, k, distance, chunk_size, group):
-    """Leave-one-out over x using the symmetric score matrix (half the matmul)."""
-    n = x.shape[0]
-    pad = _padding(n, group)
-    chunk_size = max(group, chunk_size - chunk_size % group)
-    qry = _augment(x, distance, pad, query_side=True)
-    ref = _augment(x, distance, pad, query_side=False)
-    total = n + pad
-    state_values = tf.fill([total, k], tf.constant(-np.inf, tf.float32))
-    state_indices = tf.zeros([total, k], tf.int32)
-    for start in range(0, n, chunk_size):
-        rows = min(chunk_size, total - start)
-        values, indices, state_values, state_indices = _panel(
-            qry[start : start + rows],
-            ref[start:],
-            tf.constant(start),
-            state_values,
-            state_indices,
-            k,
-            group if (total - start) // group >= k else 1,
-            group if rows // group >= k else 1,
-        )
-        keep = min(rows, n - start)
-        yield start, indices[:keep], values[:keep]
 
 
 def iter_nearest_neighbors(queries, references=None, k=1, distance="cosine", chunk_size=None):
@@ -201,17 +157,7 @@ def iter_nearest_neighbors(queries, references=None, k=1, distance="cosine", chu
         chunk_size = max(1, _SCORE_BUDGET // n)
     chunk_size = _inputs.check_positive_int(chunk_size, "chunk_size")
 
-    group = _group_size(n, k)
-    symmetric = (
-        leave_one_out
-        and group > 1
-        and min(chunk_size, n) // group >= k  # the transposed panel is two-staged too
-        and 3 * n * k * 8 <= _STATE_BUDGET
-    )
-    if symmetric:
-        yield from _search_symmetric(queries, k, distance, chunk_size, group)
-    else:
-        yield from _search_rows(queries, references, k, distance, chunk_size, leave_one_out)
+    yield from _search(queries, references, k, distance, chunk_size, leave_one_out)
 
 
 def nearest_neighbors(queries, references=None, k=1, distance="cosine", chunk_size=None):
