@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from keras_dml.evaluation import _inputs
 
-_SCORE_BUDGET = 2**26  # float32 scores in one chunk: 256 MB
+_SCORE_BUDGET = 2**25  # float32 scores in one chunk: 128 MB
 _NEG = float(-np.finfo(np.float32).max)  # score of padding and of the query itself
 
 
@@ -176,7 +176,7 @@ def nearest_neighbors(queries, references=None, k=1, distance="cosine", chunk_si
         k: number of neighbours per query. Defaults to 1.
         distance: "cosine", "dot" (inner product) or "euclidean". Defaults to
             "cosine".
-        chunk_size: queries per chunk. Defaults to None: 2**26 / N (a 256 MB
+        chunk_size: queries per chunk. Defaults to None: 2**25 / N (a 128 MB
             score buffer).
 
     Returns:
