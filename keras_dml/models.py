@@ -133,7 +133,8 @@ class DMLModel(keras.Model):
             raise ValueError("DMLModel needs a loss: call compile(optimizer, loss=...) first.")
         if y is None:
             raise ValueError("DMLModel needs labels: the dataset must yield (images, labels).")
-        labels = validation.check_class_labels(y) if _is_class_labels(y) else y
+        continuous = getattr(self.dml_loss, "continuous_labels", False)
+        labels = y if continuous else validation.check_class_labels(y)
         embeddings, labels, sample_weight = gather_across_replicas(
             embeddings, labels, sample_weight
         )
@@ -193,12 +194,6 @@ class DMLModel(keras.Model):
     def _record(self, x, y, embeddings, sample_weight, loss):
         self._loss_tracker.update_state(loss, sample_weight=tf.shape(embeddings)[0])
         return self.compute_metrics(x, y, embeddings, sample_weight=sample_weight)
-
-
-def _is_class_labels(y):
-    """Integer-like labels of rank <= 2 with one column (not continuous targets)."""
-    y = tf.convert_to_tensor(y)
-    return y.shape.rank == 1 or (y.shape.rank == 2 and y.shape[1] == 1)
 
 
 def _reduce(values, sample_weight, reduction):

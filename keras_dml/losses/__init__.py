@@ -1,23 +1,21 @@
 """Deep metric learning losses, each a `keras.losses.Loss` on the pair-weighting engine."""
 
+from keras_dml.losses.balanced_contrastive import BalancedContrastive
 from keras_dml.losses.base import PairLoss, PairTerms
+from keras_dml.losses.binomial import BinLifted, BinomialDeviance
 from keras_dml.losses.contrastive import Contrastive
+from keras_dml.losses.histogram import Histogram
 from keras_dml.losses.ice import InstanceCrossEntropy
-from keras_dml.losses.multi_similarity import MultiSimilarity
+from keras_dml.losses.lifted import GeneralizedLiftedStructure, LiftedStructure
 from keras_dml.losses.log_ratio import LogRatio
+from keras_dml.losses.margin import Margin
+from keras_dml.losses.multi_similarity import MultiSimilarity, RelativeAbsoluteWeighting
+from keras_dml.losses.nca import NCA
 from keras_dml.losses.normalized_softmax import NormalizedSoftmax
+from keras_dml.losses.npair import NPair
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.proxy_anchor import ProxyAnchor
 from keras_dml.losses.proxy_nca import ProxyNCA
+from keras_dml.losses.registry import get
 from keras_dml.losses.soft_triple import SoftTriple
-from keras_dml.losses.binomial import BinLifted
-from keras_dml.losses.binomial import BinomialDeviance
-from keras_dml.losses.lifted import GeneralizedLiftedStructure
-from keras_dml.losses.lifted import LiftedStructure
-from keras_dml.losses.multi_similarity import RelativeAbsoluteWeighting
 from keras_dml.losses.triplet import Triplet
-from keras_dml.losses.npair import NPair
-from keras_dml.losses.nca import NCA
-from keras_dml.losses.histogram import Histogram
-from keras_dml.losses.margin import Margin
-from keras_dml.losses.balanced_contrastive import BalancedContrastive

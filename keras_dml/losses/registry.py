@@ -16,5 +16,11 @@ def get(identifier):
                 f"Unknown loss {identifier!r}: no class is registered under that name. "
                 "Import keras_dml.losses first, and check the spelling."
             )
-        return cls()
+        try:
+            return cls()
+        except TypeError as error:
+            raise ValueError(
+                f"{identifier!r} needs constructor arguments ({error}); pass an instance, "
+                f"e.g. {identifier.split('>')[-1]}(num_classes=...), or a serialized config."
+            ) from None
     return keras.losses.get(identifier)
