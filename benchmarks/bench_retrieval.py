@@ -80,7 +80,7 @@ def faiss_knn(x, k):
 
 def part_knn(repeats):
     n, d, k = 20000, 512, 101
-    x, _ = clustered(n, d, 5000)
+    x, _ = clustered(n, d, 5000, spread=2.5)
     steps = {
         "keras_dml nearest_neighbors (leave-one-out, k=100)": lambda: nearest_neighbors(x, k=k - 1),
         "keras_dml nearest_neighbors (queries vs references, k=101)": (
@@ -106,7 +106,7 @@ def part_metrics(repeats):
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
     n, d = 20000, 512
-    x, labels = clustered(n, d, 5000, seed=1, spread=1.2)
+    x, labels = clustered(n, d, 5000, seed=1, spread=2.5)
     calculator = AccuracyCalculator(
         include=("precision_at_1", "r_precision", "mean_average_precision_at_r"),
         k="max_bin_count",
@@ -142,7 +142,7 @@ def _memory_kb(field):
 def part_sop():
     """Runs in its own process so that the peak-memory high-water mark is its own."""
     n, d, classes = 60502, 512, 11316
-    x, labels = clustered(n, d, classes, seed=2, spread=1.5)
+    x, labels = clustered(n, d, classes, seed=2, spread=2.5)
     retrieval_metrics(x[:2000], labels[:2000], ks=(1, 10, 100, 1000))  # load kernels
     baseline = _memory_kb("VmRSS")
     start = time.perf_counter()
