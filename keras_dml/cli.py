@@ -18,7 +18,8 @@ def add_train_arguments(parser):
     data.add_argument("--data-dir", default=None,
                       help="local folder in the dataset's official layout")
     data.add_argument("--image-size", type=int, default=None,
-                      help="crop size for image-file datasets (default 224; arrays keep theirs)")
+                      help="image side: crop size for image-file datasets (default 224); "
+                      "in-memory datasets (digits, omniglot) are resized to it (default: as stored)")
     data.add_argument("--classes-per-batch", type=int, default=5, help="C (default 5)")
     data.add_argument("--samples-per-class", type=int, default=16, help="k (default 16)")
     model = parser.add_argument_group("model")

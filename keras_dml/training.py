@@ -67,22 +67,43 @@ def make_loss(name, **kwargs):
 def _input_spec(split, image_size):
     """(input shape, Preprocessing or None) for a split held in memory or in files."""
     if split.images is not None:
-        images = np.asarray(split.images)
-        shape = images.shape[1:] if images.ndim == 4 else images.shape[1:] + (1,)
+        shape = np.asarray(split.images).shape[1:]
+        if len(shape) == 2:
+            shape += (1,)
+        if image_size:
+            shape = (image_size, image_size, shape[-1])
         return shape, None
     preprocessing = data.Preprocessing(image_size=image_size or 224)
     return (preprocessing.image_size, preprocessing.image_size, preprocessing.channels), \
         preprocessing
 
 
-def eval_batches(split, preprocessing=None, batch_size=256):
+def array_transform(split, input_shape):
+    """Batch transform for in-memory images: float32 in [0, 1], resized to `input_shape`.
+
+    uint8 images (Omniglot) are scaled by 1/255; float images are kept as they are.
+    The same function serves training batches and evaluation, so both see one scale.
+    """
+    scale = 1.0 / 255.0 if np.asarray(split.images).dtype == np.uint8 else 1.0
+    size = tuple(input_shape[:2])
+
+    def transform(x, y):
+        x = tf.cast(x, tf.float32) * scale
+        if x.shape.rank == 3:
+            x = x[..., tf.newaxis]
+        if tuple(x.shape[1:3]) != size:
+            x = tf.image.resize(x, size, antialias=True)
+        return x, y
+
+    return transform
+
+
+def eval_batches(split, preprocessing=None, batch_size=256, transform=None):
     """The split in order, (x, y) batches with evaluation preprocessing."""
     labels = np.asarray(split.labels, np.int32)
     if split.images is not None:
-        images = np.asarray(split.images, np.float32)
-        if images.ndim == 3:
-            images = images[..., np.newaxis]
-        return tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch_size)
+        batches = tf.data.Dataset.from_tensor_slices((split.images, labels)).batch(batch_size)
+        return batches.map(transform) if transform else batches
 
     def load(path, label):
         image = data.decode_image(tf.io.read_file(path), channels=preprocessing.channels)
@@ -100,9 +121,10 @@ def build_model(config, input_shape):
     return DMLModel(backbone.input, embeddings, name=f"{config.backbone}_embedder")
 
 
-def evaluate(model, split, preprocessing):
+def evaluate(model, split, preprocessing, transform=None):
     """(retrieval metrics, embeddings) of the split, leave-one-out."""
-    embeddings, labels = evaluation.embed_dataset(model, eval_batches(split, preprocessing))
+    batches = eval_batches(split, preprocessing, transform=transform)
+    embeddings, labels = evaluation.embed_dataset(model, batches)
     return evaluation.retrieval_metrics(embeddings, labels, ks=KS), embeddings
 
 
@@ -144,18 +166,20 @@ def run(config, report=None):
     run_dir = os.path.join(config.runs_dir, run_name)
     os.makedirs(run_dir, exist_ok=True)
 
-    before, _ = evaluate(model, splits.test, preprocessing)
+    transform = None if preprocessing else array_transform(splits.train, input_shape)
+    before, _ = evaluate(model, splits.test, preprocessing, transform)
     if report:
         report("before training", before, KS)
     batches = data.class_balanced_batches(
         splits.train, config.classes_per_batch, config.samples_per_class, seed=config.seed,
-        preprocessing=preprocessing,
+        preprocessing=preprocessing, map_fn=transform,
     )
-    recall = RecallAtK(eval_batches(splits.test, preprocessing), ks=KS, verbose=0)
+    recall = RecallAtK(eval_batches(splits.test, preprocessing, transform=transform), ks=KS,
+                       verbose=0)
     callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
     history = model.fit(batches, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
                         callbacks=callbacks, verbose=2)
-    after, embeddings = evaluate(model, splits.test, preprocessing)
+    after, embeddings = evaluate(model, splits.test, preprocessing, transform)
     if report:
         report("after training", after, KS)
 
@@ -182,7 +206,9 @@ def run(config, report=None):
             input_format="images" if preprocessing is None else "image_bytes",
             preprocessing=preprocessing,
             run_info={"dataset": config.dataset, "loss": config.loss,
-                      "recall_after": after},
+                      "recall_after": after,
+                      "input": "float32 images in [0, 1] of shape " + str(tuple(input_shape))
+                      if preprocessing is None else "encoded images"},
         )
     summary["seconds"] = round(time.time() - started, 1)
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
