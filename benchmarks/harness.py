@@ -51,21 +51,27 @@ def tf_matmul_floor(embeddings, keys=None, jit_compile=False):
     return lambda: [t.numpy() for t in step()]
 
 
-def torch_step(loss, embeddings, labels, miner=None):
-    """Forward + backward of a pytorch-metric-learning loss (optionally with a miner)."""
+def torch_step(loss, embeddings, labels, miner=None, threads=None):
+    """Forward + backward of a pytorch-metric-learning loss (optionally with a miner).
+
+    With `threads`, torch runs with that many intra-op threads during the step.
+    """
     import torch
 
     x = torch.tensor(embeddings, requires_grad=True)
     y = torch.tensor(labels, dtype=torch.long)
 
     def step():
-        x.grad = None
-        if miner is None:
-            value = loss(x, y)
-        else:
-            value = loss(x, y, miner(x, y))
-        value.backward()
-        return float(value)
+        previous = torch.get_num_threads()
+        if threads:
+            torch.set_num_threads(threads)
+        try:
+            x.grad = None
+            value = loss(x, y) if miner is None else loss(x, y, miner(x, y))
+            value.backward()
+            return value.item()
+        finally:
+            torch.set_num_threads(previous)
 
     return step
 
