@@ -121,11 +121,27 @@ def build_model(config, input_shape):
     return DMLModel(backbone.input, embeddings, name=f"{config.backbone}_embedder")
 
 
-def evaluate(model, split, preprocessing, transform=None):
-    """(retrieval metrics, embeddings) of the split, leave-one-out."""
-    batches = eval_batches(split, preprocessing, transform=transform)
-    embeddings, labels = evaluation.embed_dataset(model, batches)
-    return evaluation.retrieval_metrics(embeddings, labels, ks=KS), embeddings
+def evaluation_splits(splits):
+    """(queries, references or None): In-Shop's query vs gallery, else leave-one-out on test."""
+    if splits.query is not None and splits.gallery is not None:
+        return splits.query, splits.gallery
+    return splits.test, None
+
+
+def evaluate(model, splits, preprocessing, transform=None):
+    """(retrieval metrics, query embeddings) with the dataset's evaluation protocol."""
+    queries, references = evaluation_splits(splits)
+
+    def embed(split):
+        return evaluation.embed_dataset(
+            model, eval_batches(split, preprocessing, transform=transform))
+
+    embeddings, labels = embed(queries)
+    if references is None:
+        return evaluation.retrieval_metrics(embeddings, labels, ks=KS), embeddings
+    gallery, gallery_labels = embed(references)
+    metrics = evaluation.retrieval_metrics(embeddings, labels, gallery, gallery_labels, ks=KS)
+    return metrics, embeddings
 
 
 def _have_matplotlib():
@@ -167,19 +183,22 @@ def run(config, report=None):
     os.makedirs(run_dir, exist_ok=True)
 
     transform = None if preprocessing else array_transform(splits.train, input_shape)
-    before, _ = evaluate(model, splits.test, preprocessing, transform)
+    before, _ = evaluate(model, splits, preprocessing, transform)
     if report:
         report("before training", before, KS)
     batches = data.class_balanced_batches(
         splits.train, config.classes_per_batch, config.samples_per_class, seed=config.seed,
         preprocessing=preprocessing, map_fn=transform,
     )
-    recall = RecallAtK(eval_batches(splits.test, preprocessing, transform=transform), ks=KS,
-                       verbose=0)
+    queries, references = evaluation_splits(splits)
+    recall = RecallAtK(
+        eval_batches(queries, preprocessing, transform=transform), ks=KS, verbose=0,
+        reference_data=None if references is None
+        else eval_batches(references, preprocessing, transform=transform))
     callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
     history = model.fit(batches, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
                         callbacks=callbacks, verbose=2)
-    after, embeddings = evaluate(model, splits.test, preprocessing, transform)
+    after, embeddings = evaluate(model, splits, preprocessing, transform)
     if report:
         report("after training", after, KS)
 
@@ -197,7 +216,7 @@ def run(config, report=None):
         "plots": [],
     }
     if config.plots and _have_matplotlib():
-        summary["plots"] = write_plots(run_dir, recall, splits.test, embeddings)
+        summary["plots"] = write_plots(run_dir, recall, queries, embeddings)
     if config.export:
         from keras_dml.export import export_embedder
 

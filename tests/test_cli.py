@@ -42,3 +42,32 @@ def test_console_script_help_documents_the_options():
                             capture_output=True, text=True, check=True)
     for option in ("--dataset", "--loss", "--epochs", "--export-dir", "--data-dir"):
         assert option in result.stdout
+
+
+def test_inshop_is_evaluated_query_against_gallery(tmp_path, capsys):
+    """In-Shop's protocol: queries ranked against the gallery, not leave-one-out."""
+    import glob
+    import shutil
+
+    from conftest import SHARED_DATASETS
+
+    cub = os.path.join(SHARED_DATASETS, "cub200_subset", "CUB_200_2011", "images")
+    rows = []
+    for item, folder in enumerate(sorted(glob.glob(os.path.join(cub, "*")))[:5], start=1):
+        for j, image in enumerate(sorted(glob.glob(os.path.join(folder, "*.jpg")))[:4]):
+            rel = f"img/WOMEN/Dresses/id_{item:08d}/{j:02d}_1_front.jpg"
+            os.makedirs(tmp_path / "inshop" / os.path.dirname(rel), exist_ok=True)
+            shutil.copy(image, tmp_path / "inshop" / rel)
+            status = "train" if item <= 2 else ("query" if j == 0 else "gallery")
+            rows.append(f"{rel} id_{item:08d} {status}")
+    (tmp_path / "inshop" / "list_eval_partition.txt").write_text(
+        f"{len(rows)}\nimage_name item_id evaluation_status\n" + "\n".join(rows) + "\n")
+    code = cli.main([
+        "train", "--dataset", "inshop", "--data-dir", str(tmp_path / "inshop"),
+        "--image-size", "32", "--classes-per-batch", "2", "--samples-per-class", "2",
+        "--epochs", "1", "--steps-per-epoch", "2", "--runs-dir", str(tmp_path / "runs"),
+        "--run-name", "inshop", "--no-export", "--no-plots",
+    ])
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((tmp_path / "runs" / "inshop" / "summary.json").read_text())
+    assert summary["recall_after"]["num_queries"] == 3  # the 3 query images, not 12
