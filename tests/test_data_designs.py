@@ -5,7 +5,7 @@ import tensorflow as tf
 import keras_dml
 from keras_dml.data import (GroupDesign, RandomPairDesign, design_batches,
                             importance_weights)
-from tests.reference_data import (contrastive_terms, full_contrastive_mean,
+from reference_data import (contrastive_terms, full_contrastive_mean,
                                   group_design_q, random_design_q)
 
 COUNTS = np.array([2, 3, 4, 5, 7])
