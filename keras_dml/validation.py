@@ -67,3 +67,28 @@ def check_labels_and_embeddings(labels, embeddings):
     embeddings = check_embeddings(embeddings)
     labels = check_class_labels(labels, batch_size=embeddings.shape[0])
     return labels, embeddings
+
+
+def check_label_range(labels, size, name="labels", bound="num_classes"):
+    """Check 0 <= labels < size (`bound` names the size in messages), e.g. class ids.
+
+    Eager: a ValueError naming the offending values. In a tf.function: a
+    `tf.errors.InvalidArgumentError` at run time. XLA drops run-time assertions, so
+    under `jit_compile=True` a caller that gathers with the labels must guard itself
+    (`ProxyLoss.call` turns the loss into NaN rather than matching a wrong proxy).
+    """
+    if tf.executing_eagerly():
+        values = labels.numpy()
+        bad = values[(values < 0) | (values >= size)]
+        if bad.size:
+            raise ValueError(
+                f"{name} must lie in [0, {bound}) = [0, {size}), got "
+                f"{bad.size} out-of-range values such as {np.unique(bad)[:5].tolist()}."
+            )
+        return labels
+    message = f"{name} must lie in [0, {bound}) = [0, {size})"
+    with tf.control_dependencies([
+        tf.debugging.assert_non_negative(labels, message=message),
+        tf.debugging.assert_less(labels, size, message=message),
+    ]):
+        return tf.identity(labels)

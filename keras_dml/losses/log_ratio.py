@@ -136,15 +136,9 @@ class LogRatio(keras.losses.Loss):
             labels = validation.check_class_labels(labels, embeddings.shape[0],
                                                    name="labels (indices)")
             size = self.label_distance.shape[0]
-            if tf.executing_eagerly():
-                values = labels.numpy()
-                bad = values[(values < 0) | (values >= size)]
-                if bad.size:
-                    raise ValueError(
-                        f"labels index the precomputed ({size}, {size}) label_distance "
-                        f"matrix and must lie in [0, {size}), got values such as "
-                        f"{np.unique(bad)[:5].tolist()}."
-                    )
+            labels = validation.check_label_range(
+                labels, size, name="labels (indices of the precomputed label_distance matrix)",
+                bound="size")
             return labels, embeddings
         if not labels.dtype.is_floating:
             raise ValueError(

@@ -44,22 +44,15 @@ class MarginBeta(keras.layers.Layer):
         beta = tf.convert_to_tensor(self.beta)
         if self.num_classes is None:
             return tf.fill(tf.shape(labels), beta[0])
-        _check_label_range(labels, self.num_classes)
+        labels = validation.check_label_range(
+            labels, self.num_classes,
+            name=f"labels (Margin has one beta per class, num_classes={self.num_classes})")
+        # XLA drops the run-time check: clip so the gather itself stays in bounds.
         return tf.gather(beta, tf.clip_by_value(labels, 0, self.num_classes - 1))
 
     def get_config(self):
         return {**super().get_config(), "num_classes": self.num_classes,
                 "initial_value": self.initial_value}
-
-
-def _check_label_range(labels, num_classes):
-    if tf.executing_eagerly() and tf.size(labels) > 0:
-        low, high = int(tf.reduce_min(labels)), int(tf.reduce_max(labels))
-        if low < 0 or high >= num_classes:
-            raise ValueError(
-                f"Margin has one beta per class for num_classes={num_classes}, but the labels "
-                f"range over [{low}, {high}]: labels must lie in [0, {num_classes})."
-            )
 
 
 def _sphere_distance(similarity):

@@ -20,31 +20,6 @@ from keras_dml.proxy_layers import Proxies
 from keras_dml.weighting import weighted_pair_loss
 
 
-def check_label_range(labels, num_classes, name="labels"):
-    """Check 0 <= labels < num_classes.
-
-    Eager: a ValueError naming the offending values. In a tf.function: a
-    `tf.errors.InvalidArgumentError` at run time. XLA drops run-time assertions, so
-    under `jit_compile=True` the caller turns the loss into NaN instead (see
-    `ProxyLoss.call`) rather than silently matching a wrong proxy.
-    """
-    if tf.executing_eagerly():
-        values = labels.numpy()
-        bad = values[(values < 0) | (values >= num_classes)]
-        if bad.size:
-            raise ValueError(
-                f"{name} must lie in [0, num_classes) = [0, {num_classes}), got "
-                f"{bad.size} out-of-range values such as {np.unique(bad)[:5].tolist()}."
-            )
-        return labels
-    message = f"{name} must lie in [0, num_classes) = [0, {num_classes})"
-    with tf.control_dependencies([
-        tf.debugging.assert_non_negative(labels, message=message),
-        tf.debugging.assert_less(labels, num_classes, message=message),
-    ]):
-        return tf.identity(labels)
-
-
 def cosine_similarity(embeddings, keys):
     """Cosine similarity (N, M) of embeddings (N, d) to keys (M, d), with a fused gradient.
 
@@ -175,7 +150,7 @@ class ProxyLoss(PairLoss):
     # -- the engine hooks -------------------------------------------------------------
     def validate(self, labels, embeddings):
         labels, embeddings = validation.check_labels_and_embeddings(labels, embeddings)
-        return check_label_range(labels, self.num_classes), embeddings
+        return validation.check_label_range(labels, self.num_classes), embeddings
 
     def pair_matrix(self, embeddings):
         embeddings = ops.to_float32(embeddings)
@@ -191,7 +166,7 @@ class ProxyLoss(PairLoss):
 
     def call(self, y_true, y_pred):
         labels = validation.check_class_labels(y_true)
-        labels = check_label_range(labels, self.num_classes)
+        labels = validation.check_label_range(labels, self.num_classes)
         matrix = self.pair_matrix(y_pred)
         value = weighted_pair_loss(matrix, lambda m: self.compute_label_terms(m, labels))
         value += self.proxy_penalty(self.trainable_layer.proxies)
