@@ -11,6 +11,7 @@ from keras_dml.models import DMLModel
 from keras_dml.weighting import autodiff_weights, pair_weights
 
 import reference_ice as ref
+from pairs2_checks import value_and_gradient
 
 SCALES = (1.0, 16.0, 64.0, 80.0)
 
@@ -47,21 +48,6 @@ def _embedding_gradient(labels, x, scale):
     return (du - u * np.sum(du * u, axis=1, keepdims=True)) / norm
 
 
-def _loss_and_gradient(loss, labels, x, function=None):
-    x = tf.constant(x)
-
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            value = loss(labels, x)
-        return value, tape.gradient(value, x)
-
-    if function is not None:
-        step = function(step)
-    value, grad = step(x)
-    return float(value), np.asarray(grad)
-
-
 # -- value and weights against the reference ------------------------------------------
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -80,7 +66,7 @@ def test_value_and_weights_match_reference(scale, batch):
 @pytest.mark.parametrize("scale", (1.0, 32.0, 80.0))
 def test_gradient_reaches_embeddings_by_chain_rule(scale):
     labels, x = _uneven_batch(seed=4)
-    _, grad = _loss_and_gradient(InstanceCrossEntropy(scale=scale), labels, x)
+    _, grad = value_and_gradient(InstanceCrossEntropy(scale=scale), labels, x)
     np.testing.assert_allclose(grad, _embedding_gradient(labels, x, scale), rtol=1e-4,
                                atol=1e-6)
 
@@ -157,7 +143,7 @@ def test_well_separated_batch_weights_stay_exact(scale):
             assert np.float32(1.0) - np.float32(p) == 0.0
     w = pair_weights(loss, labels, x)
     np.testing.assert_allclose(w, expected, rtol=2e-4, atol=1e-9)
-    value, grad = _loss_and_gradient(loss, labels, x)
+    value, grad = value_and_gradient(loss, labels, x)
     assert np.isfinite(value) and value >= 0.0 and np.all(np.isfinite(grad))
     np.testing.assert_allclose(value, ref.ice_loss(labels, similarity, scale), atol=1e-6)
 
@@ -167,14 +153,14 @@ def test_finite_at_large_scale_float32_and_mixed_precision(scale):
     labels, x = _batch(5, 4, dim=16, seed=9)
     loss = InstanceCrossEntropy(scale=scale)
     for dtype in ("float32", "float16"):
-        value, grad = _loss_and_gradient(loss, labels, x.astype(dtype))
+        value, grad = value_and_gradient(loss, labels, x.astype(dtype))
         assert np.isfinite(value) and np.all(np.isfinite(grad)), dtype
 
 
 def test_mixed_float16_policy_matches_float32():
     labels, x = _batch(5, 4, dim=16, seed=10)
     inputs = keras.Input((16,))
-    expected_value, _ = _loss_and_gradient(InstanceCrossEntropy(64.0), labels, x)
+    expected_value, _ = value_and_gradient(InstanceCrossEntropy(64.0), labels, x)
     try:
         keras.mixed_precision.set_global_policy("mixed_float16")
         model = keras.Sequential([inputs, keras.layers.Dense(16)])
@@ -183,9 +169,9 @@ def test_mixed_float16_policy_matches_float32():
         assert half.dtype == "float16"
         value = loss(labels, half)
         assert value.dtype == tf.float32
-        reference, _ = _loss_and_gradient(loss, labels, np.asarray(half, np.float32))
+        reference, _ = value_and_gradient(loss, labels, np.asarray(half, np.float32))
         np.testing.assert_allclose(float(value), reference, rtol=1e-3)
-        value16, _ = _loss_and_gradient(loss, labels, x.astype("float16"))
+        value16, _ = value_and_gradient(loss, labels, x.astype("float16"))
         np.testing.assert_allclose(value16, expected_value, rtol=1e-3)
     finally:
         keras.mixed_precision.set_global_policy("float32")
@@ -198,7 +184,7 @@ def test_mixed_float16_policy_matches_float32():
 def test_degenerate_batches_give_zero_value_and_gradient(labels):
     x = np.random.default_rng(11).normal(size=(6, 4)).astype("float32")
     loss = InstanceCrossEntropy()
-    value, grad = _loss_and_gradient(loss, labels, x)
+    value, grad = value_and_gradient(loss, labels, x)
     assert value == 0.0 and np.all(grad == 0.0)
     assert np.all(pair_weights(loss, labels, x) == 0.0)
 
@@ -208,9 +194,9 @@ def test_degenerate_batches_give_zero_value_and_gradient(labels):
 def test_eager_function_and_jit_agree():
     labels, x = _uneven_batch(seed=12)
     loss = InstanceCrossEntropy(scale=32.0)
-    eager = _loss_and_gradient(loss, labels, x)
-    for function in (tf.function, lambda f: tf.function(f, jit_compile=True)):
-        value, grad = _loss_and_gradient(loss, labels, x, function)
+    eager = value_and_gradient(loss, labels, x)
+    for mode in ("function", "jit"):
+        value, grad = value_and_gradient(loss, labels, x, mode)
         np.testing.assert_allclose(value, eager[0], rtol=1e-5)
         np.testing.assert_allclose(grad, eager[1], rtol=1e-4, atol=1e-7)
 

@@ -21,6 +21,7 @@ from keras_dml.models import DMLModel
 from keras_dml.weighting import autodiff_weights, pair_weights
 
 import reference_pairs as ref
+from pairs2_checks import value_and_gradient
 
 
 def _batch(classes=4, per_class=3, dim=6, seed=0, scale=1.0):
@@ -88,19 +89,6 @@ IDS = [case[0] for case in CASES]
 ONE_PER_CLASS = [case for case in CASES if case[0] in (
     "contrastive_cos", "contrastive_euc", "triplet_all", "triplet_semihard", "triplet_hard",
     "lifted", "glifted", "binomial", "bin_lifted", "ms")]
-
-
-def _value_and_gradient(loss, labels, x, wrap=None):
-    x = tf.constant(x)
-
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            value = loss(labels, x)
-        return value, tape.gradient(value, x)
-
-    value, grad = (wrap(step) if wrap else step)(x)
-    return float(value), np.asarray(grad)
 
 
 # -- values against the NumPy loops and weights against autodiff ------------------------------
@@ -175,8 +163,8 @@ def test_generalized_lifted_weights_are_softmaxes_eq_10_11():
 def test_triplet_miner_and_mining_string_are_the_same_loss():
     labels, x = _batch(seed=9)
     for name, miner in mining.triplet.TRIPLET_MINERS.items():
-        a = _value_and_gradient(Triplet(mining=name), labels, x)
-        b = _value_and_gradient(Triplet(miner=miner()), labels, x)
+        a = value_and_gradient(Triplet(mining=name), labels, x)
+        b = value_and_gradient(Triplet(miner=miner()), labels, x)
         np.testing.assert_allclose(a[0], b[0], rtol=1e-6)
         np.testing.assert_allclose(a[1], b[1], rtol=1e-6, atol=1e-8)
 
@@ -230,9 +218,9 @@ def test_multi_similarity_with_any_miner():
 def test_eager_function_and_jit_agree(name, factory, reference):
     labels, x = _uneven(seed=14)
     loss = factory()
-    eager = _value_and_gradient(loss, labels, x)
-    for wrap in (tf.function, lambda f: tf.function(f, jit_compile=True)):
-        value, grad = _value_and_gradient(loss, labels, x, wrap)
+    eager = value_and_gradient(loss, labels, x)
+    for mode in ("function", "jit"):
+        value, grad = value_and_gradient(loss, labels, x, mode)
         np.testing.assert_allclose(value, eager[0], rtol=1e-5)
         np.testing.assert_allclose(grad, eager[1], rtol=1e-4, atol=1e-6)
 
@@ -279,7 +267,7 @@ DEGENERATE = {
 def test_degenerate_batches_are_finite_and_zero(name, factory, reference, batch):
     labels, _ = DEGENERATE[batch]
     x = np.random.default_rng(16).normal(size=(len(labels), 4)).astype("float32")
-    value, grad = _value_and_gradient(factory(), labels, x)
+    value, grad = value_and_gradient(factory(), labels, x)
     assert np.isfinite(value) and np.all(np.isfinite(grad))
     if not name.startswith(("bin", "contrastive", "ms_no")):  # these pull lone positives
         assert value == 0.0 and np.all(grad == 0.0)
@@ -290,7 +278,7 @@ def test_degenerate_batches_are_finite_and_zero(name, factory, reference, batch)
                          ids=[case[0] for case in ONE_PER_CLASS])
 def test_all_pairs_easy_batch_is_finite(name, factory, reference):
     labels, x = _well_separated()
-    value, grad = _value_and_gradient(factory(), labels, x)
+    value, grad = value_and_gradient(factory(), labels, x)
     assert np.isfinite(value) and np.all(np.isfinite(grad))
     assert value == pytest.approx(reference(x.astype("float64"), labels), rel=1e-4, abs=1e-5)
     if name.startswith(("triplet", "contrastive_cos", "ms", "raw")):
@@ -410,9 +398,9 @@ def test_slot_and_sorting_paths_agree(mining_name, monkeypatch):
     """Few positives per anchor use per-slot passes, many use sorting: same loss."""
     labels, x = _uneven(seed=19)
     loss = Triplet(margin=0.3, mining=mining_name)
-    slots_result = _value_and_gradient(loss, labels, x)
+    slots_result = value_and_gradient(loss, labels, x)
     monkeypatch.setattr(mining.triplet, "SLOT_LIMIT", 0)
-    sorting_result = _value_and_gradient(loss, labels, x)
+    sorting_result = value_and_gradient(loss, labels, x)
     np.testing.assert_allclose(sorting_result[0], slots_result[0], rtol=1e-5)
     np.testing.assert_allclose(sorting_result[1], slots_result[1], rtol=1e-4, atol=1e-6)
     expected = ref.triplet(x.astype("float64"), labels, 0.3, mining=mining_name)
@@ -431,8 +419,8 @@ def test_fast_paths_equal_the_generic_select_path(miner):
 
     labels, x = _uneven(seed=20)
     generic = Generic(miner.margin)
-    fast = _value_and_gradient(Triplet(margin=0.25, miner=miner), labels, x)
-    slow = _value_and_gradient(Triplet(margin=0.25, miner=generic), labels, x)
+    fast = value_and_gradient(Triplet(margin=0.25, miner=miner), labels, x)
+    slow = value_and_gradient(Triplet(margin=0.25, miner=generic), labels, x)
     np.testing.assert_allclose(fast[0], slow[0], rtol=1e-6)
     np.testing.assert_allclose(fast[1], slow[1], rtol=1e-5, atol=1e-7)
     autodiff, weights = autodiff_weights(Triplet(margin=0.25, miner=miner), labels, x)
