@@ -31,7 +31,8 @@ def tf_step(loss, embeddings, labels, jit_compile=False):
     def step():
         with tf.GradientTape() as tape:
             value = loss(y, x)
-        return value, tape.gradient(value, x)
+        # dense, as a backbone receives it (a loss that gathers rows gives IndexedSlices)
+        return value, tf.convert_to_tensor(tape.gradient(value, x))
 
     return lambda: [t.numpy() for t in step()]
 

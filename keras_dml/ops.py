@@ -110,6 +110,48 @@ def label_masks(query_labels, key_labels=None, exclude_self=None):
     return positive, negative
 
 
+def in_xla_context():
+    """True while tracing a function compiled with `jit_compile=True`.
+
+    XLA computes dynamically shaped tensors at their upper bound, and slowly;
+    code that can shrink a tensor to a data-dependent size asks this first.
+    """
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - private module moved: assume XLA
+        return True
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def first_pair_per_class(labels, padded=False):
+    """The first two samples, in batch order, of every class that has two or more.
+
+    Args:
+        labels: int tensor (N,).
+        padded: return N // 2 slots (static shapes, for XLA), the C pairs first
+            and then padding, instead of exactly C (a data-dependent shape).
+
+    Returns:
+        (anchors, positives, valid): int32 indices of each class's first and second
+        sample, ordered by label, and a bool mask of the slots that hold a pair.
+    """
+    n = tf.shape(labels)[0]
+    order = tf.cast(tf.argsort(labels, stable=True), tf.int32)
+    ordered = tf.gather(labels, order)
+    starts_class = tf.concat([[True], tf.not_equal(ordered[1:], ordered[:-1])], axis=0)
+    has_second = tf.concat([tf.equal(ordered[1:], ordered[:-1]), [False]], axis=0)
+    is_anchor = tf.logical_and(starts_class, has_second)[:n]
+    position = tf.range(n)
+    if padded:
+        positions = tf.argsort(tf.where(is_anchor, position, n + position))[: n // 2]
+        valid = tf.gather(is_anchor, positions)
+    else:
+        positions = tf.cast(tf.where(is_anchor)[:, 0], tf.int32)
+        valid = tf.ones_like(positions, dtype=tf.bool)
+    positives = tf.gather(order, tf.minimum(positions + 1, n - 1))
+    return tf.gather(order, positions), positives, valid
+
+
 def _masked_fill(x, mask, value):
     return tf.where(mask, x, tf.fill(tf.shape(x), tf.cast(value, x.dtype)))
 

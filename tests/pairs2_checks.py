@@ -31,7 +31,7 @@ def value_and_gradient(loss, labels, embeddings, mode="eager"):
         with tf.GradientTape() as tape:
             tape.watch(x)
             value = loss(y, x)
-        return value, tape.gradient(value, x)
+        return value, tf.convert_to_tensor(tape.gradient(value, x))
 
     if mode != "eager":
         step = tf.function(step, jit_compile=mode == "jit")

@@ -47,6 +47,25 @@ def npair(labels, embeddings, l2_penalty=0.002, metric="dot"):
     return total / n
 
 
+def npair_mc(labels, embeddings, l2_penalty=0.002, metric="dot"):
+    """Sohn's N-pair-mc: each class's first two samples are its (anchor, positive);
+    anchor c's negatives are the other classes' positives; mean over the pairs."""
+    s = similarity(embeddings, metric)
+    pairs = []
+    for label in dict.fromkeys(labels.tolist()):
+        members = [i for i in range(len(labels)) if labels[i] == label]
+        if len(members) >= 2:
+            pairs.append((members[0], members[1]))
+    total = 0.0
+    if len(pairs) >= 2:
+        for anchor, positive in pairs:
+            denominator = sum(math.exp(s[anchor, other]) for _, other in pairs)
+            total += -math.log(math.exp(s[anchor, positive]) / denominator)
+        total /= len(pairs)
+    norms = np.sum(np.asarray(embeddings, np.float64) ** 2, axis=1)
+    return total + l2_penalty * float(np.mean(norms))
+
+
 def nca(labels, embeddings, scale=1.0, metric="cosine"):
     """MS supplementary eq. 1 as a loss: -log(sum_same exp / sum_all exp), k != a."""
     s = similarity(embeddings, metric)

@@ -40,6 +40,54 @@ def test_npair_k2_is_n_pair_mc_with_all_in_batch_negatives():
                                rtol=1e-5)
 
 
+@pytest.mark.parametrize("labels, l2_penalty, metric", [
+    (np.repeat(np.arange(5), 4), 0.0, "dot"),
+    (np.repeat(np.arange(4), 2), 0.002, "dot"),
+    (np.array([3, 1, 3, 2, 1, 1, 0, 2, 5]), 0.05, "cosine"),  # unsorted, one singleton
+    (np.array([0, 0, 1]), 0.0, "cosine"),  # a single pair: no negatives
+])
+def test_npair_one_per_class_is_n_pair_mc(labels, l2_penalty, metric):
+    labels = labels.astype("int32")
+    x = (0.4 * np.random.default_rng(len(labels)).normal(size=(len(labels), 6))).astype("float32")
+    loss = NPair(l2_penalty=l2_penalty, metric=metric, tuples="one_per_class")
+    value, _ = checks.assert_modes_agree(loss, labels, x)
+    np.testing.assert_allclose(value, ref.npair_mc(labels, x, l2_penalty, metric), rtol=1e-5,
+                               atol=1e-7)
+    checks.assert_exact_weights(loss, labels, x)
+    # pair_weights (the N x N view) is the gradient of the C x C path's value
+    w = weighting.pair_weights(loss, labels, x)
+    if metric == "dot" and l2_penalty == 0.0:
+        positive = labels[:, None] == labels[None, :]
+        signed = np.where(positive, -w, w)
+        _, gradient = checks.value_and_gradient(loss, labels, x)
+        np.testing.assert_allclose(gradient, (signed + signed.T) @ x, rtol=1e-4, atol=1e-6)
+
+
+def test_npair_one_per_class_with_a_miner_mines_the_c_by_c_matrix():
+    labels, x = checks.batch(classes=5, k=3, dim=6, seed=3, scale=0.6)
+    loss = NPair(l2_penalty=0.0, tuples="one_per_class", miner=MultiSimilarityMiner(0.05))
+    value, _ = checks.assert_modes_agree(loss, labels, x)
+    checks.assert_exact_weights(loss, labels, x)
+    unmined = float(NPair(l2_penalty=0.0, tuples="one_per_class")(labels, x))
+    assert 0.0 < value < unmined  # easy negatives dropped from the denominators
+
+
+def test_npair_one_per_class_equals_pytorch_metric_learning():
+    torch = pytest.importorskip("torch")
+    pml_losses = pytest.importorskip("pytorch_metric_learning.losses")
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 6, size=24).astype("int32")
+    x = rng.normal(size=(24, 10)).astype("float32")
+    # PML's NPairsLoss: one pair per class, dot product of L2-normalised embeddings
+    value, gradient = checks.value_and_gradient(
+        NPair(l2_penalty=0.0, metric="cosine", tuples="one_per_class"), labels, x)
+    peer_x = torch.tensor(x, requires_grad=True)
+    peer = pml_losses.NPairsLoss()(peer_x, torch.tensor(labels, dtype=torch.long))
+    peer.backward()
+    np.testing.assert_allclose(value, peer.item(), rtol=1e-5)
+    np.testing.assert_allclose(gradient, peer_x.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
 def test_npair_penalty_gradient_reaches_embeddings():
     labels, x = checks.batch(classes=3, k=2, dim=4, seed=2)
     _, with_penalty = checks.value_and_gradient(NPair(l2_penalty=0.1), labels, x)
@@ -59,8 +107,10 @@ def test_npair_pair_weights_are_non_negative_and_sum_per_anchor():
 
 
 def test_npair_degenerate_and_easy_batches():
-    checks.assert_degenerate_finite(NPair(l2_penalty=0.0),
-                                    expect_zero=("no_positives", "one_class", "single_sample"))
+    for tuples in ("all", "one_per_class"):
+        checks.assert_degenerate_finite(NPair(l2_penalty=0.0, tuples=tuples),
+                                        expect_zero=("no_positives", "one_class",
+                                                     "single_sample"))
     # all pairs easy: positives far more similar than every negative
     labels = np.repeat(np.arange(3), 2).astype("int32")
     x = np.repeat(np.eye(3, 4, dtype="float32") * 30.0, 2, axis=0)
@@ -69,16 +119,20 @@ def test_npair_degenerate_and_easy_batches():
 
 
 def test_npair_serialization_and_mixed_precision(tmp_path):
-    loss = NPair(l2_penalty=0.01, metric="cosine", miner=MultiSimilarityMiner(0.2))
+    loss = NPair(l2_penalty=0.01, metric="cosine", miner=MultiSimilarityMiner(0.2),
+                 tuples="one_per_class")
     clone = checks.assert_config_round_trip(loss)
     assert clone.l2_penalty == 0.01 and clone.miner.epsilon == 0.2
+    assert clone.tuples == "one_per_class"
     checks.assert_save_load(NPair(l2_penalty=0.01), tmp_path)
+    checks.assert_save_load(NPair(tuples="one_per_class"), tmp_path)
     labels, x = checks.batch(classes=4, k=3, dim=8, seed=5, scale=0.3)
     checks.assert_mixed_precision(lambda: NPair(), labels, x)
+    checks.assert_mixed_precision(lambda: NPair(tuples="one_per_class"), labels, x)
 
 
 @pytest.mark.parametrize("kwargs", [{"l2_penalty": -1.0}, {"metric": "euclidean"},
-                                    {"l2_penalty": float("nan")}])
+                                    {"l2_penalty": float("nan")}, {"tuples": "some"}])
 def test_npair_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         NPair(**kwargs)

@@ -58,11 +58,14 @@ class PairLoss(keras.losses.Loss):
         return ops.pairwise(embeddings, metric=self.metric)
 
     def pair_masks(self, matrix, labels):
-        positive, negative = ops.label_masks(labels)
-        if self.miner is not None:
-            similarity = -matrix if self.is_distance else matrix
-            positive, negative = self.miner(similarity, positive, negative)
-        return positive, negative
+        return self.mine(matrix, *ops.label_masks(labels))
+
+    def mine(self, matrix, positive, negative):
+        """The pairs the miner keeps (all of them without a miner)."""
+        if self.miner is None:
+            return positive, negative
+        similarity = -matrix if self.is_distance else matrix
+        return self.miner(similarity, positive, negative)
 
     def pair_terms(self, matrix, labels):
         positive, negative = self.pair_masks(matrix, labels)

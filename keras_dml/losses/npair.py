@@ -3,11 +3,14 @@
 import keras
 import tensorflow as tf
 
-from keras_dml import ops
+from keras_dml import ops, validation
 from keras_dml.losses import _hyper
 from keras_dml.losses.base import PairLoss
+from keras_dml.weighting import weighted_pair_loss
 
 _METRICS = ("dot", "cosine")
+_TUPLES = ("all", "one_per_class")
+_MASKED_LOGIT = -1e9  # a padding column's logit: exp underflows to exactly 0
 
 
 def npair_terms(similarity, positive, negative):
@@ -61,6 +64,14 @@ class NPair(PairLoss):
     On a C x k batch every anchor has k - 1 positives, so the pair term is exactly
     eq. 2's mean over all N (k - 1) tuples.
 
+    `tuples="one_per_class"` is Sohn's N-pair-mc to the letter (and
+    pytorch-metric-learning's `NPairsLoss`): every class with two or more samples
+    gives one pair, its first two samples in batch order (anchor a_c, positive
+    p_c); the negatives of a_c are the other classes' positives, and the pair term
+    is the mean over the C pairs of -log softmax_c(S_{a_c p_1}, ..., S_{a_c p_C}).
+    It costs a C x C matrix instead of N x N, and uses 1/k of the batch's
+    anchors; the penalty still covers every embedding.
+
     With k = 2 each anchor has exactly one positive, and both members of a pair
     serve as anchors; the negatives are both members of every other class (N-pair-mc
     uses only the other classes' positives, i.e. half of them). Anchors without a
@@ -79,6 +90,9 @@ class NPair(PairLoss):
         metric: "dot" (Sohn: unnormalised inner products, which is why the penalty
             exists) or "cosine". Defaults to "dot".
         miner: optional `keras_dml.mining.Miner`. Defaults to None.
+        tuples: "all" (every anchor with each of its positives, all in-batch
+            negatives) or "one_per_class" (N-pair-mc's one pair per class).
+            Defaults to "all".
 
     Examples:
 
@@ -91,24 +105,84 @@ class NPair(PairLoss):
         Contrastive Loss", eq. 2; MS supplementary section 2.
     """
 
-    def __init__(self, l2_penalty=0.002, metric="dot", miner=None,
+    def __init__(self, l2_penalty=0.002, metric="dot", miner=None, tuples="all",
                  reduction="sum_over_batch_size", name="npair", dtype=None):
         _hyper.one_of("NPair metric", metric, _METRICS)
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
         self.l2_penalty = _hyper.non_negative("l2_penalty", l2_penalty)
+        self.tuples = _hyper.one_of("NPair tuples", tuples, _TUPLES)
 
     def compute_terms(self, matrix, positive, negative):
         return npair_terms(matrix, positive, negative)
 
+    def pair_masks(self, matrix, labels):
+        if self.tuples == "all":
+            return super().pair_masks(matrix, labels)
+        # The N x N view of one_per_class (for pair_weights): anchor rows, positive columns.
+        anchors, positives, valid = ops.first_pair_per_class(labels, padded=True)
+        n = tf.shape(labels)[0]
+        rows, columns = tf.where(valid, anchors, n), tf.where(valid, positives, n)
+        index = tf.stack(tf.meshgrid(rows, columns, indexing="ij"), axis=-1)
+        same = tf.eye(tf.shape(rows)[0], dtype=tf.int32)
+        positive = tf.scatter_nd(index, same, [n + 1, n + 1])[:n, :n] > 0
+        negative = tf.scatter_nd(index, 1 - same, [n + 1, n + 1])[:n, :n] > 0
+        return self.mine(matrix, positive, negative)
+
+    def pair_terms(self, matrix, labels):
+        terms = super().pair_terms(matrix, labels)
+        if self.tuples == "all":
+            return terms
+        # Mean over the C pairs, not over all N rows.
+        _, _, valid = ops.first_pair_per_class(labels, padded=True)
+        scale = _rows_per_pair(valid, tf.shape(labels)[0])
+        return terms._replace(value=terms.value * scale, weights=terms.weights * scale)
+
     def call(self, y_true, y_pred):
-        value = super().call(y_true, y_pred)
+        if self.tuples == "all":
+            value = super().call(y_true, y_pred)
+        else:
+            value = self._one_pair_per_class(y_true, y_pred)
         if self.l2_penalty == 0.0:
             return value
         squared_norms = tf.reduce_sum(tf.square(ops.to_float32(y_pred)), axis=1)
         return value + self.l2_penalty * squared_norms
 
+    def _one_pair_per_class(self, y_true, y_pred):
+        """Per-sample values from the C x C matrix only: anchor a_c carries its tuple's
+        loss, scaled so that the batch mean is the mean over the C pairs."""
+        labels = validation.check_class_labels(y_true)
+        padded = ops.in_xla_context()  # static shapes under XLA, exactly C pairs otherwise
+        anchors, positives, valid = ops.first_pair_per_class(labels, padded=padded)
+        pairs = tf.shape(anchors)[0]
+        embeddings = ops.to_float32(y_pred)
+        matrix = ops.pairwise(tf.gather(embeddings, anchors), tf.gather(embeddings, positives),
+                              metric=self.metric)
+        if self.miner is None:
+            # All pairs kept: row c is a softmax cross entropy with target c, whose
+            # autodiff gradient softmax - onehot is exactly npair_terms' weights.
+            logits = tf.where(valid[tf.newaxis, :], matrix, _MASKED_LOGIT) if padded else matrix
+            value = tf.reduce_logsumexp(logits, axis=1) - tf.linalg.diag_part(matrix)
+        else:
+            both = tf.logical_and(valid[:, tf.newaxis], valid[tf.newaxis, :])
+            same = tf.eye(pairs, dtype=tf.bool)
+            positive, negative = self.mine(matrix, tf.logical_and(both, same),
+                                           tf.logical_and(both, ~same))
+            value = weighted_pair_loss(matrix, lambda m: npair_terms(m, positive, negative))
+        if padded:
+            value = tf.where(valid, value, 0.0)
+        # anchor indices are distinct, padding slots included
+        n = tf.shape(labels)[0]
+        per_sample = tf.scatter_nd(anchors[:, tf.newaxis], value, [n])
+        return per_sample * _rows_per_pair(valid, n)
+
     def get_config(self):
         config = super().get_config()
-        config.update(l2_penalty=self.l2_penalty)
+        config.update(l2_penalty=self.l2_penalty, tuples=self.tuples)
         return config
+
+
+def _rows_per_pair(valid, n):
+    """N / C: turns a mean over N rows into a mean over the C pairs (0 if C = 0)."""
+    pairs = tf.reduce_sum(tf.cast(valid, tf.float32))
+    return tf.math.divide_no_nan(tf.cast(n, tf.float32), pairs)
