@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import pairs2_checks as checks
-import reference_pairs2 as ref
+import reference as ref
 from keras_dml import weighting
 from keras_dml.losses import Histogram
 from keras_dml.mining import MultiSimilarityMiner

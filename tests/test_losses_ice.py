@@ -10,7 +10,7 @@ from keras_dml.losses import InstanceCrossEntropy
 from keras_dml.models import DMLModel
 from keras_dml.weighting import autodiff_weights, pair_weights
 
-import reference_ice as ref
+import reference as ref
 from pairs2_checks import value_and_gradient
 
 SCALES = (1.0, 16.0, 64.0, 80.0)
@@ -56,7 +56,7 @@ def _embedding_gradient(labels, x, scale):
 def test_value_and_weights_match_reference(scale, batch):
     labels, x = batch()
     loss = InstanceCrossEntropy(scale=scale)
-    similarity = ref.cosine_matrix(x)
+    similarity = ref.cosine(x)
     np.testing.assert_allclose(float(loss(labels, x)), ref.ice_loss(labels, similarity, scale),
                                rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(pair_weights(loss, labels, x),
@@ -94,7 +94,7 @@ def test_two_per_class_is_eq_16_17():
     labels, x = _batch(6, 2, seed=6)
     for scale in (4.0, 64.0):
         w = pair_weights(InstanceCrossEntropy(scale=scale), labels, x)
-        expected = ref.ice_weights_two_per_class(labels, ref.cosine_matrix(x), scale)
+        expected = ref.ice_weights_two_per_class(labels, ref.cosine(x), scale)
         np.testing.assert_allclose(w, expected, rtol=1e-4, atol=1e-8)
         positive = (labels[:, None] == labels[None, :]) & ~np.eye(len(labels), dtype=bool)
         np.testing.assert_allclose(w[positive], 1.0 / (2 * len(labels)), rtol=1e-6)
@@ -130,7 +130,7 @@ def test_scale_changes_relative_weights_not_totals():
 def test_well_separated_batch_weights_stay_exact(scale):
     labels, x = _separated_batch()
     loss = InstanceCrossEntropy(scale=scale)
-    similarity = ref.cosine_matrix(x)
+    similarity = ref.cosine(x)
     expected = ref.ice_weights(labels, similarity, scale)
     same = labels[:, None] == labels[None, :]
     assert np.min(similarity[same]) > 0.9 and np.max(np.abs(similarity[~same])) < 0.5
@@ -287,7 +287,7 @@ def test_miner_restricts_pairs_and_round_trips():
     labels, x = _batch(4, 4, seed=15)
     miner = MultiSimilarityMiner(0.1)
     loss = InstanceCrossEntropy(scale=32.0, miner=miner)
-    similarity = ref.cosine_matrix(x).astype("float32")
+    similarity = ref.cosine(x).astype("float32")
     same = labels[:, None] == labels[None, :]
     kept_pos, kept_neg = (np.asarray(m) for m in miner(
         tf.constant(similarity), tf.constant(same & ~np.eye(16, dtype=bool)),

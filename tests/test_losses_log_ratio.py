@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import keras_dml.losses
-import reference_proxies as ref
+import reference as ref
 from keras_dml import weighting
 from keras_dml.losses import LogRatio
 from keras_dml.models import DMLModel

@@ -20,7 +20,7 @@ from keras_dml.losses import (
 from keras_dml.models import DMLModel
 from keras_dml.weighting import autodiff_weights, pair_weights
 
-import reference_pairs as ref
+import reference as ref
 from pairs2_checks import value_and_gradient
 
 

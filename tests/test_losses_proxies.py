@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import reference_proxies as ref
+import reference as ref
 from keras_dml import ops, weighting
 from keras_dml.losses import NormalizedSoftmax, ProxyAnchor, ProxyNCA, SoftTriple
 from keras_dml.models import DMLModel

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import pairs2_checks as checks
-import reference_pairs2 as ref
+import reference as ref
 from keras_dml import weighting
 from keras_dml.losses import NCA, NPair
 from keras_dml.mining import MultiSimilarityMiner

@@ -8,7 +8,7 @@ import tensorflow as tf
 from keras_dml import mining, ops
 from keras_dml.losses import Contrastive, Triplet
 
-import reference_pairs as ref
+import reference as ref
 
 
 def _angles_batch():

@@ -15,7 +15,7 @@ from keras_dml.losses import (
 from keras_dml.plots.weights import probing_batch
 from keras_dml.weighting import pair_weights
 
-import reference_pairs as ref
+import reference as ref
 
 SWEEP = np.linspace(-0.95, 0.95, 9)
 
