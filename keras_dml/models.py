@@ -153,7 +153,7 @@ class DMLModel(keras.Model):
             loss = self._dml_loss_value(x, y, embeddings, sample_weight, training=True)
             scaled = self.optimizer.scale_loss(loss)
         variables = self.trainable_weights
-        gradients = tape.gradient(scaled, variables)
+        gradients = self._loss_layer_gradients_once(tape.gradient(scaled, variables), variables)
         if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
             # It skips non-finite steps and lowers its scale by design.
             self.optimizer.apply(gradients, variables)
@@ -175,6 +175,18 @@ class DMLModel(keras.Model):
             loss = tf.where(finite, loss, tf.constant(float("nan"), loss.dtype))
         return self._record(x, y, embeddings, sample_weight, loss)
 
+    def _loss_layer_gradients_once(self, gradients, variables):
+        """Every replica computes the loss on the global batch, so each holds the whole
+        gradient of the loss-owned weights (proxies, margins); the optimizer sums the
+        replicas' gradients, so those are divided by the number of replicas."""
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        layer = getattr(self, "loss_layer", None)
+        if replicas == 1 or layer is None:
+            return gradients
+        owned = {id(v) for v in layer.trainable_weights}
+        return [_divide(g, replicas) if g is not None and id(v) in owned else g
+                for g, v in zip(gradients, variables)]
+
     def _apply(self, gradients, variables):
         self.optimizer.apply(gradients, variables)
         return True
@@ -194,6 +206,12 @@ class DMLModel(keras.Model):
     def _record(self, x, y, embeddings, sample_weight, loss):
         self._loss_tracker.update_state(loss, sample_weight=tf.shape(embeddings)[0])
         return self.compute_metrics(x, y, embeddings, sample_weight=sample_weight)
+
+
+def _divide(gradient, count):
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(gradient.values / count, gradient.indices, gradient.dense_shape)
+    return gradient / count
 
 
 def _reduce(values, sample_weight, reduction):

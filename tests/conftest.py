@@ -28,6 +28,16 @@ def _float32_policy_and_seed():
     keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.fixture(scope="session")
+def mirrored_strategy():
+    """One MirroredStrategy over the two logical CPUs for the whole session.
+
+    Each new strategy restarts TensorFlow's collective instance keys, and a later
+    strategy's all-reduce of a different size would collide with an earlier one's.
+    """
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
 @pytest.fixture
 def mixed_precision():
     keras.mixed_precision.set_global_policy("mixed_float16")

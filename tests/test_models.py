@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_dml import losses
+from keras_dml import losses, mining
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
 
@@ -77,7 +77,8 @@ def test_sample_weights_reach_the_loss():
     assert zero == 0.0
 
 
-def test_mirrored_strategy_update_equals_single_device_on_the_concatenated_batch():
+def test_mirrored_strategy_update_equals_single_device_on_the_concatenated_batch(
+        mirrored_strategy):
     assert len(tf.config.list_logical_devices("CPU")) >= 2
     x, y = _data(n=32, classes=8)
     loss = losses.MultiSimilarity(mining=False)
@@ -91,14 +92,60 @@ def test_mirrored_strategy_update_equals_single_device_on_the_concatenated_batch
     single = build()
     start = [w.copy() for w in single.get_weights()]
     single.fit(_dataset(x, y, batch=32), epochs=1, verbose=0)
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    with strategy.scope():
+    with mirrored_strategy.scope():
         mirrored = build()
     mirrored.set_weights(start)
     mirrored.fit(_dataset(x, y, batch=32), epochs=1, verbose=0)
     for a, b, w0 in zip(single.get_weights(), mirrored.get_weights(), start):
         assert np.abs(a - w0).max() > 1e-4  # something was learned
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _single_and_mirrored(strategy, make_loss, x, y, seed=3):
+    """One SGD epoch from the same start, on one device and on two mirrored CPUs."""
+
+    def build():
+        keras.utils.set_random_seed(seed)
+        model = _model()
+        model.compile(optimizer=keras.optimizers.SGD(0.5), loss=make_loss())
+        return model
+
+    single = build()
+    single.fit(_dataset(x, y, batch=len(y)), epochs=1, verbose=0)  # builds the loss weights
+    start = [w.copy() for w in single.get_weights()]
+    single.fit(_dataset(x, y, batch=len(y)), epochs=1, verbose=0)
+    with strategy.scope():
+        mirrored = build()
+    mirrored.fit(_dataset(x, y, batch=len(y)), epochs=1, verbose=0)
+    mirrored.set_weights(start)
+    history = mirrored.fit(_dataset(x, y, batch=len(y)), epochs=1, verbose=0)
+    return start, single, mirrored, history
+
+
+@pytest.mark.parametrize("make_loss", [
+    lambda: losses.ProxyAnchor(num_classes=8, proxy_lr_multiplier=10.0),
+    lambda: losses.Margin(num_classes=8),
+], ids=["proxy_anchor_lr_x10", "margin_beta_per_class"])
+def test_mirrored_loss_owned_weights_update_equals_single_device(make_loss, mirrored_strategy):
+    # each replica holds the whole gradient of the loss's weights: counted once
+    x, y = _data(n=32, classes=8)
+    start, single, mirrored, _ = _single_and_mirrored(mirrored_strategy, make_loss, x, y)
+    owned = {w.path for w in single.loss_layer.trainable_weights}
+    for a, b, w0, w in zip(single.get_weights(), mirrored.get_weights(), start,
+                           single.weights):
+        if w.path in owned:
+            assert np.abs(a - w0).max() > 1e-4  # the loss's weights were trained
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=w.path)
+
+
+def test_mirrored_margin_with_distance_weighted_sampling_trains_beta(mirrored_strategy):
+    x, y = _data(n=32, classes=8)
+    start, _, mirrored, history = _single_and_mirrored(
+        mirrored_strategy, lambda: losses.Margin(miner=mining.DistanceWeighted(seed=0)), x, y)
+    assert np.isfinite(history.history["loss"][0]) and history.history["loss"][0] > 0
+    beta = mirrored.loss_layer.weights[0]
+    index = [i for i, w in enumerate(mirrored.weights) if w.path == beta.path][0]
+    assert mirrored.get_weights()[index] != pytest.approx(start[index])  # beta learned
 
 
 def test_loss_owned_weight_is_tracked_trained_saved_and_restored(tmp_path):
