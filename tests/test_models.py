@@ -138,6 +138,35 @@ def test_mirrored_loss_owned_weights_update_equals_single_device(make_loss, mirr
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=w.path)
 
 
+_EVERY_LOSS = {
+    "contrastive": losses.Contrastive,
+    "triplet_semihard": lambda: losses.Triplet(mining="semihard"),
+    "lifted": losses.LiftedStructure,
+    "generalized_lifted": losses.GeneralizedLiftedStructure,
+    "binomial": losses.BinomialDeviance,
+    "bin_lifted": losses.BinLifted,
+    "npair": losses.NPair,
+    "npair_mc": lambda: losses.NPair(tuples="one_per_class"),
+    "nca": losses.NCA,
+    "histogram": losses.Histogram,
+    "ice": lambda: losses.InstanceCrossEntropy(scale=16.0),
+    "proxy_nca": lambda: losses.ProxyNCA(num_classes=8),
+    "soft_triple": lambda: losses.SoftTriple(num_classes=8, centers_per_class=2),
+    "normalized_softmax": lambda: losses.NormalizedSoftmax(num_classes=8),
+    "balanced_contrastive": losses.BalancedContrastive,
+}
+
+
+@pytest.mark.parametrize("name", list(_EVERY_LOSS))
+def test_mirrored_update_equals_single_device_for_every_loss(name, mirrored_strategy):
+    x, y = _data(n=32, classes=8)
+    start, single, mirrored, _ = _single_and_mirrored(mirrored_strategy, _EVERY_LOSS[name], x, y)
+    changed = [np.abs(a - w0).max() for a, w0 in zip(single.get_weights(), start)]
+    assert max(changed) > 1e-5
+    for a, b, w in zip(single.get_weights(), mirrored.get_weights(), single.weights):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=w.path)
+
+
 def test_mirrored_margin_with_distance_weighted_sampling_trains_beta(mirrored_strategy):
     x, y = _data(n=32, classes=8)
     start, _, mirrored, history = _single_and_mirrored(
