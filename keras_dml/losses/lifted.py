@@ -13,15 +13,27 @@ _DISTANCES = ("cosine", "euclidean")
 _EMPTY = -1e30
 
 
-def _check(distance, margin):
-    if distance not in _DISTANCES:
-        raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}.")
-    if not math.isfinite(float(margin)):
-        raise ValueError(f"margin must be finite, got {margin}.")
+class _MarginAndDistance(PairLoss):
+    """What both lifted losses share: a finite margin and a cosine/euclidean metric."""
+
+    def __init__(self, margin, distance, miner, reduction, name, dtype):
+        if distance not in _DISTANCES:
+            raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}.")
+        if not math.isfinite(float(margin)):
+            raise ValueError(f"margin must be finite, got {margin}.")
+        self.margin, self.distance = float(margin), distance
+        super().__init__(metric=distance, miner=miner, reduction=reduction, name=name,
+                         dtype=dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("metric")
+        config.update(margin=self.margin, distance=self.distance)
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
-class LiftedStructure(PairLoss):
+class LiftedStructure(_MarginAndDistance):
     """Lifted structured embedding loss (Oh Song et al. 2016), the original with a margin.
 
     For every positive pair (i, j), with c = -D (Euclidean distance) or c = S
@@ -54,10 +66,7 @@ class LiftedStructure(PairLoss):
 
     def __init__(self, margin=1.0, distance="euclidean", miner=None,
                  reduction="sum_over_batch_size", name="lifted_structure", dtype=None):
-        _check(distance, margin)
-        self.margin, self.distance = float(margin), distance
-        super().__init__(metric=distance, miner=miner, reduction=reduction, name=name,
-                         dtype=dtype)
+        super().__init__(margin, distance, miner, reduction, name, dtype)
 
     def compute_terms(self, matrix, positive, negative):
         sign = -1.0 if self.is_distance else 1.0
@@ -83,15 +92,9 @@ class LiftedStructure(PairLoss):
         gradient = softmax * lifted[:, tf.newaxis] - scaled
         return value, sign * gradient
 
-    def get_config(self):
-        config = super().get_config()
-        config.pop("metric")
-        config.update(margin=self.margin, distance=self.distance)
-        return config
-
 
 @keras.saving.register_keras_serializable(package="keras_dml")
-class GeneralizedLiftedStructure(PairLoss):
+class GeneralizedLiftedStructure(_MarginAndDistance):
     """Generalised lifted structure loss (Hermans et al. 2017; unified view eq. 9-11).
 
     For each anchor i with positives P_i and negatives N_i, with c = S (cosine
@@ -123,10 +126,7 @@ class GeneralizedLiftedStructure(PairLoss):
     def __init__(self, margin=1.0, distance="cosine", miner=None,
                  reduction="sum_over_batch_size", name="generalized_lifted_structure",
                  dtype=None):
-        _check(distance, margin)
-        self.margin, self.distance = float(margin), distance
-        super().__init__(metric=distance, miner=miner, reduction=reduction, name=name,
-                         dtype=dtype)
+        super().__init__(margin, distance, miner, reduction, name, dtype)
 
     def compute_terms(self, matrix, positive, negative):
         sign = -1.0 if self.is_distance else 1.0
@@ -140,9 +140,3 @@ class GeneralizedLiftedStructure(PairLoss):
             -closeness, positive)
         gradient = tf.where(active[:, tf.newaxis], gradient, tf.zeros_like(gradient))
         return value, sign * gradient
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("metric")
-        config.update(margin=self.margin, distance=self.distance)
-        return config
