@@ -213,3 +213,28 @@ def test_nca_serialization_and_mixed_precision(tmp_path):
 def test_nca_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         NCA(**kwargs)
+
+
+def test_npair_one_per_class_in_a_jit_compiled_fit_uses_static_shapes(monkeypatch):
+    from keras_dml import ops
+
+    contexts = []
+
+    def spy():
+        contexts.append(in_xla())
+        return contexts[-1]
+
+    in_xla = ops.in_xla_context
+    monkeypatch.setattr(ops, "in_xla_context", spy)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 6)).astype("float32")
+    y = np.repeat(np.arange(16), 4).astype("int32")
+    histories = []
+    for jit_compile in (False, True):
+        model = checks.small_model(dim=8, inputs=6)
+        model.compile(optimizer="sgd", loss=NPair(tuples="one_per_class"),
+                      jit_compile=jit_compile)
+        data = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+        histories.append(model.fit(data, epochs=2, verbose=0).history["loss"])
+    assert contexts == [False, True]  # padded pairs only under XLA
+    np.testing.assert_allclose(histories[0], histories[1], rtol=1e-5)
