@@ -13,6 +13,11 @@ def _number(name, value):
     return number
 
 
+def finite(name, value):
+    """`value` as a finite float."""
+    return _number(name, value)
+
+
 def positive(name, value):
     """`value` as a float > 0."""
     number = _number(name, value)

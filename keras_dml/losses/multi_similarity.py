@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from keras_dml import ops
+from keras_dml.losses import _hyper
 from keras_dml.losses.base import PairLoss
 from keras_dml.mining import MultiSimilarityMiner
 
@@ -53,14 +54,14 @@ class MultiSimilarity(PairLoss):
     def __init__(self, alpha=2.0, beta=50.0, base=0.5, epsilon=0.1, mining=True, miner=None,
                  metric="cosine", reduction="sum_over_batch_size", name="multi_similarity",
                  dtype=None):
+        self.alpha = _hyper.positive("alpha", alpha)
+        self.beta = _hyper.positive("beta", beta)
+        self.base = _hyper.finite("base", base)
+        self.epsilon, self.mining = _hyper.finite("epsilon", epsilon), bool(mining)
         if miner is None and mining:
-            miner = MultiSimilarityMiner(epsilon)
+            miner = MultiSimilarityMiner(self.epsilon)
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
-        if alpha <= 0 or beta <= 0:
-            raise ValueError(f"alpha and beta must be positive, got alpha={alpha}, beta={beta}.")
-        self.alpha, self.beta, self.base = float(alpha), float(beta), float(base)
-        self.epsilon, self.mining = float(epsilon), bool(mining)
 
     def compute_terms(self, matrix, positive, negative):
         pull = -self.alpha * (matrix - self.base)

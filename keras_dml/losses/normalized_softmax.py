@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from keras_dml.losses import _hyper
 from keras_dml.losses.proxies import ProxyLoss, own_entries
 
 
@@ -41,8 +42,7 @@ class NormalizedSoftmax(ProxyLoss):
     def __init__(self, num_classes, temperature=0.05, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, reduction="sum_over_batch_size",
                  name="normalized_softmax", dtype=None):
-        if not temperature > 0:
-            raise ValueError(f"temperature must be positive, got {temperature!r}.")
+        temperature = _hyper.positive("temperature", temperature)
         super().__init__(num_classes, proxy_lr_multiplier=proxy_lr_multiplier,
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)

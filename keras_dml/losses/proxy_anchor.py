@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from keras_dml.losses import _hyper
 from keras_dml.losses.proxies import ProxyLoss, grouped_softplus_lse, own_entries
 
 
@@ -56,8 +57,7 @@ class ProxyAnchor(ProxyLoss):
     def __init__(self, num_classes, alpha=32.0, delta=0.1, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, reduction="sum_over_batch_size",
                  name="proxy_anchor", dtype=None):
-        if not alpha > 0:
-            raise ValueError(f"alpha must be positive, got {alpha!r}.")
+        alpha, delta = _hyper.positive("alpha", alpha), _hyper.finite("delta", delta)
         super().__init__(num_classes, proxy_lr_multiplier=proxy_lr_multiplier,
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from keras_dml.losses import _hyper
 from keras_dml.losses.proxies import ProxyLoss, own_entries
 
 
@@ -45,8 +46,7 @@ class ProxyNCA(ProxyLoss):
     def __init__(self, num_classes, scale=1.0, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, reduction="sum_over_batch_size", name="proxy_nca",
                  dtype=None):
-        if not scale > 0:
-            raise ValueError(f"scale must be positive, got {scale!r}.")
+        scale = _hyper.positive("scale", scale)
         super().__init__(num_classes, proxy_lr_multiplier=proxy_lr_multiplier,
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)

@@ -6,10 +6,20 @@ which pairs the loss sees. Any miner can be given to any pair loss
 similarity (higher = closer); losses on distances pass the negated distance.
 """
 
+import math
+
 import keras
 import tensorflow as tf
 
 from keras_dml import ops
+
+
+def finite(name, value):
+    """A miner's margin as a float; NaN or infinity is a ValueError, not a silent no-op."""
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite, got {value!r}.")
+    return number
 
 
 class Miner:
@@ -54,7 +64,7 @@ class MultiSimilarityMiner(Miner):
     """
 
     def __init__(self, epsilon=0.1):
-        self.epsilon = float(epsilon)
+        self.epsilon = finite("epsilon", epsilon)
 
     def mine(self, similarity, positive, negative):
         hardest_positive = ops.masked_min(

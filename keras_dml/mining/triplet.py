@@ -20,7 +20,7 @@ import keras
 import tensorflow as tf
 
 from keras_dml import ops
-from keras_dml.mining.base import Miner
+from keras_dml.mining.base import Miner, finite
 
 _BIG = tf.float32.max
 
@@ -174,7 +174,7 @@ class TripletMiner(Miner):
     select_fn = None  # (similarity, positive, negative) -> (valid, negative_index)
 
     def __init__(self, margin=None):
-        self.margin = None if margin is None else float(margin)
+        self.margin = None if margin is None else finite("margin", margin)
 
     def select(self, similarity, positive, negative):
         """Kept triplets as (valid (N, N) bool, negative_index (N, N) int32)."""
@@ -264,7 +264,8 @@ class PairMarginMiner(Miner):
     """
 
     def __init__(self, pos_margin=0.8, neg_margin=0.5):
-        self.pos_margin, self.neg_margin = float(pos_margin), float(neg_margin)
+        self.pos_margin = finite("pos_margin", pos_margin)
+        self.neg_margin = finite("neg_margin", neg_margin)
 
     def mine(self, similarity, positive, negative):
         return positive & (similarity < self.pos_margin), negative & (similarity > self.neg_margin)

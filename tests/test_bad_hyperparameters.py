@@ -1,0 +1,34 @@
+"""A NaN, infinite or out-of-range hyperparameter is a ValueError naming it at
+construction, never a NaN loss later."""
+
+import pytest
+
+from keras_dml import losses, mining
+
+NAN, INF = float("nan"), float("inf")
+
+BAD = {
+    "ms_alpha_nan": (lambda: losses.MultiSimilarity(alpha=NAN), "alpha"),
+    "ms_beta_inf": (lambda: losses.MultiSimilarity(beta=INF), "beta"),
+    "ms_base_nan": (lambda: losses.MultiSimilarity(base=NAN), "base"),
+    "ms_epsilon_inf": (lambda: losses.MultiSimilarity(epsilon=INF), "epsilon"),
+    "raw_alpha_zero": (lambda: losses.RelativeAbsoluteWeighting(alpha=0.0), "alpha"),
+    "proxy_anchor_alpha_inf": (lambda: losses.ProxyAnchor(3, alpha=INF), "alpha"),
+    "proxy_anchor_delta_nan": (lambda: losses.ProxyAnchor(3, delta=NAN), "delta"),
+    "proxy_anchor_lr_inf": (lambda: losses.ProxyAnchor(3, proxy_lr_multiplier=INF),
+                            "learning_rate_multiplier"),
+    "proxy_nca_scale_inf": (lambda: losses.ProxyNCA(3, scale=INF), "scale"),
+    "proxy_nca_scale_zero": (lambda: losses.ProxyNCA(3, scale=0.0), "scale"),
+    "normalized_softmax_temperature_inf": (
+        lambda: losses.NormalizedSoftmax(3, temperature=INF), "temperature"),
+    "ms_miner_epsilon_nan": (lambda: mining.MultiSimilarityMiner(NAN), "epsilon"),
+    "semihard_margin_inf": (lambda: mining.SemiHardMiner(margin=INF), "margin"),
+    "pair_margin_nan": (lambda: mining.PairMarginMiner(pos_margin=NAN), "pos_margin"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_hyperparameter_is_a_value_error_naming_it(case):
+    make, name = BAD[case]
+    with pytest.raises(ValueError, match=name):
+        make()
