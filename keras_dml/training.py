@@ -1,6 +1,7 @@
 """The main job behind `keras-dml train`: data, model, fit, evaluate, save, export."""
 
 import dataclasses
+import inspect
 import json
 import os
 import time
@@ -39,6 +40,15 @@ class TrainConfig:
     export: bool = True
     plots: bool = True
 
+    def __post_init__(self):
+        for field in ("epochs", "steps_per_epoch"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field} must be a positive integer, got {value!r}.")
+        if not (self.learning_rate > 0 and np.isfinite(self.learning_rate)):
+            raise ValueError(f"learning_rate must be positive and finite, got "
+                             f"{self.learning_rate!r}.")
+
     @classmethod
     def from_args(cls, args):
         try:
@@ -53,15 +63,25 @@ class TrainConfig:
         return cls(**values)
 
 
-def make_loss(name, **kwargs):
-    """A keras_dml loss from its class name ("MultiSimilarity") or registered name."""
-    registered = name if ">" in name else f"keras_dml>{name}"
-    cls = keras.saving.get_registered_object(registered)
-    if cls is None or not isinstance(cls, type) or not issubclass(cls, keras.losses.Loss):
-        available = sorted(n for n in dir(losses) if isinstance(getattr(losses, n), type)
-                           and issubclass(getattr(losses, n), keras.losses.Loss))
-        raise ValueError(f"Unknown loss {name!r}: expected one of {available}.")
-    return cls(**kwargs)
+def make_loss(name, loss_args=None, num_classes=None):
+    """A keras_dml loss from its class name ("MultiSimilarity") or registered name.
+
+    `loss_args` are its constructor arguments. A loss that requires `num_classes`
+    (the proxy losses) gets `num_classes` (the training split's class count)
+    unless `loss_args` sets it.
+    """
+    kwargs = dict(loss_args or {})
+    short = name.split(">")[-1]
+    cls = keras.saving.get_registered_object(f"keras_dml>{short}")
+    if short not in losses.LOSSES or cls is None:
+        raise ValueError(f"Unknown loss {name!r}: expected one of {list(losses.LOSSES)}.")
+    required = inspect.signature(cls).parameters.get("num_classes")
+    if required is not None and required.default is inspect.Parameter.empty:
+        kwargs.setdefault("num_classes", num_classes)
+    try:
+        return cls(**kwargs)
+    except TypeError as error:  # an unknown or missing argument in --loss-args
+        raise ValueError(f"{short}: {error}; pass its arguments with --loss-args JSON.") from None
 
 
 def _input_spec(split, image_size):
@@ -174,7 +194,7 @@ def run(config, report=None):
     splits = datasets.load(config.dataset, data_dir=config.data_dir)
     input_shape, preprocessing = _input_spec(splits.train, config.image_size)
     model = build_model(config, input_shape)
-    loss = make_loss(config.loss, **config.loss_args)
+    loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
     model.compile(optimizer=keras.optimizers.Adam(config.learning_rate), loss=loss,
                   jit_compile=config.jit_compile)
 
@@ -183,13 +203,13 @@ def run(config, report=None):
     os.makedirs(run_dir, exist_ok=True)
 
     transform = None if preprocessing else array_transform(splits.train, input_shape)
-    before, _ = evaluate(model, splits, preprocessing, transform)
-    if report:
-        report("before training", before, KS)
-    batches = data.class_balanced_batches(
+    batches = data.class_balanced_batches(  # before evaluating: a bad batch design fails fast
         splits.train, config.classes_per_batch, config.samples_per_class, seed=config.seed,
         preprocessing=preprocessing, map_fn=transform,
     )
+    before, _ = evaluate(model, splits, preprocessing, transform)
+    if report:
+        report("before training", before, KS)
     queries, references = evaluation_splits(splits)
     recall = RecallAtK(
         eval_batches(queries, preprocessing, transform=transform), ks=KS, verbose=0,

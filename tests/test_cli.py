@@ -31,6 +31,38 @@ def test_unknown_loss_is_a_clear_error(tmp_path, capsys):
     assert "Unknown loss 'NoSuchLoss'" in capsys.readouterr().err
 
 
+def test_proxy_loss_gets_the_training_class_count(tmp_path, capsys):
+    code = cli.main([
+        "train", "--loss", "ProxyAnchor", "--epochs", "1", "--steps-per-epoch", "2",
+        "--runs-dir", str(tmp_path / "runs"), "--run-name", "proxies", "--no-export",
+        "--no-plots",
+    ])
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((tmp_path / "runs" / "proxies" / "summary.json").read_text())
+    assert summary["config"]["loss"] == "ProxyAnchor"
+    from keras_dml import training
+
+    assert training.make_loss("ProxyNCA", num_classes=5).num_classes == 5
+    assert training.make_loss("ProxyNCA", {"num_classes": 3}, num_classes=5).num_classes == 3
+    assert training.make_loss("Margin", num_classes=5).num_classes is None  # optional: global
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--epochs", "0"], "epochs must be a positive integer"),
+    (["--steps-per-epoch", "-1"], "steps_per_epoch must be a positive integer"),
+    (["--learning-rate", "nan"], "learning_rate must be positive"),
+    (["--loss", "PairLoss"], "Unknown loss 'PairLoss'"),
+    (["--loss", "Contrastive", "--loss-args", '{"no_such": 1}'], "Contrastive:.*no_such"),
+    (["--classes-per-batch", "99"], "classes_per_batch=99"),
+])
+def test_bad_training_options_are_clear_errors(args, message, tmp_path, capsys):
+    import re
+
+    code = cli.main(["train", *args, "--runs-dir", str(tmp_path), "--no-export", "--no-plots"])
+    assert code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
 def test_bad_loss_args_are_a_clear_error(tmp_path, capsys):
     code = cli.main(["train", "--loss-args", "[1, 2]", "--runs-dir", str(tmp_path)])
     assert code == 2

@@ -19,3 +19,11 @@ from keras_dml.losses.proxy_nca import ProxyNCA
 from keras_dml.losses.registry import get
 from keras_dml.losses.soft_triple import SoftTriple
 from keras_dml.losses.triplet import Triplet
+
+# The losses a user trains with (the bases PairLoss and ProxyLoss are for subclassing).
+LOSSES = (
+    "BalancedContrastive", "BinLifted", "BinomialDeviance", "Contrastive",
+    "GeneralizedLiftedStructure", "Histogram", "InstanceCrossEntropy", "LiftedStructure",
+    "LogRatio", "Margin", "MultiSimilarity", "NCA", "NPair", "NormalizedSoftmax", "ProxyAnchor",
+    "ProxyNCA", "RelativeAbsoluteWeighting", "SoftTriple", "Triplet",
+)
