@@ -94,6 +94,7 @@ def build_parser():
 
 
 def main(argv=None):
+    _quiet_tensorflow()  # before anything imports TensorFlow (the export options do)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
