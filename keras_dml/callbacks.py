@@ -8,7 +8,7 @@ import numpy as np
 
 from keras_dml.evaluation import _inputs
 from keras_dml.evaluation.embedding import _as_dataset, embed_with, inference_function
-from keras_dml.evaluation.retrieval import METRICS, retrieval_metrics
+from keras_dml.evaluation.retrieval import METRICS, check_metrics, retrieval_metrics
 
 _COUNTS = ("num_queries", "num_excluded_queries")
 
@@ -92,8 +92,8 @@ class RecallAtK(keras.callbacks.Callback):
         self.reference_data = (
             None if reference_data is None else _as_dataset(reference_data, batch_size)
         )
-        self.ks = (ks,) if isinstance(ks, int) else tuple(ks)
-        self.metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+        # checked now, not after the first epoch of training
+        self.metrics, self.ks = check_metrics(metrics, ks)
         self.every_n_epochs = _inputs.check_positive_int(every_n_epochs, "every_n_epochs")
         self.seen_classes = None if seen_classes is None else np.unique(np.asarray(seen_classes))
         self.distance = _inputs.check_distance(distance)

@@ -52,7 +52,7 @@ class EmbeddingHead(keras.layers.Layer):
     def __init__(self, dim, pooling="avg", normalize=True, kernel_initializer="glorot_uniform",
                  **kwargs):
         super().__init__(**kwargs)
-        if int(dim) <= 0:
+        if isinstance(dim, bool) or int(dim) != dim or int(dim) <= 0:
             raise ValueError(f"dim must be a positive integer, got {dim!r}.")
         if pooling not in _POOLINGS:
             raise ValueError(f"pooling must be one of {_POOLINGS}, got {pooling!r}.")

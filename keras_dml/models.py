@@ -91,13 +91,18 @@ class DMLModel(keras.Model):
             loss = losses.get(loss)
         if isinstance(loss, (list, tuple, dict)):
             raise ValueError("DMLModel takes a single keras_dml loss, got a structure of losses.")
+        if loss is not None and not isinstance(loss, keras.losses.Loss):
+            raise ValueError(
+                "DMLModel needs a keras_dml loss, a keras.losses.Loss of (labels, embeddings) "
+                f"such as keras_dml.losses.MultiSimilarity(), got {loss!r}."
+            )
         self._attach_loss_layer(loss)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
         self.dml_loss = loss
         # Keras divides a mean-reduced loss by the number of replicas, expecting the
         # replicas' gradients to be summed over disjoint shards; ours sees the whole
         # global batch, so it is reduced here, once, without that scaling.
-        self._unreduced_loss = _with_reduction(loss, "none")
+        self._unreduced_loss = None if loss is None else _with_reduction(loss, "none")
 
     def compile_from_config(self, config):
         """Recompile from a saved `.keras` file (the overridden `compile` is safe to call)."""

@@ -117,3 +117,12 @@ def test_embedding_model_and_errors():
         RecallAtK(x)
     with pytest.raises(ValueError, match="no model"):
         RecallAtK((x, y)).evaluate()
+
+
+def test_bad_ks_or_metrics_fail_at_construction_not_after_an_epoch():
+    x = np.zeros((8, 3), "float32")
+    y = np.repeat(np.arange(4), 2)
+    with pytest.raises(ValueError, match="every k in ks"):
+        RecallAtK((x, y), ks=(0,))
+    with pytest.raises(ValueError, match="metrics must be"):
+        RecallAtK((x, y), metrics=("accuracy",))

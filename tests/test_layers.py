@@ -48,3 +48,9 @@ def test_bad_arguments_are_value_errors():
 def test_l2_normalize_keeps_zero_vectors_finite():
     out = L2Normalize()(np.zeros((2, 3), "float32")).numpy()
     assert np.isfinite(out).all() and not out.any()
+
+
+@pytest.mark.parametrize("dim", [0, -3, 2.5, True])
+def test_embedding_head_dim_must_be_a_positive_integer(dim):
+    with pytest.raises(ValueError, match="dim must be a positive integer"):
+        EmbeddingHead(dim)

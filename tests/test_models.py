@@ -253,3 +253,9 @@ def test_model_without_loss_or_labels_explains_itself():
     model.compile(optimizer="adam", loss=losses.MultiSimilarity())
     with pytest.raises(ValueError, match="labels"):
         model.fit(tf.data.Dataset.from_tensor_slices(x).batch(8), epochs=1, verbose=0)
+
+
+def test_compile_with_a_non_dml_loss_is_a_clear_error():
+    model = _model()
+    with pytest.raises(ValueError, match="needs a keras_dml loss"):
+        model.compile(optimizer="adam", loss="mse")  # resolves to a plain function

@@ -8,7 +8,8 @@ from keras_dml.evaluation.knn import iter_nearest_neighbors
 METRICS = ("recall@k", "precision@1", "r_precision", "map@r")
 
 
-def _check_metrics(metrics, ks):
+def check_metrics(metrics, ks):
+    """Validated (metrics, sorted distinct ks): a ValueError names a bad one."""
     metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
     unknown = [m for m in metrics if m not in METRICS]
     if unknown or not metrics:
@@ -129,7 +130,7 @@ def retrieval_metrics(
     Reference:
         Musgrave et al., "A Metric Learning Reality Check", ECCV 2020.
     """
-    metrics, ks = _check_metrics(metrics, ks)
+    metrics, ks = check_metrics(metrics, ks)
     queries = _inputs.as_embeddings(query_embeddings, "query_embeddings")
     q_labels = _inputs.as_labels(query_labels, queries.shape[0], "query_labels")
     leave_one_out = reference_embeddings is None
