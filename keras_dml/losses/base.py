@@ -19,6 +19,12 @@ PairTerms = collections.namedtuple(
 )
 
 
+def empty_batch_loss(embeddings, reduction):
+    """An empty batch has no pair: loss 0 (shape (0,) unreduced), zero gradient."""
+    empty = tf.reduce_sum(ops.to_float32(embeddings), axis=1) * 0.0
+    return empty if reduction in (None, "none") else tf.reduce_sum(empty)
+
+
 class PairLoss(keras.losses.Loss):
     """Base class of the losses computed from an in-batch query x key matrix.
 
@@ -77,7 +83,9 @@ class PairLoss(keras.losses.Loss):
         return self.pair_terms(self.pair_matrix(ops.to_float32(embeddings)), labels)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        validation.check_labels_and_embeddings(y_true, y_pred)
+        _, embeddings = validation.check_labels_and_embeddings(y_true, y_pred)
+        if embeddings.shape[0] == 0:
+            return empty_batch_loss(embeddings, self.reduction)
         return super().__call__(y_true, y_pred, sample_weight=sample_weight)
 
     def call(self, y_true, y_pred):

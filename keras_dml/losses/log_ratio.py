@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml import ops, validation
-from keras_dml.losses.base import PairTerms
+from keras_dml.losses.base import PairTerms, empty_batch_loss
 from keras_dml.weighting import weighted_pair_loss
 
 _LABEL_METRICS = ("squared_euclidean", "euclidean")
@@ -226,7 +226,9 @@ class LogRatio(keras.losses.Loss):
 
     # -- keras.losses.Loss ------------------------------------------------------------
     def __call__(self, y_true, y_pred, sample_weight=None):
-        self.validate(y_true, y_pred)
+        _, embeddings = self.validate(y_true, y_pred)
+        if embeddings.shape[0] == 0:
+            return empty_batch_loss(embeddings, self.reduction)
         return super().__call__(y_true, y_pred, sample_weight=sample_weight)
 
     def call(self, y_true, y_pred):

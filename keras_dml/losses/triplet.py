@@ -71,7 +71,7 @@ def _all_triplets_by_slots(closeness, positive, negative, margin):
         return total + tf.reduce_sum(tf.nn.relu(hinge), axis=1), gradient
 
     total, gradient = triplet_mining.for_each_slot(
-        positive, body, (tf.zeros_like(closeness[:, 0]), tf.zeros_like(closeness)))
+        positive, body, (tf.zeros(tf.shape(closeness)[:1]), tf.zeros_like(closeness)))
     return total, gradient
 
 
