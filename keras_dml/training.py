@@ -118,22 +118,6 @@ def array_transform(split, input_shape):
     return transform
 
 
-def eval_batches(split, preprocessing=None, batch_size=256, transform=None):
-    """The split in order, (x, y) batches with evaluation preprocessing."""
-    labels = np.asarray(split.labels, np.int32)
-    if split.images is not None:
-        batches = tf.data.Dataset.from_tensor_slices((split.images, labels)).batch(batch_size)
-        return batches.map(transform) if transform else batches
-
-    def load(path, label):
-        image = data.decode_image(tf.io.read_file(path), channels=preprocessing.channels)
-        return preprocessing.eval(image), label
-
-    paths = tf.data.Dataset.from_tensor_slices((list(split.paths), labels))
-    return paths.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(
-        tf.data.AUTOTUNE)
-
-
 def build_model(config, input_shape):
     keras.utils.set_random_seed(config.seed)
     backbone = backbones.get(config.backbone, input_shape)
@@ -154,7 +138,7 @@ def evaluate(model, splits, preprocessing, transform=None):
 
     def embed(split):
         return evaluation.embed_dataset(
-            model, eval_batches(split, preprocessing, transform=transform))
+            model, data.evaluation_batches(split, preprocessing, transform=transform))
 
     embeddings, labels = embed(queries)
     if references is None:
@@ -212,9 +196,9 @@ def run(config, report=None):
         report("before training", before, KS)
     queries, references = evaluation_splits(splits)
     recall = RecallAtK(
-        eval_batches(queries, preprocessing, transform=transform), ks=KS, verbose=0,
+        data.evaluation_batches(queries, preprocessing, transform=transform), ks=KS, verbose=0,
         reference_data=None if references is None
-        else eval_batches(references, preprocessing, transform=transform))
+        else data.evaluation_batches(references, preprocessing, transform=transform))
     callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
     history = model.fit(batches, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
                         callbacks=callbacks, verbose=2)

@@ -1,0 +1,43 @@
+"""`evaluation_batches`: a split in order, as (x, y) batches for embedding and RecallAtK."""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_dml.data.preprocessing import decode_image
+
+
+def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None):
+    """Every image of a `keras_dml.datasets` split, in order, with evaluation preprocessing.
+
+    Args:
+        split: a `LabeledImages` (e.g. `keras_dml.datasets.load(...).test`), with
+            in-memory `images` or image file `paths`.
+        preprocessing: a `keras_dml.data.Preprocessing`; its evaluation transform
+            (resize, centre crop, normalise) is applied to decoded files. Required
+            for file-based splits.
+        batch_size: images per batch. Defaults to 256.
+        transform: optional `(x, y) -> (x, y)` for in-memory images (e.g. resizing).
+
+    Returns:
+        A finite `tf.data.Dataset` of `(images, labels)` batches: what
+        `keras_dml.callbacks.RecallAtK` and `keras_dml.evaluation.embed_dataset` take.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    labels = np.asarray(split.labels, np.int32)
+    if split.images is not None:
+        batches = tf.data.Dataset.from_tensor_slices((split.images, labels)).batch(batch_size)
+        return batches.map(transform) if transform else batches
+    if preprocessing is None:
+        raise ValueError(
+            "This split holds image files: pass preprocessing=keras_dml.data.Preprocessing(...) "
+            "(the one used for training) so they can be decoded and resized."
+        )
+
+    def load(path, label):
+        image = decode_image(tf.io.read_file(path), channels=preprocessing.channels)
+        return preprocessing.eval(image), label
+
+    paths = tf.data.Dataset.from_tensor_slices((list(split.paths), labels))
+    return paths.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(
+        tf.data.AUTOTUNE)
