@@ -73,3 +73,10 @@ def test_callback_refreshes_from_the_model_during_fit():
     assert reps.shape == (5, 8) and np.isfinite(reps).all()
     x, y = next(iter(dataset))
     assert x.shape == (8, 8, 8, 1)
+
+
+@pytest.mark.parametrize("num_neighbors", [0, -2, 1.5, True])
+def test_bad_num_neighbors_is_a_value_error(num_neighbors):
+    labels = np.repeat(np.arange(10), 4)
+    with pytest.raises(ValueError, match="num_neighbors must be a positive integer"):
+        HardNegativeClassSampler(labels, 4, 2, num_neighbors=num_neighbors)

@@ -49,8 +49,14 @@ class HardNegativeClassSampler(ClassBalancedSampler):
                  small_classes="replace", seed=None):
         super().__init__(labels, classes_per_batch, samples_per_class,
                          small_classes=small_classes, seed=seed)
+        if num_neighbors is not None and (isinstance(num_neighbors, bool)
+                                          or int(num_neighbors) != num_neighbors
+                                          or num_neighbors < 1):
+            raise ValueError(f"num_neighbors must be a positive integer or None, got "
+                             f"{num_neighbors!r}.")
         total = len(self.counts)
-        self.num_neighbors = min(total - 1, num_neighbors or 4 * self.classes_per_batch)
+        default = 4 * self.classes_per_batch
+        self.num_neighbors = min(total - 1, default if num_neighbors is None else int(num_neighbors))
         self._usable = np.zeros(total, bool)
         self._usable[self._class_queue] = True
         self._neighbors = None
