@@ -39,6 +39,20 @@ def value_and_gradient(loss, labels, embeddings, mode="eager"):
     return float(value), np.asarray(gradient)
 
 
+def traced_tensor_shapes(loss, labels, embeddings):
+    """Static shapes of every tensor in the traced forward + backward graph of `loss`."""
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = loss(labels, x)
+        return tape.gradient(value, x)
+
+    graph = step.get_concrete_function(tf.TensorSpec(embeddings.shape, tf.float32)).graph
+    return [out.shape for op in graph.get_operations() for out in op.outputs]
+
+
 def assert_modes_agree(loss, labels, embeddings, rtol=1e-5, atol=1e-6):
     """Eager, tf.function and XLA give the same value and gradient; returns eager ones."""
     value, gradient = value_and_gradient(loss, labels, embeddings, "eager")
