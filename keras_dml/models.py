@@ -183,7 +183,10 @@ class DMLModel(keras.Model):
     def _loss_layer_gradients_once(self, gradients, variables):
         """Every replica computes the loss on the global batch, so each holds the whole
         gradient of the loss-owned weights (proxies, margins); the optimizer sums the
-        replicas' gradients, so those are divided by the number of replicas."""
+        replicas' gradients, so those are divided by the number of replicas.
+
+        (A regularizer on a loss-owned weight, which no keras_dml loss has, would
+        be divided twice: its term is already divided in `_dml_loss_value`.)"""
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         layer = getattr(self, "loss_layer", None)
         if replicas == 1 or layer is None:
