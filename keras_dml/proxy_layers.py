@@ -29,10 +29,10 @@ The snapshot is taken in the forward pass of the same training step, so it is ne
 stale (also after `load_weights` or with gradient accumulation).
 """
 
-import math
-
 import keras
 import tensorflow as tf
+
+from keras_dml import hyperparameters
 
 
 def kaiming_normal():
@@ -98,12 +98,10 @@ class Proxies(keras.layers.Layer):
                              ("proxies_per_class", proxies_per_class)):
             if isinstance(value, bool) or int(value) != value or value < 1:
                 raise ValueError(f"{label} must be a positive integer, got {value!r}.")
-        if not (learning_rate_multiplier > 0 and math.isfinite(learning_rate_multiplier)):
-            raise ValueError("learning_rate_multiplier must be positive and finite, got "
-                             f"{learning_rate_multiplier!r}.")
         self.num_classes = int(num_classes)
         self.proxies_per_class = int(proxies_per_class)
-        self.learning_rate_multiplier = float(learning_rate_multiplier)
+        self.learning_rate_multiplier = hyperparameters.positive("learning_rate_multiplier",
+                                                                 learning_rate_multiplier)
         self.initializer = keras.initializers.get(initializer or kaiming_normal())
         self.constraint = keras.constraints.get(constraint)
         self.proxies = None

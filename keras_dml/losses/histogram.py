@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from keras_dml.losses import _hyper
+from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.base import PairLoss
 
 

@@ -1,10 +1,9 @@
 """Lifted structure losses: the original (Song et al. 2016) and the generalised form."""
 
-import math
-
 import keras
 import tensorflow as tf
 
+from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.losses.base import PairLoss
 
@@ -19,9 +18,7 @@ class _MarginAndDistance(PairLoss):
     def __init__(self, margin, distance, miner, reduction, name, dtype):
         if distance not in _DISTANCES:
             raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}.")
-        if not math.isfinite(float(margin)):
-            raise ValueError(f"margin must be finite, got {margin}.")
-        self.margin, self.distance = float(margin), distance
+        self.margin, self.distance = _hyper.finite("margin", margin), distance
         super().__init__(metric=distance, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
 

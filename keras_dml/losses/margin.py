@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml import ops, validation
-from keras_dml.losses import _hyper
+from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.base import PairLoss, PairTerms
 
 _AVERAGES = ("pairs", "active")

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from keras_dml import ops
-from keras_dml.losses import _hyper
+from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.base import PairLoss
 
 

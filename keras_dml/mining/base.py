@@ -6,20 +6,11 @@ which pairs the loss sees. Any miner can be given to any pair loss
 similarity (higher = closer); losses on distances pass the negated distance.
 """
 
-import math
-
 import keras
 import tensorflow as tf
 
 from keras_dml import ops
-
-
-def finite(name, value):
-    """A miner's margin as a float; NaN or infinity is a ValueError, not a silent no-op."""
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"{name} must be finite, got {value!r}.")
-    return number
+from keras_dml.hyperparameters import finite
 
 
 class Miner:

@@ -20,7 +20,8 @@ import keras
 import tensorflow as tf
 
 from keras_dml import ops
-from keras_dml.mining.base import Miner, finite
+from keras_dml.hyperparameters import finite
+from keras_dml.mining.base import Miner
 
 _BIG = tf.float32.max
 

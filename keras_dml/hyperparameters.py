@@ -1,4 +1,4 @@
-"""Hyperparameter checks shared by the pair losses: a clear ValueError, never a NaN later."""
+"""Hyperparameter checks shared by losses, miners and layers: a clear ValueError, never a NaN later."""
 
 import math
 
