@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from keras_dml import ops, validation
 from keras_dml import hyperparameters as _hyper
-from keras_dml.losses.base import PairLoss
+from keras_dml.losses.base import PairLoss, PairTerms
 from keras_dml.weighting import weighted_pair_loss
 
 _METRICS = ("dot", "cosine")
@@ -116,10 +116,11 @@ class NPair(PairLoss):
     def compute_terms(self, matrix, positive, negative):
         return npair_terms(matrix, positive, negative)
 
-    def pair_masks(self, matrix, labels):
+    def pair_terms(self, matrix, labels):
         if self.tuples == "all":
-            return super().pair_masks(matrix, labels)
-        # The N x N view of one_per_class (for pair_weights): anchor rows, positive columns.
+            return super().pair_terms(matrix, labels)
+        # The N x N view of one_per_class (for pair_weights): anchor rows, positive columns,
+        # and the mean over the C pairs, not over all N rows.
         anchors, positives, valid = ops.first_pair_per_class(labels, padded=True)
         n = tf.shape(labels)[0]
         rows, columns = tf.where(valid, anchors, n), tf.where(valid, positives, n)
@@ -127,16 +128,10 @@ class NPair(PairLoss):
         same = tf.eye(tf.shape(rows)[0], dtype=tf.int32)
         positive = tf.scatter_nd(index, same, [n + 1, n + 1])[:n, :n] > 0
         negative = tf.scatter_nd(index, 1 - same, [n + 1, n + 1])[:n, :n] > 0
-        return self.mine(matrix, positive, negative)
-
-    def pair_terms(self, matrix, labels):
-        terms = super().pair_terms(matrix, labels)
-        if self.tuples == "all":
-            return terms
-        # Mean over the C pairs, not over all N rows.
-        _, _, valid = ops.first_pair_per_class(labels, padded=True)
-        scale = _rows_per_pair(valid, tf.shape(labels)[0])
-        return terms._replace(value=terms.value * scale, weights=terms.weights * scale)
+        positive, negative = self.mine(matrix, positive, negative)
+        value, weights = self.compute_terms(matrix, positive, negative)
+        scale = _rows_per_pair(valid, n)
+        return PairTerms(value * scale, weights * scale, positive, negative, self.is_distance)
 
     def call(self, y_true, y_pred):
         if self.tuples == "all":
