@@ -19,13 +19,26 @@ PairTerms = collections.namedtuple(
 )
 
 
-def empty_batch_loss(embeddings, reduction):
-    """An empty batch has no pair: loss 0 (shape (0,) unreduced), zero gradient."""
-    empty = tf.reduce_sum(ops.to_float32(embeddings), axis=1) * 0.0
-    return empty if reduction in (None, "none") else tf.reduce_sum(empty)
+class CheckedLoss(keras.losses.Loss):
+    """A Loss that checks (labels, embeddings) before Keras sees them.
+
+    Bad input is a ValueError naming it; an empty batch has no pair, so its loss is
+    0 (shape (0,) unreduced) with a zero gradient.
+    """
+
+    def check_inputs(self, y_true, y_pred):
+        """Checked (labels, embeddings); a subclass states what it accepts."""
+        raise NotImplementedError
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        _, embeddings = self.check_inputs(y_true, y_pred)
+        if embeddings.shape[0] == 0:
+            empty = tf.reduce_sum(ops.to_float32(embeddings), axis=1) * 0.0
+            return empty if self.reduction in (None, "none") else tf.reduce_sum(empty)
+        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
 
 
-class PairLoss(keras.losses.Loss):
+class PairLoss(CheckedLoss):
     """Base class of the losses computed from an in-batch query x key matrix.
 
     `call(y_true, y_pred)` takes integer class labels (N,) or (N, 1) and
@@ -82,11 +95,8 @@ class PairLoss(keras.losses.Loss):
         labels, embeddings = self.validate(labels, embeddings)
         return self.pair_terms(self.pair_matrix(ops.to_float32(embeddings)), labels)
 
-    def __call__(self, y_true, y_pred, sample_weight=None):
-        _, embeddings = validation.check_labels_and_embeddings(y_true, y_pred)
-        if embeddings.shape[0] == 0:
-            return empty_batch_loss(embeddings, self.reduction)
-        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+    def check_inputs(self, y_true, y_pred):
+        return validation.check_labels_and_embeddings(y_true, y_pred)
 
     def call(self, y_true, y_pred):
         labels = validation.check_class_labels(y_true)

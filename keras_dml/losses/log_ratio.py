@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml import ops, validation
-from keras_dml.losses.base import PairTerms, empty_batch_loss
+from keras_dml.losses.base import CheckedLoss, PairTerms
 from keras_dml.weighting import weighted_pair_loss
 
 _LABEL_METRICS = ("squared_euclidean", "euclidean")
@@ -28,7 +28,7 @@ def _squared_differences(labels):
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
-class LogRatio(keras.losses.Loss):
+class LogRatio(CheckedLoss):
     """Log-ratio loss (Kim et al. CVPR 2019) with dense triplet sampling.
 
     For an anchor a and two other samples i, j of the batch, with D the squared
@@ -225,11 +225,8 @@ class LogRatio(keras.losses.Loss):
         return self.pair_terms(self.pair_matrix(ops.to_float32(embeddings)), labels)
 
     # -- keras.losses.Loss ------------------------------------------------------------
-    def __call__(self, y_true, y_pred, sample_weight=None):
-        _, embeddings = self.validate(y_true, y_pred)
-        if embeddings.shape[0] == 0:
-            return empty_batch_loss(embeddings, self.reduction)
-        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+    def check_inputs(self, y_true, y_pred):
+        return self.validate(y_true, y_pred)
 
     def call(self, y_true, y_pred):
         labels, embeddings = self.validate(y_true, y_pred)
