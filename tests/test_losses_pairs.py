@@ -21,7 +21,7 @@ from keras_dml.models import DMLModel
 from keras_dml.weighting import autodiff_weights, pair_weights
 
 import reference as ref
-from pairs2_checks import traced_tensor_shapes, value_and_gradient
+from pairs2_checks import assert_config_round_trip, traced_tensor_shapes, value_and_gradient
 
 
 def _batch(classes=4, per_class=3, dim=6, seed=0, scale=1.0):
@@ -341,14 +341,11 @@ SERIALIZED = [
 
 @pytest.mark.parametrize("loss", SERIALIZED, ids=[type(l).__name__ for l in SERIALIZED])
 def test_config_round_trip_and_lookup_by_name(loss):
-    config = loss.get_config()
-    clone = type(loss).from_config(config)
-    assert clone.get_config() == config
+    assert_config_round_trip(loss)  # from_config, keras.saving, keras_dml.losses.get by name
     restored = keras.losses.deserialize(keras.losses.serialize(loss))
-    assert type(restored) is type(loss) and restored.get_config() == config
+    assert type(restored) is type(loss) and restored.get_config() == loss.get_config()
     registered = f"keras_dml>{type(loss).__name__}"
     assert keras.saving.get_registered_object(registered) is type(loss)
-    assert type(keras_dml.losses.get(registered)) is type(loss)
     labels, x = _batch(seed=17)
     assert float(restored(labels, x)) == pytest.approx(float(loss(labels, x)), rel=1e-6)
 
