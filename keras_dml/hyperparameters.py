@@ -36,10 +36,10 @@ def non_negative(name, value):
 
 def integer_at_least(name, value, minimum):
     """`value` as an int >= `minimum` (bools and fractional numbers are refused)."""
-    if isinstance(value, bool) or not float(_number(name, value)).is_integer():
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
-    if int(value) < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+    wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    if (isinstance(value, bool) or not float(_number(name, value)).is_integer()
+            or int(value) < minimum):
+        raise ValueError(f"{name} must be {wanted}, got {value!r}.")
     return int(value)
 
 

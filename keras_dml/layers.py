@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_dml import hyperparameters
+
 _POOLINGS = ("avg", "max")
 
 
@@ -52,8 +54,7 @@ class EmbeddingHead(keras.layers.Layer):
     def __init__(self, dim, pooling="avg", normalize=True, kernel_initializer="glorot_uniform",
                  **kwargs):
         super().__init__(**kwargs)
-        if isinstance(dim, bool) or int(dim) != dim or int(dim) <= 0:
-            raise ValueError(f"dim must be a positive integer, got {dim!r}.")
+        dim = hyperparameters.integer_at_least("dim", dim, 1)
         if pooling not in _POOLINGS:
             raise ValueError(f"pooling must be one of {_POOLINGS}, got {pooling!r}.")
         self.dim, self.pooling, self.normalize = int(dim), pooling, bool(normalize)

@@ -18,6 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_dml import hyperparameters
 from keras_dml.data.pipeline import batches_from_sampler
 from keras_dml.data.sampler import ClassBalancedSampler, draw_cyclic
 from keras_dml.data.sources import make_source
@@ -49,14 +50,11 @@ class HardNegativeClassSampler(ClassBalancedSampler):
                  small_classes="replace", seed=None):
         super().__init__(labels, classes_per_batch, samples_per_class,
                          small_classes=small_classes, seed=seed)
-        if num_neighbors is not None and (isinstance(num_neighbors, bool)
-                                          or int(num_neighbors) != num_neighbors
-                                          or num_neighbors < 1):
-            raise ValueError(f"num_neighbors must be a positive integer or None, got "
-                             f"{num_neighbors!r}.")
+        if num_neighbors is None:
+            num_neighbors = 4 * self.classes_per_batch
+        num_neighbors = hyperparameters.integer_at_least("num_neighbors", num_neighbors, 1)
         total = len(self.counts)
-        default = 4 * self.classes_per_batch
-        self.num_neighbors = min(total - 1, default if num_neighbors is None else int(num_neighbors))
+        self.num_neighbors = min(total - 1, num_neighbors)
         self._usable = np.zeros(total, bool)
         self._usable[self._class_queue] = True
         self._neighbors = None
