@@ -20,15 +20,21 @@ PairTerms = collections.namedtuple(
 
 
 class CheckedLoss(keras.losses.Loss):
-    """A Loss that checks (labels, embeddings) before Keras sees them.
+    """A Loss on the engine that checks (labels, embeddings) before Keras sees them.
 
     Bad input is a ValueError naming it; an empty batch has no pair, so its loss is
-    0 (shape (0,) unreduced) with a zero gradient.
+    0 (shape (0,) unreduced) with a zero gradient. Subclasses define `validate`,
+    `check_inputs`, `pair_matrix` and `pair_terms`.
     """
 
     def check_inputs(self, y_true, y_pred):
         """Checked (labels, embeddings); a subclass states what it accepts."""
         raise NotImplementedError
+
+    def pair_terms_for_batch(self, labels, embeddings):
+        """The engine's `PairTerms` of one batch (what `weighting.pair_weights` reads)."""
+        labels, embeddings = self.validate(labels, embeddings)
+        return self.pair_terms(self.pair_matrix(ops.to_float32(embeddings)), labels)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         _, embeddings = self.check_inputs(y_true, y_pred)
@@ -90,10 +96,6 @@ class PairLoss(CheckedLoss):
         positive, negative = self.pair_masks(matrix, labels)
         value, weights = self.compute_terms(matrix, positive, negative)
         return PairTerms(value, weights, positive, negative, self.is_distance)
-
-    def pair_terms_for_batch(self, labels, embeddings):
-        labels, embeddings = self.validate(labels, embeddings)
-        return self.pair_terms(self.pair_matrix(ops.to_float32(embeddings)), labels)
 
     def check_inputs(self, y_true, y_pred):
         return validation.check_labels_and_embeddings(y_true, y_pred)

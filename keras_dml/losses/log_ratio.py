@@ -220,10 +220,6 @@ class LogRatio(CheckedLoss):
         push = tf.logical_and(partners, weights < 0)
         return PairTerms(value, weights, pull, push, True)
 
-    def pair_terms_for_batch(self, labels, embeddings):
-        labels, embeddings = self.validate(labels, embeddings)
-        return self.pair_terms(self.pair_matrix(ops.to_float32(embeddings)), labels)
-
     # -- keras.losses.Loss ------------------------------------------------------------
     def check_inputs(self, y_true, y_pred):
         return self.validate(y_true, y_pred)
