@@ -86,6 +86,67 @@ def pairwise(query, key=None, metric="cosine"):
     return tf.where(positive, tf.sqrt(safe), tf.zeros_like(squared))
 
 
+def similarities_between_rows(x, rows, columns, metric="cosine"):
+    """S[i, j] = sim(x[rows[i]], x[columns[j]]), with a dense gradient w.r.t. x.
+
+    The values of `pairwise(tf.gather(x, rows), tf.gather(x, columns), metric)`.
+    The backward pass scatters the rows' gradients straight into a dense (N, d)
+    tensor (repeated indices add up), where autodiff would concatenate two sparse
+    gradients and then densify them: on a small loss (N-pair-mc's C x C matrix)
+    that bookkeeping costs more than the matmuls.
+
+    Args:
+        x: float tensor (N, d).
+        rows, columns: int32 indices (R,) and (K,) into x.
+        metric: "cosine" (rows L2-normalised first, as `l2_normalize`) or "dot".
+
+    Returns:
+        float32 tensor (R, K).
+    """
+    if metric not in SIMILARITIES:
+        raise ValueError(f"similarities_between_rows takes a metric in {SIMILARITIES}, "
+                         f"got {metric!r}.")
+    cosine = metric == "cosine"
+
+    @tf.custom_gradient
+    def similarities(x):
+        query, *query_scale = _scaled_rows(x, rows, cosine)
+        key, *key_scale = _scaled_rows(x, columns, cosine)
+
+        def grad(upstream):
+            query_grad = _unscale(tf.matmul(upstream, key), query, *query_scale)
+            key_grad = _unscale(tf.matmul(upstream, query, transpose_a=True), key, *key_scale)
+            shape = tf.shape(x)  # two scatters: concatenating the rows first costs more
+            return (tf.scatter_nd(rows[:, tf.newaxis], query_grad, shape)
+                    + tf.scatter_nd(columns[:, tf.newaxis], key_grad, shape))
+
+        return tf.matmul(query, key, transpose_b=True), grad
+
+    return similarities(to_float32(x))
+
+
+_NORM_EPSILON = 1e-12  # as tf.math.l2_normalize: a squared norm below it is held there
+
+
+def _scaled_rows(x, indices, normalize):
+    """(x[indices] scaled to unit norm if asked, the scale, where the norm is unclipped)."""
+    selected = tf.gather(x, indices)
+    if not normalize:
+        return selected, None, None
+    squared_norm = tf.reduce_sum(tf.square(selected), axis=1, keepdims=True)
+    scale = tf.math.rsqrt(tf.maximum(squared_norm, _NORM_EPSILON))
+    return selected * scale, scale, squared_norm >= _NORM_EPSILON
+
+
+def _unscale(grad, unit, scale, unclipped):
+    """The gradient w.r.t. rows r, from the gradient w.r.t. unit = r / |r|."""
+    if scale is None:
+        return grad
+    # a clipped norm is a constant: only there is the radial part kept
+    projection = tf.where(unclipped, tf.reduce_sum(grad * unit, axis=1, keepdims=True), 0.0)
+    return (grad - unit * projection) * scale
+
+
 def label_masks(query_labels, key_labels=None, exclude_self=None):
     """Positive and negative pair masks for a query x key similarity matrix.
 

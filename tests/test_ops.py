@@ -40,6 +40,45 @@ def test_pairwise_rejects_unknown_metric():
         ops.pairwise(_points(), metric="manhattan")
 
 
+@pytest.mark.parametrize("metric", ops.SIMILARITIES)
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_similarities_between_rows_equal_the_gathered_pairwise_in_value_and_gradient(
+        metric, jit_compile):
+    points = _points(7, 4)
+    points[5] = 0.0  # a zero row (normalised to zero) and a row whose norm is clipped
+    points[6] = 1e-8
+    x = tf.Variable(points)
+    rows = tf.constant([0, 2, 5, 2], tf.int32)  # a repeated index: its gradients add up
+    columns = tf.constant([1, 6, 3], tf.int32)
+    upstream = tf.constant(np.random.default_rng(3).normal(size=(4, 3)), tf.float32)
+
+    def value_and_gradient(similarities):
+        @tf.function(jit_compile=jit_compile)
+        def run():
+            with tf.GradientTape() as tape:
+                matrix = similarities()
+                total = tf.reduce_sum(matrix * upstream)
+            return matrix, tf.convert_to_tensor(tape.gradient(total, x))
+
+        return [t.numpy() for t in run()]
+
+    got = value_and_gradient(lambda: ops.similarities_between_rows(x, rows, columns, metric))
+    expected = value_and_gradient(
+        lambda: ops.pairwise(tf.gather(x, rows), tf.gather(x, columns), metric))
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-5, atol=1e-6)
+    assert np.abs(got[1][[0, 2, 5]]).max() > 0  # the test reaches the rows it selects
+    assert not got[1][4].any()  # an unselected row gets exactly zero
+
+
+def test_similarities_between_rows_are_float32_and_reject_distances():
+    half = tf.constant(_points(), tf.float16)
+    matrix = ops.similarities_between_rows(half, tf.constant([0, 1]), tf.constant([2]))
+    assert matrix.dtype == tf.float32 and matrix.shape == (2, 1)
+    with pytest.raises(ValueError, match="metric in .* got 'euclidean'"):
+        ops.similarities_between_rows(half, tf.constant([0]), tf.constant([1]), "euclidean")
+
+
 def test_label_masks_remove_self_pairs_only_for_the_batch_itself():
     labels = tf.constant([0, 0, 1])
     pos, neg = ops.label_masks(labels)

@@ -150,9 +150,7 @@ class NPair(PairLoss):
         padded = ops.in_xla_context()  # static shapes under XLA, exactly C pairs otherwise
         anchors, positives, valid = ops.first_pair_per_class(labels, padded=padded)
         pairs = tf.shape(anchors)[0]
-        embeddings = ops.to_float32(y_pred)
-        matrix = ops.pairwise(tf.gather(embeddings, anchors), tf.gather(embeddings, positives),
-                              metric=self.metric)
+        matrix = ops.similarities_between_rows(y_pred, anchors, positives, metric=self.metric)
         if self.miner is None:
             # All pairs kept: row c is a softmax cross entropy with target c, whose
             # autodiff gradient softmax - onehot is exactly npair_terms' weights.
