@@ -152,10 +152,12 @@ class NPair(PairLoss):
         pairs = tf.shape(anchors)[0]
         matrix = ops.similarities_between_rows(y_pred, anchors, positives, metric=self.metric)
         if self.miner is None:
-            # All pairs kept: row c is a softmax cross entropy with target c, whose
-            # autodiff gradient softmax - onehot is exactly npair_terms' weights.
+            # All pairs kept: row c is a softmax cross entropy with target c, one fused
+            # op whose gradient softmax - onehot is exactly npair_terms' weights. A
+            # masked column keeps it defined when there is no pair (C = 0).
             logits = tf.where(valid[tf.newaxis, :], matrix, _MASKED_LOGIT) if padded else matrix
-            value = tf.reduce_logsumexp(logits, axis=1) - tf.linalg.diag_part(matrix)
+            logits = tf.pad(logits, [[0, 0], [0, 1]], constant_values=_MASKED_LOGIT)
+            value = tf.nn.sparse_softmax_cross_entropy_with_logits(tf.range(pairs), logits)
         else:
             both = tf.logical_and(valid[:, tf.newaxis], valid[tf.newaxis, :])
             same = tf.eye(pairs, dtype=tf.bool)
