@@ -110,17 +110,29 @@ def similarities_between_rows(x, rows, columns, metric="cosine"):
 
     @tf.custom_gradient
     def similarities(x):
-        query, *query_scale = _scaled_rows(x, rows, cosine)
-        key, *key_scale = _scaled_rows(x, columns, cosine)
+        query, key = tf.gather(x, rows), tf.gather(x, columns)
+        products = tf.matmul(query, key, transpose_b=True)
+        if not cosine:
+            return products, lambda upstream: _scatter_rows_gradient(
+                tf.shape(x), rows, tf.matmul(upstream, key),
+                columns, tf.matmul(upstream, query, transpose_a=True))
+        # M = diag(s) Q K^T diag(t) with s, t the inverse norms. Its gradient is
+        # worked out on the R x K matrix, so that each (R, d) block is touched once:
+        #   dQ = (G * s t^T) K - diag(s^2 rowsum(G * M)) Q, and likewise dK.
+        query_scale, query_radial = _inverse_norms(query)
+        key_scale, key_radial = _inverse_norms(key)
+        scales = query_scale[:, tf.newaxis] * key_scale[tf.newaxis, :]
+        matrix = products * scales
 
         def grad(upstream):
-            query_grad = _unscale(tf.matmul(upstream, key), query, *query_scale)
-            key_grad = _unscale(tf.matmul(upstream, query, transpose_a=True), key, *key_scale)
-            shape = tf.shape(x)  # two scatters: concatenating the rows first costs more
-            return (tf.scatter_nd(rows[:, tf.newaxis], query_grad, shape)
-                    + tf.scatter_nd(columns[:, tf.newaxis], key_grad, shape))
+            along = upstream * matrix
+            query_grad = (tf.matmul(upstream * scales, key)
+                          - query * (query_radial * tf.reduce_sum(along, axis=1))[:, tf.newaxis])
+            key_grad = (tf.matmul(upstream * scales, query, transpose_a=True)
+                        - key * (key_radial * tf.reduce_sum(along, axis=0))[:, tf.newaxis])
+            return _scatter_rows_gradient(tf.shape(x), rows, query_grad, columns, key_grad)
 
-        return tf.matmul(query, key, transpose_b=True), grad
+        return matrix, grad
 
     return similarities(to_float32(x))
 
@@ -128,23 +140,20 @@ def similarities_between_rows(x, rows, columns, metric="cosine"):
 _NORM_EPSILON = 1e-12  # as tf.math.l2_normalize: a squared norm below it is held there
 
 
-def _scaled_rows(x, indices, normalize):
-    """(x[indices] scaled to unit norm if asked, the scale, where the norm is unclipped)."""
-    selected = tf.gather(x, indices)
-    if not normalize:
-        return selected, None, None
-    squared_norm = tf.reduce_sum(tf.square(selected), axis=1, keepdims=True)
-    scale = tf.math.rsqrt(tf.maximum(squared_norm, _NORM_EPSILON))
-    return selected * scale, scale, squared_norm >= _NORM_EPSILON
+def _inverse_norms(rows):
+    """1 / max(|r|, 1e-6) per row, and 1 / |r|^2 where the norm is not clipped
+    (the radial part of the normalisation's gradient; 0 where the norm is constant)."""
+    squared_norm = tf.reduce_sum(tf.square(rows), axis=1)
+    unclipped = squared_norm >= _NORM_EPSILON
+    clipped_norm = tf.maximum(squared_norm, _NORM_EPSILON)
+    return tf.math.rsqrt(clipped_norm), tf.where(unclipped, 1.0 / clipped_norm, 0.0)
 
 
-def _unscale(grad, unit, scale, unclipped):
-    """The gradient w.r.t. rows r, from the gradient w.r.t. unit = r / |r|."""
-    if scale is None:
-        return grad
-    # a clipped norm is a constant: only there is the radial part kept
-    projection = tf.where(unclipped, tf.reduce_sum(grad * unit, axis=1, keepdims=True), 0.0)
-    return (grad - unit * projection) * scale
+def _scatter_rows_gradient(shape, rows, row_grad, columns, column_grad):
+    """The dense gradient of x from the gradients of x[rows] and x[columns]: two
+    scatters (concatenating the blocks first costs more); repeated indices add up."""
+    return (tf.scatter_nd(rows[:, tf.newaxis], row_grad, shape)
+            + tf.scatter_nd(columns[:, tf.newaxis], column_grad, shape))
 
 
 def label_masks(query_labels, key_labels=None, exclude_self=None):
