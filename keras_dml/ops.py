@@ -223,7 +223,7 @@ def first_pair_per_class(labels, padded=False):
 
 
 def _masked_fill(x, mask, value):
-    return tf.where(mask, x, tf.fill(tf.shape(x), tf.cast(value, x.dtype)))
+    return tf.where(mask, x, tf.constant(value, x.dtype))
 
 
 def masked_max(x, mask, axis=-1, keepdims=False, empty_value=0.0):
@@ -241,13 +241,17 @@ def masked_min(x, mask, axis=-1, keepdims=False, empty_value=0.0):
 
 
 def _shifted_exps(x, mask, axis, include_zero):
-    """exp(x - shift) on the mask, their sum (plus exp(-shift) for the zero term), shift."""
-    x = to_float32(x)
-    mask = tf.convert_to_tensor(mask)
-    shift = tf.stop_gradient(masked_max(x, mask, axis, keepdims=True, empty_value=0.0))
-    if include_zero:
-        shift = tf.maximum(shift, 0.0)
-    exps = tf.where(mask, tf.exp(_masked_fill(x, mask, 0.0) - shift), tf.zeros_like(x))
+    """exp(x - shift) on the mask, their sum (plus exp(-shift) for the zero term), shift.
+
+    Masked-out entries are filled with the lowest float, so their exps are exactly
+    0 with no second select; an all-masked row has shift 0 and sum 0 (plus the
+    zero term's 1).
+    """
+    lowest = tf.float32.min
+    filled = _masked_fill(to_float32(x), mask, lowest)
+    shift = tf.stop_gradient(tf.reduce_max(filled, axis=axis, keepdims=True))
+    shift = tf.maximum(shift, 0.0) if include_zero else tf.where(shift > lowest, shift, 0.0)
+    exps = tf.exp(filled - shift)
     total = tf.reduce_sum(exps, axis=axis, keepdims=True)
     if include_zero:
         total += tf.exp(-shift)
@@ -271,7 +275,7 @@ def masked_logsumexp(x, mask, axis=-1, keepdims=False, include_zero=False, empty
         softmax, and exactly zero on masked-out entries and on empty rows.
     """
     _, total, shift = _shifted_exps(x, mask, axis, include_zero)
-    non_empty = tf.reduce_any(mask, axis=axis, keepdims=True) | include_zero
+    non_empty = total > 0.0  # a non-empty row's largest term is exp(0) = 1
     safe_total = tf.where(non_empty, total, tf.ones_like(total))
     result = tf.where(
         non_empty, tf.math.log(safe_total) + shift, tf.fill(tf.shape(total), empty_value)
@@ -296,7 +300,7 @@ def masked_logsumexp_and_softmax(x, mask, axis=-1, include_zero=False):
     (multi-similarity, lifted structure, NCA, ...) need both; this shares the exps.
     """
     exps, total, shift = _shifted_exps(x, mask, axis, include_zero)
-    non_empty = tf.reduce_any(mask, axis=axis, keepdims=True) | include_zero
+    non_empty = total > 0.0
     safe_total = tf.where(non_empty, total, tf.ones_like(total))
     lse = tf.where(non_empty, tf.math.log(safe_total) + shift, tf.zeros_like(total))
     return tf.squeeze(lse, axis=axis), exps / safe_total

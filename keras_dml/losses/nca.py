@@ -21,9 +21,9 @@ def nca_terms(logits, positive, negative):
     """
     has_positive = tf.reduce_any(positive, axis=1, keepdims=True)
     pool = tf.logical_and(tf.logical_or(positive, negative), has_positive)
-    value = ops.masked_logsumexp(logits, pool) - ops.masked_logsumexp(logits, positive)
-    weights = ops.masked_softmax(logits, pool) - ops.masked_softmax(logits, positive)
-    return value, weights
+    pool_lse, pool_softmax = ops.masked_logsumexp_and_softmax(logits, pool)
+    positive_lse, positive_softmax = ops.masked_logsumexp_and_softmax(logits, positive)
+    return pool_lse - positive_lse, pool_softmax - positive_softmax
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
