@@ -89,11 +89,12 @@ def pairwise(query, key=None, metric="cosine"):
 def similarities_between_rows(x, rows, columns, metric="cosine"):
     """S[i, j] = sim(x[rows[i]], x[columns[j]]), with a dense gradient w.r.t. x.
 
-    The values of `pairwise(tf.gather(x, rows), tf.gather(x, columns), metric)`.
-    The backward pass scatters the rows' gradients straight into a dense (N, d)
-    tensor (repeated indices add up), where autodiff would concatenate two sparse
-    gradients and then densify them: on a small loss (N-pair-mc's C x C matrix)
-    that bookkeeping costs more than the matmuls.
+    The values of `pairwise(tf.gather(x, rows), tf.gather(x, columns), metric)`,
+    and the same gradient, computed by hand: the normalisation's part on the R x K
+    matrix rather than on the (R, d) rows, and the rows' gradients scattered
+    straight into a dense (N, d) tensor (repeated indices add up), where autodiff
+    would concatenate two sparse gradients and densify them. On a small loss
+    (N-pair-mc's C x C matrix) that bookkeeping cost more than the matmuls.
 
     Args:
         x: float tensor (N, d).
@@ -125,10 +126,10 @@ def similarities_between_rows(x, rows, columns, metric="cosine"):
         matrix = products * scales
 
         def grad(upstream):
-            along = upstream * matrix
-            query_grad = (tf.matmul(upstream * scales, key)
+            weighted, along = upstream * scales, upstream * matrix
+            query_grad = (tf.matmul(weighted, key)
                           - query * (query_radial * tf.reduce_sum(along, axis=1))[:, tf.newaxis])
-            key_grad = (tf.matmul(upstream * scales, query, transpose_a=True)
+            key_grad = (tf.matmul(weighted, query, transpose_a=True)
                         - key * (key_radial * tf.reduce_sum(along, axis=0))[:, tf.newaxis])
             return _scatter_rows_gradient(tf.shape(x), rows, query_grad, columns, key_grad)
 
