@@ -204,23 +204,35 @@ def first_pair_per_class(labels, padded=False):
 
     Returns:
         (anchors, positives, valid): int32 indices of each class's first and second
-        sample, ordered by label, and a bool mask of the slots that hold a pair.
+        sample, ordered by the anchor's position in the batch, and a bool mask of
+        the slots that hold a pair.
     """
+    if not padded:
+        return _first_pairs(labels)
     n = tf.shape(labels)[0]
     order = tf.cast(tf.argsort(labels, stable=True), tf.int32)
     ordered = tf.gather(labels, order)
     starts_class = tf.concat([[True], tf.not_equal(ordered[1:], ordered[:-1])], axis=0)
     has_second = tf.concat([tf.equal(ordered[1:], ordered[:-1]), [False]], axis=0)
     is_anchor = tf.logical_and(starts_class, has_second)[:n]
-    position = tf.range(n)
-    if padded:
-        positions = tf.argsort(tf.where(is_anchor, position, n + position))[: n // 2]
-        valid = tf.gather(is_anchor, positions)
-    else:
-        positions = tf.cast(tf.where(is_anchor)[:, 0], tf.int32)
-        valid = tf.ones_like(positions, dtype=tf.bool)
-    positives = tf.gather(order, tf.minimum(positions + 1, n - 1))
-    return tf.gather(order, positions), positives, valid
+    # sorted positions of the anchors, by their batch index, then the padding
+    slots = tf.argsort(tf.where(is_anchor, order, n + tf.range(n)))[: n // 2]
+    positives = tf.gather(order, tf.minimum(slots + 1, n - 1))
+    return tf.gather(order, slots), positives, tf.gather(is_anchor, slots)
+
+
+def _first_pairs(labels):
+    """`first_pair_per_class` with exactly C pairs: classes in order of first appearance."""
+    distinct, class_of = tf.unique(labels, out_idx=tf.int32)
+    classes = tf.shape(distinct)[0]
+    position = tf.range(tf.shape(labels)[0])
+    first = tf.math.unsorted_segment_min(position, class_of, classes)
+    is_first = tf.equal(position, tf.gather(first, class_of))
+    later = tf.where(is_first, tf.shape(labels)[0], position)
+    second = tf.math.unsorted_segment_min(later, class_of, classes)
+    has_pair = second < tf.shape(labels)[0]
+    anchors, positives = tf.boolean_mask(first, has_pair), tf.boolean_mask(second, has_pair)
+    return anchors, positives, tf.ones_like(anchors, dtype=tf.bool)
 
 
 def _masked_fill(x, mask, value):

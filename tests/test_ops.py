@@ -129,7 +129,7 @@ def test_first_pair_per_class_takes_each_class_first_two_samples(padded):
     labels = tf.constant([3, 1, 3, 2, 1, 1, 0, 2, 5], tf.int32)
     anchors, positives, valid = ops.first_pair_per_class(labels, padded=padded)
     pairs = [(int(a), int(p)) for a, p, v in zip(anchors, positives, valid) if v]
-    assert pairs == [(1, 4), (3, 7), (0, 2)]  # labels 1, 2, 3; 0 and 5 are singletons
+    assert pairs == [(0, 2), (1, 4), (3, 7)]  # labels 3, 1, 2; 0 and 5 are singletons
     assert len(valid) == (4 if padded else 3)
     for labels in ([], [7], [0, 1, 2]):
         anchors, _, valid = ops.first_pair_per_class(tf.constant(labels, tf.int32), padded)
