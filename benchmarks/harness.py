@@ -1,11 +1,13 @@
 """Shared timing harness: keras_dml and its peer, timed in the same run.
 
 Every benchmark builds callables for one forward + backward step of each side and
-hands them to `compare`, which interleaves repetitions (so a load spike from
-another process hits both sides alike) and reports medians and ratios.
+hands them to `median_times`, which interleaves repetitions in a random order (so a
+load spike from another process, or the after-effect of one call on the next, hits
+both sides alike) and reports medians.
 """
 
 import os
+import random
 import statistics
 import time
 
@@ -77,18 +79,26 @@ def torch_step(loss, embeddings, labels, miner=None, threads=None):
     return step
 
 
-def median_times(steps, repeats=15, warmup=3):
-    """Median wall time (s) of each named callable, repetitions interleaved."""
+def median_times(steps, repeats=15, warmup=3, seed=0):
+    """Median wall time (s) of each named callable, repetitions interleaved.
+
+    Each round runs every callable once, in a fresh random order: a call is slower
+    right after some others (the first one after a torch call here measured ~20%
+    slower), and a fixed order would charge that to the same side every time.
+    """
     for step in steps.values():
         for _ in range(warmup):
             step()
+    rng = random.Random(seed)
+    names = list(steps)
     samples = {name: [] for name in steps}
     for _ in range(repeats):
-        for name, step in steps.items():
+        rng.shuffle(names)
+        for name in names:
             start = time.perf_counter()
-            step()
+            steps[name]()
             samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return {name: statistics.median(samples[name]) for name in steps}
 
 
 def limit_threads():

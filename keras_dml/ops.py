@@ -230,8 +230,8 @@ def _first_pairs(labels):
     is_first = tf.equal(position, tf.gather(first, class_of))
     later = tf.where(is_first, tf.shape(labels)[0], position)
     second = tf.math.unsorted_segment_min(later, class_of, classes)
-    has_pair = second < tf.shape(labels)[0]
-    anchors, positives = tf.boolean_mask(first, has_pair), tf.boolean_mask(second, has_pair)
+    with_pair = tf.where(second < tf.shape(labels)[0])[:, 0]
+    anchors, positives = tf.gather(first, with_pair), tf.gather(second, with_pair)
     return anchors, positives, tf.ones_like(anchors, dtype=tf.bool)
 
 

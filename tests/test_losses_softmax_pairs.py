@@ -63,6 +63,35 @@ def test_npair_one_per_class_is_n_pair_mc(labels, l2_penalty, metric):
         np.testing.assert_allclose(gradient, (signed + signed.T) @ x, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("l2_penalty, miner", [(0.0, None), (0.01, MultiSimilarityMiner(0.05))])
+def test_npair_one_per_class_batch_mean_equals_the_per_sample_path(jit_compile, l2_penalty,
+                                                                   miner):
+    # the default reduction computes the mean over the C pairs directly; a sample
+    # weight of ones and reduction="none" go through Keras' per-sample path
+    labels = np.array([3, 1, 3, 2, 1, 1, 0, 2, 5, 2], "int32")
+    x = tf.Variable(np.random.default_rng(5).normal(size=(10, 6)).astype("float32"))
+
+    def value_and_gradient(loss, **kwargs):
+        @tf.function(jit_compile=jit_compile)
+        def run():
+            with tf.GradientTape() as tape:
+                value = tf.reduce_mean(loss(labels, x, **kwargs))
+            return value, tape.gradient(value, x)
+
+        return [t.numpy() for t in run()]
+
+    def make(**kwargs):
+        return NPair(l2_penalty=l2_penalty, tuples="one_per_class", miner=miner, **kwargs)
+
+    direct = value_and_gradient(make())
+    for per_sample in (value_and_gradient(make(), sample_weight=np.ones(10, "float32")),
+                       value_and_gradient(make(reduction="none"))):
+        np.testing.assert_allclose(direct[0], per_sample[0], rtol=1e-6)
+        np.testing.assert_allclose(direct[1], per_sample[1], rtol=1e-5, atol=1e-7)
+    assert direct[0] > 0 and np.abs(direct[1]).max() > 0
+
+
 def test_npair_one_per_class_with_a_miner_mines_the_c_by_c_matrix():
     labels, x = checks.batch(classes=5, k=3, dim=6, seed=3, scale=0.6)
     loss = NPair(l2_penalty=0.0, tuples="one_per_class", miner=MultiSimilarityMiner(0.05))
