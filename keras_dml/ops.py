@@ -303,7 +303,7 @@ def masked_softmax(x, mask, axis=-1, include_zero=False):
     entries are exp(x_j) / (1 + sum_k exp(x_k)). Empty rows are all zero.
     """
     exps, total, _ = _shifted_exps(x, mask, axis, include_zero)
-    return tf.math.divide_no_nan(exps, total)
+    return exps / _softmax_divisor(total, total > 0.0)
 
 
 def masked_logsumexp_and_softmax(x, mask, axis=-1, include_zero=False):
@@ -312,11 +312,34 @@ def masked_logsumexp_and_softmax(x, mask, axis=-1, include_zero=False):
     Losses whose value is a log-sum-exp and whose pair weights are its softmax
     (multi-similarity, lifted structure, NCA, ...) need both; this shares the exps.
     """
+    lse, softmax, _ = masked_softmax_parts(x, mask, axis, include_zero)
+    return lse, softmax
+
+
+def masked_softmax_parts(x, mask, axis=-1, include_zero=False, rows=None):
+    """(log-sum-exp, softmax, non-empty) of `x` over `mask`, sharing one set of exps.
+
+    Args:
+        rows: optional bool tensor shaped like the reduction with keepdims (e.g.
+            (N, 1)): rows outside it are treated as empty, at the cost of one
+            small op instead of masking every entry.
+
+    Returns:
+        The log-sum-exp (reduced over `axis`, 0 for empty rows), the softmax (0 on
+        masked-out entries and empty rows), and which rows are non-empty (keepdims).
+    """
     exps, total, shift = _shifted_exps(x, mask, axis, include_zero)
-    non_empty = total > 0.0
-    safe_total = tf.where(non_empty, total, tf.ones_like(total))
-    lse = tf.where(non_empty, tf.math.log(safe_total) + shift, tf.zeros_like(total))
-    return tf.squeeze(lse, axis=axis), exps / safe_total
+    non_empty = total > 0.0  # a non-empty row's largest term is exp(0) = 1
+    if rows is not None:
+        non_empty = tf.logical_and(non_empty, rows)
+    lse = tf.where(non_empty, tf.math.log(tf.where(non_empty, total, 1.0)) + shift, 0.0)
+    return tf.squeeze(lse, axis=axis), exps / _softmax_divisor(total, non_empty), non_empty
+
+
+def _softmax_divisor(total, non_empty):
+    """The row sums, infinite on empty rows: their exps (0, or kept ones of rows
+    excluded by `rows`) divide to exactly 0, with no select over every entry."""
+    return tf.where(non_empty, total, float("inf"))
 
 
 def masked_mean(x, mask, axis=-1, keepdims=False):

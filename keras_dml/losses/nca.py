@@ -19,10 +19,9 @@ def nca_terms(logits, positive, negative):
     i.e. MS supplementary eq. 2 with the signs of a loss to minimise. An anchor
     without a positive has value 0 and zero weights.
     """
-    has_positive = tf.reduce_any(positive, axis=1, keepdims=True)
-    pool = tf.logical_and(tf.logical_or(positive, negative), has_positive)
-    pool_lse, pool_softmax = ops.masked_logsumexp_and_softmax(logits, pool)
-    positive_lse, positive_softmax = ops.masked_logsumexp_and_softmax(logits, positive)
+    positive_lse, positive_softmax, has_positive = ops.masked_softmax_parts(logits, positive)
+    pool_lse, pool_softmax, _ = ops.masked_softmax_parts(
+        logits, tf.logical_or(positive, negative), rows=has_positive)
     return pool_lse - positive_lse, pool_softmax - positive_softmax
 
 
