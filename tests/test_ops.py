@@ -114,6 +114,25 @@ def test_masked_logsumexp_is_stable_and_its_gradient_is_the_masked_softmax():
     assert (grad[1] == 0).all() and grad[0, 2] == 0.0
 
 
+def test_masked_softmax_parts_match_numpy_and_drop_excluded_rows():
+    x = np.array([[3.0, -200.0, 1.0, 0.5], [0.0, 2.0, -1.0, 4.0], [1.0, 1.0, 1.0, 1.0]],
+                 "float32")
+    mask = np.array([[True, True, False, True], [False, True, True, False],
+                     [False, False, False, False]])
+    rows = np.array([[True], [False], [True]])  # the second row is excluded, the third empty
+    lse, softmax, non_empty = ops.masked_softmax_parts(x, mask, rows=rows)
+    exps = np.where(mask, np.exp(x.astype("float64")), 0.0)
+    expected_lse = np.log(exps[0].sum())
+    np.testing.assert_allclose(lse.numpy(), [expected_lse, 0.0, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(softmax.numpy()[0], exps[0] / exps[0].sum(), rtol=1e-6)
+    assert not softmax.numpy()[1:].any()
+    assert non_empty.numpy().ravel().tolist() == [True, False, False]
+    # without `rows`, the same as the two single-purpose reductions
+    lse, softmax, _ = ops.masked_softmax_parts(x, mask)
+    np.testing.assert_allclose(lse.numpy(), ops.masked_logsumexp(x, mask).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(softmax.numpy(), ops.masked_softmax(x, mask).numpy(), rtol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_reductions_are_float32_for_half_precision_inputs(dtype):
     x = tf.cast(tf.constant([[60000.0, 1.0], [2.0, 3.0]]), dtype)
