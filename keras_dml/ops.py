@@ -174,10 +174,9 @@ def label_masks(query_labels, key_labels=None, exclude_self=None):
     key_labels = query_labels if key_labels is None else key_labels
     same = tf.equal(query_labels[:, tf.newaxis], key_labels[tf.newaxis, :])
     positive, negative = same, tf.logical_not(same)
-    if exclude_self:
-        n, m = tf.shape(query_labels)[0], tf.shape(key_labels)[0]
-        off_diagonal = tf.logical_not(tf.eye(n, m, dtype=tf.bool))
-        positive = tf.logical_and(positive, off_diagonal)
+    if exclude_self:  # one pass over the diagonal, not an N x N eye and a logical_and
+        diagonal = tf.zeros_like(tf.linalg.diag_part(same))
+        positive = tf.linalg.set_diag(positive, diagonal)
     return positive, negative
 
 
