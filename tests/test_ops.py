@@ -35,6 +35,26 @@ def test_pairwise_defaults_to_self_and_euclidean_gradient_is_finite_at_zero():
     assert np.isfinite(tape.gradient(total, x).numpy()).all()
 
 
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_l2_normalize_equals_tensorflow_in_value_and_gradient(axis):
+    points = _points(6, 4)
+    points[4] = 0.0  # the zero vector maps to zero; a clipped norm has no radial part
+    points[5] = 1e-8
+    if axis == 0:
+        points = np.ascontiguousarray(points.T)
+    x = tf.Variable(points)
+    upstream = tf.constant(np.random.default_rng(2).normal(size=points.shape), tf.float32)
+    results = []
+    for normalize in (ops.l2_normalize, lambda v, axis: tf.math.l2_normalize(v, axis=axis)):
+        with tf.GradientTape() as tape:
+            unit = normalize(x, axis=axis)
+            total = tf.reduce_sum(unit * upstream)
+        results.append((unit.numpy(), tape.gradient(total, x).numpy()))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-5, atol=1e-5)
+    assert np.all(np.isfinite(results[0][1]))
+
+
 def test_pairwise_rejects_unknown_metric():
     with pytest.raises(ValueError, match="Unknown metric 'manhattan'"):
         ops.pairwise(_points(), metric="manhattan")
