@@ -34,7 +34,10 @@ def to_float32(x):
     return x if x.dtype == tf.float32 else tf.cast(x, tf.float32)
 
 
-def l2_normalize(x, axis=-1, epsilon=1e-12):
+_NORM_EPSILON = 1e-12  # as tf.math.l2_normalize: a squared norm below it is held there
+
+
+def l2_normalize(x, axis=-1, epsilon=_NORM_EPSILON):
     """L2 normalisation that maps the zero vector to zero, not NaN.
 
     The values of `tf.math.l2_normalize` (the squared norm is held at `epsilon`
@@ -46,18 +49,29 @@ def l2_normalize(x, axis=-1, epsilon=1e-12):
 
     @tf.custom_gradient
     def unit(x):
-        squared_norm = tf.reduce_sum(tf.square(x), axis=axis, keepdims=True)
-        held = tf.maximum(squared_norm, epsilon)
-        scale = tf.math.rsqrt(held)
+        scale, norm = _inverse_norms(x, axis, epsilon, keepdims=True)
 
         def grad(upstream):
-            along = tf.reduce_sum(upstream * x, axis=axis, keepdims=True) / held
-            along = tf.where(squared_norm >= epsilon, along, tf.zeros_like(along))
+            along = _radial(tf.reduce_sum(upstream * x, axis=axis, keepdims=True), *norm)
             return (upstream - x * along) * scale
 
         return x * scale, grad
 
     return unit(tf.convert_to_tensor(x))
+
+
+def _inverse_norms(x, axis=-1, epsilon=_NORM_EPSILON, keepdims=False):
+    """1 / max(|x|, sqrt(epsilon)) along `axis`, and (max(|x|^2, epsilon), whether
+    the norm is not held there): what `_radial` takes."""
+    squared_norm = tf.reduce_sum(tf.square(x), axis=axis, keepdims=keepdims)
+    held = tf.maximum(squared_norm, epsilon)
+    return tf.math.rsqrt(held), (held, squared_norm >= epsilon)
+
+
+def _radial(projection, held, unclipped):
+    """The radial part of the normalisation's gradient, projection / |x|^2; 0 where
+    the norm is held (a constant there)."""
+    return tf.where(unclipped, projection / held, tf.zeros_like(projection))
 
 
 @tf.custom_gradient
@@ -141,34 +155,23 @@ def similarities_between_rows(x, rows, columns, metric="cosine"):
         # M = diag(s) Q K^T diag(t) with s, t the inverse norms. Its gradient is
         # worked out on the R x K matrix, so that each (R, d) block is touched once:
         #   dQ = (G * s t^T) K - diag(s^2 rowsum(G * M)) Q, and likewise dK.
-        query_scale, query_radial = _inverse_norms(query)
-        key_scale, key_radial = _inverse_norms(key)
+        query_scale, query_norm = _inverse_norms(query, axis=1)
+        key_scale, key_norm = _inverse_norms(key, axis=1)
         scales = query_scale[:, tf.newaxis] * key_scale[tf.newaxis, :]
         matrix = products * scales
 
         def grad(upstream):
             weighted, along = upstream * scales, upstream * matrix
-            query_grad = (tf.matmul(weighted, key)
-                          - query * (query_radial * tf.reduce_sum(along, axis=1))[:, tf.newaxis])
+            query_radial = _radial(tf.reduce_sum(along, axis=1), *query_norm)
+            key_radial = _radial(tf.reduce_sum(along, axis=0), *key_norm)
+            query_grad = tf.matmul(weighted, key) - query * query_radial[:, tf.newaxis]
             key_grad = (tf.matmul(weighted, query, transpose_a=True)
-                        - key * (key_radial * tf.reduce_sum(along, axis=0))[:, tf.newaxis])
+                        - key * key_radial[:, tf.newaxis])
             return _scatter_rows_gradient(tf.shape(x), rows, query_grad, columns, key_grad)
 
         return matrix, grad
 
     return similarities(to_float32(x))
-
-
-_NORM_EPSILON = 1e-12  # as tf.math.l2_normalize: a squared norm below it is held there
-
-
-def _inverse_norms(rows):
-    """1 / max(|r|, 1e-6) per row, and 1 / |r|^2 where the norm is not clipped
-    (the radial part of the normalisation's gradient; 0 where the norm is constant)."""
-    squared_norm = tf.reduce_sum(tf.square(rows), axis=1)
-    unclipped = squared_norm >= _NORM_EPSILON
-    clipped_norm = tf.maximum(squared_norm, _NORM_EPSILON)
-    return tf.math.rsqrt(clipped_norm), tf.where(unclipped, 1.0 / clipped_norm, 0.0)
 
 
 def _scatter_rows_gradient(shape, rows, row_grad, columns, column_grad):
@@ -243,14 +246,14 @@ def first_pair_per_class(labels, padded=False):
 
 def _first_pairs(labels):
     """`first_pair_per_class` with exactly C pairs: classes in order of first appearance."""
+    n = tf.shape(labels)[0]
     distinct, class_of = tf.unique(labels, out_idx=tf.int32)
     classes = tf.shape(distinct)[0]
-    position = tf.range(tf.shape(labels)[0])
+    position = tf.range(n)
     first = tf.math.unsorted_segment_min(position, class_of, classes)
     is_first = tf.equal(position, tf.gather(first, class_of))
-    later = tf.where(is_first, tf.shape(labels)[0], position)
-    second = tf.math.unsorted_segment_min(later, class_of, classes)
-    with_pair = tf.where(second < tf.shape(labels)[0])[:, 0]
+    second = tf.math.unsorted_segment_min(tf.where(is_first, n, position), class_of, classes)
+    with_pair = tf.where(second < n)[:, 0]  # n: the class has no second sample
     anchors, positives = tf.gather(first, with_pair), tf.gather(second, with_pair)
     return anchors, positives, tf.ones_like(anchors, dtype=tf.bool)
 
@@ -308,11 +311,7 @@ def masked_logsumexp(x, mask, axis=-1, keepdims=False, include_zero=False, empty
         softmax, and exactly zero on masked-out entries and on empty rows.
     """
     _, total, shift = _shifted_exps(x, mask, axis, include_zero)
-    non_empty = total > 0.0  # a non-empty row's largest term is exp(0) = 1
-    safe_total = tf.where(non_empty, total, tf.ones_like(total))
-    result = tf.where(
-        non_empty, tf.math.log(safe_total) + shift, tf.fill(tf.shape(total), empty_value)
-    )
+    result = _log_of_sum(total, shift, total > 0.0, empty_value)
     return result if keepdims else tf.squeeze(result, axis=axis)
 
 
@@ -349,11 +348,19 @@ def masked_softmax_parts(x, mask, axis=-1, include_zero=False, rows=None):
         masked-out entries and empty rows), and which rows are non-empty (keepdims).
     """
     exps, total, shift = _shifted_exps(x, mask, axis, include_zero)
-    non_empty = total > 0.0  # a non-empty row's largest term is exp(0) = 1
+    non_empty = total > 0.0
     if rows is not None:
         non_empty = tf.logical_and(non_empty, rows)
-    lse = tf.where(non_empty, tf.math.log(tf.where(non_empty, total, 1.0)) + shift, 0.0)
+    lse = _log_of_sum(total, shift, non_empty)
     return tf.squeeze(lse, axis=axis), exps / _softmax_divisor(total, non_empty), non_empty
+
+
+def _log_of_sum(total, shift, non_empty, empty_value=0.0):
+    """log(total) + shift on non-empty rows (a non-empty row's largest term is
+    exp(0) = 1, so its total is >= 1), `empty_value` elsewhere."""
+    safe_total = tf.where(non_empty, total, tf.ones_like(total))
+    return tf.where(non_empty, tf.math.log(safe_total) + shift,
+                    tf.fill(tf.shape(total), empty_value))
 
 
 def _softmax_divisor(total, non_empty):
