@@ -141,12 +141,11 @@ class NPair(PairLoss):
         with tf.name_scope(self.name):
             labels, embeddings = self.check_inputs(y_true, y_pred)
             _, losses, valid = self._pair_losses(labels, embeddings)
-            pairs = tf.reduce_sum(tf.cast(valid, tf.float32))
-            value = tf.math.divide_no_nan(tf.reduce_sum(losses), pairs)
+            value = tf.math.divide_no_nan(tf.reduce_sum(losses), _pair_count(valid))
             if self.l2_penalty != 0.0:
-                squared_norms = tf.reduce_sum(tf.square(ops.to_float32(embeddings)), axis=1)
-                value += self.l2_penalty * tf.math.divide_no_nan(
-                    tf.reduce_sum(squared_norms), tf.cast(tf.size(squared_norms), tf.float32))
+                penalties = self._penalties(embeddings)
+                value += tf.math.divide_no_nan(tf.reduce_sum(penalties),
+                                               tf.cast(tf.size(penalties), tf.float32))
             return tf.cast(value, self.dtype)
 
     def _is_mean_over_pairs(self, y_pred, sample_weight):
@@ -162,8 +161,11 @@ class NPair(PairLoss):
             value = self._one_pair_per_class(y_true, y_pred)
         if self.l2_penalty == 0.0:
             return value
-        squared_norms = tf.reduce_sum(tf.square(ops.to_float32(y_pred)), axis=1)
-        return value + self.l2_penalty * squared_norms
+        return value + self._penalties(y_pred)
+
+    def _penalties(self, embeddings):
+        """l2_penalty ||f_a||^2 of every sample (N,)."""
+        return self.l2_penalty * tf.reduce_sum(tf.square(ops.to_float32(embeddings)), axis=1)
 
     def _one_pair_per_class(self, y_true, y_pred):
         """Per-sample values from the C x C matrix only: anchor a_c carries its tuple's
@@ -203,7 +205,11 @@ class NPair(PairLoss):
         return config
 
 
+def _pair_count(valid):
+    """C, the number of slots that hold a pair, as a float."""
+    return tf.reduce_sum(tf.cast(valid, tf.float32))
+
+
 def _rows_per_pair(valid, n):
     """N / C: turns a mean over N rows into a mean over the C pairs (0 if C = 0)."""
-    pairs = tf.reduce_sum(tf.cast(valid, tf.float32))
-    return tf.math.divide_no_nan(tf.cast(n, tf.float32), pairs)
+    return tf.math.divide_no_nan(tf.cast(n, tf.float32), _pair_count(valid))
