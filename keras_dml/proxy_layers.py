@@ -94,12 +94,9 @@ class Proxies(keras.layers.Layer):
                  initializer=None, constraint=None, **kwargs):
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
-        for label, value in (("num_classes", num_classes),
-                             ("proxies_per_class", proxies_per_class)):
-            if isinstance(value, bool) or int(value) != value or value < 1:
-                raise ValueError(f"{label} must be a positive integer, got {value!r}.")
-        self.num_classes = int(num_classes)
-        self.proxies_per_class = int(proxies_per_class)
+        self.num_classes = hyperparameters.integer_at_least("num_classes", num_classes, 1)
+        self.proxies_per_class = hyperparameters.integer_at_least(
+            "proxies_per_class", proxies_per_class, 1)
         self.learning_rate_multiplier = hyperparameters.positive("learning_rate_multiplier",
                                                                  learning_rate_multiplier)
         self.initializer = keras.initializers.get(initializer or kaiming_normal())
