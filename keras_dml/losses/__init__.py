@@ -1,7 +1,7 @@
 """Deep metric learning losses, each a `keras.losses.Loss` on the pair-weighting engine."""
 
 from keras_dml.losses.balanced_contrastive import BalancedContrastive
-from keras_dml.losses.base import PairLoss, PairTerms
+from keras_dml.losses.base import PairLoss, Pairs, PairTerms, Reference
 from keras_dml.losses.binomial import BinLifted, BinomialDeviance
 from keras_dml.losses.contrastive import Contrastive
 from keras_dml.losses.histogram import Histogram
@@ -16,14 +16,10 @@ from keras_dml.losses.npair import NPair
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.proxy_anchor import ProxyAnchor
 from keras_dml.losses.proxy_nca import ProxyNCA
-from keras_dml.losses.registry import get
+from keras_dml.losses.registry import ENTRIES, get, register
 from keras_dml.losses.soft_triple import SoftTriple
 from keras_dml.losses.triplet import Triplet
 
-# The losses a user trains with (the bases PairLoss and ProxyLoss are for subclassing).
-LOSSES = (
-    "BalancedContrastive", "BinLifted", "BinomialDeviance", "Contrastive",
-    "GeneralizedLiftedStructure", "Histogram", "InstanceCrossEntropy", "LiftedStructure",
-    "LogRatio", "Margin", "MultiSimilarity", "NCA", "NPair", "NormalizedSoftmax", "ProxyAnchor",
-    "ProxyNCA", "RelativeAbsoluteWeighting", "SoftTriple", "Triplet",
-)
+# The losses a user trains with, from the registry (the bases PairLoss and ProxyLoss are
+# for subclassing).
+LOSSES = tuple(sorted(ENTRIES))
