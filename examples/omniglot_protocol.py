@@ -123,55 +123,16 @@ def metrics_from_embeddings(embeddings, labels):
 
 # -- the Keras side ---------------------------------------------------------------------------
 
-def build_cnn(dim=128, filters=64, blocks=3, size=SIZE):
-    """The protocol's CNN as a `DMLModel`: `blocks` x (conv 3x3, BN, ReLU, max-pool),
-    flatten, `EmbeddingHead(dim)` (dense + L2)."""
-    import keras
-
+def build_cnn(dim=128, size=SIZE):
+    """The protocol's CNN as a `DMLModel`: `keras_dml.backbones.cnn3` (3 x (conv 3x3 64,
+    BN, ReLU, max-pool), flatten) and `EmbeddingHead(dim)` (dense + L2)."""
+    from keras_dml import backbones
     from keras_dml.layers import EmbeddingHead
     from keras_dml.models import DMLModel
 
-    inputs = keras.Input((size, size, 1), name="images")
-    x = inputs
-    for block in range(blocks):
-        x = keras.layers.Conv2D(filters, 3, padding="same", name=f"conv{block}")(x)
-        x = keras.layers.BatchNormalization(name=f"bn{block}")(x)
-        x = keras.layers.ReLU(name=f"relu{block}")(x)
-        x = keras.layers.MaxPooling2D(name=f"pool{block}")(x)
-    x = keras.layers.Flatten(name="flatten")(x)
-    return DMLModel(inputs, EmbeddingHead(dim, name="embedding")(x), name="omniglot_cnn")
-
-
-def learning_rate_schedule(learning_rate, steps, warmup_steps=0, schedule="constant"):
-    """A constant rate, or cosine decay to 0 over `steps` after a linear warm-up."""
-    import keras
-
-    if schedule == "constant" and not warmup_steps:
-        return learning_rate
-    if schedule not in ("constant", "cosine"):
-        raise ValueError(f"schedule must be 'constant' or 'cosine', got {schedule!r}.")
-    decay = max(steps - warmup_steps, 1) if schedule == "cosine" else 10 ** 12
-    return keras.optimizers.schedules.CosineDecay(
-        0.0 if warmup_steps else learning_rate, decay, alpha=0.0,
-        warmup_target=learning_rate if warmup_steps else None, warmup_steps=warmup_steps)
-
-
-def _augmenter(shift, rotation, scale, seed):
-    """Small random affine jitter of a batch (per image), or None."""
-    import keras
-
-    if not (shift or rotation or scale):
-        return None
-    layers = []
-    if rotation:
-        layers.append(keras.layers.RandomRotation(rotation / 360.0, fill_mode="constant",
-                                                  seed=seed))
-    if scale:
-        layers.append(keras.layers.RandomZoom((-scale, scale), fill_mode="constant", seed=seed))
-    if shift:
-        layers.append(keras.layers.RandomTranslation(shift / SIZE, shift / SIZE,
-                                                     fill_mode="constant", seed=seed))
-    return keras.Sequential(layers, name="augment")
+    features = backbones.cnn3((size, size, 1))
+    return DMLModel(features.input, EmbeddingHead(dim, name="embedding")(features.output),
+                    name="omniglot_cnn")
 
 
 def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_class=4,
@@ -203,6 +164,8 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
     import keras
     import tensorflow as tf
 
+    from keras_dml.training import augmentation, learning_rate_schedule
+
     x_train, y_train, x_test, y_test = load_data(data_dir)
     order = batch_order(y_train, classes_per_batch, samples_per_class, steps, seed)
     keras.utils.set_random_seed(seed)
@@ -212,7 +175,7 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
     model.compile(optimizer=optimizer, loss=loss, jit_compile=False)
 
     images, labels = tf.constant(x_train), tf.constant(y_train)
-    augment = _augmenter(augment_shift, augment_rotation, augment_scale, seed)
+    augment = augmentation(augment_shift, augment_rotation, augment_scale, SIZE, seed)
 
     def gather(indices):
         batch = tf.gather(images, indices)
