@@ -49,17 +49,19 @@ def make_strategy(name="auto"):
     return tf.distribute.get_strategy()
 
 
-def worker_index(strategy=None):
-    """This worker's task index in the cluster (0 outside multi-worker training)."""
-    strategy = strategy or tf.distribute.get_strategy()
-    resolver = getattr(strategy, "cluster_resolver", None)
-    return int(getattr(resolver, "task_id", 0) or 0)
+def task_name(tf_config=None):
+    """This process's task in TF_CONFIG as `"<type>-<index>"` (`"worker-0"` when unset)."""
+    text = os.environ.get("TF_CONFIG", "") if tf_config is None else tf_config
+    if not text.strip():
+        return "worker-0"
+    task = json.loads(text).get("task", {})
+    return f"{task.get('type', 'worker')}-{int(task.get('index', 0))}"
 
 
 class BackupAndRestore(keras.callbacks.BackupAndRestore):
     """`keras.callbacks.BackupAndRestore` for multi-worker runs, resuming the data too.
 
-    - Each worker backs up to its own `backup_dir/worker-<i>` (their weights are
+    - Each worker backs up to its own `backup_dir/<task type>-<index>` (their weights are
       identical, and two workers must never write one file), and restores from it.
     - With `stream=` a dataset from `distributed_class_balanced_batches`, the restored
       run continues the batch stream after the last backed-up step (epoch x
@@ -90,7 +92,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 raise ValueError("BackupAndRestore(stream=...) takes the dataset returned by "
                                  "keras_dml.data.distributed_class_balanced_batches.")
         self.shared_dir = backup_dir
-        super().__init__(os.path.join(str(backup_dir), f"worker-{worker_index()}"), **kwargs)
+        super().__init__(os.path.join(str(backup_dir), task_name()), **kwargs)
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
