@@ -35,6 +35,10 @@ def add_train_arguments(parser):
     fit.add_argument("--learning-rate", type=float, default=1e-3, help="Adam, default 1e-3")
     fit.add_argument("--seed", type=int, default=0, help="default 0")
     fit.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
+    fit.add_argument("--strategy", choices=("auto", "mirrored", "multiworker"), default="auto",
+                     help="tf.distribute strategy: mirrored = this machine's GPUs, multiworker "
+                     "= the cluster in TF_CONFIG, auto (default) = multiworker when TF_CONFIG "
+                     "names several workers, mirrored with several GPUs (docs/distributed.md)")
     out = parser.add_argument_group("output")
     out.add_argument("--run-name", default=None, help="default <dataset>-<loss>-<time>")
     out.add_argument("--runs-dir", default="runs", help="logs, model and plots (default runs/)")

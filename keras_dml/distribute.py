@@ -58,6 +58,32 @@ def task_name(tf_config=None):
     return f"{task.get('type', 'worker')}-{int(task.get('index', 0))}"
 
 
+def is_chief(tf_config=None):
+    """Whether this task writes the run's outputs: the chief, or worker 0 of a
+    cluster without a chief (every process outside multi-worker training)."""
+    text = os.environ.get("TF_CONFIG", "") if tf_config is None else tf_config
+    if not text.strip():
+        return True
+    config = json.loads(text)
+    has_chief = bool(config.get("cluster", {}).get("chief"))
+    return task_name(text) == ("chief-0" if has_chief else "worker-0")
+
+
+def training_batches(strategy, source, classes_per_batch, samples_per_class, *, seed,
+                     **kwargs):
+    """C x k training batches for `strategy`: read per worker under a multi-worker
+    strategy (`distributed_class_balanced_batches`), else one pipeline split over
+    the local replicas (`class_balanced_batches`)."""
+    from keras_dml import data
+
+    if cluster_workers() > 1:
+        return data.distributed_class_balanced_batches(
+            strategy, source, classes_per_batch, samples_per_class, seed=seed, **kwargs)
+    return data.class_balanced_batches(
+        source, classes_per_batch, samples_per_class, seed=seed,
+        num_replicas=strategy.num_replicas_in_sync, **kwargs)
+
+
 class BackupAndRestore(keras.callbacks.BackupAndRestore):
     """`keras.callbacks.BackupAndRestore` for multi-worker runs, resuming the data too.
 
