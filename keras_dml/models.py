@@ -145,7 +145,8 @@ class DMLModel(keras.Model):
         embeddings, labels, sample_weight = gather_across_replicas(
             embeddings, labels, sample_weight
         )
-        values = self._unreduced_loss(labels, embeddings, sample_weight=sample_weight)
+        memory = {"enqueue": training} if getattr(self.dml_loss, "updates_state", False) else {}
+        values = self._unreduced_loss(labels, embeddings, sample_weight=sample_weight, **memory)
         value = _reduce(values, sample_weight, self.dml_loss.reduction)
         extra = self.losses
         if extra:
@@ -169,7 +170,7 @@ class DMLModel(keras.Model):
             # and `StopOnNonFinite` (added by `fit`) stops with a clear message.
             finite = _all_finite([embeddings] + [g for g in gradients if g is not None])
             context = tf.distribute.get_replica_context()
-            if context is None or context.num_replicas_in_sync == 1:
+            if not tf.distribute.has_strategy():  # (a strategy of one replica is no exception)
                 tf.cond(finite, lambda: self._apply(gradients, variables), lambda: False)
             else:
                 # A cond around a cross-replica update is not supported: agree on one
