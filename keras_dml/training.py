@@ -222,6 +222,15 @@ def _have_matplotlib():
     return True
 
 
+def _have_tensorboard():
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        print("TensorBoard logs skipped: pip install tensorboard (projector files are written)")
+        return False
+    return True
+
+
 def write_plots(run_dir, recall_callback, split, embeddings):
     """Recall@K per epoch, a t-SNE map and (for in-memory images) a retrieval grid."""
     from keras_dml import plots
@@ -274,6 +283,9 @@ def run(config, report=None):
         reference_data=None if references is None
         else data.evaluation_batches(references, preprocessing, transform=transform))
     callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
+    log_dir = os.path.join(run_dir, "tensorboard")
+    if _have_tensorboard():
+        callbacks.append(keras.callbacks.TensorBoard(log_dir))
     history = model.fit(batches, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
                         callbacks=callbacks, verbose=2)
     after, embeddings = evaluate(model, splits, preprocessing, transform)
@@ -293,6 +305,12 @@ def run(config, report=None):
         "export_dir": None,
         "plots": [],
     }
+    from keras_dml.projector import write_projector
+
+    summary["projector"] = write_projector(  # the evaluation set, for TensorBoard's projector
+        log_dir, embeddings, queries.labels, images=queries.images,
+        paths=None if queries.images is not None else queries.paths,
+        class_names=queries.class_names)["config"]
     if config.plots and _have_matplotlib():
         summary["plots"] = write_plots(run_dir, recall, queries, embeddings)
     if config.export:
