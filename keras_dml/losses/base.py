@@ -36,6 +36,8 @@ class Reference(typing.NamedTuple):
         rows, query_rows: int indices into the batch (sets drawn from the batch,
             e.g. N-pair-mc's positives and anchors; a query row < 0 is padding);
             None: every row.
+        own: int (N,), the key column holding each query's own copy (a memory that
+            includes the batch), excluded from its pairs; -1 or None: none.
     """
 
     labels: typing.Any
@@ -44,6 +46,7 @@ class Reference(typing.NamedTuple):
     is_batch: bool = False
     rows: typing.Any = None
     query_rows: typing.Any = None
+    own: typing.Any = None
 
     @classmethod
     def batch(cls, labels, embeddings):
@@ -173,6 +176,9 @@ class PairLoss(keras.losses.Loss):
             if reference.query_rows is not None:  # a row < 0 is padding
                 labels = tf.gather(labels, tf.maximum(reference.query_rows, 0))
                 present &= reference.query_rows[:, tf.newaxis] >= 0
+            if reference.own is not None:
+                present &= ~tf.one_hot(reference.own, tf.shape(reference.labels)[0],
+                                       on_value=True, off_value=False)
             positive, negative = ops.label_masks(labels, reference.labels, exclude_self=False)
             positive, negative = positive & present, negative & present
         if self.pair_miner is not None:
