@@ -8,7 +8,7 @@ from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 
 
-@register(example={"num_classes": 4, "centers_per_class": 2}, reference="proxies")
+@register(example={"num_classes": 8, "centers_per_class": 2}, reference="proxies")
 class SoftTriple(ProxyLoss):
     """SoftTriple loss (Qian et al. ICCV 2019), with its centre regulariser.
 
