@@ -13,6 +13,7 @@ from keras_dml.data.hard_classes import (HardNegativeClassMining, HardNegativeCl
 from keras_dml.data.pipeline import class_balanced_batches
 from keras_dml.data.preprocessing import Preprocessing, decode_image, register_normalization
 from keras_dml.data.sampler import ClassBalancedSampler
+from keras_dml.data.two_view import two_view_batches
 from keras_dml.data.verify import verify_images
 
 __all__ = [
@@ -30,5 +31,6 @@ __all__ = [
     "hard_negative_class_batches",
     "importance_weights",
     "register_normalization",
+    "two_view_batches",
     "verify_images",
 ]
