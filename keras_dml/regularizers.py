@@ -9,7 +9,11 @@ from keras_dml import hyperparameters
 
 @keras.saving.register_keras_serializable(package="keras_dml")
 class LpNorm(keras.regularizers.Regularizer):
-    """weight * mean over the batch of ||x_i||_p^power (PML's `LpRegularizer`).
+    """weight * sum over the batch of ||x_i||_p^power: PML's `LpRegularizer` as an
+    activity regulariser.
+
+    Keras divides an activity regulariser's value by the batch size, so the term
+    added to the loss is weight * mean_i ||x_i||_p^power, PML's value.
 
     Keeps unnormalised embeddings from growing; put it on the pre-normalisation
     projection with `EmbeddingHead(dim, embedding_regularizer=LpNorm(1e-3))`
@@ -34,7 +38,7 @@ class LpNorm(keras.regularizers.Regularizer):
         else:
             norms = ops.power(ops.sum(ops.power(ops.abs(x) + 1e-12, self.p), axis=1),
                               1.0 / self.p)
-        return self.weight * ops.mean(ops.power(norms, self.power))
+        return self.weight * ops.sum(ops.power(norms, self.power))
 
     def get_config(self):
         return {"weight": self.weight, "p": self.p, "power": self.power}
