@@ -61,15 +61,6 @@ def train(args):
     return 0
 
 
-def export(args):
-    _quiet_tensorflow()
-    from keras_dml.export import export_from_args
-
-    path = export_from_args(args)
-    print(f"SavedModel: {path}")
-    return 0
-
-
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-dml", description="Deep metric learning with TensorFlow / Keras."
@@ -84,12 +75,9 @@ def build_parser():
     )
     add_train_arguments(train_parser)
     train_parser.set_defaults(handler=train)
-    from keras_dml.export.keras_file import add_export_arguments
+    from keras_dml import cli_serving
 
-    export_parser = commands.add_parser(
-        "export", help="export a saved .keras model as a TF Serving SavedModel")
-    add_export_arguments(export_parser)
-    export_parser.set_defaults(handler=export)
+    cli_serving.add_commands(commands)
     return parser
 
 

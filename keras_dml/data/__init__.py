@@ -10,7 +10,7 @@ from keras_dml.data.designs import (GroupDesign, RandomPairDesign, RandomPairSam
 from keras_dml.data.evaluation_batches import evaluation_batches
 from keras_dml.data.hard_classes import (HardNegativeClassMining, HardNegativeClassSampler,
                                          hard_negative_class_batches)
-from keras_dml.data.pipeline import class_balanced_batches
+from keras_dml.data.pipeline import StreamPosition, class_balanced_batches, stream_position
 from keras_dml.data.preprocessing import Preprocessing, decode_image, register_normalization
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.two_view import two_view_batches
@@ -23,6 +23,7 @@ __all__ = [
     "HardNegativeClassSampler",
     "RandomPairDesign",
     "RandomPairSampler",
+    "StreamPosition",
     "Preprocessing",
     "class_balanced_batches",
     "decode_image",
@@ -31,6 +32,7 @@ __all__ = [
     "hard_negative_class_batches",
     "importance_weights",
     "register_normalization",
+    "stream_position",
     "two_view_batches",
     "verify_images",
 ]
