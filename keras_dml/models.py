@@ -91,6 +91,8 @@ class DMLModel(keras.Model):
     def compile(self, optimizer="rmsprop", loss=None, **kwargs):
         if isinstance(loss, (str, dict)):
             loss = losses.get(loss)
+        if isinstance(loss, (list, tuple)):  # a weighted sum, each term on the same batch
+            loss = losses.Combined(loss, weights=kwargs.pop("loss_weights", None))
         if isinstance(loss, (list, tuple, dict)):
             raise ValueError("DMLModel takes a single keras_dml loss, got a structure of losses.")
         if loss is not None and not isinstance(loss, keras.losses.Loss):
