@@ -1,10 +1,8 @@
 """The `keras-dml` command: train, evaluate and export deep metric learning models."""
 
 import argparse
-import json
 import os
 import sys
-import time
 
 
 def _quiet_tensorflow():

@@ -6,7 +6,7 @@ import tensorflow as tf
 from keras_dml.evaluation.retrieval import METRICS, retrieval_metrics
 
 
-def _as_dataset(data, batch_size):
+def as_dataset(data, batch_size):
     """A tf.data of (x, y[, w]) batches, or an (x, y) tuple of arrays to batch."""
     if isinstance(data, tf.data.Dataset):
         return data
@@ -46,7 +46,7 @@ def inference_function(model):
 def embed_with(forward, data, batch_size=256):
     """Like `embed_dataset`, with a ready `forward(x)` from `inference_function`."""
     embeddings, labels = [], []
-    for batch in _as_dataset(data, batch_size):
+    for batch in as_dataset(data, batch_size):
         if not isinstance(batch, (tuple, list)) or len(batch) < 2:
             raise ValueError(
                 "Each dataset element must be an (x, y) or (x, y, sample_weight) tuple, "
