@@ -2,7 +2,29 @@
 
 import keras
 
-BACKBONES = ("convnet", "resnet50")
+BACKBONES = ("cnn3", "convnet", "resnet50")
+
+
+def cnn3(input_shape, width=64, name="cnn3"):
+    """Three blocks of 3x3 conv + batch norm + ReLU + 2x2 max-pool, then flatten.
+
+    The few-shot papers' Omniglot network (as in prototypical networks, with three
+    blocks): for 28 x 28 inputs the output is a 3 x 3 x `width` map flattened to a
+    vector, so the embedding keeps where the strokes are (global average pooling
+    of the same map loses it). Returns the feature model (put an `EmbeddingHead`
+    on its output).
+    """
+    inputs = keras.Input(shape=input_shape, name="images")
+    x = inputs
+    for block in range(3):
+        x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False,
+                                name=f"block{block}_conv")(x)
+        x = keras.layers.BatchNormalization(name=f"block{block}_bn")(x)
+        x = keras.layers.ReLU(name=f"block{block}_relu")(x)
+        if min(x.shape[1], x.shape[2]) >= 2:
+            x = keras.layers.MaxPooling2D(name=f"block{block}_pool")(x)
+    x = keras.layers.Flatten(name="flatten")(x)
+    return keras.Model(inputs, x, name=name)
 
 
 def convnet(input_shape, widths=(32, 64, 128), name="convnet"):
@@ -27,7 +49,9 @@ def convnet(input_shape, widths=(32, 64, 128), name="convnet"):
 
 
 def get(name, input_shape):
-    """A backbone by name: "convnet" or "resnet50" (keras.applications, weights=None)."""
+    """A backbone by name: "cnn3", "convnet" or "resnet50" (keras.applications, weights=None)."""
+    if name == "cnn3":
+        return cnn3(input_shape)
     if name == "convnet":
         return convnet(input_shape)
     if name == "resnet50":

@@ -1,9 +1,12 @@
-"""The main job behind `keras-dml train`: data, model, fit, evaluate, save, export."""
+"""The main job behind `keras-dml train`: data, model, fit, evaluate, save, plot, export."""
 
 import dataclasses
 import inspect
 import json
+import math
 import os
+import shutil
+import sys
 import time
 
 import keras
@@ -12,55 +15,13 @@ import tensorflow as tf
 
 from keras_dml import backbones, data, datasets, evaluation, losses
 from keras_dml.callbacks import RecallAtK
+from keras_dml.evaluation.embedding import embed_with, inference_function
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
+from keras_dml.training_config import FILE_IMAGE_SIZE, TrainConfig  # noqa: F401 (re-export)
 
 KS = (1, 2, 4, 8)
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    dataset: str = "digits"
-    data_dir: str = None
-    image_size: int = None
-    classes_per_batch: int = 5
-    samples_per_class: int = 16
-    backbone: str = "convnet"
-    embedding_dim: int = 64
-    loss: str = "MultiSimilarity"
-    loss_args: dict = dataclasses.field(default_factory=dict)
-    epochs: int = 4
-    steps_per_epoch: int = 25
-    learning_rate: float = 1e-3
-    seed: int = 0
-    jit_compile: bool = False
-    run_name: str = None
-    runs_dir: str = "runs"
-    export_dir: str = "savedmodels"
-    export: bool = True
-    plots: bool = True
-
-    def __post_init__(self):
-        for field in ("epochs", "steps_per_epoch"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field} must be a positive integer, got {value!r}.")
-        if not (self.learning_rate > 0 and np.isfinite(self.learning_rate)):
-            raise ValueError(f"learning_rate must be positive and finite, got "
-                             f"{self.learning_rate!r}.")
-
-    @classmethod
-    def from_args(cls, args):
-        try:
-            loss_args = json.loads(args.loss_args)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"--loss-args must be a JSON object: {error}") from None
-        if not isinstance(loss_args, dict):
-            raise ValueError(f"--loss-args must be a JSON object, got {args.loss_args!r}.")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in vars(args).items() if k in fields}
-        values.update(loss_args=loss_args, export=not args.no_export, plots=not args.no_plots)
-        return cls(**values)
+SUMMARY = "summary.json"
 
 
 def make_loss(name, loss_args=None, num_classes=None):
@@ -93,7 +54,7 @@ def _input_spec(split, image_size):
         if image_size:
             shape = (image_size, image_size, shape[-1])
         return shape, None
-    preprocessing = data.Preprocessing(image_size=image_size or 224)
+    preprocessing = data.Preprocessing(image_size=image_size or FILE_IMAGE_SIZE)
     return (preprocessing.image_size, preprocessing.image_size, preprocessing.channels), \
         preprocessing
 
@@ -125,6 +86,12 @@ def build_model(config, input_shape):
     return DMLModel(backbone.input, embeddings, name=f"{config.backbone}_embedder")
 
 
+def learning_rate_schedule(config):
+    """Adam's rate: `learning_rate`, cosine-decayed to 0 over all the training steps."""
+    return keras.optimizers.schedules.CosineDecay(
+        config.learning_rate, decay_steps=config.epochs * config.steps_per_epoch)
+
+
 def evaluation_splits(splits):
     """(queries, references or None): In-Shop's query vs gallery, else leave-one-out on test."""
     if splits.query is not None and splits.gallery is not None:
@@ -132,108 +99,286 @@ def evaluation_splits(splits):
     return splits.test, None
 
 
-def evaluate(model, splits, preprocessing, transform=None):
-    """(retrieval metrics, query embeddings) with the dataset's evaluation protocol."""
-    queries, references = evaluation_splits(splits)
+class RunEvaluation(RecallAtK):
+    """`RecallAtK` with the run's protocol, a progress bar, and the last embeddings kept.
 
-    def embed(split):
-        return evaluation.embed_dataset(
-            model, data.evaluation_batches(split, preprocessing, transform=transform))
+    `evaluate_now()` returns the metrics (counts included) and keeps the query
+    embeddings in `embeddings`; the epoch logs get `val_recall@1`, ... as from
+    `RecallAtK`, and `history` starts with the untrained point (epoch -1) once
+    `record_untrained` has been called.
+    """
 
-    embeddings, labels = embed(queries)
-    if references is None:
-        return evaluation.retrieval_metrics(embeddings, labels, ks=KS), embeddings
-    gallery, gallery_labels = embed(references)
-    metrics = evaluation.retrieval_metrics(embeddings, labels, gallery, gallery_labels, ks=KS)
-    return metrics, embeddings
+    def __init__(self, queries, references, preprocessing, transform, progress=True):
+        def batches(split):
+            return data.evaluation_batches(split, preprocessing, transform=transform)
+
+        super().__init__(batches(queries), ks=KS, verbose=0,
+                         reference_data=None if references is None else batches(references))
+        self.progress = progress
+        self.embeddings = None
+        self.full_results = {}
+
+    def _embed(self, dataset, what):
+        if not self.progress:
+            return embed_with(self._forward, dataset)
+        print(f"embedding {what}", flush=True)
+        started = time.time()
+        embeddings, labels = embed_with(self._forward, dataset, progress=True)
+        print(f"embedded {len(labels):,} images in {time.time() - started:.1f} s", flush=True)
+        return embeddings, labels
+
+    def evaluate_now(self, model=None):
+        """Embeds queries (and references) now; returns `retrieval_metrics`."""
+        if model is not None and self._forward is None:
+            self._forward = inference_function(model)
+        self.embeddings, labels = self._embed(self.validation_data, "the evaluation images")
+        references = reference_labels = None
+        if self.reference_data is not None:
+            references, reference_labels = self._embed(self.reference_data, "the gallery")
+        self.full_results = evaluation.retrieval_metrics(
+            self.embeddings, labels, references, reference_labels, ks=self.ks)
+        return self.full_results
+
+    def evaluate(self):
+        results = self.evaluate_now()
+        return {f"{self.prefix}{key}": value for key, value in results.items()
+                if key not in ("num_queries", "num_excluded_queries")}
+
+    def record_untrained(self, metrics):
+        """Puts the untrained network's metrics first in `history` (as epoch -1)."""
+        self.history["epoch"].insert(0, -1)
+        for key, value in metrics.items():
+            if key not in ("num_queries", "num_excluded_queries"):
+                self.history.setdefault(f"{self.prefix}{key}", []).insert(0, value)
 
 
 def _have_matplotlib():
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("figures skipped: matplotlib is not installed (pip install 'keras_dml[plots]')")
+        print('figures skipped: matplotlib is not installed (pip install "keras_dml[plots]")')
         return False
     return True
 
 
-def write_plots(run_dir, recall_callback, split, embeddings):
-    """Recall@K per epoch, a t-SNE map and (for in-memory images) a retrieval grid."""
+def write_plots(run_dir, recall_history, split, embeddings, steps_per_epoch):
+    """Recall@K per step, a t-SNE map and (for in-memory images) a retrieval grid."""
     from keras_dml import plots
 
     written = {
         "recall_curves": plots.recall_curves(
-            recall_callback, os.path.join(run_dir, "recall_curves.png")),
-        "tsne": plots.tsne_map(embeddings, split.labels, os.path.join(run_dir, "tsne.png")),
+            recall_history, os.path.join(run_dir, "recall_curves.png"),
+            steps_per_epoch=steps_per_epoch),
+        "tsne": plots.tsne_map(embeddings, split.labels, os.path.join(run_dir, "tsne.png"),
+                               max_points=1500, class_names=split.class_names),
     }
     if split.images is not None:
         written["retrievals"] = plots.retrieval_grid(
-            split.images, split.labels, embeddings, os.path.join(run_dir, "retrievals.png"))
+            split.images, split.labels, embeddings, os.path.join(run_dir, "retrievals.png"),
+            class_names=split.class_names)
     return sorted(written)
 
 
+def run_directory(config):
+    """`(run_name, <runs_dir>/<run_name>)`; never an existing folder unless `overwrite`.
+
+    A default name (`<dataset>-<loss>-<date>-<time>`) gets a `-2`, `-3`, ... suffix
+    when taken; a given `run_name` that exists is an error unless `overwrite`.
+    """
+    if config.run_name is None:
+        stem = f"{config.dataset}-{config.loss}-{time.strftime('%Y%m%d-%H%M%S')}"
+        name, n = stem, 1
+        while (os.path.exists(os.path.join(config.runs_dir, name))
+               or os.path.exists(os.path.join(config.export_dir, name))):
+            n += 1
+            name = f"{stem}-{n}"
+    else:
+        name = config.run_name
+    run_dir = os.path.join(config.runs_dir, name)
+    if os.path.exists(run_dir) and not config.overwrite:
+        raise FileExistsError(
+            f"{run_dir} already exists; pass overwrite=True to replace it, or choose "
+            "another run_name.")
+    return name, run_dir
+
+
+def _make_empty(run_dir):
+    """Creates `run_dir`, replacing an existing one (`overwrite` was checked)."""
+    if os.path.isdir(run_dir):
+        shutil.rmtree(run_dir)
+    os.makedirs(run_dir)
+
+
+class ConsoleReport:
+    """What `keras-dml train` prints: the settings, progress bars, R@K, a closing summary."""
+
+    progress = True
+
+    def start(self, config, splits, run_dir):
+        train, test = splits.train, evaluation_splits(splits)[0]
+        print(f"{config.dataset}: {train.num_classes} training classes ({len(train)} images), "
+              f"{test.num_classes} test classes ({len(test)} images)")
+        print(f"{config.backbone}, {config.embedding_dim}-d, {config.loss}; batches of "
+              f"{config.classes_per_batch} classes x {config.samples_per_class}; "
+              f"{config.epochs} epochs x {config.steps_per_epoch} steps; run: {run_dir}",
+              flush=True)
+
+    def metrics(self, title, metrics):
+        print(metrics_row(title, metrics), flush=True)
+
+    def finish(self, summary):
+        print()
+        print(metrics_table(summary["recall_before"], summary["recall_after"]))
+        minutes, seconds = divmod(round(summary["seconds"]), 60)
+        print(f"time: {minutes} min {seconds:02d} s (training {summary['train_seconds']:.0f} s)")
+        run_dir = summary["run_dir"]
+        files = ", ".join(sorted(os.listdir(run_dir)))
+        print(f"run:        {run_dir}/ ({files})")
+        if summary.get("export_dir"):
+            print(f"SavedModel: {summary['export_dir']}")
+
+
+def metrics_row(title, metrics, ks=KS):
+    row = "  ".join(f"R@{k} {100 * metrics[f'recall@{k}']:5.1f}" for k in ks)
+    return f"{title:<16}{row}  MAP@R {100 * metrics['map@r']:5.1f}"
+
+
+def metrics_table(before, after, ks=KS):
+    """Recall@K and MAP@R (%) before and after training, and the gain."""
+    keys = [f"recall@{k}" for k in ks] + ["map@r"]
+    heads = [f"R@{k}" for k in ks] + ["MAP@R"]
+    lines = [f"{'':<17}" + "".join(f"{h:>7}" for h in heads)]
+    for title, values in (("before training", before), ("after training", after)):
+        lines.append(f"{title:<17}" + "".join(f"{100 * values[k]:7.1f}" for k in keys))
+    lines.append(f"{'gain':<17}" + "".join(f"{100 * (after[k] - before[k]):+7.1f}" for k in keys))
+    return "\n".join(lines)
+
+
+def _fit_verbose(report):
+    """Keras' progress bar on a terminal, one line per epoch otherwise; none when silent."""
+    if not getattr(report, "progress", False):
+        return 0
+    return 1 if sys.stdout.isatty() else 2
+
+
 def run(config, report=None):
-    """Train and evaluate as `config` says; return a summary dict (also saved as JSON)."""
+    """Train and evaluate as `config` says; return a summary dict (also saved as JSON).
+
+    Args:
+        config: A `TrainConfig`.
+        report: Optional `ConsoleReport`-like object (`start`, `metrics`, `finish`,
+            `progress`). Defaults to None: silent.
+    """
     started = time.time()
+    run_name, run_dir = run_directory(config)  # refuse before any work
     splits = datasets.load(config.dataset, data_dir=config.data_dir)
     input_shape, preprocessing = _input_spec(splits.train, config.image_size)
     model = build_model(config, input_shape)
     loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
-    model.compile(optimizer=keras.optimizers.Adam(config.learning_rate), loss=loss,
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate_schedule(config)), loss=loss,
                   jit_compile=config.jit_compile)
-
-    run_name = config.run_name or f"{config.dataset}-{config.loss}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = os.path.join(config.runs_dir, run_name)
-    os.makedirs(run_dir, exist_ok=True)
-
     transform = None if preprocessing else array_transform(splits.train, input_shape)
-    batches = data.class_balanced_batches(  # before evaluating: a bad batch design fails fast
+    batches = data.class_balanced_batches(  # before the run folder: a bad design fails fast
         splits.train, config.classes_per_batch, config.samples_per_class, seed=config.seed,
         preprocessing=preprocessing, map_fn=transform,
     )
-    before, _ = evaluate(model, splits, preprocessing, transform)
+    _make_empty(run_dir)
     if report:
-        report("before training", before, KS)
+        report.start(config, splits, run_dir)
+
     queries, references = evaluation_splits(splits)
-    recall = RecallAtK(
-        data.evaluation_batches(queries, preprocessing, transform=transform), ks=KS, verbose=0,
-        reference_data=None if references is None
-        else data.evaluation_batches(references, preprocessing, transform=transform))
-    callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
-    history = model.fit(batches, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
-                        callbacks=callbacks, verbose=2)
-    after, embeddings = evaluate(model, splits, preprocessing, transform)
+    recall = RunEvaluation(queries, references, preprocessing, transform,
+                           progress=bool(report and report.progress))
+    before = recall.evaluate_now(model)
+    recall.record_untrained(before)
     if report:
-        report("after training", after, KS)
+        report.metrics("before training", before)
+    callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
+    train_started = time.time()
+    history = model.fit(batches, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
+                        callbacks=callbacks, verbose=_fit_verbose(report), shuffle=False)
+    train_seconds = time.time() - train_started
+    after, embeddings = recall.full_results, recall.embeddings
+    if report:
+        report.metrics("after training", after)
 
     model_path = os.path.join(run_dir, "model.keras")
     model.save(model_path)
     summary = {
         "config": dataclasses.asdict(config),
+        "run_name": run_name,
         "run_dir": run_dir,
         "model": model_path,
         "recall_before": before,
         "recall_after": after,
         "loss_history": [float(v) for v in history.history["loss"]],
         "seconds": None,
+        "train_seconds": round(train_seconds, 1),
+        "export": {"base_dir": os.path.join(config.export_dir, run_name),
+                   "input_format": "images" if preprocessing is None else "image_bytes",
+                   "preprocessing": None if preprocessing is None else preprocessing.to_dict()},
         "export_dir": None,
         "plots": [],
     }
     if config.plots and _have_matplotlib():
-        summary["plots"] = write_plots(run_dir, recall, queries, embeddings)
+        summary["plots"] = write_plots(run_dir, recall.history, queries, embeddings,
+                                       config.steps_per_epoch)
     if config.export:
         from keras_dml.export import export_embedder
 
         summary["export_dir"] = export_embedder(
-            model.embedder(), os.path.join(config.export_dir, run_name),
-            input_format="images" if preprocessing is None else "image_bytes",
-            preprocessing=preprocessing,
-            run_info={"dataset": config.dataset, "loss": config.loss,
-                      "recall_after": after,
-                      "input": "float32 images in [0, 1] of shape " + str(tuple(input_shape))
-                      if preprocessing is None else "encoded images"},
+            model.embedder(), summary["export"]["base_dir"],
+            input_format=summary["export"]["input_format"], preprocessing=preprocessing,
+            run_info=_run_info(config, after, input_shape, preprocessing),
         )
     summary["seconds"] = round(time.time() - started, 1)
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+    with open(os.path.join(run_dir, SUMMARY), "w") as f:
         json.dump(summary, f, indent=2, default=str)
+    if report:
+        report.finish(summary)
     return summary
+
+
+def _run_info(config, after, input_shape, preprocessing):
+    return {"dataset": config.dataset, "loss": config.loss, "recall_after": after,
+            "input": "float32 images in [0, 1] of shape " + str(tuple(input_shape))
+            if preprocessing is None else "encoded images"}
+
+
+def apply_run_defaults(args):
+    """`keras-dml export` arguments completed from a `keras-dml train` run.
+
+    `args.model` may be a run folder or the `model.keras` inside one: the model
+    path, the base directory (`<export-dir>/<run>`), the input format and the
+    preprocessing then default to the run's (its `summary.json`); options given
+    on the command line take precedence. Other `.keras` files keep the export
+    command's own defaults.
+    """
+    model = os.fspath(args.model)
+    run_dir = model if os.path.isdir(model) else os.path.dirname(model)
+    summary_path = os.path.join(run_dir, SUMMARY)
+    if os.path.isdir(model):
+        if not os.path.isfile(summary_path):
+            raise ValueError(f"{model} is a folder without {SUMMARY}: give a keras-dml train "
+                             "run folder or a .keras model file.")
+        args.model = os.path.join(model, "model.keras")
+    run = None
+    if os.path.isfile(summary_path):
+        with open(summary_path) as f:
+            run = json.load(f).get("export")
+    if run is None:
+        if args.base_dir is None:
+            raise ValueError("base_dir is required for a .keras file outside a keras-dml "
+                             "train run (e.g. savedmodels/<name>).")
+        args.input_format = args.input_format or "image_bytes"
+        return args
+    explicit = any(getattr(args, name, None) is not None for name in
+                   ("preprocessing", "image_size", "resize_size", "channels",
+                    "normalization", "resize_mode"))
+    if args.base_dir is None:
+        args.base_dir = run["base_dir"]
+    if args.input_format is None:
+        args.input_format = run["input_format"]
+    if not explicit and run.get("preprocessing"):
+        args.preprocessing = run["preprocessing"]
+    return args

@@ -108,14 +108,16 @@ def export_from_keras_file(keras_path, base_dir, *, kind="embedder", reference=N
 
 def add_export_arguments(parser):
     """Adds the `keras-dml export` arguments to an `argparse` parser."""
-    parser.add_argument("model", help="saved .keras model")
-    parser.add_argument("base_dir", help="model base path, e.g. savedmodels/<run>; the "
-                        "export goes to <base_dir>/<version>")
+    parser.add_argument("model", help="saved .keras model, or a keras-dml train run folder")
+    parser.add_argument("base_dir", nargs="?", default=None,
+                        help="model base path, e.g. savedmodels/<run>; the export goes to "
+                        "<base_dir>/<version> (default for a keras-dml train run: its own)")
     parser.add_argument("--version", type=int, default=None,
                         help="version number (default: one more than the highest present)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the version if it exists")
-    parser.add_argument("--input-format", choices=INPUT_FORMATS, default="image_bytes")
+    parser.add_argument("--input-format", choices=INPUT_FORMATS, default=None,
+                        help="default image_bytes (a keras-dml train run: the run's)")
     prep = parser.add_argument_group("preprocessing (image_bytes decoding; recorded for images)")
     prep.add_argument("--preprocessing", default=None,
                       help="JSON file with Preprocessing fields, or an export sidecar")
@@ -154,7 +156,8 @@ def export_from_args(args):
         args.model, args.base_dir,
         kind="retriever" if args.reference else "embedder",
         reference=args.reference, k=args.k, chunk_size=args.chunk_size,
-        version=args.version, overwrite=args.overwrite, input_format=args.input_format,
+        version=args.version, overwrite=args.overwrite,
+        input_format=args.input_format or "image_bytes",
         preprocessing=_preprocessing_from_args(args), warmup=not args.no_warmup,
         warmup_batch_sizes=sizes, run_info=run_info, verify=not args.no_verify,
     )
