@@ -23,6 +23,10 @@ BACKBONES = ("cnn3", "convnet", "resnet50")
 # Image side used for image-file datasets when --image-size is not given: small enough
 # for a CPU run (a 224 step of ResNet-50 takes ~43 s on 2 cores).
 FILE_IMAGE_SIZE = 64
+# Batch design (C classes x k images) when not given: 32 x 4, but digits has only 5
+# training classes.
+BATCH_DESIGNS = {"digits": (5, 16)}
+DEFAULT_BATCH_DESIGN = (32, 4)
 
 
 @dataclasses.dataclass
@@ -32,14 +36,14 @@ class TrainConfig:
     dataset: str = "omniglot"
     data_dir: str = None
     image_size: int = None
-    classes_per_batch: int = 32
-    samples_per_class: int = 4
+    classes_per_batch: int = None
+    samples_per_class: int = None
     backbone: str = "cnn3"
     embedding_dim: int = 128
     loss: str = "MultiSimilarity"
     loss_args: dict = dataclasses.field(default_factory=dict)
     epochs: int = 4
-    steps_per_epoch: int = 200
+    steps_per_epoch: int = 250
     learning_rate: float = 1e-3
     seed: int = 0
     jit_compile: bool = False
@@ -51,6 +55,11 @@ class TrainConfig:
     plots: bool = True
 
     def __post_init__(self):
+        design = BATCH_DESIGNS.get(self.dataset, DEFAULT_BATCH_DESIGN)
+        if self.classes_per_batch is None:
+            self.classes_per_batch = design[0]
+        if self.samples_per_class is None:
+            self.samples_per_class = design[1]
         for field in ("epochs", "steps_per_epoch", "classes_per_batch", "samples_per_class",
                       "embedding_dim"):
             value = getattr(self, field)

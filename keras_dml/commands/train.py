@@ -1,6 +1,14 @@
 """`keras-dml train`: train an embedder, report Recall@K before/after, save, plot, export."""
 
-from keras_dml.training_config import BACKBONES, DATASETS, FILE_IMAGE_SIZE, LOSSES, default
+from keras_dml.training_config import (
+    BACKBONES,
+    BATCH_DESIGNS,
+    DATASETS,
+    DEFAULT_BATCH_DESIGN,
+    FILE_IMAGE_SIZE,
+    LOSSES,
+    default,
+)
 
 HELP = "train an embedder (default: the bundled Omniglot, 964 characters train, 659 test)"
 DESCRIPTION = (
@@ -25,10 +33,12 @@ def add_arguments(parser):
                       help="image side: in-memory datasets (omniglot, digits) are resized to "
                       "it (default: as stored, 28 / 8); image-file datasets are resized and "
                       f"centre-cropped to it (default {FILE_IMAGE_SIZE}, CPU-friendly)")
-    data.add_argument("--classes-per-batch", type=int, default=default("classes_per_batch"),
-                      help="C, classes per batch (default %(default)s)")
-    data.add_argument("--samples-per-class", type=int, default=default("samples_per_class"),
-                      help="k, images per class in a batch (default %(default)s)")
+    exceptions = "; ".join(f"{name}: {c} x {k}" for name, (c, k) in BATCH_DESIGNS.items())
+    data.add_argument("--classes-per-batch", type=int, default=None,
+                      help=f"C, classes per batch (default {DEFAULT_BATCH_DESIGN[0]}; "
+                      f"{exceptions})")
+    data.add_argument("--samples-per-class", type=int, default=None,
+                      help=f"k, images per class in a batch (default {DEFAULT_BATCH_DESIGN[1]})")
     model = parser.add_argument_group("model")
     model.add_argument("--backbone", default=default("backbone"), choices=BACKBONES,
                        help=f"{', '.join(BACKBONES)} (default %(default)s)")
