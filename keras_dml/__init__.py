@@ -31,8 +31,12 @@ _SUBMODULES = (
     "export",
     "plots",
     "backbones",
+    "backup",
+    "distribute",
+    "index",
     "training",
     "validation",
+    "verification_callback",
 )
 
 # The file names of the console script (`keras-dml`, on Windows `keras-dml.exe`).

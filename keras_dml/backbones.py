@@ -2,29 +2,7 @@
 
 import keras
 
-BACKBONES = ("cnn3", "convnet", "resnet50")
-
-
-def cnn3(input_shape, width=64, name="cnn3"):
-    """Three blocks of 3x3 conv + batch norm + ReLU + 2x2 max-pool, then flatten.
-
-    The few-shot papers' Omniglot network (as in prototypical networks, with three
-    blocks): for 28 x 28 inputs the output is a 3 x 3 x `width` map flattened to a
-    vector, so the embedding keeps where the strokes are (global average pooling
-    of the same map loses it). Returns the feature model (put an `EmbeddingHead`
-    on its output).
-    """
-    inputs = keras.Input(shape=input_shape, name="images")
-    x = inputs
-    for block in range(3):
-        x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False,
-                                name=f"block{block}_conv")(x)
-        x = keras.layers.BatchNormalization(name=f"block{block}_bn")(x)
-        x = keras.layers.ReLU(name=f"block{block}_relu")(x)
-        if min(x.shape[1], x.shape[2]) >= 2:
-            x = keras.layers.MaxPooling2D(name=f"block{block}_pool")(x)
-    x = keras.layers.Flatten(name="flatten")(x)
-    return keras.Model(inputs, x, name=name)
+BACKBONES = ("convnet", "cnn3", "resnet50")
 
 
 def convnet(input_shape, widths=(32, 64, 128), name="convnet"):
@@ -48,12 +26,30 @@ def convnet(input_shape, widths=(32, 64, 128), name="convnet"):
     return keras.Model(inputs, x, name=name)
 
 
+def cnn3(input_shape, filters=64, blocks=3, name="cnn3"):
+    """The Omniglot protocol's network: `blocks` x (3x3 conv, batch norm, ReLU, 2x2
+    max-pool), flattened (3 x 3 x 64 = 576 features at 28 x 28).
+
+    Returns the feature model (put an `EmbeddingHead` on its output; on a vector it
+    is a dense layer and the L2 normalisation).
+    """
+    inputs = keras.Input(shape=input_shape, name="images")
+    x = inputs
+    for block in range(blocks):
+        x = keras.layers.Conv2D(filters, 3, padding="same", name=f"conv{block}")(x)
+        x = keras.layers.BatchNormalization(name=f"bn{block}")(x)
+        x = keras.layers.ReLU(name=f"relu{block}")(x)
+        x = keras.layers.MaxPooling2D(name=f"pool{block}")(x)
+    return keras.Model(inputs, keras.layers.Flatten(name="flatten")(x), name=name)
+
+
 def get(name, input_shape):
-    """A backbone by name: "cnn3", "convnet" or "resnet50" (keras.applications, weights=None)."""
-    if name == "cnn3":
-        return cnn3(input_shape)
+    """A backbone by name: "convnet", "cnn3" or "resnet50" (keras.applications,
+    weights=None)."""
     if name == "convnet":
         return convnet(input_shape)
+    if name == "cnn3":
+        return cnn3(input_shape)
     if name == "resnet50":
         return keras.applications.ResNet50(weights=None, include_top=False,
                                            input_shape=input_shape)

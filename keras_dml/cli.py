@@ -1,9 +1,8 @@
 """The `keras-dml` command: train, evaluate and export deep metric learning models.
 
-Each subcommand is a module of `keras_dml.commands` (see its docstring), listed in
-`COMMANDS`. Only the chosen command's options are built, and TensorFlow is imported
-only when a command runs, so `keras-dml --help` and `keras-dml train --help`
-answer at once.
+Each command module (see `keras_dml.commands`) is listed in `COMMAND_MODULES` and
+adds its subcommands and options; none imports TensorFlow before a command runs,
+so `keras-dml --help` and `keras-dml train --help` answer at once.
 """
 
 import argparse
@@ -13,11 +12,11 @@ import os
 import re
 import sys
 
-# name -> module; the order is the order of `keras-dml --help`.
-COMMANDS = {
-    "train": "keras_dml.commands.train",
-    "export": "keras_dml.commands.export",
-}
+# Modules adding subcommands, in the order of `keras-dml --help`.
+COMMAND_MODULES = (
+    "keras_dml.commands.train",
+    "keras_dml.cli_serving",  # export
+)
 
 # Optional dependencies -> the extra that installs them (setup.cfg).
 EXTRAS = {
@@ -30,25 +29,28 @@ EXTRAS = {
 }
 
 
-def _command(name):
-    return importlib.import_module(COMMANDS[name])
-
-
-def build_parser(only=None):
-    """The `keras-dml` parser; with `only`, just that command's options are added."""
+def build_parser():
+    """The `keras-dml` parser; `parser.command_parsers` maps each command to its parser."""
     parser = argparse.ArgumentParser(
         prog="keras-dml", description="Deep metric learning with TensorFlow / Keras: "
         "train an embedder, measure retrieval, export it for TF Serving.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    parser.command_parsers = {}
-    for name in COMMANDS:
-        module = _command(name)
-        sub = commands.add_parser(name, help=module.HELP, description=module.DESCRIPTION)
-        if only in (None, name):
-            module.add_arguments(sub)
-        sub.set_defaults(handler=module.run)
-        parser.command_parsers[name] = sub
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).add_commands(commands)
+    parser.command_parsers = dict(commands.choices)
     return parser
+
+
+def _with_recipe(parser, argv, args):
+    """`train --list-recipes` prints them (returns None); `--recipe NAME` re-parses with
+    the recipe's values as defaults, so flags given on the command line win."""
+    from keras_dml import recipes
+
+    if args.list_recipes:
+        print(recipes.describe())
+        return None
+    parser.command_parsers["train"].set_defaults(**recipes.get(args.recipe))
+    return parser.parse_args(argv)
 
 
 @contextlib.contextmanager
@@ -110,10 +112,13 @@ def _missing_module_message(error):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    # Only the chosen command's options are built ("" for none: `keras-dml --help`).
-    parser = build_parser(only=next((a for a in argv if a in COMMANDS), ""))
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "list_recipes", False) or getattr(args, "recipe", None):
+            args = _with_recipe(parser, argv, args)
+            if args is None:
+                return 0
         load_tensorflow()
         return args.handler(args)
     except ModuleNotFoundError as error:

@@ -18,7 +18,11 @@ from keras_dml.callbacks import RecallAtK
 from keras_dml.evaluation.embedding import embed_with, inference_function
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
-from keras_dml.training_config import FILE_IMAGE_SIZE, TrainConfig  # noqa: F401 (re-export)
+from keras_dml.training_config import (  # noqa: F401 (TrainConfig: re-exported)
+    FILE_IMAGE_SIZE,
+    LR_SCHEDULES,
+    TrainConfig,
+)
 
 KS = (1, 2, 4, 8)
 SUMMARY = "summary.json"
@@ -43,6 +47,42 @@ def make_loss(name, loss_args=None, num_classes=None):
         return cls(**kwargs)
     except TypeError as error:  # an unknown or missing argument in --loss-args
         raise ValueError(f"{short}: {error}; pass its arguments with --loss-args JSON.") from None
+
+
+def learning_rate_schedule(learning_rate, total_steps, warmup_steps=0, schedule="constant"):
+    """Adam's learning rate: constant, or cosine decay to 0 at `total_steps`; either
+    after a linear warm-up from 0 over `warmup_steps`."""
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"schedule must be one of {LR_SCHEDULES}, got {schedule!r}.")
+    if schedule == "constant" and not warmup_steps:
+        return learning_rate
+    decay_steps = max(total_steps - warmup_steps, 1) if schedule == "cosine" else 10 ** 12
+    if not warmup_steps:
+        return keras.optimizers.schedules.CosineDecay(learning_rate, decay_steps)
+    return keras.optimizers.schedules.CosineDecay(
+        0.0, decay_steps, warmup_target=learning_rate, warmup_steps=warmup_steps)
+
+
+def augmentation(shift=0.0, rotation=0.0, scale=0.0, image_size=None, seed=0):
+    """A per-image random affine jitter of training batches, or None when all are 0.
+
+    shift: translation up to this many pixels (of `image_size`); rotation: up to this
+    many degrees; scale: zoom up to this fraction. Empty space is filled with 0.
+    """
+    if not (shift or rotation or scale):
+        return None
+    layers = []
+    if rotation:
+        layers.append(keras.layers.RandomRotation(rotation / 360.0, fill_mode="constant",
+                                                  seed=seed))
+    if scale:
+        layers.append(keras.layers.RandomZoom((-scale, scale), fill_mode="constant", seed=seed))
+    if shift:
+        if not image_size:
+            raise ValueError("augmentation: a shift in pixels needs the image size.")
+        layers.append(keras.layers.RandomTranslation(shift / image_size, shift / image_size,
+                                                     fill_mode="constant", seed=seed))
+    return keras.Sequential(layers, name="augmentation")
 
 
 def _input_spec(split, image_size):
@@ -79,17 +119,26 @@ def array_transform(split, input_shape):
     return transform
 
 
+def _augmented(transform, config, input_shape):
+    """The training batches' map: `transform`, then the configured augmentation."""
+    augment = augmentation(config.augment_shift, config.augment_rotation, config.augment_scale,
+                           input_shape[0], config.seed)
+    if augment is None:
+        return transform
+
+    def map_fn(x, y):
+        if transform is not None:
+            x, y = transform(x, y)
+        return augment(x, training=True), y
+
+    return map_fn
+
+
 def build_model(config, input_shape):
     keras.utils.set_random_seed(config.seed)
     backbone = backbones.get(config.backbone, input_shape)
     embeddings = EmbeddingHead(config.embedding_dim, name="embedding")(backbone.output)
     return DMLModel(backbone.input, embeddings, name=f"{config.backbone}_embedder")
-
-
-def learning_rate_schedule(config):
-    """Adam's rate: `learning_rate`, cosine-decayed to 0 over all the training steps."""
-    return keras.optimizers.schedules.CosineDecay(
-        config.learning_rate, decay_steps=config.epochs * config.steps_per_epoch)
 
 
 def evaluation_splits(splits):
@@ -275,12 +324,14 @@ def run(config, report=None):
     input_shape, preprocessing = _input_spec(splits.train, config.image_size)
     model = build_model(config, input_shape)
     loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate_schedule(config)), loss=loss,
+    rate = learning_rate_schedule(config.learning_rate, config.epochs * config.steps_per_epoch,
+                                  config.warmup_steps, config.lr_schedule)
+    model.compile(optimizer=keras.optimizers.Adam(rate), loss=loss,
                   jit_compile=config.jit_compile)
     transform = None if preprocessing else array_transform(splits.train, input_shape)
     batches = data.class_balanced_batches(  # before the run folder: a bad design fails fast
         splits.train, config.classes_per_batch, config.samples_per_class, seed=config.seed,
-        preprocessing=preprocessing, map_fn=transform,
+        preprocessing=preprocessing, map_fn=_augmented(transform, config, input_shape),
     )
     _make_empty(run_dir)
     if report:

@@ -20,6 +20,7 @@ LOSSES = (
     "ProxyNCA", "RelativeAbsoluteWeighting", "SoftTriple", "Triplet",
 )
 BACKBONES = ("cnn3", "convnet", "resnet50")
+LR_SCHEDULES = ("constant", "cosine")
 # Image side used for image-file datasets when --image-size is not given: small enough
 # for a CPU run (a 224 step of ResNet-50 takes ~43 s on 2 cores).
 FILE_IMAGE_SIZE = 64
@@ -45,6 +46,11 @@ class TrainConfig:
     epochs: int = 4
     steps_per_epoch: int = 250
     learning_rate: float = 1e-3
+    lr_schedule: str = "cosine"
+    warmup_steps: int = 0
+    augment_shift: float = 0.0
+    augment_rotation: float = 0.0
+    augment_scale: float = 0.0
     seed: int = 0
     jit_compile: bool = False
     run_name: str = None
@@ -73,6 +79,13 @@ class TrainConfig:
                 and math.isfinite(self.learning_rate)):
             raise ValueError(f"learning_rate must be positive and finite, got "
                              f"{self.learning_rate!r}.")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got "
+                             f"{self.lr_schedule!r}.")
+        for field in ("warmup_steps", "augment_shift", "augment_rotation", "augment_scale"):
+            value = getattr(self, field)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{field} must be >= 0, got {value!r}.")
         if self.backbone not in BACKBONES:
             raise ValueError(f"Unknown backbone {self.backbone!r}: expected one of "
                              f"{list(BACKBONES)}.")

@@ -51,12 +51,30 @@ def test_help_does_not_import_tensorflow(args, tmp_path):
 def test_listed_names_are_the_registry():
     """`--help` lists names without TensorFlow: the static lists must stay the registry's."""
     import keras_dml
-    from keras_dml.training_config import DATASETS, LOSSES
+    from keras_dml.training_config import BACKBONES, DATASETS, LOSSES
 
     assert tuple(sorted(LOSSES)) == tuple(sorted(keras_dml.losses.LOSSES)), (
         "add the new loss to keras_dml/training_config.py LOSSES")
     assert sorted(DATASETS) == keras_dml.datasets.available(), (
         "add the new dataset to keras_dml/training_config.py DATASETS")
+    assert sorted(BACKBONES) == sorted(keras_dml.backbones.BACKBONES)
+
+
+def test_import_keras_dml_registers_every_serializable_class(tmp_path):
+    """In a fresh process, `import keras_dml` imports every module that registers a class."""
+    registering = sorted(
+        os.path.relpath(os.path.join(folder, name), ROOT)[:-3].replace(os.sep, ".")
+        for folder, _, files in os.walk(os.path.join(ROOT, "keras_dml")) for name in files
+        if name.endswith(".py")
+        and "register_keras_serializable" in open(os.path.join(folder, name)).read())
+    assert "keras_dml.losses.multi_similarity" in registering
+    code = ("import sys, keras_dml; print(' '.join(m for m in sys.argv[1:] "
+            "if m not in sys.modules))")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run([sys.executable, "-c", code, *registering], capture_output=True,
+                            text=True, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [], "add these modules' packages to keras_dml._SUBMODULES"
 
 
 def test_train_prints_recall_saves_and_exports(tmp_path, capsys):

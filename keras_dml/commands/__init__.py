@@ -1,13 +1,9 @@
-"""The `keras-dml` subcommands, one module each.
+"""The `keras-dml` subcommands.
 
-A command module defines, importing only the standard library at module level (so
-`keras-dml --help` never loads TensorFlow):
-
-- `HELP`: one line for `keras-dml --help`;
-- `DESCRIPTION`: the paragraph of `keras-dml <command> --help`;
-- `add_arguments(parser)`: its options (argparse);
-- `run(args)`: does the work (import TensorFlow and keras_dml modules inside it)
-  and returns the exit code.
-
-List a new module in `keras_dml.cli.COMMANDS`.
+A command module imports only the standard library at module level (so
+`keras-dml --help` never loads TensorFlow) and defines `add_commands(commands)`,
+which adds its subcommands to the `argparse` sub-parsers with `set_defaults(
+handler=run)`; `run(args)` does the work (importing TensorFlow and keras_dml inside)
+and returns the exit code. List the module in `keras_dml.cli.COMMAND_MODULES`.
+TensorFlow is imported quietly by `keras_dml.cli` before `run` is called.
 """

@@ -7,11 +7,12 @@ from keras_dml.training_config import (
     DEFAULT_BATCH_DESIGN,
     FILE_IMAGE_SIZE,
     LOSSES,
+    LR_SCHEDULES,
     default,
 )
 
 HELP = "train an embedder (default: the bundled Omniglot, 964 characters train, 659 test)"
-DESCRIPTION = (
+_DESCRIPTION = (
     "Train an embedder with a keras_dml loss on C x k class-balanced batches; print "
     "Recall@1/2/4/8 and MAP@R on the held-out classes before and after training; save "
     "the model, logs and figures under --runs-dir/<run> and export a TF Serving "
@@ -20,7 +21,15 @@ DESCRIPTION = (
 )
 
 
+def add_commands(commands):
+    """Adds `train` to the `keras-dml` sub-parsers."""
+    parser = commands.add_parser("train", help=HELP, description=_DESCRIPTION)
+    add_arguments(parser)
+    parser.set_defaults(handler=run)
+
+
 def add_arguments(parser):
+    """The `train` options; their defaults are `TrainConfig`'s."""
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", default=default("dataset"), choices=DATASETS,
                       metavar="NAME",
@@ -54,9 +63,28 @@ def add_arguments(parser):
     fit.add_argument("--steps-per-epoch", type=int, default=default("steps_per_epoch"),
                      help="default %(default)s")
     fit.add_argument("--learning-rate", type=float, default=default("learning_rate"),
-                     help="Adam's initial rate, cosine-decayed to 0 (default %(default)s)")
+                     help="Adam's (peak) learning rate (default %(default)s)")
+    fit.add_argument("--lr-schedule", choices=LR_SCHEDULES, default=default("lr_schedule"),
+                     help="constant, or cosine decay to 0 at the last step (default "
+                     "%(default)s)")
+    fit.add_argument("--warmup-steps", type=int, default=default("warmup_steps"),
+                     help="linear learning-rate warm-up from 0 (default %(default)s)")
+    fit.add_argument("--augment-shift", type=float, default=default("augment_shift"),
+                     help="random translation of training images, in pixels (default "
+                     "%(default)s)")
+    fit.add_argument("--augment-rotation", type=float, default=default("augment_rotation"),
+                     help="random rotation of training images, in degrees (default "
+                     "%(default)s)")
+    fit.add_argument("--augment-scale", type=float, default=default("augment_scale"),
+                     help="random zoom of training images, a fraction (default %(default)s)")
     fit.add_argument("--seed", type=int, default=default("seed"), help="default %(default)s")
     fit.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
+    recipe = parser.add_argument_group("recipes")
+    recipe.add_argument("--recipe", default=None,
+                        help="start from a shipped recipe's flags (flags you give override "
+                        "them), e.g. omniglot-best")
+    recipe.add_argument("--list-recipes", action="store_true",
+                        help="list the shipped recipes and exit")
     out = parser.add_argument_group("output")
     out.add_argument("--run-name", default=None,
                      help="default <dataset>-<loss>-<date>-<time>, never an existing one")

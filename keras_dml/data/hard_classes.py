@@ -141,6 +141,7 @@ def hard_negative_class_batches(source, classes_per_batch, samples_per_class=2, 
     sampler = HardNegativeClassSampler(data.labels, classes_per_batch, samples_per_class,
                                        num_neighbors, small_classes, seed)
     dataset = batches_from_sampler(data, lambda: sampler, sampler.batch_size, seed=seed,
+                                   replayable=False,
                                    map_fn=map_fn, chunk=1)
     return dataset, sampler
 

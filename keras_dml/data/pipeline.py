@@ -1,7 +1,9 @@
 """`class_balanced_batches`: the C x k tf.data pipeline of the metric learning papers."""
 
+import dataclasses
 import sys
 import warnings
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -12,7 +14,7 @@ from keras_dml.data.sources import make_source
 
 def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
                            small_classes="replace", seed=None, preprocessing=None,
-                           training=True, map_fn=None, num_replicas=None):
+                           training=True, map_fn=None, num_replicas=None, start_step=0):
     """An infinite `tf.data.Dataset` of `(x, y)` batches of C classes x k samples.
 
     Each batch holds exactly `classes_per_batch` distinct classes and
@@ -58,6 +60,11 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
         num_replicas: Replicas the global batch is split over. Defaults to
             `None`: the current `tf.distribute` strategy's
             `num_replicas_in_sync`.
+        start_step: Index of the first batch delivered: the stream is
+            step-indexed, so with a `seed` batch `i` is the same whether the
+            stream started at 0 or at `start_step <= i` (the sampler is replayed
+            in NumPy, cheap). `keras_dml.backup.TrainingBackup` sets it on
+            resume through `stream_position(dataset)`. Defaults to 0.
 
     Returns:
         An infinite `tf.data.Dataset` of `(x, y)`, `x` of shape
@@ -95,11 +102,42 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
 
     return batches_from_sampler(data, make_sampler,
                                 classes_per_batch * samples_per_class,
-                                seed=seed, map_fn=map_fn)
+                                seed=seed, map_fn=map_fn, start_step=start_step)
+
+
+@dataclasses.dataclass
+class StreamPosition:
+    """Where a step-indexed batch stream starts; read each time iteration starts.
+
+    Attributes:
+        start: Index of the first batch the next iterator delivers.
+        seed: The stream's seed (`None`: not reproducible, so a resume can
+            only skip ahead, not replay the same batches).
+        batch_size: Batch size, recorded to match a backup with its stream.
+        replayable: False when the sampler depends on training (hard negative
+            class mining): its batches cannot be regenerated from the seed.
+    """
+
+    start: int = 0
+    seed: int | None = None
+    batch_size: int | None = None
+    replayable: bool = True
+
+
+_POSITIONS = weakref.WeakKeyDictionary()
+
+
+def stream_position(dataset):
+    """The `StreamPosition` of a dataset made by `class_balanced_batches` (or
+    the other keras_dml samplers), or `None` for any other dataset."""
+    try:
+        return _POSITIONS.get(dataset)
+    except TypeError:
+        return None
 
 
 def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
-                         chunk=32):
+                         chunk=32, start_step=0, replayable=True):
     """Infinite `(x, y)` batches from an index sampler over a `Source`.
 
     Args:
@@ -112,6 +150,9 @@ def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
         chunk: Index batches handed over from Python at a time (amortises
             the generator's per-call cost). Use 1 when the sampler is steered
             while training (hard negative class mining). Defaults to 32.
+        start_step: First batch index (see `StreamPosition`). Defaults to 0.
+        replayable: Whether `make_sampler()` gives the same stream every time
+            (False for a sampler steered while training). Defaults to True.
 
     Returns:
         A `tf.data.Dataset`. File sources skip batches that fail to decode and
@@ -120,9 +161,13 @@ def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
     labels = tf.constant(data.labels.astype(np.int32))
     stream_seed = int(np.random.SeedSequence(seed).generate_state(1)[0])
 
+    position = StreamPosition(int(start_step), seed, batch_size, replayable)
+
     def generate():
         sampler = iter(make_sampler())
-        first = 0
+        first = position.start
+        for _ in range(first if replayable else 0):
+            next(sampler)
         while True:
             block = np.stack([next(sampler) for _ in range(chunk)])
             yield np.arange(first, first + chunk, dtype=np.int64), block
@@ -148,8 +193,9 @@ def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
     if data.from_files:
         initial = (tf.constant(-1, tf.int64), tf.constant(0, tf.int64))
         ds = ds.ignore_errors().scan(initial, _count_skipped_batches)
-    ds = ds.map(_drop_batch_id)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    ds = ds.map(_drop_batch_id).prefetch(tf.data.AUTOTUNE)
+    _POSITIONS[ds] = position
+    return ds
 
 
 @tf.autograph.experimental.do_not_convert
