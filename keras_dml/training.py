@@ -1,5 +1,6 @@
 """The main job behind `keras-dml train`: data, model, fit, evaluate, save, plot, export."""
 
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -148,6 +149,29 @@ def evaluation_splits(splits):
     return splits.test, None
 
 
+class Clock:
+    """Wall and process CPU seconds per named phase (CPU time counts every thread)."""
+
+    def __init__(self):
+        self.phases = {}
+
+    @contextlib.contextmanager
+    def phase(self, name):
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            before = self.phases.get(name, {"seconds": 0.0, "cpu_seconds": 0.0, "count": 0})
+            self.phases[name] = {
+                "seconds": before["seconds"] + time.perf_counter() - wall,
+                "cpu_seconds": before["cpu_seconds"] + time.process_time() - cpu,
+                "count": before["count"] + 1}
+
+    def rounded(self):
+        return {name: {k: round(v, 2) if isinstance(v, float) else v for k, v in p.items()}
+                for name, p in self.phases.items()}
+
+
 class RunEvaluation(RecallAtK):
     """`RecallAtK` with the run's protocol, a progress bar, and the last embeddings kept.
 
@@ -157,13 +181,15 @@ class RunEvaluation(RecallAtK):
     `record_untrained` has been called.
     """
 
-    def __init__(self, queries, references, preprocessing, transform, progress=True):
+    def __init__(self, queries, references, preprocessing, transform, progress=True,
+                 clock=None):
         def batches(split):
             return data.evaluation_batches(split, preprocessing, transform=transform)
 
         super().__init__(batches(queries), ks=KS, verbose=0,
                          reference_data=None if references is None else batches(references))
         self.progress = progress
+        self.clock = clock or Clock()
         self.embeddings = None
         self.full_results = {}
 
@@ -180,12 +206,13 @@ class RunEvaluation(RecallAtK):
         """Embeds queries (and references) now; returns `retrieval_metrics`."""
         if model is not None and self._forward is None:
             self._forward = inference_function(model)
-        self.embeddings, labels = self._embed(self.validation_data, "the evaluation images")
-        references = reference_labels = None
-        if self.reference_data is not None:
-            references, reference_labels = self._embed(self.reference_data, "the gallery")
-        self.full_results = evaluation.retrieval_metrics(
-            self.embeddings, labels, references, reference_labels, ks=self.ks)
+        with self.clock.phase("evaluation"):
+            self.embeddings, labels = self._embed(self.validation_data, "the evaluation images")
+            references = reference_labels = None
+            if self.reference_data is not None:
+                references, reference_labels = self._embed(self.reference_data, "the gallery")
+            self.full_results = evaluation.retrieval_metrics(
+                self.embeddings, labels, references, reference_labels, ks=self.ks)
         return self.full_results
 
     def evaluate(self):
@@ -318,9 +345,10 @@ def run(config, report=None):
         report: Optional `ConsoleReport`-like object (`start`, `metrics`, `finish`,
             `progress`). Defaults to None: silent.
     """
-    started = time.time()
+    started, clock = time.time(), Clock()
     run_name, run_dir = run_directory(config)  # refuse before any work
-    splits = datasets.load(config.dataset, data_dir=config.data_dir)
+    with clock.phase("load"):
+        splits = datasets.load(config.dataset, data_dir=config.data_dir)
     input_shape, preprocessing = _input_spec(splits.train, config.image_size)
     model = build_model(config, input_shape)
     loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
@@ -339,22 +367,25 @@ def run(config, report=None):
 
     queries, references = evaluation_splits(splits)
     recall = RunEvaluation(queries, references, preprocessing, transform,
-                           progress=bool(report and report.progress))
+                           progress=bool(report and report.progress), clock=clock)
     before = recall.evaluate_now(model)
     recall.record_untrained(before)
     if report:
         report.metrics("before training", before)
     callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
-    train_started = time.time()
-    history = model.fit(batches, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
-                        callbacks=callbacks, verbose=_fit_verbose(report), shuffle=False)
-    train_seconds = time.time() - train_started
+    with clock.phase("fit"):  # training steps + the evaluation after each epoch
+        history = model.fit(batches, epochs=config.epochs,
+                            steps_per_epoch=config.steps_per_epoch, callbacks=callbacks,
+                            verbose=_fit_verbose(report), shuffle=False)
+    per_evaluation = clock.phases["evaluation"]["seconds"] / clock.phases["evaluation"]["count"]
+    train_seconds = clock.phases["fit"]["seconds"] - config.epochs * per_evaluation
     after, embeddings = recall.full_results, recall.embeddings
     if report:
         report.metrics("after training", after)
 
     model_path = os.path.join(run_dir, "model.keras")
-    model.save(model_path)
+    with clock.phase("save"):
+        model.save(model_path)
     summary = {
         "config": dataclasses.asdict(config),
         "run_name": run_name,
@@ -372,17 +403,20 @@ def run(config, report=None):
         "plots": [],
     }
     if config.plots and _have_matplotlib():
-        summary["plots"] = write_plots(run_dir, recall.history, queries, embeddings,
-                                       config.steps_per_epoch)
+        with clock.phase("plots"):
+            summary["plots"] = write_plots(run_dir, recall.history, queries, embeddings,
+                                           config.steps_per_epoch)
     if config.export:
         from keras_dml.export import export_embedder
 
-        summary["export_dir"] = export_embedder(
-            model.embedder(), summary["export"]["base_dir"],
-            input_format=summary["export"]["input_format"], preprocessing=preprocessing,
-            run_info=_run_info(config, after, input_shape, preprocessing),
-        )
+        with clock.phase("export"):
+            summary["export_dir"] = export_embedder(
+                model.embedder(), summary["export"]["base_dir"],
+                input_format=summary["export"]["input_format"], preprocessing=preprocessing,
+                run_info=_run_info(config, after, input_shape, preprocessing),
+            )
     summary["seconds"] = round(time.time() - started, 1)
+    summary["timings"] = clock.rounded()
     with open(os.path.join(run_dir, SUMMARY), "w") as f:
         json.dump(summary, f, indent=2, default=str)
     if report:
