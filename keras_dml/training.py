@@ -4,7 +4,6 @@ import contextlib
 import dataclasses
 import inspect
 import json
-import math
 import os
 import shutil
 import sys
@@ -14,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_dml import backbones, data, datasets, evaluation, losses
+from keras_dml import backbones, data, datasets, distribute, evaluation, losses
 from keras_dml.callbacks import RecallAtK
 from keras_dml.evaluation.embedding import embed_with, inference_function
 from keras_dml.layers import EmbeddingHead
@@ -237,6 +236,16 @@ def _have_matplotlib():
     return True
 
 
+def _have_tensorboard():
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        print('TensorBoard logs skipped: pip install "keras_dml[tensorboard]" (the projector '
+              "files are written)")
+        return False
+    return True
+
+
 def write_plots(run_dir, recall_history, split, embeddings, steps_per_epoch):
     """Recall@K per step, a t-SNE map and (for in-memory images) a retrieval grid."""
     from keras_dml import plots
@@ -271,6 +280,8 @@ def run_directory(config):
     else:
         name = config.run_name
     run_dir = os.path.join(config.runs_dir, name)
+    if not distribute.is_chief():  # one writer per run: the others keep their own logs
+        return name, os.path.join(run_dir, distribute.task_name())
     if os.path.exists(run_dir) and not config.overwrite:
         raise FileExistsError(
             f"{run_dir} already exists; pass overwrite=True to replace it, or choose "
@@ -278,11 +289,12 @@ def run_directory(config):
     return name, run_dir
 
 
-def _make_empty(run_dir):
-    """Creates `run_dir`, replacing an existing one (`overwrite` was checked)."""
-    if os.path.isdir(run_dir):
+def _make_run_directory(run_dir, replace):
+    """Creates `run_dir`; `replace` (an `overwrite` of a folder found at the start)
+    removes the old one first."""
+    if replace and os.path.isdir(run_dir):
         shutil.rmtree(run_dir)
-    os.makedirs(run_dir)
+    os.makedirs(run_dir, exist_ok=True)
 
 
 class ConsoleReport:
@@ -347,21 +359,28 @@ def run(config, report=None):
     """
     started, clock = time.time(), Clock()
     run_name, run_dir = run_directory(config)  # refuse before any work
+    replace = os.path.exists(run_dir)
     with clock.phase("load"):
         splits = datasets.load(config.dataset, data_dir=config.data_dir)
     input_shape, preprocessing = _input_spec(splits.train, config.image_size)
-    model = build_model(config, input_shape)
-    loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
-    rate = learning_rate_schedule(config.learning_rate, config.epochs * config.steps_per_epoch,
-                                  config.warmup_steps, config.lr_schedule)
-    model.compile(optimizer=keras.optimizers.Adam(rate), loss=loss,
-                  jit_compile=config.jit_compile)
+    strategy = distribute.make_strategy(config.strategy)
+    with strategy.scope():
+        model = build_model(config, input_shape)
+        loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
+        rate = learning_rate_schedule(config.learning_rate,
+                                      config.epochs * config.steps_per_epoch,
+                                      config.warmup_steps, config.lr_schedule)
+        model.compile(optimizer=keras.optimizers.Adam(rate), loss=loss,
+                      jit_compile=config.jit_compile)
+    if not distribute.is_chief():
+        config = dataclasses.replace(config, export=False, plots=False)
     transform = None if preprocessing else array_transform(splits.train, input_shape)
-    batches = data.class_balanced_batches(  # before the run folder: a bad design fails fast
-        splits.train, config.classes_per_batch, config.samples_per_class, seed=config.seed,
-        preprocessing=preprocessing, map_fn=_augmented(transform, config, input_shape),
+    batches = distribute.training_batches(  # before the run folder: a bad design fails fast
+        strategy, splits.train, config.classes_per_batch, config.samples_per_class,
+        seed=config.seed, preprocessing=preprocessing,
+        map_fn=_augmented(transform, config, input_shape),
     )
-    _make_empty(run_dir)
+    _make_run_directory(run_dir, replace)
     if report:
         report.start(config, splits, run_dir)
 
@@ -373,6 +392,9 @@ def run(config, report=None):
     if report:
         report.metrics("before training", before)
     callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
+    log_dir = os.path.join(run_dir, "tensorboard")
+    if _have_tensorboard():
+        callbacks.append(keras.callbacks.TensorBoard(log_dir))
     with clock.phase("fit"):  # training steps + the evaluation after each epoch
         history = model.fit(batches, epochs=config.epochs,
                             steps_per_epoch=config.steps_per_epoch, callbacks=callbacks,
@@ -402,6 +424,13 @@ def run(config, report=None):
         "export_dir": None,
         "plots": [],
     }
+    from keras_dml.projector import write_projector
+
+    with clock.phase("projector"):  # the evaluation set, for TensorBoard's projector
+        summary["projector"] = write_projector(
+            log_dir, embeddings, queries.labels, images=queries.images,
+            paths=None if queries.images is not None else queries.paths,
+            class_names=queries.class_names)["config"]
     if config.plots and _have_matplotlib():
         with clock.phase("plots"):
             summary["plots"] = write_plots(run_dir, recall.history, queries, embeddings,

@@ -14,13 +14,16 @@ import re
 DATASETS = ("omniglot", "digits", "cub200", "cars196", "sop", "inshop")
 IN_MEMORY_DATASETS = ("omniglot", "digits")
 LOSSES = (
-    "BalancedContrastive", "BinLifted", "BinomialDeviance", "Contrastive",
-    "GeneralizedLiftedStructure", "Histogram", "InstanceCrossEntropy", "LiftedStructure",
-    "LogRatio", "Margin", "MultiSimilarity", "NCA", "NPair", "NormalizedSoftmax", "ProxyAnchor",
-    "ProxyNCA", "RelativeAbsoluteWeighting", "SoftTriple", "Triplet",
+    "ArcFace", "BalancedContrastive", "BinLifted", "BinomialDeviance", "Circle", "Contrastive",
+    "CosFace", "GeneralizedLiftedStructure", "Histogram", "InstanceCrossEntropy",
+    "LiftedStructure", "LogRatio", "Margin", "MultiSimilarity", "MultipleNegativesRanking",
+    "NCA", "NPair", "NTXent", "NormalizedSoftmax", "ProxyAnchor", "ProxyNCA",
+    "RelativeAbsoluteWeighting", "SmoothAP", "SoftTriple", "SubCenterArcFace",
+    "SupervisedContrastive", "Triplet",
 )
 BACKBONES = ("cnn3", "convnet", "resnet50")
 LR_SCHEDULES = ("constant", "cosine")
+STRATEGIES = ("auto", "mirrored", "multiworker")
 # Image side used for image-file datasets when --image-size is not given: small enough
 # for a CPU run (a 224 step of ResNet-50 takes ~43 s on 2 cores).
 FILE_IMAGE_SIZE = 64
@@ -53,6 +56,7 @@ class TrainConfig:
     augment_scale: float = 0.0
     seed: int = 0
     jit_compile: bool = False
+    strategy: str = "auto"
     run_name: str = None
     runs_dir: str = "runs"
     export_dir: str = "savedmodels"
@@ -86,6 +90,8 @@ class TrainConfig:
             value = getattr(self, field)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{field} must be >= 0, got {value!r}.")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}.")
         if self.backbone not in BACKBONES:
             raise ValueError(f"Unknown backbone {self.backbone!r}: expected one of "
                              f"{list(BACKBONES)}.")

@@ -8,6 +8,7 @@ from keras_dml.training_config import (
     FILE_IMAGE_SIZE,
     LOSSES,
     LR_SCHEDULES,
+    STRATEGIES,
     default,
 )
 
@@ -79,6 +80,10 @@ def add_arguments(parser):
                      help="random zoom of training images, a fraction (default %(default)s)")
     fit.add_argument("--seed", type=int, default=default("seed"), help="default %(default)s")
     fit.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
+    fit.add_argument("--strategy", choices=STRATEGIES, default=default("strategy"),
+                     help="tf.distribute strategy: mirrored = this machine's GPUs, multiworker "
+                     "= the cluster in TF_CONFIG, auto (default) = multiworker when TF_CONFIG "
+                     "names several workers, mirrored with several GPUs (docs/distributed.md)")
     recipe = parser.add_argument_group("recipes")
     recipe.add_argument("--recipe", default=None,
                         help="start from a shipped recipe's flags (flags you give override "
