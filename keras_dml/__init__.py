@@ -30,6 +30,8 @@ _SUBMODULES = (
     "callbacks",
     "export",
     "plots",
+    "projector",
+    "regularizers",
     "backbones",
     "backup",
     "distribute",
