@@ -35,6 +35,11 @@ def add_train_arguments(parser):
     fit.add_argument("--learning-rate", type=float, default=1e-3, help="Adam, default 1e-3")
     fit.add_argument("--seed", type=int, default=0, help="default 0")
     fit.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
+    fit.add_argument("--memory-size", type=int, default=0,
+                     help="cross-batch memory (XBM) of this many past embeddings around the "
+                     "loss (a pair loss); default 0: none")
+    fit.add_argument("--memory-warmup", type=int, default=0,
+                     help="training steps on the batch alone before the memory starts")
     fit.add_argument("--strategy", choices=("auto", "mirrored", "multiworker"), default="auto",
                      help="tf.distribute strategy: mirrored = this machine's GPUs, multiworker "
                      "= the cluster in TF_CONFIG, auto (default) = multiworker when TF_CONFIG "

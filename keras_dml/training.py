@@ -35,6 +35,8 @@ class TrainConfig:
     seed: int = 0
     jit_compile: bool = False
     strategy: str = "auto"
+    memory_size: int = 0
+    memory_warmup: int = 0
     run_name: str = None
     runs_dir: str = "runs"
     export_dir: str = "savedmodels"
@@ -182,6 +184,8 @@ def run(config, report=None):
     with strategy.scope():
         model = build_model(config, input_shape)
         loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
+        if config.memory_size:
+            loss = losses.CrossBatchMemory(loss, config.memory_size, config.memory_warmup)
         model.compile(optimizer=keras.optimizers.Adam(config.learning_rate), loss=loss,
                       jit_compile=config.jit_compile)
 
