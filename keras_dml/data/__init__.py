@@ -7,6 +7,7 @@ image preprocessing.
 
 from keras_dml.data.designs import (GroupDesign, RandomPairDesign, RandomPairSampler,
                                     design_batches, importance_weights)
+from keras_dml.data.distributed import distributed_class_balanced_batches
 from keras_dml.data.evaluation_batches import evaluation_batches
 from keras_dml.data.hard_classes import (HardNegativeClassMining, HardNegativeClassSampler,
                                          hard_negative_class_batches)
@@ -28,6 +29,7 @@ __all__ = [
     "class_balanced_batches",
     "decode_image",
     "design_batches",
+    "distributed_class_balanced_batches",
     "evaluation_batches",
     "hard_negative_class_batches",
     "importance_weights",
