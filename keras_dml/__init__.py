@@ -18,6 +18,7 @@ _SUBMODULES = (
     "export",
     "plots",
     "backbones",
+    "backup",
     "training",
     "validation",
 )

@@ -33,8 +33,28 @@ def add_train_arguments(parser):
     fit.add_argument("--epochs", type=int, default=4, help="default 4")
     fit.add_argument("--steps-per-epoch", type=int, default=25, help="default 25")
     fit.add_argument("--learning-rate", type=float, default=1e-3, help="Adam, default 1e-3")
+    fit.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
+                     help="constant (default), or cosine decay to 0 at the last step")
+    fit.add_argument("--warmup-steps", type=int, default=0,
+                     help="linear learning-rate warm-up from 0 (default 0)")
+    fit.add_argument("--augment-shift", type=float, default=0.0,
+                     help="random translation of training images, in pixels (default 0)")
+    fit.add_argument("--augment-rotation", type=float, default=0.0,
+                     help="random rotation of training images, in degrees (default 0)")
+    fit.add_argument("--augment-scale", type=float, default=0.0,
+                     help="random zoom of training images, a fraction (default 0)")
     fit.add_argument("--seed", type=int, default=0, help="default 0")
     fit.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
+    fit.add_argument("--strategy", choices=("auto", "mirrored", "multiworker"), default="auto",
+                     help="tf.distribute strategy: mirrored = this machine's GPUs, multiworker "
+                     "= the cluster in TF_CONFIG, auto (default) = multiworker when TF_CONFIG "
+                     "names several workers, mirrored with several GPUs (docs/distributed.md)")
+    recipe = parser.add_argument_group("recipes")
+    recipe.add_argument("--recipe", default=None,
+                        help="start from a shipped recipe's flags (flags you give override "
+                        "them), e.g. omniglot-best")
+    recipe.add_argument("--list-recipes", action="store_true",
+                        help="list the shipped recipes and exit")
     out = parser.add_argument_group("output")
     out.add_argument("--run-name", default=None, help="default <dataset>-<loss>-<time>")
     out.add_argument("--runs-dir", default="runs", help="logs, model and plots (default runs/)")
@@ -61,13 +81,16 @@ def train(args):
     return 0
 
 
-def export(args):
-    _quiet_tensorflow()
-    from keras_dml.export import export_from_args
+def _with_recipe(parser, argv, args):
+    """`train --list-recipes` prints them (returns None); `--recipe NAME` re-parses with
+    the recipe's values as defaults, so flags given on the command line win."""
+    from keras_dml import recipes
 
-    path = export_from_args(args)
-    print(f"SavedModel: {path}")
-    return 0
+    if args.list_recipes:
+        print(recipes.describe())
+        return None
+    parser.train_parser.set_defaults(**recipes.get(args.recipe))
+    return parser.parse_args(argv)
 
 
 def build_parser():
@@ -83,13 +106,11 @@ def build_parser():
         "Serving SavedModel under --export-dir.",
     )
     add_train_arguments(train_parser)
+    parser.train_parser = train_parser  # --recipe sets its defaults
     train_parser.set_defaults(handler=train)
-    from keras_dml.export.keras_file import add_export_arguments
+    from keras_dml import cli_serving
 
-    export_parser = commands.add_parser(
-        "export", help="export a saved .keras model as a TF Serving SavedModel")
-    add_export_arguments(export_parser)
-    export_parser.set_defaults(handler=export)
+    cli_serving.add_commands(commands)
     return parser
 
 
@@ -98,6 +119,10 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "list_recipes", False) or getattr(args, "recipe", None):
+            args = _with_recipe(parser, argv, args)
+            if args is None:
+                return 0
         return args.handler(args)
     except (ValueError, FileNotFoundError, FileExistsError) as error:
         print(f"keras-dml {args.command}: error: {error}", file=sys.stderr)

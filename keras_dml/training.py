@@ -10,12 +10,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_dml import backbones, data, datasets, evaluation, losses
+from keras_dml import backbones, data, datasets, distribute, evaluation, losses
 from keras_dml.callbacks import RecallAtK
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
 
 KS = (1, 2, 4, 8)
+LR_SCHEDULES = ("constant", "cosine")
 
 
 @dataclasses.dataclass
@@ -32,8 +33,14 @@ class TrainConfig:
     epochs: int = 4
     steps_per_epoch: int = 25
     learning_rate: float = 1e-3
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
+    augment_shift: float = 0.0
+    augment_rotation: float = 0.0
+    augment_scale: float = 0.0
     seed: int = 0
     jit_compile: bool = False
+    strategy: str = "auto"
     run_name: str = None
     runs_dir: str = "runs"
     export_dir: str = "savedmodels"
@@ -48,6 +55,13 @@ class TrainConfig:
         if not (self.learning_rate > 0 and np.isfinite(self.learning_rate)):
             raise ValueError(f"learning_rate must be positive and finite, got "
                              f"{self.learning_rate!r}.")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"--lr-schedule must be one of {LR_SCHEDULES}, got "
+                             f"{self.lr_schedule!r}.")
+        for field in ("warmup_steps", "augment_shift", "augment_rotation", "augment_scale"):
+            value = getattr(self, field)
+            if not (np.isfinite(value) and value >= 0):
+                raise ValueError(f"--{field.replace('_', '-')} must be >= 0, got {value!r}.")
 
     @classmethod
     def from_args(cls, args):
@@ -84,6 +98,42 @@ def make_loss(name, loss_args=None, num_classes=None):
         raise ValueError(f"{short}: {error}; pass its arguments with --loss-args JSON.") from None
 
 
+def learning_rate_schedule(learning_rate, total_steps, warmup_steps=0, schedule="constant"):
+    """Adam's learning rate: constant, or cosine decay to 0 at `total_steps`; either
+    after a linear warm-up from 0 over `warmup_steps`."""
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"schedule must be one of {LR_SCHEDULES}, got {schedule!r}.")
+    if schedule == "constant" and not warmup_steps:
+        return learning_rate
+    decay_steps = max(total_steps - warmup_steps, 1) if schedule == "cosine" else 10 ** 12
+    if not warmup_steps:
+        return keras.optimizers.schedules.CosineDecay(learning_rate, decay_steps)
+    return keras.optimizers.schedules.CosineDecay(
+        0.0, decay_steps, warmup_target=learning_rate, warmup_steps=warmup_steps)
+
+
+def augmentation(shift=0.0, rotation=0.0, scale=0.0, image_size=None, seed=0):
+    """A per-image random affine jitter of training batches, or None when all are 0.
+
+    shift: translation up to this many pixels (of `image_size`); rotation: up to this
+    many degrees; scale: zoom up to this fraction. Empty space is filled with 0.
+    """
+    if not (shift or rotation or scale):
+        return None
+    layers = []
+    if rotation:
+        layers.append(keras.layers.RandomRotation(rotation / 360.0, fill_mode="constant",
+                                                  seed=seed))
+    if scale:
+        layers.append(keras.layers.RandomZoom((-scale, scale), fill_mode="constant", seed=seed))
+    if shift:
+        if not image_size:
+            raise ValueError("augmentation: a shift in pixels needs the image size.")
+        layers.append(keras.layers.RandomTranslation(shift / image_size, shift / image_size,
+                                                     fill_mode="constant", seed=seed))
+    return keras.Sequential(layers, name="augmentation")
+
+
 def _input_spec(split, image_size):
     """(input shape, Preprocessing or None) for a split held in memory or in files."""
     if split.images is not None:
@@ -116,6 +166,21 @@ def array_transform(split, input_shape):
         return x, y
 
     return transform
+
+
+def _augmented(transform, config, input_shape):
+    """The training batches' map: `transform`, then the configured augmentation."""
+    augment = augmentation(config.augment_shift, config.augment_rotation, config.augment_scale,
+                           input_shape[0], config.seed)
+    if augment is None:
+        return transform
+
+    def map_fn(x, y):
+        if transform is not None:
+            x, y = transform(x, y)
+        return augment(x, training=True), y
+
+    return map_fn
 
 
 def build_model(config, input_shape):
@@ -157,6 +222,15 @@ def _have_matplotlib():
     return True
 
 
+def _have_tensorboard():
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        print("TensorBoard logs skipped: pip install tensorboard (projector files are written)")
+        return False
+    return True
+
+
 def write_plots(run_dir, recall_callback, split, embeddings):
     """Recall@K per epoch, a t-SNE map and (for in-memory images) a retrieval grid."""
     from keras_dml import plots
@@ -177,19 +251,28 @@ def run(config, report=None):
     started = time.time()
     splits = datasets.load(config.dataset, data_dir=config.data_dir)
     input_shape, preprocessing = _input_spec(splits.train, config.image_size)
-    model = build_model(config, input_shape)
-    loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
-    model.compile(optimizer=keras.optimizers.Adam(config.learning_rate), loss=loss,
-                  jit_compile=config.jit_compile)
+    strategy = distribute.make_strategy(config.strategy)
+    with strategy.scope():
+        model = build_model(config, input_shape)
+        loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
+        rate = learning_rate_schedule(config.learning_rate,
+                                      config.epochs * config.steps_per_epoch,
+                                      config.warmup_steps, config.lr_schedule)
+        model.compile(optimizer=keras.optimizers.Adam(rate), loss=loss,
+                      jit_compile=config.jit_compile)
 
     run_name = config.run_name or f"{config.dataset}-{config.loss}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = os.path.join(config.runs_dir, run_name)
+    if not distribute.is_chief():  # one writer per run: the others keep their own logs
+        run_dir = os.path.join(run_dir, distribute.task_name())
+        config = dataclasses.replace(config, export=False, plots=False)
     os.makedirs(run_dir, exist_ok=True)
 
     transform = None if preprocessing else array_transform(splits.train, input_shape)
-    batches = data.class_balanced_batches(  # before evaluating: a bad batch design fails fast
-        splits.train, config.classes_per_batch, config.samples_per_class, seed=config.seed,
-        preprocessing=preprocessing, map_fn=transform,
+    batches = distribute.training_batches(  # before evaluating: a bad batch design fails fast
+        strategy, splits.train, config.classes_per_batch, config.samples_per_class,
+        seed=config.seed, preprocessing=preprocessing,
+        map_fn=_augmented(transform, config, input_shape),
     )
     before, _ = evaluate(model, splits, preprocessing, transform)
     if report:
@@ -200,6 +283,9 @@ def run(config, report=None):
         reference_data=None if references is None
         else data.evaluation_batches(references, preprocessing, transform=transform))
     callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
+    log_dir = os.path.join(run_dir, "tensorboard")
+    if _have_tensorboard():
+        callbacks.append(keras.callbacks.TensorBoard(log_dir))
     history = model.fit(batches, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
                         callbacks=callbacks, verbose=2)
     after, embeddings = evaluate(model, splits, preprocessing, transform)
@@ -219,6 +305,12 @@ def run(config, report=None):
         "export_dir": None,
         "plots": [],
     }
+    from keras_dml.projector import write_projector
+
+    summary["projector"] = write_projector(  # the evaluation set, for TensorBoard's projector
+        log_dir, embeddings, queries.labels, images=queries.images,
+        paths=None if queries.images is not None else queries.paths,
+        class_names=queries.class_names)["config"]
     if config.plots and _have_matplotlib():
         summary["plots"] = write_plots(run_dir, recall, queries, embeddings)
     if config.export:

@@ -29,9 +29,10 @@ from keras_dml.models import DMLModel
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EMULATOR = ROOT / "tests" / "reference_export.py"
 README = ROOT / "savedmodels" / "README.md"
-CUB_IMAGES = ROOT.parent / "shared" / "datasets" / "cub200_subset" / "CUB_200_2011" / "images"
+CUB_IMAGES = pathlib.Path("/work/shared/datasets") / "cub200_subset" / "CUB_200_2011" / "images"
 PREP = Preprocessing(image_size=32, resize_size=40, normalization="symmetric")
 DIM = 8
+MATCH_THRESHOLD = 0.999  # only an image's own copy in the gallery scores above it
 
 
 # -- fixtures ---------------------------------------------------------------------------
@@ -183,6 +184,10 @@ def served(model, encoded, tmp_path_factory):
     retriever = export.export_retriever(
         model, root / "retriever", reference_images=encoded, reference_labels=labels, k=3,
         preprocessing=PREP, chunk_size=2)
+    # Integer labels and a threshold between the self-match (1.0) and the rest.
+    decider = export.export_retriever(
+        model, root / "decider", reference_images=encoded[1:], reference_labels=np.arange(1, 7),
+        k=2, preprocessing=PREP, threshold=MATCH_THRESHOLD, input_format="images")
 
     def predict_job(job_id, export_dir, value, name="image_bytes"):
         request = export.predict_request({name: value}, "m")
@@ -195,6 +200,8 @@ def served(model, encoded, tmp_path_factory):
     curl_body = _curl_body(workdir)
     b64 = [{"b64": base64.b64encode(b).decode()} for b in encoded]
     wrong_shape = np.zeros((2, 16, 16, 3), np.float32)
+    nan_images = gallery_images[:3].copy()
+    nan_images[2] = np.nan
     jobs = [
         predict_job("bytes", emb_bytes, np.array(encoded, dtype=object)),
         predict_job("images", emb_images, gallery_images, name="images"),
@@ -218,6 +225,17 @@ def served(model, encoded, tmp_path_factory):
         predict_job("bad_dtype", emb_bytes, np.array([1.0, 2.0], np.float32)),
         predict_job("bad_shape", emb_images, wrong_shape, name="images"),
         predict_job("bad_images_dtype", emb_images, wrong_shape.astype(np.uint8), name="images"),
+        predict_job("bad_channels", emb_images, gallery_images[:, :, :, :1], name="images"),
+        predict_job("nan_image", emb_images, nan_images, name="images"),
+        predict_job("truncated_png", emb_bytes,
+                    np.array([encoded[0], encoded[1], encoded[1][:-20]], dtype=object)),
+        predict_job("empty_request", emb_bytes, np.zeros([0], dtype=object)),
+        predict_job("empty_images", emb_images, gallery_images[:0], name="images"),
+        predict_job("empty_retrieve", retriever, np.zeros([0], dtype=object)),
+        predict_job("retriever_truncated", retriever, np.array([encoded[0][:300]], dtype=object)),
+        predict_job("decide", decider, gallery_images, name="images"),
+        {"id": "decide_rest", "export_dir": str(decider), "type": "rest",
+         "body": json.dumps({"instances": gallery_images[:2].tolist()})},
         {"id": "warmup_bytes", "export_dir": str(emb_bytes), "type": "warmup"},
         {"id": "warmup_images", "export_dir": str(emb_images), "type": "warmup"},
         {"id": "warmup_retriever", "export_dir": str(retriever), "type": "warmup"},
@@ -241,7 +259,8 @@ def served(model, encoded, tmp_path_factory):
     return {
         "results": results, "expected": expected, "labels": labels, "workdir": workdir,
         "grpc_request": grpc_sent["request"], "run_info": run_info, "cli": cli_output,
-        "paths": {"bytes": emb_bytes, "images": emb_images, "retriever": retriever},
+        "paths": {"bytes": emb_bytes, "images": emb_images, "retriever": retriever,
+                  "decider": decider},
     }
 
 
@@ -335,7 +354,45 @@ def test_rest_batch_and_columnar_formats(served):
 def test_undecodable_bytes_error_names_the_element(served):
     assert "image_bytes[1] is not an encoded image (12 bytes)" in _error(served, "bad_bytes")
     assert "image_bytes[0] is not an encoded image (0 bytes)" in _error(served, "empty_bytes")
-    assert "Invalid JPEG data" in _error(served, "truncated")
+    assert "image_bytes[0] is a truncated JPEG (300 bytes, no EOI marker)" in _error(
+        served, "truncated")
+    assert "image_bytes[2] is a truncated PNG" in _error(served, "truncated_png")
+    assert "image_bytes[0] is a truncated JPEG" in _error(served, "retriever_truncated")
+
+
+def test_empty_requests_get_empty_answers(served):
+    for job in ("empty_request", "empty_images"):
+        embedding = tf.make_ndarray(_response(served, job).outputs["embedding"])
+        assert embedding.shape == (0, DIM) and embedding.dtype == np.float32
+    outputs = _response(served, "empty_retrieve").outputs
+    assert {name: tf.make_ndarray(outputs[name]).shape for name in outputs} == {
+        "indices": (0, 3), "labels": (0, 3), "scores": (0, 3)}
+
+
+def test_non_finite_float_images_are_rejected_by_index(served):
+    assert "images[2] has NaN or Inf values" in _error(served, "nan_image")
+
+
+def test_retriever_with_threshold_returns_the_match_decision(served):
+    outputs = _response(served, "decide").outputs
+    match = tf.make_ndarray(outputs["match"])
+    is_match = tf.make_ndarray(outputs["is_match"])
+    scores = tf.make_ndarray(outputs["scores"])
+    labels = tf.make_ndarray(outputs["labels"])
+    # Query 0 is not in the gallery (encoded[1:]); queries 1..6 find their own copy.
+    gallery = served["expected"][1:]
+    best = (served["expected"] @ gallery.T).max(axis=1)
+    np.testing.assert_allclose(scores[:, 0], best, atol=1e-5)
+    np.testing.assert_array_equal(is_match, best >= MATCH_THRESHOLD)
+    np.testing.assert_array_equal(match, np.where(is_match, labels[:, 0], -1))
+    assert match.dtype == np.int64 and match.tolist()[1:] == [1, 2, 3, 4, 5, 6]
+    assert not is_match[0] and match[0] == -1
+    rows = json.loads(served["results"]["decide_rest"]["body"])["predictions"]
+    assert [row["match"] for row in rows] == [-1, 1]
+    assert [row["is_match"] for row in rows] == [False, True]
+    info = export.read_export_info(served["paths"]["decider"])
+    assert info["retrieval"]["threshold"] == MATCH_THRESHOLD
+    assert info["outputs"]["match"]["shape"] == [None]
 
 
 def test_wrong_dtype_and_shape_errors_name_the_problem(served):
@@ -344,6 +401,8 @@ def test_wrong_dtype_and_shape_errors_name_the_problem(served):
         served, "bad_images_dtype")
     assert ("images must have shape (batch, 32, 32, 3), got shape [2,16,16,3]"
             in _error(served, "bad_shape"))
+    assert ("images must have shape (batch, 32, 32, 3), got shape [7,32,32,1]"
+            in _error(served, "bad_channels"))
 
 
 def test_warmup_requests_replay_like_tf_serving(served):
@@ -655,17 +714,25 @@ def test_chunked_top_k_equals_a_stable_sort(chunk_size):
 # -- from a .keras file, and the CLI arguments ---------------------------------------------
 
 
-def test_export_from_keras_file_via_cli_arguments(tmp_path, trained_dml):
+def _cli_export(argv, capsys):
+    """Runs `keras-dml export ARGV`; returns the version directory it printed."""
+    from keras_dml import cli
+
+    code = cli.main(["export", *map(str, argv)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return re.search(r"SavedModel: (\S+)", out).group(1)
+
+
+def test_export_from_keras_file_via_cli_arguments(tmp_path, trained_dml, capsys):
     model, _ = trained_dml
     keras_path = tmp_path / "run.keras"
     model.save(keras_path)
     (tmp_path / "run.json").write_text(json.dumps({"epochs": 2}))
-    parser = export.keras_file.build_parser()
-    args = parser.parse_args([
-        str(keras_path), str(tmp_path / "cli"), "--image-size", "32", "--resize-size", "40",
+    path = _cli_export([
+        keras_path, tmp_path / "cli", "--image-size", "32", "--resize-size", "40",
         "--normalization", "symmetric", "--warmup-batch-sizes", "1,2",
-        "--run-info", str(tmp_path / "run.json")])
-    path = export.export_from_args(args)
+        "--run-info", tmp_path / "run.json"], capsys)
     info = export.read_export_info(path)
     assert info["saved_variables"]["count"] == len(model.embedder().weights)
     assert Preprocessing.from_dict(info["preprocessing"]) == PREP
@@ -673,10 +740,9 @@ def test_export_from_keras_file_via_cli_arguments(tmp_path, trained_dml):
 
     images = np.random.default_rng(0).random((6, 32, 32, 3)).astype(np.float32)
     np.savez(tmp_path / "gallery.npz", images=images, labels=np.arange(6))
-    args = parser.parse_args([str(keras_path), str(tmp_path / "cli"), "--version", "5",
-                              "--input-format", "images", "--reference",
-                              str(tmp_path / "gallery.npz"), "--k", "2", "--no-warmup"])
-    path = export.export_from_args(args)
+    path = _cli_export([keras_path, tmp_path / "cli", "--version", "5",
+                        "--input-format", "images", "--reference", tmp_path / "gallery.npz",
+                        "--k", "2", "--no-warmup"], capsys)
     assert path == str(tmp_path / "cli" / "5")
     served = tf.saved_model.load(path).signatures["serving_default"](images=tf.constant(images))
     np.testing.assert_array_equal(served["indices"][:, 0], np.arange(6))
@@ -687,18 +753,19 @@ def test_export_from_keras_file_via_cli_arguments(tmp_path, trained_dml):
         pathlib.Path(paths[-1]).write_bytes(tf.io.encode_png(
             _smooth_image(np.random.default_rng(i), 40, 40)).numpy())
     np.savez(tmp_path / "files.npz", paths=np.array(paths), labels=np.array(["a", "b", "c"]))
-    args = parser.parse_args([str(keras_path), str(tmp_path / "cli"), "--reference",
-                              str(tmp_path / "files.npz"), "--k", "1", "--image-size", "32",
-                              "--resize-size", "40", "--normalization", "symmetric"])
-    path = export.export_from_args(args)
+    path = _cli_export([keras_path, tmp_path / "cli", "--reference", tmp_path / "files.npz",
+                        "--k", "1", "--image-size", "32", "--resize-size", "40",
+                        "--normalization", "symmetric"], capsys)
     assert path == str(tmp_path / "cli" / "6")
     query = tf.constant([pathlib.Path(p).read_bytes() for p in paths])
     served = tf.saved_model.load(path).signatures["serving_default"](image_bytes=query)
     assert served["labels"].numpy()[:, 0].tolist() == [b"a", b"b", b"c"]
 
-    with pytest.raises(ValueError, match="either --preprocessing or the individual"):
-        export.export_from_args(parser.parse_args(
-            [str(keras_path), str(tmp_path / "x"), "--preprocessing", path, "--image-size", "32"]))
+    from keras_dml import cli
+
+    assert cli.main(["export", str(keras_path), str(tmp_path / "x"), "--preprocessing", path,
+                     "--image-size", "32"]) == 2
+    assert "either --preprocessing or the individual" in capsys.readouterr().err
     with pytest.raises(ValueError, match="Expected a .keras model file"):
         export.export_from_keras_file(tmp_path / "run.h5", tmp_path / "x")
     with pytest.raises(ValueError, match="reference= is required for kind='retriever'"):

@@ -141,6 +141,7 @@ def hard_negative_class_batches(source, classes_per_batch, samples_per_class=2, 
     sampler = HardNegativeClassSampler(data.labels, classes_per_batch, samples_per_class,
                                        num_neighbors, small_classes, seed)
     dataset = batches_from_sampler(data, lambda: sampler, sampler.batch_size, seed=seed,
+                                   replayable=False,
                                    map_fn=map_fn, chunk=1)
     return dataset, sampler
 
@@ -178,7 +179,7 @@ class HardNegativeClassMining(keras.callbacks.Callback):
         self.batch_size = int(batch_size)
         self._data = make_source(source, preprocessing=preprocessing, training=False)
         self._rng = np.random.default_rng(seed)
-        self._fetch = tf.function(lambda idx: self._data.fetch(idx, None))
+        self._fetch = tf.function(lambda idx: self._data.fetch(idx, None)[0])
         self._steps = 0
 
     def class_representatives(self):

@@ -1,4 +1,4 @@
-"""The serving input of an export: its name, spec, and in-graph decoding and checks.
+"""Step 2 of an export: the serving input, its spec, in-graph decoding and checks.
 
 Two input formats:
 - `"image_bytes"`: a 1-D string batch of encoded JPEG / PNG / GIF / BMP / WebP
@@ -8,8 +8,17 @@ Two input formats:
 - `"images"`: a float batch `(batch, H, W, C)` that is fed to the model as is
   (the client applies the preprocessing recorded in the sidecar).
 
-Every check runs at serving time with a message naming the offending input,
-because TF Serving hands requests to the graph without validating shapes.
+Every check runs at serving time with a message naming the offending input
+and, for a bad image, its index in the request, because TF Serving hands
+requests to the graph without validating shapes or values:
+
+- encoded bytes that are no image, or a JPEG / PNG cut short (no end marker):
+  `image_bytes[i] is not an encoded image ...`, `image_bytes[i] is a truncated
+  PNG ...`;
+- a float batch of the wrong shape: `images must have shape (batch, H, W, C),
+  got shape [...]`; with NaN or Inf: `images[i] has NaN or Inf values`.
+
+An empty request (batch 0) is valid and gets empty outputs.
 """
 
 import dataclasses
@@ -58,8 +67,27 @@ class ServingInput:
         """Checks the serving input and maps it to the model's input batch."""
         inputs = assert_shape(inputs, self.spec)
         if self.input_format == "images":
-            return inputs
+            return assert_finite_images(inputs, self.name)
         return decode_images(inputs, self.preprocessing, self.image_spec.dtype)
+
+    def gallery_images(self, batch):
+        """A gallery batch (encoded bytes, or model-ready images) as model input.
+
+        Unlike `to_images` it runs in Python on known shapes, so errors are
+        raised before anything is written.
+        """
+        if batch.dtype == tf.string:
+            if self.preprocessing is None:
+                raise ValueError("Encoded reference images need preprocessing= to decode them.")
+            return decode_images(batch, self.preprocessing, self.image_spec.dtype)
+        expected = tuple(self.image_spec.shape[1:])
+        if batch.shape.rank != 4 or any(e is not None and e != a
+                                        for e, a in zip(expected, batch.shape[1:])):
+            raise ValueError(
+                f"reference_images must have shape (N, {', '.join(map(str, expected))}), "
+                f"got a batch of shape {tuple(batch.shape)}."
+            )
+        return tf.cast(batch, self.image_spec.dtype)
 
     def describe(self):
         """A JSON-friendly description for the sidecar."""
@@ -190,19 +218,59 @@ def assert_shape(tensor, spec):
         return tf.identity(tensor)
 
 
+def assert_finite_images(images, name="images"):
+    """`images`, after a run-time check that every value is finite (names the first bad one)."""
+    finite = tf.reduce_all(tf.math.is_finite(images), axis=tf.range(1, tf.rank(images)))
+    # Padding with True keeps argmin defined for an empty batch.
+    first_bad = tf.argmin(tf.cast(tf.concat([finite, [True]], 0), tf.int32),
+                          output_type=tf.int32)
+    message = tf.strings.join([
+        f"{name}[", tf.strings.as_string(first_bad),
+        "] has NaN or Inf values; images must be finite"])
+    with tf.control_dependencies([tf.debugging.Assert(tf.reduce_all(finite), [message])]):
+        return tf.identity(images)
+
+
+def _starts_with(padded, format_name):
+    offset, magic = _SIGNATURES[format_name]
+    return tf.equal(tf.strings.substr(padded, offset, len(magic)), magic)
+
+
+def _contains(data, marker):
+    """Whether the uint8 vector `data` contains the byte string `marker`."""
+    n = tf.size(data) - len(marker) + 1
+    hit = tf.ones([tf.maximum(n, 0)], tf.bool)
+    for i, byte in enumerate(marker):
+        hit = tf.logical_and(hit, tf.equal(data[i:i + tf.maximum(n, 0)], byte))
+    return tf.reduce_any(hit)
+
+
 def assert_encoded_image(encoded, index, name="image_bytes"):
-    """An Assert op: `encoded` starts like a JPEG/PNG/GIF/BMP/WebP file."""
+    """Assert ops: `encoded` starts like a JPEG/PNG/GIF/BMP/WebP file and, for JPEG
+    and PNG, holds the format's end marker (EOI, IEND), so a file cut short is
+    reported with its index instead of the decoder's anonymous error."""
     # Padding keeps substr in range for short strings.
     padded = tf.strings.join([encoded, b"\0" * 12])
     ok = tf.constant(False)
-    for offset, magic in _SIGNATURES.values():
-        ok = tf.logical_or(ok, tf.equal(tf.strings.substr(padded, offset, len(magic)), magic))
-    message = tf.strings.join([
-        f"{name}[", tf.strings.as_string(index), "] is not an encoded image (",
-        tf.strings.as_string(tf.strings.length(encoded)),
-        f" bytes); expected {'/'.join(_SIGNATURES)} data",
-    ])
-    return tf.debugging.Assert(ok, [message])
+    for format_name in _SIGNATURES:
+        ok = tf.logical_or(ok, _starts_with(padded, format_name))
+    size = tf.strings.as_string(tf.strings.length(encoded))
+    where = [f"{name}[", tf.strings.as_string(index), "] "]
+    not_image = tf.strings.join(
+        where + ["is not an encoded image (", size,
+                 f" bytes); expected {'/'.join(_SIGNATURES)} data"])
+    checks = [tf.debugging.Assert(ok, [not_image])]
+    data = tf.io.decode_raw(encoded, tf.uint8)
+    for format_name, marker, marker_name in (("JPEG", b"\xff\xd9", "EOI marker"),
+                                             ("PNG", b"IEND", "IEND chunk")):
+        complete = tf.logical_or(tf.logical_not(_starts_with(padded, format_name)),
+                                 _contains(data, marker))
+        truncated = tf.strings.join(
+            where + [f"is a truncated {format_name} (", size,
+                     f" bytes, no {marker_name})"])
+        with tf.control_dependencies(checks):
+            checks.append(tf.debugging.Assert(complete, [truncated]))
+    return checks
 
 
 def decode_images(image_bytes, preprocessing, dtype=tf.float32):
@@ -211,7 +279,7 @@ def decode_images(image_bytes, preprocessing, dtype=tf.float32):
 
     def one(args):
         index, encoded = args
-        with tf.control_dependencies([assert_encoded_image(encoded, index)]):
+        with tf.control_dependencies(assert_encoded_image(encoded, index)):
             image = decode_image(encoded, channels=preprocessing.channels)
         return preprocessing.eval(image)
 

@@ -1,11 +1,11 @@
-"""Writes one serving function as a TF Serving version: SavedModel, warm-up, sidecar.
+"""Step 5 of an export: write one serving function as a TF Serving version.
 
+SavedModel, warm-up requests and sidecar go into a staging directory, which
+step 6 (`verify`) checks before it is published as `base_dir/<version>`.
 Shared by the embedder and the retriever exports. The SavedModel holds only
 the variables its signature reads (`keras.export.ExportArchive` tracks the
 variables used by the endpoint), so loss weights such as proxies and the
-optimizer state are left out. Before the version is published, the written
-SavedModel is loaded back and its answers to the warm-up batches are compared
-with the in-process function, so a broken export is never served.
+optimizer state are left out.
 """
 
 import keras
@@ -14,10 +14,7 @@ import tensorflow as tf
 
 from keras_dml.export import layout, sidecar, warmup as warmup_lib
 from keras_dml.export.inputs import shape_list
-
-SIGNATURE = "serving_default"
-# Loaded vs in-process outputs: the same graph, so any difference is a bug.
-_TOLERANCE = 1e-5
+from keras_dml.export.verify import SIGNATURE, outputs_numpy, verify_export
 
 
 def write_export(base_dir, serve, serving_input, *, kind, describe, embedding_dim, run_info=None,
@@ -49,7 +46,7 @@ def write_export(base_dir, serve, serving_input, *, kind, describe, embedding_di
     batches = _warmup_batches(serving_input, warmup_batch_sizes, warmup_inputs)
     archive = keras.export.ExportArchive()
     endpoint = archive.add_endpoint(SIGNATURE, serve, input_signature=[serving_input.spec])
-    expected = [_numpy(endpoint(tf.constant(batch))) for batch in batches]
+    expected = [outputs_numpy(endpoint(tf.constant(batch))) for batch in batches]
     concrete = endpoint.get_concrete_function()
     outputs = {
         name: {"dtype": spec.dtype.name, "shape": shape_list(spec.shape),
@@ -82,7 +79,7 @@ def write_export(base_dir, serve, serving_input, *, kind, describe, embedding_di
             if warmup:  # replay what TF Serving will replay: the written protos
                 batches = [tf.make_ndarray(request.inputs[serving_input.name])
                            for request in warmup_lib.read_warmup_requests(staging)]
-            _verify(staging, serving_input.name, batches, expected)
+            verify_export(staging, serving_input.name, batches, expected)
     return layout.version_dir(base_dir, version)
 
 
@@ -97,25 +94,6 @@ def _warmup_batches(serving_input, batch_sizes, warmup_inputs):
             f"shape {tuple(serving_input.spec.shape)}, got shape {batch.shape}."
         )
     return [batch]
-
-
-def _verify(export_dir, input_name, batches, expected):
-    """Loads the written SavedModel and replays `batches` through its signature."""
-    signature = tf.saved_model.load(export_dir).signatures[SIGNATURE]
-    for index, (batch, wanted) in enumerate(zip(batches, expected)):
-        got = _numpy(signature(**{input_name: tf.constant(batch)}))
-        for name, value in wanted.items():
-            same = (np.allclose(got[name], value, rtol=_TOLERANCE, atol=_TOLERANCE)
-                    if value.dtype.kind == "f" else np.array_equal(got[name], value))
-            if got[name].shape != value.shape or not same:
-                raise RuntimeError(
-                    f"The SavedModel written to {export_dir} disagrees with the in-process "
-                    f"model on warm-up batch {index}, output {name!r}; nothing was published."
-                )
-
-
-def _numpy(outputs):
-    return {name: value.numpy() for name, value in outputs.items()}
 
 
 def _basename(base_dir):

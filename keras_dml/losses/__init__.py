@@ -4,6 +4,7 @@ from keras_dml.losses.balanced_contrastive import BalancedContrastive
 from keras_dml.losses.base import PairLoss, PairTerms
 from keras_dml.losses.binomial import BinLifted, BinomialDeviance
 from keras_dml.losses.contrastive import Contrastive
+from keras_dml.losses.cross_batch_memory import CrossBatchMemory, MemoryBank
 from keras_dml.losses.histogram import Histogram
 from keras_dml.losses.ice import InstanceCrossEntropy
 from keras_dml.losses.lifted import GeneralizedLiftedStructure, LiftedStructure

@@ -1,0 +1,69 @@
+"""Step 1 of an export: load the model and the gallery from files."""
+
+import os
+
+import keras
+import numpy as np
+
+GALLERY_SOURCES = ("embeddings", "images", "paths")
+
+
+def load_keras_model(keras_path):
+    """Loads a `.keras` model with keras_dml's classes registered, without compiling.
+
+    Keras' `safe_mode` stays on: loading never runs code stored in the file.
+
+    Raises:
+        ValueError: The path does not exist or is not a `.keras` file.
+    """
+    keras_path = os.fspath(keras_path)
+    if not keras_path.endswith(".keras"):
+        raise ValueError(f"Expected a .keras model file, got {keras_path!r}.")
+    if not os.path.isfile(keras_path):
+        raise ValueError(f"No model file at {keras_path!r}.")
+    # Importing these registers the serializable keras_dml classes.
+    import keras_dml.layers  # noqa: F401
+    import keras_dml.losses  # noqa: F401
+    import keras_dml.models  # noqa: F401
+
+    return keras.saving.load_model(keras_path, compile=False)
+
+
+def load_gallery_file(npz_path):
+    """The gallery arguments of `export_retriever` from an `.npz` file.
+
+    The file holds `labels` and one of `embeddings` `(N, d)`, `images`
+    (model-ready numeric `(N, H, W, C)`) or `paths` (image files, decoded
+    with the export's preprocessing). Read without pickle.
+
+    Returns:
+        A dict with `reference_labels` and `reference_embeddings` or
+        `reference_images`.
+    """
+    with np.load(os.fspath(npz_path), allow_pickle=False) as data:
+        keys = set(data.files)
+        found = [key for key in GALLERY_SOURCES if key in keys]
+        if "labels" not in keys or len(found) != 1:
+            raise ValueError(
+                f"{npz_path} must hold 'labels' and one of {GALLERY_SOURCES}; it holds "
+                f"{sorted(keys)}."
+            )
+        reference = {"reference_labels": data["labels"]}
+        values = data[found[0]]
+    if found[0] == "embeddings":
+        reference["reference_embeddings"] = values
+    elif found[0] == "images":
+        if values.dtype.kind not in "fiu":
+            raise ValueError(
+                f"{npz_path}: 'images' must be numeric model-ready images, got dtype "
+                f"{values.dtype}; store encoded images as files and list them in 'paths'."
+            )
+        reference["reference_images"] = values
+    else:
+        reference["reference_images"] = [_read_bytes(str(path)) for path in values]
+    return reference
+
+
+def _read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()

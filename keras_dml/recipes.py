@@ -1,0 +1,71 @@
+"""Shipped training recipes: a name -> `keras-dml train` flag values, each measured.
+
+`keras-dml train --recipe NAME` starts from the recipe's values; any flag given on
+the command line overrides them. `keras-dml train --list-recipes` prints them.
+Keys are the `train` command's argument names (`--learning-rate` ->
+"learning_rate"); "measured" says what the recipe reached and how.
+"""
+
+# The Omniglot protocol (examples/omniglot_protocol.py): 964 background characters
+# train, 659 evaluation characters test, 28 x 28, the 3-block CNN (`cnn3`), 128-d,
+# 2,000 steps of 32 classes x 4 drawings.
+_OMNIGLOT = {
+    "dataset": "omniglot",
+    "image_size": 28,
+    "classes_per_batch": 32,
+    "samples_per_class": 4,
+    "backbone": "cnn3",
+    "embedding_dim": 128,
+    "epochs": 4,
+    "steps_per_epoch": 500,
+}
+
+RECIPES = {
+    "omniglot-best": {
+        "description": "Omniglot protocol, best measured: InstanceCrossEntropy, Adam 2e-3 with "
+                       "100 warm-up steps and cosine decay, small random affine jitter",
+        "measured": "not yet measured",
+        "flags": {**_OMNIGLOT, "loss": "InstanceCrossEntropy", "learning_rate": 2e-3,
+                  "lr_schedule": "cosine", "warmup_steps": 100, "augment_shift": 2.0,
+                  "augment_rotation": 10.0, "augment_scale": 0.1},
+    },
+    "omniglot-ice": {
+        "description": "Omniglot protocol with InstanceCrossEntropy defaults (scale 64), "
+                       "Adam 1e-3 constant",
+        "measured": "R@1 83.8 (issue 16's measurement, 262 s idle)",
+        "flags": {**_OMNIGLOT, "loss": "InstanceCrossEntropy"},
+    },
+    "omniglot-ms": {
+        "description": "Omniglot protocol with MultiSimilarity defaults (alpha 2, beta 50, "
+                       "base 0.5, epsilon 0.1), Adam 1e-3 constant",
+        "measured": "R@1 80.7 (issue 16's measurement)",
+        "flags": {**_OMNIGLOT, "loss": "MultiSimilarity"},
+    },
+    "omniglot-proxy-anchor": {
+        "description": "Omniglot protocol with ProxyAnchor (alpha 32, delta 0.1) and the "
+                       "paper's 100x proxy learning rate, Adam 1e-3 constant",
+        "measured": "R@1 80.1 (issue 16's measurement)",
+        "flags": {**_OMNIGLOT, "loss": "ProxyAnchor",
+                  "loss_args": '{"proxy_lr_multiplier": 100}'},
+    },
+}
+
+
+def get(name):
+    """The flag values of recipe `name`; a ValueError lists the known ones."""
+    if name not in RECIPES:
+        raise ValueError(f"--recipe {name!r} is not a shipped recipe: expected one of "
+                         f"{sorted(RECIPES)} (see --list-recipes).")
+    return dict(RECIPES[name]["flags"])
+
+
+def describe():
+    """One block of text per recipe: name, description, measured result, flags."""
+    blocks = []
+    for name, recipe in RECIPES.items():
+        flags = " ".join(f"--{key.replace('_', '-')} {value}" if not isinstance(value, str)
+                         or " " not in value else f"--{key.replace('_', '-')} '{value}'"
+                         for key, value in recipe["flags"].items())
+        blocks.append(f"{name}\n  {recipe['description']}\n  measured: {recipe['measured']}"
+                      f"\n  flags: {flags}")
+    return "\n".join(blocks)

@@ -1,0 +1,80 @@
+"""Subprocess side of the fault-injection tests: a tiny run that can be SIGKILLed.
+
+    python fault_worker.py train BACKUP_DIR OUT.json EPOCHS [KILL_EPOCH KILL_BATCH]
+        Trains a small DMLModel with ProxyAnchor on C x k batches, backing up every
+        epoch with TrainingBackup; writes the full per-epoch loss history to OUT.json.
+        With KILL_EPOCH / KILL_BATCH it SIGKILLs itself after that batch.
+    python fault_worker.py save-forever BACKUP_DIR
+        Saves a backup in a loop (prints "ready" first) until it is killed.
+"""
+
+import json
+import os
+import signal
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from keras_dml import data, losses  # noqa: E402
+from keras_dml.backup import TrainingBackup  # noqa: E402
+from keras_dml.models import DMLModel  # noqa: E402
+
+STEPS = 4
+
+
+def build():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((12,))
+    hidden = keras.layers.Dense(16, activation="relu")(inputs)
+    model = DMLModel(inputs, keras.layers.Dense(8)(hidden))
+    model.compile(keras.optimizers.Adam(1e-2), losses.ProxyAnchor(num_classes=10))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 12)).astype("float32")
+    y = np.repeat(np.arange(10), 20)
+    return model, data.class_balanced_batches((x, y), 4, 3, seed=1)
+
+
+class KillAt(keras.callbacks.Callback):
+    def __init__(self, epoch, batch):
+        super().__init__()
+        self.at = (epoch, batch)
+        self.epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (self.epoch, batch) == self.at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def train(backup_dir, out, epochs, kill=None):
+    model, batches = build()
+    backup = TrainingBackup(backup_dir, stream=batches)
+    callbacks = [backup] + ([KillAt(*kill)] if kill else [])
+    model.fit(batches, epochs=epochs, steps_per_epoch=STEPS, callbacks=callbacks, verbose=0)
+    with open(out, "w") as f:
+        json.dump({"loss": backup.history["loss"], "resumed_from": backup.resumed_from}, f)
+
+
+def save_forever(backup_dir):
+    model, batches = build()
+    backup = TrainingBackup(backup_dir, stream=batches)
+    model.fit(batches, epochs=1, steps_per_epoch=1, callbacks=[backup], verbose=0)
+    print("ready", flush=True)
+    epoch = 1
+    while True:
+        epoch += 1
+        backup.save(epoch)
+
+
+if __name__ == "__main__":
+    command, backup_dir = sys.argv[1], sys.argv[2]
+    if command == "train":
+        kill = tuple(int(v) for v in sys.argv[5:7]) or None
+        train(backup_dir, sys.argv[3], int(sys.argv[4]), kill)
+    else:
+        save_forever(backup_dir)
