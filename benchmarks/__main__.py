@@ -7,7 +7,10 @@ Writes DIR/benchmarks.json (every sample, the machine, the versions) and
 DIR/benchmarks.md (the table benchmarks/README.md shows) and prints the table.
 `--quick` takes a few minutes, `--smoke` only checks that every case runs.
 `--check-fairness` also times each peer alone (no other worker alive) and
-reports it beside the peer's figure from the interleaved run.
+reports it beside the peer's figure from the interleaved run. `--large-batches`
+alone times MultiSimilarity, ICE (and PML, and the triplet losses, up to
+N = 4,096) at N = 4,096-16,384 with their peak memory; add `--only ""` to run
+the cases too.
 """
 
 import argparse
@@ -52,13 +55,13 @@ def _round_ratios(result):
     return [a / b for a, b in zip(ours, theirs)]
 
 
-def run_case(case, mode, threads, check_fairness):
+def run_case(case, mode, threads, check_fairness, device="cpu"):
     repeats = case.repeats.get(mode, 1)
     warmup = 0 if mode == "smoke" else 1
     inner = 1 if mode == "smoke" else case.inner
     systems = case.systems_for(mode)
     print(f"[{case.key}] {repeats} rounds ...", file=sys.stderr, flush=True)
-    result = processes.compare(systems, repeats, warmup, inner, threads)
+    result = processes.compare(systems, repeats, warmup, inner, threads, device=device)
     ratios = _round_ratios(result)
     row = {"case": case.key, "group": case.group, "name": case.name, "unit": case.unit,
            "per_call": case.per_call, "target": case.target, "kwargs": systems,
@@ -68,7 +71,7 @@ def run_case(case, mode, threads, check_fairness):
         row["ratio_to_floor"] = result["keras_dml"]["median"] / result["floor"]["median"]
     if check_fairness:
         factory, kwargs = systems["peer"]
-        alone = processes.alone(factory, kwargs, repeats, warmup, inner, threads)
+        alone = processes.alone(factory, kwargs, repeats, warmup, inner, threads, device)
         together = result["peer"]
         row["peer_alone"] = alone
         row["peer_alone_over_harness"] = alone["median"] / together["median"]
@@ -92,7 +95,7 @@ def markdown(rows, info):
     lines = [
         ("" if info["mode"] == "full" else f"Mode `--{info['mode']}` (not the full sizes). ")
         + f"Measured {info['date']} on {info['cpu']} ({info['logical_cpus']} logical CPUs), "
-        f"{info['threads']} thread(s) per system, load average {info['load_average_start'][0]:.1f}"
+        f"{info['threads']} thread(s) per system, device {info['device']}, load average {info['load_average_start'][0]:.1f}"
         f" at the start and {info['load_average_end'][0]:.1f} at the end; {versions}. "
         "Times: median [interquartile range] over interleaved rounds, each system in "
         "its own process. Ratio: keras_dml / peer time, median [range] of the per-round "
@@ -122,25 +125,33 @@ def markdown(rows, info):
 LARGE_SIZES = (4096, 8192, 16384)
 
 
-def large_batches(threads, sizes=LARGE_SIZES, pml_max=4096):
-    """MultiSimilarity and ICE at large N, d = 512: time and peak memory, one process each."""
+# (factory, kwargs, largest N run): PML's miner lists every pair (several N^2 int64
+# index tensors), and a triplet loss only needs to show that nothing is N^3.
+LARGE_SYSTEMS = {
+    "MultiSimilarity": (f"{TF}:loss_step", {"loss": "MultiSimilarity"}, None),
+    "InstanceCrossEntropy": (f"{TF}:loss_step", {"loss": "InstanceCrossEntropy"}, None),
+    "PML MultiSimilarityLoss + miner": (
+        f"{TORCH}:loss_step", {"loss": "MultiSimilarityLoss",
+                               "config": {"alpha": 2, "beta": 50, "base": 0.5},
+                               "miner": "MultiSimilarityMiner",
+                               "miner_config": {"epsilon": 0.1}}, 4096),
+    "Triplet semi-hard": (f"{TF}:loss_step",
+                          {"loss": "Triplet", "config": {"mining": "semihard"}}, 4096),
+    "Triplet (all triplets)": (f"{TF}:loss_step", {"loss": "Triplet"}, 4096),
+}
+
+
+def large_batches(threads, sizes=LARGE_SIZES, repeats=3, device="cpu"):
+    """Large-N losses, d = 512: time and peak memory beyond set-up, one process each."""
     rows = []
-    systems = {
-        "MultiSimilarity": (f"{TF}:loss_step", {"loss": "MultiSimilarity"}),
-        "InstanceCrossEntropy": (f"{TF}:loss_step", {"loss": "InstanceCrossEntropy"}),
-        "PML MultiSimilarityLoss + miner": (
-            f"{TORCH}:loss_step", {"loss": "MultiSimilarityLoss",
-                                   "config": {"alpha": 2, "beta": 50, "base": 0.5},
-                                   "miner": "MultiSimilarityMiner",
-                                   "miner_config": {"epsilon": 0.1}}),
-    }
     for n in sizes:
-        for name, (factory, kwargs) in systems.items():
-            if name.startswith("PML") and n > pml_max:
+        for name, (factory, kwargs, largest) in LARGE_SYSTEMS.items():
+            if largest is not None and n > largest:
                 continue
             print(f"[large batches] {name} N={n} ...", file=sys.stderr, flush=True)
             stats = processes.alone(factory, {**kwargs, "n": n, "measure_memory": True},
-                                    repeats=3, warmup=0, threads=threads)
+                                    repeats=repeats, warmup=0, threads=threads,
+                                    device=device)
             extra_mb = (stats["memory"]["peak_kb"] - stats["memory"]["rss_after_setup_kb"]) / 1024
             rows.append({"loss": name, "N": n, "seconds": stats["median"],
                          "seconds_range": [stats["min"], stats["max"]],
@@ -150,7 +161,7 @@ def large_batches(threads, sizes=LARGE_SIZES, pml_max=4096):
 
 
 def large_markdown(rows):
-    lines = ["| loss | N | time (s), median [range] of 3 | peak memory beyond set-up | "
+    lines = ["| loss | N | time (s), median [range] | peak memory beyond set-up | "
              "in N x N float32 matrices |", "| --- | --- | --- | --- | --- |"]
     for r in rows:
         lines.append(f"| {r['loss']} | {r['N']} | {r['seconds']:.2f} "
@@ -173,6 +184,14 @@ def main(argv=None):
                         help="also time each peer alone and compare with its harness figure")
     parser.add_argument("--large-batches", action="store_true",
                         help="also MultiSimilarity and ICE at N = 4,096-16,384 (time, memory)")
+    parser.add_argument("--large-sizes", type=int, nargs="+", default=list(LARGE_SIZES),
+                        metavar="N", help="batch sizes for --large-batches")
+    parser.add_argument("--large-repeats", type=int, default=3,
+                        help="timed calls per size for --large-batches (the first traces)")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="cpu hides GPUs from every system; gpu runs TensorFlow and "
+                             "torch on the GPU (faiss-cpu stays on the CPU); the files are "
+                             "named benchmarks-gpu.*")
     parser.add_argument("--out", default=os.path.join("benchmarks", "results"),
                         help="folder for benchmarks.json and benchmarks.md")
     args = parser.parse_args(argv)
@@ -181,21 +200,26 @@ def main(argv=None):
     chosen = "smoke" if args.smoke else "quick" if args.quick else "full"
     cases = [c for c in CASES if not args.only or any(t.lower() in c.key.lower()
                                                       for t in args.only)]
+    if args.large_batches and not args.only:
+        cases = []  # --large-batches alone runs only them
     if not cases and not args.large_batches:
         parser.error(f"--only {args.only} matches no case; cases: "
                      + ", ".join(c.key for c in CASES))
-    info = {**machine(args.threads), "mode": chosen}
-    rows = [run_case(case, chosen, args.threads, args.check_fairness) for case in cases]
-    large = large_batches(args.threads) if args.large_batches else []
+    info = {**machine(args.threads), "mode": chosen, "device": args.device}
+    rows = [run_case(case, chosen, args.threads, args.check_fairness, args.device)
+            for case in cases]
+    large = (large_batches(args.threads, args.large_sizes, args.large_repeats,
+                           device=args.device) if args.large_batches else [])
     info["load_average_end"] = os.getloadavg()
     table = markdown(rows, info) if rows else ""
     if large:
         table += "\nLarge batches (d = 512, forward + backward, each alone in its process):\n\n"
         table += large_markdown(large)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "benchmarks.json"), "w") as f:
+    stem = "benchmarks" if args.device == "cpu" else "benchmarks-gpu"
+    with open(os.path.join(args.out, stem + ".json"), "w") as f:
         json.dump({"machine": info, "cases": rows, "large_batches": large}, f, indent=1)
-    with open(os.path.join(args.out, "benchmarks.md"), "w") as f:
+    with open(os.path.join(args.out, stem + ".md"), "w") as f:
         f.write(table)
     print(table)
     return 0

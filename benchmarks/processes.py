@@ -24,10 +24,17 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def thread_env(threads):
-    """Environment variables that give every framework `threads` threads."""
+def thread_env(threads, device="cpu"):
+    """Environment variables that give every framework `threads` threads.
+
+    `device` "cpu" hides any GPU from every worker; "gpu" lets TensorFlow place
+    ops on it (its default) and tells the torch systems to use CUDA.
+    """
     value = str(threads)
     env = dict(os.environ)
+    env["BENCH_DEVICE"] = device
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                  "TF_NUM_INTRAOP_THREADS", "BENCH_THREADS"):
         env[name] = value
@@ -40,12 +47,12 @@ def thread_env(threads):
 class Worker:
     """A `benchmarks.worker` process running one system."""
 
-    def __init__(self, factory, kwargs, threads):
+    def __init__(self, factory, kwargs, threads, device="cpu"):
         spec = json.dumps({"factory": factory, "kwargs": kwargs})
         self.log = tempfile.TemporaryFile("w+")  # a pipe could fill and block the worker
         self.process = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.worker", spec], cwd=ROOT,
-            env=thread_env(threads), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env=thread_env(threads, device), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.log, text=True)
         self.facts = self._receive()["facts"]
 
@@ -100,7 +107,7 @@ def _measure(workers, repeats, warmup, inner, seed):
             for name in samples}
 
 
-def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0):
+def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0, device="cpu"):
     """Time each system in its own process, rounds interleaved.
 
     Args:
@@ -109,6 +116,7 @@ def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0):
         warmup: untimed runs of each system before the first round.
         inner: runs per sample (the sample is their median), for short units.
         threads: thread count for every framework.
+        device: "cpu" or "gpu" (see `thread_env`).
 
     Returns:
         {name: {"median", "min", "max", "q1", "q3", "n", "samples", "memory", "facts"}}.
@@ -116,13 +124,14 @@ def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0):
     workers = {}
     try:
         for name, (factory, kwargs) in systems.items():
-            workers[name] = Worker(factory, kwargs, threads)
+            workers[name] = Worker(factory, kwargs, threads, device)
         return _measure(workers, repeats, warmup, inner, seed)
     finally:
         for worker in workers.values():
             worker.close()
 
 
-def alone(factory, kwargs, repeats=7, warmup=1, inner=1, threads=2):
+def alone(factory, kwargs, repeats=7, warmup=1, inner=1, threads=2, device="cpu"):
     """The same measurement for one system with no other worker alive."""
-    return compare({"alone": (factory, kwargs)}, repeats, warmup, inner, threads)["alone"]
+    return compare({"alone": (factory, kwargs)}, repeats, warmup, inner, threads,
+                   device=device)["alone"]

@@ -10,6 +10,7 @@ from benchmarks import data
 _threads = int(os.environ.get("BENCH_THREADS", "0"))
 if _threads:
     torch.set_num_threads(_threads)
+DEVICE = torch.device("cuda" if os.environ.get("BENCH_DEVICE") == "gpu" else "cpu")
 
 from pytorch_metric_learning import distances, losses, miners  # noqa: E402
 
@@ -29,8 +30,8 @@ def loss_step(loss, config=None, miner=None, miner_config=None, n=1024, d=512,
     x_np, y_np = data.batch(n, d, samples_per_class)
     loss = _pml(loss, config)
     miner = _pml(miner, miner_config) if miner else None
-    x = torch.tensor(x_np, requires_grad=True)
-    y = torch.tensor(y_np, dtype=torch.long)
+    x = torch.tensor(x_np, requires_grad=True, device=DEVICE)
+    y = torch.tensor(y_np, dtype=torch.long, device=DEVICE)
 
     def step():
         x.grad = None
@@ -90,7 +91,7 @@ def omniglot_train(steps=50, classes_per_batch=32, samples_per_class=4):
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images, labels),
                                          batch_size=batch_size, sampler=sampler,
                                          drop_last=True, num_workers=0)
-    model = OmniglotCNN()
+    model = OmniglotCNN().to(DEVICE)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = losses.MultiSimilarityLoss(alpha=2, beta=50, base=0.5)
     miner = miners.MultiSimilarityMiner(epsilon=0.1)
@@ -106,6 +107,7 @@ def omniglot_train(steps=50, classes_per_batch=32, samples_per_class=4):
             except StopIteration:
                 stream = iter(loader)
                 xb, yb = next(stream)
+            xb, yb = xb.to(DEVICE), yb.to(DEVICE)
             optimizer.zero_grad(set_to_none=True)
             embeddings = model(xb)
             loss = loss_fn(embeddings, yb, miner(embeddings, yb))
@@ -125,14 +127,14 @@ def omniglot_evaluate(batch_size=1024, limit=None):
     x, y = data.omniglot28("evaluation")
     x, y = x[:limit], y[:limit]
     images = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
-    model = OmniglotCNN().eval()
+    model = OmniglotCNN().to(DEVICE).eval()
     calculator = AccuracyCalculator(
         include=("precision_at_1", "r_precision", "mean_average_precision_at_r"),
         k="max_bin_count")
 
     def step():
         with torch.no_grad():
-            embeddings = torch.cat([model(images[s:s + batch_size])
+            embeddings = torch.cat([model(images[s:s + batch_size].to(DEVICE))
                                     for s in range(0, len(images), batch_size)])
         return calculator.get_accuracy(embeddings, torch.from_numpy(y))
 
