@@ -49,17 +49,45 @@ def make_strategy(name="auto"):
     return tf.distribute.get_strategy()
 
 
-def worker_index(strategy=None):
-    """This worker's task index in the cluster (0 outside multi-worker training)."""
-    strategy = strategy or tf.distribute.get_strategy()
-    resolver = getattr(strategy, "cluster_resolver", None)
-    return int(getattr(resolver, "task_id", 0) or 0)
+def task_name(tf_config=None):
+    """This process's task in TF_CONFIG as `"<type>-<index>"` (`"worker-0"` when unset)."""
+    text = os.environ.get("TF_CONFIG", "") if tf_config is None else tf_config
+    if not text.strip():
+        return "worker-0"
+    task = json.loads(text).get("task", {})
+    return f"{task.get('type', 'worker')}-{int(task.get('index', 0))}"
+
+
+def is_chief(tf_config=None):
+    """Whether this task writes the run's outputs: the chief, or worker 0 of a
+    cluster without a chief (every process outside multi-worker training)."""
+    text = os.environ.get("TF_CONFIG", "") if tf_config is None else tf_config
+    if not text.strip():
+        return True
+    config = json.loads(text)
+    has_chief = bool(config.get("cluster", {}).get("chief"))
+    return task_name(text) == ("chief-0" if has_chief else "worker-0")
+
+
+def training_batches(strategy, source, classes_per_batch, samples_per_class, *, seed,
+                     **kwargs):
+    """C x k training batches for `strategy`: read per worker under a multi-worker
+    strategy (`distributed_class_balanced_batches`), else one pipeline split over
+    the local replicas (`class_balanced_batches`)."""
+    from keras_dml import data
+
+    if cluster_workers() > 1:
+        return data.distributed_class_balanced_batches(
+            strategy, source, classes_per_batch, samples_per_class, seed=seed, **kwargs)
+    return data.class_balanced_batches(
+        source, classes_per_batch, samples_per_class, seed=seed,
+        num_replicas=strategy.num_replicas_in_sync, **kwargs)
 
 
 class BackupAndRestore(keras.callbacks.BackupAndRestore):
     """`keras.callbacks.BackupAndRestore` for multi-worker runs, resuming the data too.
 
-    - Each worker backs up to its own `backup_dir/worker-<i>` (their weights are
+    - Each worker backs up to its own `backup_dir/<task type>-<index>` (their weights are
       identical, and two workers must never write one file), and restores from it.
     - With `stream=` a dataset from `distributed_class_balanced_batches`, the restored
       run continues the batch stream after the last backed-up step (epoch x
@@ -90,7 +118,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 raise ValueError("BackupAndRestore(stream=...) takes the dataset returned by "
                                  "keras_dml.data.distributed_class_balanced_batches.")
         self.shared_dir = backup_dir
-        super().__init__(os.path.join(str(backup_dir), f"worker-{worker_index()}"), **kwargs)
+        super().__init__(os.path.join(str(backup_dir), task_name()), **kwargs)
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)

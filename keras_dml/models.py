@@ -107,6 +107,8 @@ class DMLModel(keras.Model):
     def compile(self, optimizer="rmsprop", loss=None, **kwargs):
         if isinstance(loss, (str, dict)):
             loss = losses.get(loss)
+        if isinstance(loss, (list, tuple)):  # a weighted sum, each term on the same batch
+            loss = losses.Combined(loss, weights=kwargs.pop("loss_weights", None))
         if isinstance(loss, (list, tuple, dict)):
             raise ValueError("DMLModel takes a single keras_dml loss, got a structure of losses.")
         if loss is not None and not isinstance(loss, keras.losses.Loss):
@@ -162,7 +164,8 @@ class DMLModel(keras.Model):
         embeddings, labels, sample_weight = gather_across_replicas(
             embeddings, labels, sample_weight
         )
-        values = self._unreduced_loss(labels, embeddings, sample_weight=sample_weight)
+        memory = {"enqueue": training} if getattr(self.dml_loss, "updates_state", False) else {}
+        values = self._unreduced_loss(labels, embeddings, sample_weight=sample_weight, **memory)
         value = _reduce(values, sample_weight, self.dml_loss.reduction)
         extra = self.losses
         if extra:
@@ -186,7 +189,7 @@ class DMLModel(keras.Model):
             self.optimizer, keras.optimizers.LossScaleOptimizer) else [embeddings] + gradients
         finite = _all_finite([t for t in checked if t is not None])
         context = tf.distribute.get_replica_context()
-        if context is None or context.num_replicas_in_sync == 1:
+        if not tf.distribute.has_strategy():  # (a strategy of one replica is no exception)
             tf.cond(finite, lambda: self._apply(gradients, variables), lambda: False)
         else:
             # A cond around a cross-replica update is not supported: agree on one

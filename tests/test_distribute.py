@@ -149,3 +149,13 @@ def test_strategy_choice_reads_tf_config(monkeypatch):
     assert distribute.cluster_workers(json.dumps(config)) == 3
     with pytest.raises(ValueError, match="TF_CONFIG is not"):
         distribute.cluster_workers("[1, 2]")
+
+
+def test_each_task_backs_up_to_its_own_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}))
+    assert distribute.BackupAndRestore(tmp_path).backup_dir == str(tmp_path / "worker-1")
+    monkeypatch.delenv("TF_CONFIG")
+    assert distribute.task_name() == "worker-0"
+    with pytest.raises(ValueError, match="distributed_class_balanced_batches"):
+        distribute.BackupAndRestore(tmp_path, stream=tf.data.Dataset.range(3))

@@ -47,6 +47,8 @@ class Index:
     Args:
         metric: `"cosine"` (default), `"dot"` or `"euclidean"`.
         backend: `"exact"` (default), `"faiss_ivf"` or `"faiss_hnsw"`.
+        info: A JSON dict saved with the index (e.g. where its embeddings come
+            from). Defaults to None (empty).
         **backend_options: For `"faiss_ivf"`: `nlist` (default ~4 sqrt(N)),
             `nprobe` (default 16); for `"faiss_hnsw"`: `m` (default 32),
             `ef_search` (default 64), `ef_construction` (default 80).
@@ -61,10 +63,11 @@ class Index:
     array([ 7, -1])
     """
 
-    def __init__(self, metric="cosine", backend="exact", **backend_options):
+    def __init__(self, metric="cosine", backend="exact", info=None, **backend_options):
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {METRICS}, got {metric!r}.")
         self.metric = metric
+        self.info = storage.check_info(info)
         self._backend = backends.make(backend, metric, backend_options)
         self._chunks = []  # embeddings added since the last consolidation
         self._embeddings = None
@@ -258,6 +261,7 @@ class Index:
             "backend": self.backend,
             "backend_options": self._backend.options,
             "next_id": self._next_id,
+            "info": storage.check_info(self.info),
         }, self.embeddings, self._ids, self._labels, self._metadata, overwrite)
         return str(path)
 
@@ -266,7 +270,8 @@ class Index:
         """Reads an index written by `save` (optionally with another backend)."""
         config, embeddings, ids, labels, metadata = storage.load(path)
         options = config["backend_options"] if backend is None else backend_options
-        index = cls(config["metric"], backend or config["backend"], **options)
+        index = cls(config["metric"], backend or config["backend"], info=config.get("info"),
+                    **options)
         if embeddings is not None:
             index.add(embeddings, labels=labels, ids=ids, metadata=metadata)
         index._next_id = max(index._next_id, int(config["next_id"]))
@@ -274,7 +279,7 @@ class Index:
 
     @classmethod
     def from_model(cls, embedder, dataset, metric="cosine", backend="exact", batch_size=256,
-                   verbose=1, **backend_options):
+                   verbose=1, info=None, **backend_options):
         """An index of `dataset` embedded by `embedder`, with a progress bar.
 
         Args:
@@ -282,13 +287,13 @@ class Index:
                 `(batch, d)` embeddings, run in inference mode.
             dataset: A `tf.data.Dataset` of `(x, y)` batches (y = labels) or of
                 `x` batches, or an `(x, y)` tuple of arrays.
-            metric, backend, backend_options: As in `Index`.
+            metric, backend, info, backend_options: As in `Index`.
             batch_size: Batch size for arrays. Defaults to 256.
             verbose: 1 shows a progress bar. Defaults to 1.
         """
         from keras_dml.index.embedding import embed_batches
 
         embeddings, labels = embed_batches(embedder, dataset, batch_size, verbose)
-        index = cls(metric, backend, **backend_options)
+        index = cls(metric, backend, info=info, **backend_options)
         index.add(embeddings, labels=labels)
         return index

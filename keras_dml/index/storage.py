@@ -1,6 +1,6 @@
 """An `Index` on disk: a directory of NumPy `.npy` arrays and JSON, read without pickle.
 
-    index.json        format, metric, backend and its options, next id, size, dim
+    index.json        format, metric, backend and its options, next id, info, size, dim
     embeddings.npy    float32 (N, d)
     ids.npy           int64 (N,)
     labels.npy        int64 (N,) or unicode (N,)
@@ -30,6 +30,18 @@ def check_metadata(metadata, n):
         return json.loads(json.dumps(list(metadata)))
     except (TypeError, ValueError) as error:
         raise ValueError(f"metadata must be JSON-serialisable: {error}.") from None
+
+
+def check_info(info):
+    """`info` as a JSON dict (None -> {})."""
+    if info is None:
+        return {}
+    if not isinstance(info, dict):
+        raise ValueError(f"info must be a dict, got {type(info).__name__}.")
+    try:
+        return json.loads(json.dumps(info))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"info must be JSON-serialisable: {error}.") from None
 
 
 def save(path, config, embeddings, ids, labels, metadata, overwrite=False):
