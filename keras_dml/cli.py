@@ -45,6 +45,10 @@ def add_train_arguments(parser):
                      help="random zoom of training images, a fraction (default 0)")
     fit.add_argument("--seed", type=int, default=0, help="default 0")
     fit.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
+    fit.add_argument("--strategy", choices=("auto", "mirrored", "multiworker"), default="auto",
+                     help="tf.distribute strategy: mirrored = this machine's GPUs, multiworker "
+                     "= the cluster in TF_CONFIG, auto (default) = multiworker when TF_CONFIG "
+                     "names several workers, mirrored with several GPUs (docs/distributed.md)")
     recipe = parser.add_argument_group("recipes")
     recipe.add_argument("--recipe", default=None,
                         help="start from a shipped recipe's flags (flags you give override "

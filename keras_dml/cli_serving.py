@@ -1,4 +1,4 @@
-"""Arguments and handlers of the `keras-dml export` command.
+"""Arguments and handlers of `keras-dml export`, `index`, `search` and `calibrate`.
 
 Parsing lives here, with the CLI; the work is done by `keras_dml.export`,
 imported only when a command runs (so `keras-dml --help` does not load
@@ -16,6 +16,7 @@ def add_commands(commands):
         "--reference a retriever that searches a gallery in the graph.")
     add_export_arguments(export_parser)
     export_parser.set_defaults(handler=run_export)
+    add_index_commands(commands)
 
 
 def add_export_arguments(parser):
@@ -96,3 +97,186 @@ def preprocessing_from_args(args):
     from keras_dml.data.preprocessing import Preprocessing
 
     return Preprocessing(**fields)
+
+
+# -- index, search, calibrate ----------------------------------------------------------------
+
+
+def add_index_commands(commands):
+    """Adds `keras-dml index`, `search` and `calibrate`."""
+    index_parser = commands.add_parser(
+        "index", help="build and save a searchable index from a run's embedder",
+        description="Embed a dataset split with a run's embedder and save a keras_dml.index."
+        "Index (NumPy + JSON) to search with `keras-dml search`.")
+    index_parser.add_argument("run", help="run directory (runs/<run>, holds model.keras)")
+    _add_data_arguments(index_parser)
+    index_parser.add_argument("--output", default=None,
+                              help="index directory (default: <run>/index)")
+    index_parser.add_argument("--backend", default="exact",
+                              help="exact (default), faiss_ivf or faiss_hnsw")
+    index_parser.add_argument("--overwrite", action="store_true",
+                              help="replace an existing index directory")
+    index_parser.set_defaults(handler=run_index)
+
+    search_parser = commands.add_parser(
+        "search", help="print the top-k index items of image files",
+        description="Embed image files with the index's run embedder and print the k most "
+        "similar items (id, label, score), and with --threshold the match decision.")
+    search_parser.add_argument("index", help="index directory written by `keras-dml index`")
+    search_parser.add_argument("images", nargs="+", help="image files (PNG, JPEG, ...)")
+    search_parser.add_argument("--k", type=int, default=5, help="default 5")
+    search_parser.add_argument("--threshold", default=None,
+                               help="similarity threshold for match/unknown, or 'calibrated' "
+                               "(the run's calibration.json)")
+    search_parser.set_defaults(handler=run_search)
+
+    calibrate_parser = commands.add_parser(
+        "calibrate", help="choose a match threshold for a target precision or FAR",
+        description="Score the pairs of a held-out split with a run's embedder, choose the "
+        "lowest similarity threshold reaching the target, and write calibration.json, "
+        "threshold_table.csv and the ROC/PR/histogram figures into <run>/calibration; "
+        "optionally export a retriever that returns the match decision.")
+    calibrate_parser.add_argument("run", help="run directory (runs/<run>)")
+    target = calibrate_parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--target-precision", type=float, default=None)
+    target.add_argument("--target-far", type=float, default=None)
+    _add_data_arguments(calibrate_parser)
+    calibrate_parser.add_argument("--max-pairs", type=int, default=5_000_000,
+                                  help="pairs scored at most; sampled beyond (default 5e6)")
+    calibrate_parser.add_argument("--export", default=None, metavar="BASE_DIR",
+                                  help="also export a retriever with the threshold to "
+                                  "BASE_DIR/<version>, its gallery the --index (or the split)")
+    calibrate_parser.add_argument("--index", default=None,
+                                  help="gallery of the exported retriever (an index directory)")
+    calibrate_parser.add_argument("--k", type=int, default=5, help="retriever top-k (default 5)")
+    calibrate_parser.add_argument("--no-plots", action="store_true", help="skip the figures")
+    calibrate_parser.set_defaults(handler=run_calibrate)
+
+
+def _add_data_arguments(parser):
+    parser.add_argument("--dataset", default=None,
+                        help="dataset name (default: the run's training dataset)")
+    parser.add_argument("--split", default="test",
+                        help="test (default: held-out classes), train, query or gallery")
+    parser.add_argument("--data-dir", default=None, help="local dataset folder")
+
+
+def run_index(args):
+    """`keras-dml index`: embeds the split and saves the index; prints where."""
+    import os
+
+    from keras_dml.index import Index
+    from keras_dml.index.runs import load_run, split_batches
+
+    run = load_run(args.run)
+    output = args.output or os.path.join(args.run, "index")
+    if os.path.exists(output) and not args.overwrite:
+        raise FileExistsError(f"{output} exists; pass --overwrite to replace it.")
+    batches, in_memory = split_batches(run, args.dataset, args.split, args.data_dir)
+    info = {"run": os.path.abspath(args.run), "dataset": args.dataset or run.dataset,
+            "split": args.split, "in_memory_images": in_memory}
+    index = Index.from_model(run.embedder, batches, backend=args.backend, info=info)
+    index.save(output, overwrite=args.overwrite)
+    print(f"index: {output} ({len(index)} items, dimension {index.dim}, {args.backend})")
+    return 0
+
+
+def _threshold(value, run_dir):
+    import os
+
+    if value is None:
+        return None
+    if value == "calibrated":
+        path = os.path.join(run_dir, "calibration", "calibration.json")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path} does not exist: run `keras-dml calibrate` first.")
+        with open(path) as f:
+            return float(json.load(f)["threshold"])
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"--threshold must be a number or 'calibrated', got {value!r}.") from None
+
+
+def run_search(args):
+    """`keras-dml search`: prints the top-k of each image (and the match decision)."""
+    from keras_dml.index import Index
+    from keras_dml.index.runs import image_files, load_run
+
+    index = Index.load(args.index)
+    if "run" not in index.info:
+        raise ValueError(f"{args.index} records no run to embed images with: build it with "
+                         "`keras-dml index RUN`.")
+    run = load_run(index.info["run"])
+    threshold = _threshold(args.threshold, index.info["run"])
+    images = image_files(run, args.images, index.info.get("in_memory_images", True))
+    queries = run.embedder.predict(images, verbose=0)
+    result = index.search(queries, min(args.k, len(index)))
+    matches = None if threshold is None else index.match(queries, threshold)
+    for row, path in enumerate(args.images):
+        decision = "" if matches is None else f"  match: {matches[row]}"
+        print(f"{path}{decision}")
+        for rank in range(result.ids.shape[1]):
+            print(f"  {rank + 1:>2}. id {result.ids[row, rank]:<8} label "
+                  f"{result.labels[row, rank]!s:<10} score {result.scores[row, rank]:.4f}")
+    return 0
+
+
+def run_calibrate(args):
+    """`keras-dml calibrate`: threshold, table and figures into <run>/calibration."""
+    import os
+
+    from keras_dml.evaluation import calibrate_scores, embed_dataset, pair_scores
+    from keras_dml.index.runs import load_run, split_batches
+
+    run = load_run(args.run)
+    batches, in_memory = split_batches(run, args.dataset, args.split, args.data_dir)
+    embeddings, labels = embed_dataset(run.embedder, batches)
+    scores, same = pair_scores(embeddings, labels, max_pairs=args.max_pairs)
+    target, value = (("precision", args.target_precision) if args.target_precision is not None
+                     else ("far", args.target_far))
+    calibration = calibrate_scores(scores, same, target, value)
+    folder = os.path.join(args.run, "calibration")
+    os.makedirs(folder, exist_ok=True)
+    calibration.write_csv(os.path.join(folder, "threshold_table.csv"))
+    summary = {**calibration.to_dict(), "dataset": args.dataset or run.dataset,
+               "split": args.split, "pairs": int(len(scores))}
+    if not args.no_plots:
+        from keras_dml import plots
+
+        metrics = plots.verification_curves(scores, same, os.path.join(
+            folder, "verification_curves.png"), threshold=calibration.threshold)
+        plots.score_histograms(scores, same, os.path.join(folder, "score_histograms.png"),
+                               threshold=calibration.threshold)
+        summary["verification"] = {k: v for k, v in metrics.items() if k != "curves"}
+    with open(os.path.join(folder, "calibration.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    achieved = calibration.achieved
+    print(f"threshold {calibration.threshold:.6f} for {target} "
+          f"{'>=' if target == 'precision' else '<='} {value}: precision "
+          f"{achieved['precision']:.4f}, recall {achieved['recall']:.4f}, FAR "
+          f"{achieved['far']:.2e} on {len(scores)} pairs of {summary['dataset']}/{args.split}")
+    print(f"written: {folder}/calibration.json, threshold_table.csv"
+          + ("" if args.no_plots else ", verification_curves.png, score_histograms.png"))
+    if args.export:
+        _export_calibrated(args, run, calibration.threshold, embeddings, labels, in_memory)
+    return 0
+
+
+def _export_calibrated(args, run, threshold, embeddings, labels, in_memory):
+    """The retriever: in-memory datasets take float images, file datasets encoded bytes."""
+    from keras_dml.export import export_retriever
+    from keras_dml.index import Index
+    from keras_dml.index.runs import preprocessing
+
+    if args.index:
+        index = Index.load(args.index)
+        embeddings, labels = index.embeddings, index.labels
+
+    path = export_retriever(
+        run.embedder, args.export, reference_embeddings=embeddings, reference_labels=labels,
+        k=min(args.k, len(labels)), threshold=threshold,
+        input_format="images" if in_memory else "image_bytes",
+        preprocessing=None if in_memory else preprocessing(run),
+        run_info={"run": run.run_dir, "threshold": threshold})
+    print(f"retriever with threshold: {path}")

@@ -59,9 +59,11 @@ def gather_across_replicas(embeddings, labels, sample_weight=None):
     embeddings = _gather_with_local_gradient(embeddings)
     context = tf.distribute.get_replica_context()
     if context is not None and context.num_replicas_in_sync > 1:
-        labels = context.all_gather(labels, axis=0)
+        # tf.identity places an input tensor on this replica's device: a collective
+        # needs one, and a batch from distribute_datasets_from_function has none.
+        labels = context.all_gather(tf.identity(labels), axis=0)
         if sample_weight is not None:
-            sample_weight = context.all_gather(sample_weight, axis=0)
+            sample_weight = context.all_gather(tf.identity(sample_weight), axis=0)
     return embeddings, labels, sample_weight
 
 
@@ -89,6 +91,8 @@ class DMLModel(keras.Model):
     def compile(self, optimizer="rmsprop", loss=None, **kwargs):
         if isinstance(loss, (str, dict)):
             loss = losses.get(loss)
+        if isinstance(loss, (list, tuple)):  # a weighted sum, each term on the same batch
+            loss = losses.Combined(loss, weights=kwargs.pop("loss_weights", None))
         if isinstance(loss, (list, tuple, dict)):
             raise ValueError("DMLModel takes a single keras_dml loss, got a structure of losses.")
         if loss is not None and not isinstance(loss, keras.losses.Loss):
@@ -143,7 +147,8 @@ class DMLModel(keras.Model):
         embeddings, labels, sample_weight = gather_across_replicas(
             embeddings, labels, sample_weight
         )
-        values = self._unreduced_loss(labels, embeddings, sample_weight=sample_weight)
+        memory = {"enqueue": training} if getattr(self.dml_loss, "updates_state", False) else {}
+        values = self._unreduced_loss(labels, embeddings, sample_weight=sample_weight, **memory)
         value = _reduce(values, sample_weight, self.dml_loss.reduction)
         extra = self.losses
         if extra:
@@ -167,7 +172,7 @@ class DMLModel(keras.Model):
             # and `StopOnNonFinite` (added by `fit`) stops with a clear message.
             finite = _all_finite([embeddings] + [g for g in gradients if g is not None])
             context = tf.distribute.get_replica_context()
-            if context is None or context.num_replicas_in_sync == 1:
+            if not tf.distribute.has_strategy():  # (a strategy of one replica is no exception)
                 tf.cond(finite, lambda: self._apply(gradients, variables), lambda: False)
             else:
                 # A cond around a cross-replica update is not supported: agree on one
@@ -195,6 +200,21 @@ class DMLModel(keras.Model):
         return [_divide(g, replicas) if g is not None and id(v) in owned else g
                 for g, v in zip(gradients, variables)]
 
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Build from one replica's share of the first batch (keras-team/keras#20585).
+
+        Keras 3 reduces the first distributed batch with `strategy.reduce("MEAN",
+        batch, axis=None)` only to read its shapes; MultiWorkerMirroredStrategy
+        cannot reduce a PerReplica value eagerly, so `fit` failed on several workers.
+        One replica's local batch has the same shapes, costs no collective, and
+        works under every strategy.
+        """
+        if iterator is not None and data_batch is None:
+            for _, _, batches in iterator:
+                data_batch = _first_local_value(next(batches))
+                break
+        return super()._maybe_symbolic_build(data_batch=data_batch)
+
     def _apply(self, gradients, variables):
         self.optimizer.apply(gradients, variables)
         return True
@@ -213,7 +233,29 @@ class DMLModel(keras.Model):
 
     def _record(self, x, y, embeddings, sample_weight, loss):
         self._loss_tracker.update_state(loss, sample_weight=tf.shape(embeddings)[0])
-        return self.compute_metrics(x, y, embeddings, sample_weight=sample_weight)
+        logs = self.compute_metrics(x, y, embeddings, sample_weight=sample_weight)
+        if _multi_worker(tf.distribute.get_strategy()):
+            # Keras reduces each replica's logs with strategy.reduce("MEAN", v, axis=0)
+            # under a multi-worker strategy, which fails on a scalar: give it one axis.
+            logs = {name: tf.reshape(value, [1]) for name, value in logs.items()}
+        return logs
+
+
+def _multi_worker(strategy):
+    extended = getattr(strategy, "extended", None)
+    return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
+
+
+def _first_local_value(value):
+    """`value` (a structure of tuples, lists, dicts) with each `DistributedValues`
+    replaced by its first local component."""
+    if isinstance(value, tf.distribute.DistributedValues):
+        return value.values[0]
+    if isinstance(value, (tuple, list)):
+        return type(value)(_first_local_value(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _first_local_value(v) for k, v in value.items()}
+    return value
 
 
 def _divide(gradient, count):

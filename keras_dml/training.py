@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_dml import backbones, data, datasets, evaluation, losses
+from keras_dml import backbones, data, datasets, distribute, evaluation, losses
 from keras_dml.callbacks import RecallAtK
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
@@ -40,6 +40,7 @@ class TrainConfig:
     augment_scale: float = 0.0
     seed: int = 0
     jit_compile: bool = False
+    strategy: str = "auto"
     run_name: str = None
     runs_dir: str = "runs"
     export_dir: str = "savedmodels"
@@ -221,6 +222,15 @@ def _have_matplotlib():
     return True
 
 
+def _have_tensorboard():
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        print("TensorBoard logs skipped: pip install tensorboard (projector files are written)")
+        return False
+    return True
+
+
 def write_plots(run_dir, recall_callback, split, embeddings):
     """Recall@K per epoch, a t-SNE map and (for in-memory images) a retrieval grid."""
     from keras_dml import plots
@@ -241,21 +251,28 @@ def run(config, report=None):
     started = time.time()
     splits = datasets.load(config.dataset, data_dir=config.data_dir)
     input_shape, preprocessing = _input_spec(splits.train, config.image_size)
-    model = build_model(config, input_shape)
-    loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
-    rate = learning_rate_schedule(config.learning_rate, config.epochs * config.steps_per_epoch,
-                                  config.warmup_steps, config.lr_schedule)
-    model.compile(optimizer=keras.optimizers.Adam(rate), loss=loss,
-                  jit_compile=config.jit_compile)
+    strategy = distribute.make_strategy(config.strategy)
+    with strategy.scope():
+        model = build_model(config, input_shape)
+        loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
+        rate = learning_rate_schedule(config.learning_rate,
+                                      config.epochs * config.steps_per_epoch,
+                                      config.warmup_steps, config.lr_schedule)
+        model.compile(optimizer=keras.optimizers.Adam(rate), loss=loss,
+                      jit_compile=config.jit_compile)
 
     run_name = config.run_name or f"{config.dataset}-{config.loss}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = os.path.join(config.runs_dir, run_name)
+    if not distribute.is_chief():  # one writer per run: the others keep their own logs
+        run_dir = os.path.join(run_dir, distribute.task_name())
+        config = dataclasses.replace(config, export=False, plots=False)
     os.makedirs(run_dir, exist_ok=True)
 
     transform = None if preprocessing else array_transform(splits.train, input_shape)
-    batches = data.class_balanced_batches(  # before evaluating: a bad batch design fails fast
-        splits.train, config.classes_per_batch, config.samples_per_class, seed=config.seed,
-        preprocessing=preprocessing, map_fn=_augmented(transform, config, input_shape),
+    batches = distribute.training_batches(  # before evaluating: a bad batch design fails fast
+        strategy, splits.train, config.classes_per_batch, config.samples_per_class,
+        seed=config.seed, preprocessing=preprocessing,
+        map_fn=_augmented(transform, config, input_shape),
     )
     before, _ = evaluate(model, splits, preprocessing, transform)
     if report:
@@ -266,6 +283,9 @@ def run(config, report=None):
         reference_data=None if references is None
         else data.evaluation_batches(references, preprocessing, transform=transform))
     callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
+    log_dir = os.path.join(run_dir, "tensorboard")
+    if _have_tensorboard():
+        callbacks.append(keras.callbacks.TensorBoard(log_dir))
     history = model.fit(batches, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
                         callbacks=callbacks, verbose=2)
     after, embeddings = evaluate(model, splits, preprocessing, transform)
@@ -285,6 +305,12 @@ def run(config, report=None):
         "export_dir": None,
         "plots": [],
     }
+    from keras_dml.projector import write_projector
+
+    summary["projector"] = write_projector(  # the evaluation set, for TensorBoard's projector
+        log_dir, embeddings, queries.labels, images=queries.images,
+        paths=None if queries.images is not None else queries.paths,
+        class_names=queries.class_names)["config"]
     if config.plots and _have_matplotlib():
         summary["plots"] = write_plots(run_dir, recall, queries, embeddings)
     if config.export:

@@ -107,21 +107,22 @@ def test_training_augmentation_is_seeded():
     np.testing.assert_array_equal(a[0].numpy(), b[0].numpy())
 
 
-def test_bad_files_skip_whole_batches_with_count_never_crash(tmp_path, capfd):
+def test_bad_files_skipped_on_request_whole_batches_with_count(tmp_path, capfd):
     paths, labels = _cub_files(3, 4)
     truncated = tmp_path / "truncated.jpg"
     truncated.write_bytes(b"\xff\xd8\xff\xe0" + b"\x00" * 20)
     paths = paths + [str(tmp_path / "missing.jpg"), str(truncated)]
     labels = np.concatenate([labels, [0, 1]])
     prep = Preprocessing(image_size=16, resize_size=20)
-    ds = class_balanced_batches((paths, labels), 3, 2, seed=0, preprocessing=prep)
+    ds = class_balanced_batches((paths, labels), 3, 2, seed=0, preprocessing=prep,
+                                skip_bad_images=True)
     seen = 0
     for xb, yb in ds.take(30).as_numpy_iterator():
         _check_batch(yb, 3, 2)
         seen += 1
     assert seen == 30
     err = capfd.readouterr().err
-    assert "skipped" in err and "total skipped" in err
+    assert "skipped batch" in err and "skipped so far" in err and "truncated.jpg" in err
 
 
 def test_verify_images_drops_undecodable_files(tmp_path):

@@ -104,6 +104,40 @@ def test_omniglot_real_npz():
     assert set(train.original_class_ids).isdisjoint(test.original_class_ids)
 
 
+def test_omniglot_bundled_without_data_dir(monkeypatch):
+    """The package's copy: every character, ink bright, the same drawings as the official npz."""
+    import subprocess
+    import sys
+
+    monkeypatch.delenv("KERAS_DML_DATA_DIR", raising=False)
+    splits = load("omniglot")
+    train, test = splits.train, splits.test
+    assert train.images.shape == (964 * 20, 28, 28, 1) and train.num_classes == 964
+    assert test.images.shape == (659 * 20, 28, 28, 1) and test.num_classes == 659
+    assert test.images.dtype == np.uint8 and test.images.max() == 255
+    assert set(train.original_class_ids).isdisjoint(test.original_class_ids)
+    assert test.original_class_ids[test.labels[25]] == 964 + 1
+    # The file is tools/build_omniglot.py's output for the official drawings.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "build_omniglot", os.path.join(os.path.dirname(__file__), "..", "tools",
+                                       "build_omniglot.py"))
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    raw = np.load(os.path.join(SHARED, "omniglot", "images_evaluation.npz"))["images"]
+    for character in (0, 1, 658):
+        np.testing.assert_array_equal(test.images[20 * character:20 * (character + 1), ..., 0],
+                                      build.ink_28x28(raw[character:character + 1])[0])
+    drawing = test.images[25, ..., 0].astype(float)  # ink bright: the border is dark
+    assert drawing[[0, -1]].mean() < 10 and drawing.max() == 255
+    # NumPy alone: loading it imports neither TensorFlow nor tensorflow_datasets.
+    code = ("import sys; from keras_dml.datasets.omniglot import load_bundled; load_bundled(); "
+            "print(sorted(m for m in ('tensorflow', 'tensorflow_datasets') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_missing_data_gives_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("KERAS_DML_DATA_DIR", raising=False)
     for name, marker in [("cub200", "images.txt"), ("cars196", "cars_annos.mat"),

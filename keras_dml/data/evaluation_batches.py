@@ -3,7 +3,8 @@
 import numpy as np
 import tensorflow as tf
 
-from keras_dml.data.preprocessing import decode_image
+from keras_dml.data.bad_images import BadImageGuard
+from keras_dml.data.sources import decode_or_flag
 
 
 def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None):
@@ -34,10 +35,20 @@ def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None
             "(the one used for training) so they can be decoded and resized."
         )
 
-    def load(path, label):
-        image = decode_image(tf.io.read_file(path), channels=preprocessing.channels)
-        return preprocessing.eval(image), label
+    paths = [str(p) for p in split.paths]
+    decode = decode_or_flag(tf.constant(paths), tf.io.read_file, preprocessing.channels)
+    guard = BadImageGuard(lambda i: f"image {i} {paths[i]!r}")
 
-    paths = tf.data.Dataset.from_tensor_slices((list(split.paths), labels))
-    return paths.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(
-        tf.data.AUTOTUNE)
+    @tf.autograph.experimental.do_not_convert
+    def load(index, label):
+        image, ok = decode(index)
+        return index, ok, preprocessing.eval(image), label
+
+    @tf.autograph.experimental.do_not_convert
+    def checked(indices, ok, x, y):  # a bad file is an error naming it
+        with tf.control_dependencies([guard.keep(indices[0], indices, ok)]):
+            return tf.identity(x), y
+
+    items = tf.data.Dataset.from_tensor_slices((np.arange(len(paths)), labels))
+    return (items.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
+            .map(checked).prefetch(tf.data.AUTOTUNE))

@@ -179,7 +179,7 @@ class HardNegativeClassMining(keras.callbacks.Callback):
         self.batch_size = int(batch_size)
         self._data = make_source(source, preprocessing=preprocessing, training=False)
         self._rng = np.random.default_rng(seed)
-        self._fetch = tf.function(lambda idx: self._data.fetch(idx, None))
+        self._fetch = tf.function(lambda idx: self._data.fetch(idx, None)[0])
         self._steps = 0
 
     def class_representatives(self):

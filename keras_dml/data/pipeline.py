@@ -1,20 +1,21 @@
 """`class_balanced_batches`: the C x k tf.data pipeline of the metric learning papers."""
 
 import dataclasses
-import sys
 import warnings
 import weakref
 
 import numpy as np
 import tensorflow as tf
 
+from keras_dml.data.bad_images import BadImageGuard
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.sources import make_source
 
 
 def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
                            small_classes="replace", seed=None, preprocessing=None,
-                           training=True, map_fn=None, num_replicas=None, start_step=0):
+                           training=True, map_fn=None, num_replicas=None, start_step=0,
+                           skip_bad_images=False):
     """An infinite `tf.data.Dataset` of `(x, y)` batches of C classes x k samples.
 
     Each batch holds exactly `classes_per_batch` distinct classes and
@@ -32,9 +33,12 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
     `C / num_replicas` whole classes and the gathered batch is still C x k.
     `classes_per_batch` must therefore be divisible by the number of replicas.
 
-    Bad files: a batch in which an image is missing or cannot be decoded is
-    skipped (never a crash mid-epoch, never a shifted label) and a running
-    count of skipped batches is printed to stderr. Use
+    Bad files: an image that is missing or cannot be decoded stops iteration
+    with an error naming it (its index in the source and its path). With
+    `skip_bad_images=True` the batch holding it is skipped instead (never a
+    shifted label) with a running count printed to stderr; if
+    `bad_images.MAX_BAD_BATCHES_IN_A_ROW` (20) batches in a row are bad the
+    stream fails, naming the files, rather than hang. Use
     `keras_dml.data.verify_images` to find and drop such files up front.
 
     Args:
@@ -65,6 +69,9 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
             stream started at 0 or at `start_step <= i` (the sampler is replayed
             in NumPy, cheap). `keras_dml.backup.TrainingBackup` sets it on
             resume through `stream_position(dataset)`. Defaults to 0.
+        skip_bad_images: Skip batches holding an unreadable image (counted
+            on stderr) instead of stopping with an error naming it. Defaults
+            to False.
 
     Returns:
         An infinite `tf.data.Dataset` of `(x, y)`, `x` of shape
@@ -102,7 +109,8 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
 
     return batches_from_sampler(data, make_sampler,
                                 classes_per_batch * samples_per_class,
-                                seed=seed, map_fn=map_fn, start_step=start_step)
+                                seed=seed, map_fn=map_fn, start_step=start_step,
+                                skip_bad_images=skip_bad_images)
 
 
 @dataclasses.dataclass
@@ -137,7 +145,7 @@ def stream_position(dataset):
 
 
 def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
-                         chunk=32, start_step=0, replayable=True):
+                         chunk=32, start_step=0, replayable=True, skip_bad_images=False):
     """Infinite `(x, y)` batches from an index sampler over a `Source`.
 
     Args:
@@ -153,10 +161,10 @@ def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
         start_step: First batch index (see `StreamPosition`). Defaults to 0.
         replayable: Whether `make_sampler()` gives the same stream every time
             (False for a sampler steered while training). Defaults to True.
+        skip_bad_images: See `class_balanced_batches`. Defaults to False.
 
     Returns:
-        A `tf.data.Dataset`. File sources skip batches that fail to decode and
-        print a running count (see `class_balanced_batches`).
+        A `tf.data.Dataset` (see `class_balanced_batches` for bad files).
     """
     labels = tf.constant(data.labels.astype(np.int32))
     stream_seed = int(np.random.SeedSequence(seed).generate_state(1)[0])
@@ -183,42 +191,22 @@ def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
     def build(batch_id, indices):
         aug_seed = None if seed is None else tf.stack(
             [tf.constant(stream_seed, tf.int64), batch_id])
-        x = data.fetch(indices, aug_seed)
+        x, ok = data.fetch(indices, aug_seed)
         y = tf.gather(labels, indices)
         if map_fn is not None:
             x, y = map_fn(x, y)
-        return batch_id, x, y
+        return batch_id, indices, ok, x, y
 
     ds = ds.map(build, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if data.from_files:
-        initial = (tf.constant(-1, tf.int64), tf.constant(0, tf.int64))
-        ds = ds.ignore_errors().scan(initial, _count_skipped_batches)
-    ds = ds.map(_drop_batch_id).prefetch(tf.data.AUTOTUNE)
+        guard = BadImageGuard(data.describe, skip=skip_bad_images)
+        ds = ds.filter(tf.autograph.experimental.do_not_convert(
+            lambda batch_id, indices, ok, x, y: guard.keep(batch_id, indices, ok)))
+    ds = ds.map(_only_x_y).prefetch(tf.data.AUTOTUNE)
     _POSITIONS[ds] = position
     return ds
 
 
 @tf.autograph.experimental.do_not_convert
-def _drop_batch_id(batch_id, x, y):
+def _only_x_y(batch_id, indices, ok, x, y):
     return x, y
-
-
-@tf.autograph.experimental.do_not_convert
-def _count_skipped_batches(state, element):
-    """Scan step: warns about gaps in the batch ids left by `ignore_errors`.
-
-    State: `(last batch id, batches delivered)`.
-    """
-    last_id, delivered = state
-    batch_id = element[0]
-    gap = batch_id - last_id - 1
-
-    def warn():
-        tf.print("keras_dml.data: skipped", gap, "batch(es) with a missing or "
-                 "undecodable image (total skipped:", batch_id - delivered,
-                 "); keras_dml.data.verify_images finds the files.",
-                 output_stream=sys.stderr)
-        return gap
-
-    tf.cond(gap > 0, warn, lambda: gap)
-    return (batch_id, delivered + 1), element

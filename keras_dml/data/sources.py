@@ -1,7 +1,7 @@
 """Turns the accepted inputs of `class_balanced_batches` into (labels, fetch).
 
 A source is reduced to integer labels (for the index sampler) and a
-graph-safe `fetch(batch_id, indices) -> x` that builds one batch. Image
+graph-safe `fetch(indices, seed) -> (x, ok)` that builds one batch. Image
 bytes are never held per class; file sources keep only their paths.
 """
 
@@ -20,13 +20,18 @@ class Source:
 
     Attributes:
         labels: int array `(N,)`.
-        fetch: `fetch(batch_id, indices, seed) -> x` in TF ops.
+        fetch: `fetch(indices, seed) -> (x, ok)` in TF ops; `ok[i]` is False
+            when image `indices[i]` could not be read or decoded (its `x` is
+            then a blank image).
         from_files: True when decoding can fail at run time.
+        describe: `describe(index) -> str` names a sample in error messages
+            (its path for files).
     """
 
     labels: np.ndarray
     fetch: object
     from_files: bool
+    describe: object = repr
 
 
 def make_source(source, preprocessing=None, training=True):
@@ -90,35 +95,56 @@ def _array_source(x, y, preprocessing, training):
 
     def fetch(indices, seed):
         batch = tf.gather(images, indices)
-        return batch if transform is None else transform(batch, seed)
+        ok = tf.ones(tf.shape(indices), tf.bool)
+        return (batch if transform is None else transform(batch, seed)), ok
 
     return Source(labels=y, fetch=fetch, from_files=False)
 
 
 def _file_source(paths, y, preprocessing, training):
     y = _labels(y, len(paths))
-    table = tf.constant([str(p) for p in paths])
-    return _encoded_source(table, y, preprocessing, training, tf.io.read_file)
+    paths = [str(p) for p in paths]
+    return _encoded_source(tf.constant(paths), y, preprocessing, training,
+                           tf.io.read_file, lambda i: f"image {i} {paths[i]!r}")
 
 
-def _encoded_source(table, y, preprocessing, training, read):
+def decode_or_flag(table, read, channels):
+    """`load(index) -> (uint8 image, ok)`: a read or decode failure gives a
+    blank 1 x 1 image and `ok=False` instead of an error (in a `py_function`,
+    so one bad file cannot end the dataset or be skipped silently)."""
+
+    def attempt(index):
+        try:
+            return decode_image(read(table[int(index)]), channels=channels), True
+        except tf.errors.OpError:
+            return tf.zeros([1, 1, channels], tf.uint8), False
+
+    def load(index):
+        image, ok = tf.py_function(attempt, [index], (tf.uint8, tf.bool))
+        image.set_shape([None, None, channels])
+        ok.set_shape([])
+        return image, ok
+
+    return load
+
+
+def _encoded_source(table, y, preprocessing, training, read, describe):
     preprocessing = preprocessing or Preprocessing()
     transform = _transform(preprocessing, training)
-    spec = tf.TensorSpec(preprocessing.output_shape, tf.float32)
+    spec = (tf.TensorSpec(preprocessing.output_shape, tf.float32), tf.TensorSpec([], tf.bool))
+    load = decode_or_flag(table, read, preprocessing.channels)
 
-    def load(item):
-        return decode_image(read(item), channels=preprocessing.channels)
+    def one(index, seed):
+        image, ok = load(index)
+        return transform(image, seed), ok
 
     def fetch(indices, seed):
-        items = tf.gather(table, indices)
         if seed is None:
-            return tf.map_fn(lambda item: transform(load(item), None), items,
-                             fn_output_signature=spec)
+            return tf.map_fn(lambda index: one(index, None), indices, fn_output_signature=spec)
         seeds = tf.random.experimental.stateless_split(seed, tf.size(indices))
-        return tf.map_fn(lambda args: transform(load(args[0]), args[1]),
-                         (items, seeds), fn_output_signature=spec)
+        return tf.map_fn(lambda args: one(*args), (indices, seeds), fn_output_signature=spec)
 
-    return Source(labels=y, fetch=fetch, from_files=True)
+    return Source(labels=y, fetch=fetch, from_files=True, describe=describe)
 
 
 def _dataset_source(dataset, preprocessing, training):
@@ -136,7 +162,8 @@ def _dataset_source(dataset, preprocessing, training):
             labels.append(y)
         labels = _labels(np.asarray(labels).reshape(-1), len(items))
         table = tf.constant(items, dtype=tf.string)
-        return _encoded_source(table, labels, preprocessing, training, tf.identity)
+        return _encoded_source(table, labels, preprocessing, training, tf.identity,
+                               lambda i: f"element {i} of the tf.data.Dataset source")
     xs, ys = [], []
     for x, y in dataset.as_numpy_iterator():
         xs.append(x)

@@ -209,8 +209,12 @@ _SIGNATURES = (
 )
 
 
-def check_image_files(paths, labels, what="split"):
+def check_image_files(paths, labels, what="split", sources=None):
     """Drops missing, empty and non-image files, with one counted warning.
+
+    The warning names the first few dropped files with their reason and,
+    when `sources` (one description per path, e.g. "images.txt line 12") is
+    given, where each is listed.
 
     Only the first bytes of each file are read (a signature check), so this is
     cheap even for SOP's 120k files; bodies that are corrupt past the header
@@ -220,11 +224,12 @@ def check_image_files(paths, labels, what="split"):
         `(kept_paths, kept_labels, skipped)` with `skipped` a list of
         `(path, reason)`.
     """
-    kept, kept_labels, skipped = [], [], []
-    for path, label in zip(paths, labels):
+    kept, kept_labels, skipped, where = [], [], [], []
+    for number, (path, label) in enumerate(zip(paths, labels)):
         reason = _file_problem(path)
         if reason:
             skipped.append((path, reason))
+            where.append(f" ({sources[number]})" if sources else "")
         else:
             kept.append(path)
             kept_labels.append(label)
@@ -233,9 +238,11 @@ def check_image_files(paths, labels, what="split"):
         for _, reason in skipped:
             reasons[reason] = reasons.get(reason, 0) + 1
         detail = ", ".join(f"{r}: {n}" for r, n in sorted(reasons.items()))
+        first = "; ".join(f"{path} {reason}{at}"
+                          for (path, reason), at in zip(skipped[:5], where))
         warnings.warn(
             f"{what}: skipped {len(skipped)} of {len(paths)} images ({detail}); "
-            f"first: {skipped[0][0]}",
+            f"first: {first}",
             stacklevel=3,
         )
     return kept, np.asarray(kept_labels), skipped

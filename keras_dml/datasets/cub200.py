@@ -3,7 +3,7 @@
 import os
 
 from keras_dml.datasets.base import DMLSplits, check_image_files, split_by_class_halves
-from keras_dml.datasets.layout import find_root, read_rows
+from keras_dml.datasets.layout import find_root, integer_fields, read_rows
 from keras_dml.datasets.tfds_source import export_tfds_images, from_tfds, use_local
 
 HOW_TO_GET = (
@@ -35,21 +35,39 @@ def load_cub200(data_dir=None, source="auto"):
 
 def _load_local(data_dir):
     root = find_root(data_dir, "images.txt", ["CUB_200_2011"], "cub200", HOW_TO_GET)
-    images = dict(read_rows(os.path.join(root, "images.txt")))
-    labels = dict(read_rows(os.path.join(root, "image_class_labels.txt")))
-    names = {int(cid): name for cid, name in read_rows(os.path.join(root, "classes.txt"))}
-    missing = [i for i in images if i not in labels]
+    images = _by_id(root, "images.txt", ("image_id", "path"))
+    labels = _by_id(root, "image_class_labels.txt", ("image_id", "class_id"), integer=1)
+    names = {cid: row[1] for cid, (_, row) in
+             _by_id(root, "classes.txt", ("class_id", "name")).items()}
+    missing = [(line, i) for i, (line, _) in images.items() if i not in labels]
     if missing:
         raise ValueError(
             f"cub200: {len(missing)} image ids of images.txt have no line in "
-            f"image_class_labels.txt (first: {missing[0]}).")
-    ids = sorted(images, key=int)
-    paths = [os.path.join(root, "images", images[i]) for i in ids]
-    raw = [int(labels[i]) for i in ids]
-    paths, raw, skipped = check_image_files(paths, raw, "cub200")
+            "image_class_labels.txt (first: " + ", ".join(
+                f"id {i} at images.txt line {line}" for line, i in missing[:3]) + ").")
+    ids = sorted(images)
+    paths = [os.path.join(root, "images", images[i][1][1]) for i in ids]
+    raw = [int(labels[i][1][1]) for i in ids]
+    lines = [f"images.txt line {images[i][0]}" for i in ids]
+    paths, raw, skipped = check_image_files(paths, raw, "cub200", lines)
     train, test = split_by_class_halves(raw, paths=paths, names=names, dataset="cub200")
     train.skipped = test.skipped = skipped
     return DMLSplits(name="cub200", train=train, test=test)
+
+
+def _by_id(root, filename, fields, integer=None):
+    """`{id: (line, row)}` of a CUB list file; its ids must be unique integers."""
+    positions = (0,) if integer is None else (0, integer)
+    rows = read_rows(os.path.join(root, filename), fields,
+                     check=integer_fields(*positions, names=fields))
+    found = {}
+    for line, row in rows:
+        key = int(row[0])
+        if key in found:
+            raise ValueError(f"{os.path.join(root, filename)}, line {line}: {fields[0]} "
+                             f"{key} already given at line {found[key][0]}.")
+        found[key] = (line, row)
+    return found
 
 
 def _load_tfds(data_dir):

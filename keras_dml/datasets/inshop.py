@@ -34,18 +34,17 @@ def load_inshop(data_dir=None, source="auto"):
     if source == "tfds":
         raise ValueError(f"inshop has no tfds build. {HOW_TO_GET}")
     root = find_root(data_dir, "list_eval_partition.txt", ["Eval"], "inshop", HOW_TO_GET)
-    rows = read_rows(os.path.join(root, "list_eval_partition.txt"), skip=2)
-    bad = [r for r in rows if len(r) != 3 or r[2] not in ("train", "query", "gallery")]
-    if bad:
-        raise ValueError(
-            "inshop: list_eval_partition.txt rows must be 'image_name item_id "
-            f"train|query|gallery'; got {bad[0]!r}.")
+    numbered = read_rows(os.path.join(root, "list_eval_partition.txt"),
+                         ("image_name", "item_id", "evaluation_status"), skip=2,
+                         check=_check_row)
+    rows = [row for _, row in numbered]
     image_root = _image_root(root, data_dir, rows[0][0])
     paths = [os.path.join(image_root, r[0]) for r in rows]
     items = [int(r[1].split("_")[-1]) for r in rows]
     status = np.array([r[2] for r in rows])
     names = {int(r[1].split("_")[-1]): r[1] for r in rows}
-    kept_paths, kept_items, skipped = check_image_files(paths, items, "inshop")
+    kept_paths, kept_items, skipped = check_image_files(
+        paths, items, "inshop", [f"list_eval_partition.txt line {n}" for n, _ in numbered])
     kept = set(kept_paths)
     status = np.array([s for p, s in zip(paths, status) if p in kept])
     kept_paths = np.array(kept_paths, dtype=object)
@@ -70,3 +69,13 @@ def _image_root(root, data_dir, first_name):
         if os.path.exists(os.path.join(base, first_name)):
             return base
     return parent
+
+
+def _check_row(row):
+    if row[2] not in ("train", "query", "gallery"):
+        return "evaluation_status must be train, query or gallery"
+    try:
+        int(row[1].split("_")[-1])
+    except ValueError:
+        return "item_id must end in a number (id_00000001)"
+    return None

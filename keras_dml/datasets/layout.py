@@ -35,8 +35,46 @@ def find_root(data_dir, marker, subdirs, dataset, how_to_get):
     )
 
 
-def read_rows(path, skip=0):
-    """Whitespace-split rows of a text list file, after `skip` header lines."""
+def read_rows(path, fields, skip=0, check=None):
+    """The rows of a whitespace-separated list file, checked line by line.
+
+    Args:
+        path: The list file.
+        fields: Names of the expected fields, e.g. `("image_id", "path")`.
+        skip: Header lines to skip. Defaults to 0.
+        check: Optional `check(row) -> str or None`: a problem with a row of
+            the right length (e.g. "class_id is not an integer").
+
+    Returns:
+        `[(line_number, row)]` (1-based line numbers), blank lines left out.
+
+    Raises:
+        ValueError: Naming the file, the line number and the line, for a
+            line with another number of fields or one `check` rejects.
+    """
     with open(path, encoding="utf-8") as handle:
-        lines = handle.read().splitlines()[skip:]
-    return [line.split() for line in lines if line.strip()]
+        lines = handle.read().splitlines()
+    rows, layout = [], " ".join(f"<{name}>" for name in fields)
+    for number, line in enumerate(lines[skip:], start=skip + 1):
+        row = line.split()
+        if not row:
+            continue
+        problem = (f"expected {len(fields)} fields '{layout}', got {len(row)}"
+                   if len(row) != len(fields) else check and check(row))
+        if problem:
+            raise ValueError(f"{path}, line {number}: {problem}: {line.strip()[:200]!r}.")
+        rows.append((number, row))
+    return rows
+
+
+def integer_fields(*positions, names):
+    """A `read_rows` check that the fields at `positions` are integers."""
+    def check(row):
+        for position in positions:
+            try:
+                int(row[position])
+            except ValueError:
+                return f"{names[position]} is not an integer"
+        return None
+
+    return check

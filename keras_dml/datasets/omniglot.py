@@ -1,4 +1,9 @@
-"""Omniglot: background characters train, evaluation characters test."""
+"""Omniglot: background characters train, evaluation characters test.
+
+Without `data_dir` the copy shipped inside the package is used: all 1,623
+characters, 28 x 28 uint8, ink = 255 on a dark background (built by
+`tools/build_omniglot.py`; Lake, Salakhutdinov and Tenenbaum, MIT licence).
+"""
 
 import os
 
@@ -17,26 +22,59 @@ HOW_TO_GET = (
 )
 
 NUM_BACKGROUND = 964
+BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "omniglot_28x28.npz")
 
 
 def load_omniglot(data_dir=None, source="auto"):
     """Loads Omniglot: 964 background characters train, 659 evaluation test.
 
-    Images are in memory, uint8 `(N, 105, 105, 1)`, 255 = white background and
-    0 = ink, pixel for pixel as the official PNGs. Class ids are global
-    character ids: evaluation characters follow the 964 background ones.
+    Without `data_dir` (and without `$KERAS_DML_DATA_DIR`), `source="auto"`
+    returns the bundled copy: uint8 `(N, 28, 28, 1)`, ink = 255 on a dark
+    background (area-resized from the official 105 x 105 drawings). With
+    `data_dir`, the official drawings are read: uint8 `(N, 105, 105, 1)`,
+    255 = white background and 0 = ink, pixel for pixel as the PNGs.
+    Either way 20 drawings per character (19,280 train, 13,180 test images),
+    and class ids are global character ids: evaluation characters follow the
+    964 background ones.
 
     Args:
         data_dir: Folder holding the two npz files (or `omniglot/` below
-            it). Defaults to `None`.
-        source: `"auto"`, `"local"` or `"tfds"`. Defaults to `"auto"`.
+            it). Defaults to `None`: the bundled copy.
+        source: `"auto"`, `"local"` or `"tfds"` (tfds' 105 x 105 RGB
+            drawings). Defaults to `"auto"`.
 
     Returns:
         A `DMLSplits` of in-memory `LabeledImages`.
     """
     if use_local(data_dir, source):
         return _load_local(data_dir)
+    if source == "auto":
+        return load_bundled()
     return from_tfds("omniglot", HOW_TO_GET, lambda: _load_tfds(data_dir))
+
+
+def load_bundled(path=BUNDLED):
+    """The package's Omniglot copy: 28 x 28 uint8, ink = 255, NumPy only."""
+    with np.load(path, allow_pickle=False) as data:
+        parts = {part: data[part] for part in ("background", "evaluation")}
+    return DMLSplits(
+        name="omniglot",
+        train=_labeled(parts["background"], None, 0, "background"),
+        test=_labeled(parts["evaluation"], None, NUM_BACKGROUND, "evaluation"),
+    )
+
+
+def _labeled(images, labels, offset, what):
+    """uint8 (characters, drawings, H, W) -> LabeledImages with global character ids.
+
+    `labels` (characters, drawings) are the character ids; `None`: the row index.
+    """
+    if labels is None:
+        labels = np.broadcast_to(np.arange(images.shape[0])[:, None], images.shape[:2])
+    raw = labels.reshape(-1).astype(np.int64) + offset
+    names = {int(c): f"{what}/{int(c) - offset:04d}" for c in np.unique(raw)}
+    return labeled_from_raw(raw, images=images.reshape(-1, *images.shape[2:], 1),
+                            names=names, what=f"omniglot {what}")
 
 
 def _read_npz(path, offset, what):
@@ -46,10 +84,7 @@ def _read_npz(path, offset, what):
         raise ValueError(
             f"omniglot: {path!r} must hold images (C, S, H, W) and labels (C, S); got "
             f"{images.shape} and {labels.shape}.")
-    images = images.reshape(-1, *images.shape[2:], 1).astype(np.uint8) * np.uint8(255)
-    raw = labels.reshape(-1).astype(np.int64) + offset
-    names = {int(c): f"{what}/{int(c) - offset:04d}" for c in np.unique(raw)}
-    return labeled_from_raw(raw, images=images, names=names, what=f"omniglot {what}")
+    return _labeled(images.astype(np.uint8) * np.uint8(255), labels, offset, what)
 
 
 def _load_local(data_dir):

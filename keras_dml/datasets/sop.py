@@ -3,7 +3,7 @@
 import os
 
 from keras_dml.datasets.base import DMLSplits, check_image_files, labeled_from_raw
-from keras_dml.datasets.layout import find_root, read_rows
+from keras_dml.datasets.layout import find_root, integer_fields, read_rows
 from keras_dml.datasets.tfds_source import export_tfds_images, from_tfds, use_local
 
 HOW_TO_GET = (
@@ -36,15 +36,13 @@ def load_sop(data_dir=None, source="auto"):
 
 
 def _read_list(root, filename, what):
-    rows = read_rows(os.path.join(root, filename), skip=1)
-    bad = [r for r in rows if len(r) != 4]
-    if bad:
-        raise ValueError(
-            f"sop: {filename} rows must be 'image_id class_id super_class_id path'; "
-            f"got {bad[0]!r}.")
-    paths = [os.path.join(root, r[3]) for r in rows]
-    classes = [int(r[1]) for r in rows]
-    paths, classes, skipped = check_image_files(paths, classes, f"sop {what}")
+    fields = ("image_id", "class_id", "super_class_id", "path")
+    rows = read_rows(os.path.join(root, filename), fields, skip=1,
+                     check=integer_fields(1, names=fields))
+    paths = [os.path.join(root, r[3]) for _, r in rows]
+    classes = [int(r[1]) for _, r in rows]
+    paths, classes, skipped = check_image_files(
+        paths, classes, f"sop {what}", [f"{filename} line {line}" for line, _ in rows])
     split = labeled_from_raw(classes, paths=paths, what=f"sop {what}")
     split.skipped = skipped
     return split

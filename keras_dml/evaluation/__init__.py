@@ -4,9 +4,21 @@ from keras_dml.evaluation.clustering import nmi
 from keras_dml.evaluation.embedding import embed_dataset, evaluate_retrieval
 from keras_dml.evaluation.knn import iter_nearest_neighbors, nearest_neighbors
 from keras_dml.evaluation.retrieval import METRICS, retrieval_metrics
+from keras_dml.evaluation.verification import (
+    Calibration,
+    calibrate,
+    calibrate_scores,
+    pair_scores,
+    verification_metrics,
+)
 
 __all__ = [
     "METRICS",
+    "Calibration",
+    "calibrate",
+    "calibrate_scores",
+    "pair_scores",
+    "verification_metrics",
     "embed_dataset",
     "evaluate_retrieval",
     "iter_nearest_neighbors",

@@ -10,6 +10,8 @@ _FUNCTIONS = {
     "recall_curves": "keras_dml.plots.retrieval",
     "tsne_map": "keras_dml.plots.retrieval",
     "retrieval_grid": "keras_dml.plots.retrieval",
+    "verification_curves": "keras_dml.plots.verification",
+    "score_histograms": "keras_dml.plots.verification",
 }
 
 

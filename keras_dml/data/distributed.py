@@ -1,0 +1,130 @@
+"""Class-balanced C x k batches read per worker under `tf.distribute`.
+
+Every input pipeline (one per worker) runs the same NumPy index sampler from the
+same seed, so all workers agree on the global batch of step t: exactly the batch
+`class_balanced_batches(..., seed=seed)` gives a single process. Each worker then
+reads and decodes only its share: the contiguous slice of the class-major batch
+that its replicas own (whole classes, `C / num_replicas` per replica). The
+replicas' slices are disjoint, so no sample is drawn twice across workers in a
+step, and the batch gathered by `DMLModel` is the single-process batch, in order.
+
+Cost per worker and step: the index draw for the whole batch (O(C k) NumPy, a few
+microseconds) and the images of its own share only.
+"""
+
+import warnings
+import weakref
+
+import numpy as np
+from keras_dml.data.pipeline import batches_from_sampler
+from keras_dml.data.sampler import ClassBalancedSampler
+from keras_dml.data.sources import make_source
+
+_POSITIONS = weakref.WeakKeyDictionary()
+
+
+class StreamStart:
+    """The global step at which the next iteration of a worker stream starts.
+
+    Read each time an iterator starts; `keras_dml.distribute.BackupAndRestore`
+    sets it when it restores a backup, so the stream resumes where it stopped.
+    """
+
+    def __init__(self, step=0):
+        self.step = int(step)
+
+
+def worker_stream_start(dataset):
+    """The `StreamStart` of a dataset made by `distributed_class_balanced_batches`,
+    else `None`."""
+    try:
+        return _POSITIONS.get(dataset)
+    except TypeError:
+        return None
+
+
+def replica_slices(global_batch, num_replicas, pipeline_id, num_pipelines):
+    """`(start, stop, pieces)`: the slice of a global batch one input pipeline reads
+    and the number of per-replica batches it is cut into (replicas are numbered
+    worker-major, as `MultiWorkerMirroredStrategy` numbers them)."""
+    if num_replicas % num_pipelines:
+        raise ValueError(f"{num_replicas} replicas cannot be split evenly over "
+                         f"{num_pipelines} input pipelines.")
+    per_replica = global_batch // num_replicas
+    pieces = num_replicas // num_pipelines
+    start = pipeline_id * pieces * per_replica
+    return start, start + pieces * per_replica, pieces
+
+
+def _sharded(sampler, start, stop, pieces, first_step):
+    """Per-replica index batches of one pipeline, from the global stream's `first_step`."""
+    for _ in range(first_step):
+        next(sampler)
+    while True:
+        yield from np.split(next(sampler)[start:stop], pieces)
+
+
+def distributed_class_balanced_batches(strategy, source, classes_per_batch,
+                                       samples_per_class, *, seed, small_classes="replace",
+                                       preprocessing=None, training=True, map_fn=None,
+                                       start_step=0):
+    """C x k class-balanced batches for `strategy`, each worker reading its share.
+
+    The global batch of step t is the batch `class_balanced_batches(source, C, k,
+    seed=seed)` yields at step t (same classes, same samples, same order), split
+    over the `strategy.num_replicas_in_sync` replicas in whole classes. Each worker's
+    pipeline (`strategy.distribute_datasets_from_function`) draws the global indices
+    from the shared seed and reads only the images of its own replicas.
+
+    Args:
+        strategy: A `tf.distribute.Strategy` (MultiWorkerMirrored, Mirrored, ...).
+        source: As for `class_balanced_batches`.
+        classes_per_batch: C for the global batch; divisible by the number of
+            replicas.
+        samples_per_class: k.
+        seed: Integer seed shared by all workers (required: without it the workers
+            would draw different global batches).
+        small_classes, preprocessing, training, map_fn: As for
+            `class_balanced_batches`. Augmentation is seeded per worker batch, so
+            augmented pixels differ from a single-process run; indices do not.
+        start_step: Global step of the first batch. Defaults to 0.
+
+    Returns:
+        A `tf.distribute.DistributedDataset` for `model.fit` (infinite: pass
+        `steps_per_epoch`).
+    """
+    if seed is None or isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError("distributed_class_balanced_batches needs an integer seed shared "
+                         f"by all workers (they draw the same global batch); got {seed!r}.")
+    replicas = strategy.num_replicas_in_sync
+    if classes_per_batch % replicas:
+        raise ValueError(
+            f"classes_per_batch={classes_per_batch} must be divisible by the number of "
+            f"replicas ({replicas}) so each replica gets whole classes.")
+    data = make_source(source, preprocessing=preprocessing, training=training)
+    ClassBalancedSampler(data.labels, classes_per_batch, samples_per_class,
+                         small_classes=small_classes, seed=seed)  # validates, warns once
+    position = StreamStart(start_step)
+    global_batch = classes_per_batch * samples_per_class
+
+    def dataset_fn(context):
+        start, stop, pieces = replica_slices(global_batch, context.num_replicas_in_sync,
+                                             context.input_pipeline_id,
+                                             context.num_input_pipelines)
+
+        def make_sampler():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                sampler = ClassBalancedSampler(data.labels, classes_per_batch,
+                                               samples_per_class, small_classes, seed)
+            return _sharded(iter(sampler), start, stop, pieces, position.step)
+
+        # Distinct augmentation seeds per pipeline.
+        worker_seed = int(np.random.SeedSequence([seed, context.input_pipeline_id])
+                          .generate_state(1)[0] % (2 ** 31))
+        return batches_from_sampler(data, make_sampler, global_batch // replicas,
+                                    seed=worker_seed, map_fn=map_fn)
+
+    dataset = strategy.distribute_datasets_from_function(dataset_fn)
+    _POSITIONS[dataset] = position
+    return dataset

@@ -1,0 +1,6 @@
+"""A searchable, savable embedding index: `Index` (exact, or faiss behind the `ann` extra)."""
+
+from keras_dml.index.backends import BACKENDS
+from keras_dml.index.index import METRICS, Index, SearchResult
+
+__all__ = ["BACKENDS", "METRICS", "Index", "SearchResult"]

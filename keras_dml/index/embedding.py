@@ -1,0 +1,43 @@
+"""Embedding a dataset for an index, with a progress bar."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_dml.evaluation.embedding import inference_function
+
+
+def embed_batches(embedder, dataset, batch_size=256, verbose=1):
+    """`(embeddings, labels or None)` of `dataset` embedded by `embedder` in inference mode.
+
+    Args:
+        embedder: A Keras model (or callable) mapping a batch to `(batch, d)`.
+        dataset: A `tf.data.Dataset` of `(x, y)` or `x` batches, or an `(x, y)`
+            tuple of arrays, or an array of x.
+        batch_size: Batch size for arrays. Defaults to 256.
+        verbose: 1 shows a `keras.utils.Progbar` over batches. Defaults to 1.
+    """
+    if not isinstance(dataset, tf.data.Dataset):
+        if isinstance(dataset, (tuple, list)) and len(dataset) == 2:
+            dataset = tf.data.Dataset.from_tensor_slices(tuple(dataset))
+        else:
+            dataset = tf.data.Dataset.from_tensor_slices(dataset)
+        dataset = dataset.batch(batch_size)
+    steps = int(dataset.cardinality())
+    progress = keras.utils.Progbar(steps if steps >= 0 else None, verbose=verbose,
+                                   unit_name="batch")
+    forward = inference_function(embedder)
+    embeddings, labels = [], []
+    for step, batch in enumerate(dataset, 1):
+        x, y = (batch[0], batch[1]) if isinstance(batch, (tuple, list)) else (batch, None)
+        out = forward(x)
+        if out.shape.rank != 2:
+            raise ValueError(f"The embedder must return (batch, d) embeddings, got shape "
+                             f"{tuple(out.shape)}.")
+        embeddings.append(np.asarray(out, dtype=np.float32))
+        if y is not None:
+            labels.append(np.asarray(y).reshape(len(out), -1)[:, 0])
+        progress.update(step)
+    if not embeddings:
+        raise ValueError("dataset is empty: no batch to embed.")
+    return np.concatenate(embeddings), np.concatenate(labels) if labels else None

@@ -1,0 +1,105 @@
+"""An `Index` on disk: a directory of NumPy `.npy` arrays and JSON, read without pickle.
+
+    index.json        format, metric, backend and its options, next id, info, size, dim
+    embeddings.npy    float32 (N, d)
+    ids.npy           int64 (N,)
+    labels.npy        int64 (N,) or unicode (N,)
+    metadata.json     a list of N JSON values (null where none was given)
+"""
+
+import json
+import os
+import shutil
+import uuid
+
+import numpy as np
+
+FORMAT = "keras_dml.index/1"
+CONFIG = "index.json"
+
+
+def check_metadata(metadata, n):
+    """`metadata` as a list of n JSON values (None -> n Nones)."""
+    if metadata is None:
+        return [None] * n
+    if not isinstance(metadata, (list, tuple)) or len(metadata) != n:
+        raise ValueError(f"metadata must be a list of {n} values, one per embedding, got "
+                         f"{type(metadata).__name__} of length "
+                         f"{len(metadata) if hasattr(metadata, '__len__') else '?'}.")
+    try:
+        return json.loads(json.dumps(list(metadata)))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"metadata must be JSON-serialisable: {error}.") from None
+
+
+def check_info(info):
+    """`info` as a JSON dict (None -> {})."""
+    if info is None:
+        return {}
+    if not isinstance(info, dict):
+        raise ValueError(f"info must be a dict, got {type(info).__name__}.")
+    try:
+        return json.loads(json.dumps(info))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"info must be JSON-serialisable: {error}.") from None
+
+
+def save(path, config, embeddings, ids, labels, metadata, overwrite=False):
+    """Writes the index directory atomically (staging directory, then rename)."""
+    path = os.fspath(path)
+    if os.path.exists(path):
+        if not overwrite:
+            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it.")
+        if not os.path.isfile(os.path.join(path, CONFIG)):
+            raise FileExistsError(f"{path} exists and is not a saved index; not replacing it.")
+    staging = f"{path.rstrip(os.sep)}.saving-{uuid.uuid4().hex[:8]}"
+    os.makedirs(staging)
+    try:
+        count = len(ids)
+        dim = None if embeddings is None else int(embeddings.shape[1])
+        if count:
+            np.save(os.path.join(staging, "embeddings.npy"), embeddings)
+            np.save(os.path.join(staging, "ids.npy"), ids)
+            np.save(os.path.join(staging, "labels.npy"), labels)
+            with open(os.path.join(staging, "metadata.json"), "w") as f:
+                json.dump(metadata, f)
+        with open(os.path.join(staging, CONFIG), "w") as f:
+            json.dump({"format": FORMAT, **config, "size": count, "dim": dim}, f, indent=2)
+            f.write("\n")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if os.path.exists(path):
+        retired = f"{staging}.old"
+        os.rename(path, retired)
+        os.rename(staging, path)
+        shutil.rmtree(retired)
+    else:
+        os.rename(staging, path)
+
+
+def load(path):
+    """`(config, embeddings, ids, labels, metadata)`; arrays are None for an empty index."""
+    path = os.fspath(path)
+    config_path = os.path.join(path, CONFIG)
+    if not os.path.isfile(config_path):
+        raise FileNotFoundError(f"{config_path} does not exist: not a saved keras_dml index.")
+    with open(config_path) as f:
+        config = json.load(f)
+    if config.get("format") != FORMAT:
+        raise ValueError(f"{config_path} has format {config.get('format')!r}, expected {FORMAT!r}.")
+    if not config["size"]:
+        return config, None, None, None, None
+
+    def array(name):
+        return np.load(os.path.join(path, name), allow_pickle=False)
+
+    embeddings, ids, labels = array("embeddings.npy"), array("ids.npy"), array("labels.npy")
+    with open(os.path.join(path, "metadata.json")) as f:
+        metadata = json.load(f)
+    sizes = {len(embeddings), len(ids), len(labels), len(metadata)}
+    if sizes != {config["size"]} or embeddings.shape[1] != config["dim"]:
+        raise ValueError(f"{path} is inconsistent: {CONFIG} says {config['size']} x "
+                         f"{config['dim']}, the arrays hold {sorted(sizes)} rows of "
+                         f"dimension {embeddings.shape[1]}.")
+    return config, embeddings, ids, labels, metadata

@@ -1,0 +1,208 @@
+"""Cross-batch memory (XBM): a pair loss of the batch against the last M embeddings.
+
+    memory  <- enqueue(batch embeddings, labels)        (no gradient, a ring buffer)
+    matrix  =  pairwise(batch, memory)                  (N, M), query x key
+    masks   =  label masks, empty slots and the batch's own copies removed
+    value   =  the wrapped loss's compute_terms(matrix, masks), W through the engine
+
+Built on the current engine's `PairLoss.compute_terms(matrix, positive, negative)`;
+`_memory_terms` is the one place to port to the reference-set contract (it becomes
+`loss(labels, embeddings, reference=Reference(memory_labels, memory, trainable=False))`
+with the self slots masked).
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_dml import hyperparameters as _hyper
+from keras_dml import ops, validation
+from keras_dml.losses.base import PairLoss
+from keras_dml.weighting import weighted_pair_loss
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class MemoryBank(keras.layers.Layer):
+    """The ring buffer of `CrossBatchMemory`: non-trainable Keras state.
+
+    Weights (saved and restored with a model that tracks the layer, as `DMLModel`
+    does for a loss's `trainable_layer`): `embeddings` (M, d), `labels` (M,),
+    `filled` (slots holding an entry, <= M), `next_slot` and `steps` (training
+    calls seen). Under `tf.distribute` the variables are written once per step
+    from the first replica's value; every replica computes the same update
+    (the loss sees the gathered global batch), so the memories stay identical.
+    """
+
+    def __init__(self, memory_size, **kwargs):
+        super().__init__(**kwargs)
+        self.memory_size = memory_size
+
+    def build(self, input_shape):
+        dim = int(input_shape[-1])
+        add = dict(trainable=False, aggregation="only_first_replica")
+        self.embeddings = self.add_weight(shape=(self.memory_size, dim), initializer="zeros",
+                                          name="embeddings", **add)
+        self.labels = self.add_weight(shape=(self.memory_size,), initializer="zeros",
+                                      dtype="int32", name="labels", **add)
+        self.filled = self.add_weight(shape=(), initializer="zeros", dtype="int32",
+                                      name="filled", **add)
+        self.next_slot = self.add_weight(shape=(), initializer="zeros", dtype="int32",
+                                         name="next_slot", **add)
+        self.steps = self.add_weight(shape=(), initializer="zeros", dtype="int32",
+                                     name="steps", **add)
+
+    def enqueue(self, embeddings, labels, active):
+        """Write the batch into the next slots (only when `active`); return its slots."""
+        n = tf.shape(embeddings)[0]
+        slots = (self.next_slot + tf.range(n, dtype=tf.int32)) % self.memory_size
+        written = tf.where(active, tf.cast(embeddings, self.embeddings.dtype),
+                           tf.gather(self.embeddings, slots))
+        written_labels = tf.where(active, tf.cast(labels, tf.int32),
+                                  tf.gather(self.labels, slots))
+        self.embeddings.assign(tf.tensor_scatter_nd_update(
+            self.embeddings, slots[:, tf.newaxis], written))
+        self.labels.assign(tf.tensor_scatter_nd_update(
+            self.labels, slots[:, tf.newaxis], written_labels))
+        step = tf.cast(active, tf.int32) * n
+        self.next_slot.assign((self.next_slot + step) % self.memory_size)
+        self.filled.assign(tf.minimum(self.filled + step, self.memory_size))
+        return slots
+
+    def reset(self):
+        for variable in (self.embeddings, self.labels, self.filled, self.next_slot, self.steps):
+            variable.assign(tf.zeros_like(variable))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(memory_size=self.memory_size)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class CrossBatchMemory(keras.losses.Loss):
+    """Cross-batch memory (Wang et al. CVPR 2020) around a pair loss.
+
+    Each training call first enqueues the batch's embeddings and labels (without
+    gradient) into a memory of the last `memory_size` entries, then computes the
+    wrapped loss with the batch as queries and the memory as keys, the batch's own
+    copies excluded (a query is never its own positive):
+
+        L = (1/N) sum_i loss_i(S[i, memory])                          (PML's form)
+        L = L_batch + memory_weight * (1/N) sum_i loss_i(S[i, memory]) (XBM eq. 7)
+
+    the second with `include_batch_loss=True`, as in the paper's code. Before
+    `warmup_steps` training calls the memory stays empty and the loss is the
+    wrapped loss on the batch alone (the paper starts the memory after the
+    embedding has settled: XBM section 4.2).
+
+    The memory is a `MemoryBank` layer, exposed as `trainable_layer`, so a
+    `DMLModel` compiled with this loss tracks, saves and restores it. It fills in
+    training steps only: `DMLModel.evaluate` / `predict` read it without writing.
+    Called directly (outside `fit`), each call is a training call and enqueues,
+    as pytorch-metric-learning's `CrossBatchMemory` does. Under `tf.distribute`,
+    `DMLModel` hands the loss the gathered global batch, so every replica enqueues
+    the same entries.
+
+    Args:
+        loss: A keras_dml `PairLoss` computed from a query x key matrix:
+            MultiSimilarity, Contrastive, BinomialDeviance, (Generalized)
+            LiftedStructure, NCA, InstanceCrossEntropy, Histogram,... Mining
+            runs on the query x memory matrix.
+        memory_size: M, entries kept (>= the global batch size). The XBM paper
+            uses a memory of 5-100% of the training set.
+        warmup_steps: Training calls before the memory is used. Defaults to 0.
+        include_batch_loss: Add the in-batch loss (the paper's form). Defaults
+            to False (PML's form: the memory includes the batch).
+        memory_weight: Weight of the memory term in the paper's form (lambda).
+            Defaults to 1.0.
+
+    Examples:
+
+    >>> loss = keras_dml.losses.CrossBatchMemory(
+    ...     keras_dml.losses.MultiSimilarity(mining=False), memory_size=4096)
+    >>> model.compile(optimizer="adam", loss=loss)
+
+    Reference:
+        Wang et al., "Cross-Batch Memory for Embedding Learning", CVPR 2020.
+    """
+
+    updates_state = True
+
+    def __init__(self, loss, memory_size, warmup_steps=0, include_batch_loss=False,
+                 memory_weight=1.0, reduction="sum_over_batch_size",
+                 name="cross_batch_memory", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        if isinstance(loss, dict):
+            loss = keras.saving.deserialize_keras_object(loss)
+        if not isinstance(loss, PairLoss) or type(loss).pair_matrix is not PairLoss.pair_matrix:
+            raise ValueError(
+                "CrossBatchMemory wraps a keras_dml pair loss computed from the query x key "
+                "similarity matrix (MultiSimilarity, Contrastive, BinomialDeviance, ...); got "
+                f"{loss!r}. Proxy losses, Margin and LogRatio have no memory form.")
+        self.loss = loss
+        self.memory_size = _hyper.integer_at_least("memory_size", memory_size, 1)
+        self.warmup_steps = _hyper.integer_at_least("warmup_steps", warmup_steps, 0)
+        self.include_batch_loss = bool(include_batch_loss)
+        self.memory_weight = _hyper.finite("memory_weight", memory_weight)
+        self.trainable_layer = MemoryBank(self.memory_size, name="cross_batch_memory")
+        self._enqueue = True
+
+    @property
+    def memory(self):
+        """The `MemoryBank` (built on the first call or by `DMLModel.compile`)."""
+        return self.trainable_layer
+
+    def reset(self):
+        """Empty the memory and restart the warm-up count."""
+        if self.trainable_layer.built:
+            self.trainable_layer.reset()
+
+    def __call__(self, y_true, y_pred, sample_weight=None, enqueue=True):
+        """The loss; `enqueue=False` (evaluation) reads the memory without writing."""
+        self._enqueue = bool(enqueue)
+        try:
+            return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+        finally:
+            self._enqueue = True
+
+    def call(self, y_true, y_pred):
+        labels, embeddings = validation.check_labels_and_embeddings(y_true, y_pred)
+        embeddings = ops.to_float32(embeddings)
+        bank = self.trainable_layer
+        if not bank.built:
+            bank.build(embeddings.shape)
+        batch = embeddings.shape[0]
+        if batch is not None and batch > self.memory_size:
+            raise ValueError(f"CrossBatchMemory: a batch of {batch} does not fit a memory of "
+                             f"memory_size={self.memory_size}; use memory_size >= the "
+                             "global batch size.")
+        active = bank.steps >= self.warmup_steps
+        if self._enqueue:
+            slots = bank.enqueue(embeddings, labels, active)
+            bank.steps.assign_add(1)
+        else:
+            slots = tf.fill(tf.shape(labels), -1)  # evaluation: no copy of the batch inside
+        memory_value = self._memory_terms(labels, embeddings, slots)
+        batch_value = self.loss.call(labels, embeddings)
+        if self.include_batch_loss:
+            memory_value = batch_value + self.memory_weight * memory_value
+        return tf.where(active, memory_value, batch_value)
+
+    def _memory_terms(self, labels, embeddings, slots):
+        """Per-query values of the wrapped loss against the memory (no gradient into it)."""
+        bank, loss = self.trainable_layer, self.loss
+        keys = tf.stop_gradient(tf.cast(bank.embeddings, tf.float32))
+        matrix = ops.pairwise(embeddings, keys, metric=loss.metric)
+        positive, negative = ops.label_masks(labels, bank.labels, exclude_self=False)
+        present = tf.range(self.memory_size) < bank.filled
+        own = tf.one_hot(slots, self.memory_size, on_value=True, off_value=False)
+        keep = present[tf.newaxis, :] & ~own
+        positive, negative = loss.mine(matrix, positive & keep, negative & keep)
+        return weighted_pair_loss(matrix, lambda m: loss.compute_terms(m, positive, negative))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(loss=keras.saving.serialize_keras_object(self.loss),
+                      memory_size=self.memory_size, warmup_steps=self.warmup_steps,
+                      include_batch_loss=self.include_batch_loss,
+                      memory_weight=self.memory_weight)
+        return config

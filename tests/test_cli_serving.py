@@ -1,0 +1,77 @@
+"""`keras-dml index`, `search` and `calibrate` end to end on a small digits run."""
+
+import json
+import re
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_dml import cli, datasets
+from keras_dml.evaluation import pair_scores
+from keras_dml.index import Index
+from keras_dml.layers import EmbeddingHead
+from keras_dml.models import DMLModel
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A run directory as `keras-dml train` leaves it (untrained model: the commands'
+    plumbing is under test, not the embedding)."""
+    root = tmp_path_factory.mktemp("runs") / "digits-run"
+    root.mkdir()
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8, 8, 1))
+    x = keras.layers.Conv2D(8, 3, activation="relu")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = DMLModel(inputs, EmbeddingHead(6)(x))
+    model.save(root / "model.keras")
+    (root / "summary.json").write_text(json.dumps({"config": {"dataset": "digits"}}))
+    return root
+
+
+def _main(argv, capsys):
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def test_index_search_calibrate_export(run_dir, tmp_path, capsys):
+    out = _main(["index", run_dir], capsys)
+    test = datasets.load("digits").test
+    assert f"({len(test.labels)} items, dimension 6, exact)" in out
+    index = Index.load(run_dir / "index")
+    np.testing.assert_array_equal(index.labels, test.labels)
+    assert cli.main(["index", str(run_dir)]) == 2  # never overwritten unasked
+    assert "--overwrite" in capsys.readouterr().err
+
+    out = _main(["calibrate", run_dir, "--target-precision", "0.6", "--export",
+                 tmp_path / "retriever", "--k", "3"], capsys)
+    calibration = json.loads((run_dir / "calibration" / "calibration.json").read_text())
+    threshold = calibration["threshold"]
+    scores, same = pair_scores(index.embeddings, index.labels)
+    assert same[scores >= threshold].mean() >= 0.6  # the target holds on the calibration set
+    assert calibration["achieved"]["precision"] == pytest.approx(same[scores >= threshold].mean())
+    for name in ("threshold_table.csv", "verification_curves.png", "score_histograms.png"):
+        assert (run_dir / "calibration" / name).stat().st_size > 0
+    path = re.search(r"retriever with threshold: (\S+)", out).group(1)
+
+    paths = []
+    for i in (0, 7):
+        paths.append(tmp_path / f"q{i}.png")
+        image = np.round(test.images[i] * 255).astype(np.uint8)
+        paths[-1].write_bytes(tf.io.encode_png(image).numpy())
+    out = _main(["search", run_dir / "index", *paths, "--k", "2", "--threshold", "calibrated"],
+                capsys)
+    images = np.stack([np.round(test.images[i] * 255) / 255 for i in (0, 7)]).astype(np.float32)
+    queries = keras.saving.load_model(run_dir / "model.keras").predict(images, verbose=0)
+    expected = index.search(queries, 2)
+    printed = [int(m) for m in re.findall(r"^\s+1\. id (\d+)", out, re.M)]
+    assert printed == expected.ids[:, 0].tolist()
+    matches = [int(m) for m in re.findall(r"match: (-?\d+)", out)]
+    assert matches == index.match(queries, threshold).tolist()
+    served = tf.saved_model.load(path).signatures["serving_default"](images=tf.constant(images))
+    np.testing.assert_array_equal(served["match"].numpy(), index.match(queries, threshold))
+    np.testing.assert_array_equal(served["indices"].numpy()[:, 0], expected.ids[:, 0])

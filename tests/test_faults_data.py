@@ -1,0 +1,144 @@
+"""Faults: broken image files and broken list files say where they are."""
+
+import os
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_dml import datasets
+from keras_dml.data import Preprocessing, class_balanced_batches, evaluation_batches
+from keras_dml.data.bad_images import MAX_BAD_BATCHES_IN_A_ROW
+
+pytestmark = pytest.mark.faults
+
+PREP = Preprocessing(image_size=16, resize_size=20)
+
+
+def _jpeg(seed):
+    pixels = np.random.default_rng(seed).integers(0, 255, (24, 24, 3), dtype=np.uint8)
+    return tf.io.encode_jpeg(pixels).numpy()
+
+
+def _write_cub(root, classes=4, per_class=4):
+    """A CUB_200_2011 folder; returns the image paths in images.txt order."""
+    os.makedirs(os.path.join(root, "images"))
+    image_lines, label_lines, paths = [], [], []
+    for c in range(1, classes + 1):
+        folder = f"{c:03d}.class_{c}"
+        os.makedirs(os.path.join(root, "images", folder))
+        for j in range(per_class):
+            i = len(paths) + 1
+            rel = f"{folder}/img_{j}.jpg"
+            with open(os.path.join(root, "images", rel), "wb") as f:
+                f.write(_jpeg(i))
+            image_lines.append(f"{i} {rel}")
+            label_lines.append(f"{i} {c}")
+            paths.append(os.path.join(root, "images", rel))
+    for name, lines in (("images.txt", image_lines), ("image_class_labels.txt", label_lines),
+                        ("classes.txt", [f"{c} {c:03d}.class_{c}" for c in
+                                         range(1, classes + 1)])):
+        with open(os.path.join(root, name), "w") as f:
+            f.write("\n".join(lines) + "\n")
+    return paths
+
+
+def _truncate(path):
+    data = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(data[:len(data) // 3])
+
+
+def _edit_line(path, number, text):
+    lines = open(path).read().splitlines()
+    lines[number - 1] = text
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def test_a_truncated_jpeg_in_a_cub_folder_is_named_by_the_default_pipeline(tmp_path):
+    paths = _write_cub(str(tmp_path))
+    _truncate(paths[5])
+    train = datasets.load("cub200", data_dir=str(tmp_path)).train  # classes 1-2: images 0-7
+    index = train.paths.index(paths[5])
+    ds = class_balanced_batches(train, 2, 4, seed=0, preprocessing=PREP)
+    with pytest.raises(tf.errors.OpError, match=f"image {index} '.*img_1.jpg'") as error:
+        next(iter(ds))
+    assert "skip_bad_images=True" in str(error.value)
+    with pytest.raises(tf.errors.OpError, match=f"image {index} '.*img_1.jpg'"):
+        list(evaluation_batches(train, PREP, batch_size=3))
+
+
+def _iterate_with_timeout(ds, steps, seconds=120):
+    outcome = {}
+
+    def run():
+        try:
+            for _ in ds.take(steps):
+                pass
+            outcome["finished"] = True
+        except Exception as error:  # noqa: BLE001
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "the pipeline hangs"
+    return outcome
+
+
+def test_an_all_bad_pipeline_fails_with_the_file_names_and_does_not_hang(tmp_path, capfd):
+    paths = _write_cub(str(tmp_path), classes=2, per_class=3)
+    for path in paths:
+        _truncate(path)
+    ds = class_balanced_batches((paths, np.repeat([0, 1], 3)), 2, 2, seed=0,
+                                preprocessing=PREP, skip_bad_images=True)
+    outcome = _iterate_with_timeout(ds, 5)
+    message = str(outcome.get("error"))
+    assert f"{MAX_BAD_BATCHES_IN_A_ROW} batches in a row" in message, outcome
+    assert "img_0.jpg" in message
+    assert "skipped so far" in capfd.readouterr().err
+
+
+def test_a_missing_listed_file_is_reported_at_load_time_with_its_line(tmp_path):
+    paths = _write_cub(str(tmp_path))
+    os.remove(paths[2])
+    os.remove(paths[9])
+    with pytest.warns(UserWarning, match=r"skipped 2 of 16 images \(missing: 2\).*img_2.jpg "
+                      r"missing \(images.txt line 3\).*img_1.jpg missing \(images.txt line 10\)"):
+        splits = datasets.load("cub200", data_dir=str(tmp_path))
+    assert len(splits.train) + len(splits.test) == 14
+
+
+@pytest.mark.parametrize("filename, line, text, match", [
+    ("images.txt", 4, "4", r"images.txt, line 4: expected 2 fields '<image_id> <path>', got 1"),
+    ("images.txt", 2, "x 001.class_1/img_1.jpg", r"images.txt, line 2: image_id is not an integer"),
+    ("images.txt", 3, "2 001.class_1/img_2.jpg", r"images.txt, line 3: image_id 2 already given "
+                                                 r"at line 2"),
+    ("image_class_labels.txt", 7, "7 two", r"image_class_labels.txt, line 7: class_id is not"),
+    ("image_class_labels.txt", 5, "5 2 extra", r"image_class_labels.txt, line 5: expected 2"),
+    ("classes.txt", 1, "one 001.class_1", r"classes.txt, line 1: class_id is not an integer"),
+])
+def test_a_malformed_cub_list_line_names_the_file_and_line(tmp_path, filename, line, text, match):
+    _write_cub(str(tmp_path))
+    _edit_line(os.path.join(tmp_path, filename), line, text)
+    with pytest.raises(ValueError, match=match):
+        datasets.load("cub200", data_dir=str(tmp_path))
+
+
+def test_malformed_sop_and_inshop_lines_name_the_file_and_line(tmp_path):
+    sop = tmp_path / "sop"
+    sop.mkdir()
+    for name in ("Ebay_train.txt", "Ebay_test.txt"):
+        (sop / name).write_text("image_id class_id super_class_id path\n"
+                                "1 1 1 a/1.jpg\n2 one 1 a/2.jpg\n")
+    with pytest.raises(ValueError, match=r"Ebay_train.txt, line 3: class_id is not an integer"):
+        datasets.load("sop", data_dir=str(sop))
+    inshop = tmp_path / "inshop"
+    inshop.mkdir()
+    (inshop / "list_eval_partition.txt").write_text(
+        "2\nimage_name item_id evaluation_status\nimg/a.jpg id_00000001 train\n"
+        "img/b.jpg id_00000001 tran\n")
+    with pytest.raises(ValueError, match=r"list_eval_partition.txt, line 4: evaluation_status"):
+        datasets.load("inshop", data_dir=str(inshop))
