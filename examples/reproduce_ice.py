@@ -33,12 +33,9 @@ def rows():
 
 
 def main(argv=None):
-    args = reproduction.parse_args(__doc__.split("\n\n")[0], steps=600, seeds=[0, 1],
-                                   argv=argv)
-    reproduction.setup(args)
-    table_rows = rows()
-    results = reproduction.run_rows(NAME, table_rows, args)
-    summary = reproduction.summarize(table_rows, results)
+    args, _, _, summary = reproduction.run_table(
+        NAME, __doc__.split("\n\n")[0], lambda args: rows(), steps=600, seeds=[0, 1],
+        argv=argv)
     reproduction.write_table(NAME, args, reproduction.markdown(summary))
     plt = reproduction._pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -56,11 +53,7 @@ def main(argv=None):
     ax.set_ylabel("R@1 (%)" + (", mean ± std over seeds" if len(args.seeds) > 1 else ""))
     ax.set_title(f"ICE scale ablation on Omniglot ({args.steps} steps of 32 x 4)",
                  fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(f"{args.out_dir}/{NAME}.png", dpi=110)
-    plt.close(fig)
+    reproduction.save_figure(fig, f"{args.out_dir}/{NAME}.png", [ax])
     return summary
 
 

@@ -33,12 +33,9 @@ def rows():
 
 
 def main(argv=None):
-    args = reproduction.parse_args(__doc__.split("\n\n")[0], steps=400, seeds=[0, 1],
-                                   argv=argv)
-    reproduction.setup(args)
-    table_rows = rows()
-    results = reproduction.run_rows(NAME, table_rows, args)
-    summary = reproduction.summarize(table_rows, results)
+    args, _, _, summary = reproduction.run_table(
+        NAME, __doc__.split("\n\n")[0], lambda args: rows(), steps=400, seeds=[0, 1],
+        argv=argv)
     reproduction.write_table(NAME, args, reproduction.markdown(summary))
     plt = reproduction._pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), width_ratios=(2, 1))
@@ -50,7 +47,6 @@ def main(argv=None):
     left.set_xlabel("batch size (classes x 4 images)")
     left.set_ylabel("R@1 (%), mean ± std over seeds")
     left.set_title(f"MultiSimilarity vs batch size ({args.steps} steps)", fontsize=10)
-    left.grid(alpha=0.3)
     pair = [e for e in summary if e["group"] == "binomial"]
     right.bar([e["row"].split(" (")[0] for e in pair], [e["R@1"] for e in pair],
               yerr=[e["R@1 std"] for e in pair], capsize=3, color=["tab:blue", "tab:red"])
@@ -59,9 +55,7 @@ def main(argv=None):
         right.set_ylim(max(0, low - 5), max(e["R@1"] + e["R@1 std"] for e in pair) + 2)
     right.set_ylabel("R@1 (%)")
     right.set_title("BinLifted vs Binomial (32 x 4)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(f"{args.out_dir}/{NAME}.png", dpi=110)
-    plt.close(fig)
+    reproduction.save_figure(fig, f"{args.out_dir}/{NAME}.png", [left])
     return summary
 
 

@@ -35,14 +35,11 @@ def rows(eval_every):
 
 
 def main(argv=None):
-    args = reproduction.parse_args(
-        __doc__.split("\n\n")[0], steps=1000, seeds=[0], argv=argv,
-        extra=lambda p: p.add_argument("--eval-every", type=int, default=None,
-                                       help="default steps / 10"))
-    reproduction.setup(args)
-    table_rows = rows(args.eval_every or max(1, args.steps // 10))
-    results = reproduction.run_rows(NAME, table_rows, args)
-    summary = reproduction.summarize(table_rows, results)
+    args, table_rows, results, summary = reproduction.run_table(
+        NAME, __doc__.split("\n\n")[0],
+        lambda args: rows(args.eval_every or max(1, args.steps // 10)), steps=1000, seeds=[0],
+        argv=argv, extra=lambda p: p.add_argument("--eval-every", type=int, default=None,
+                                                  help="default steps / 10"))
     series, text = {}, reproduction.markdown(summary)
     text += "\n\n| row | step | R@1 (mean over seeds) |\n|---|---|---|"
     for row in table_rows:

@@ -43,13 +43,10 @@ def rows():
 
 
 def main(argv=None):
-    args = reproduction.parse_args(__doc__.split("\n\n")[0], steps=600, seeds=[0, 1],
-                                   argv=argv)
-    reproduction.setup(args)
-    table_rows = rows()
-    results = reproduction.run_rows(NAME, table_rows, args)
-    summary = reproduction.summarize(table_rows, results)
-    title = (f"Unified view Table 1 on Omniglot ({args.steps} steps of 32 x 4, "
+    args, _, _, summary = reproduction.run_table(
+        NAME, __doc__.split("\n\n")[0], lambda args: rows(), steps=600, seeds=[0, 1],
+        argv=argv)
+    title = (f"Unified view Table 1 on Omniglot\n({args.steps} steps of 32 x 4, "
              f"3-block CNN from scratch)")
     reproduction.write_table(NAME, args, reproduction.markdown(summary))
     colors = [{"Binomial": "tab:blue", "VTHM": "tab:gray", "RAW": "tab:orange"}[e["group"]]

@@ -69,11 +69,9 @@ def rows(data_dir=None):
 
 
 def main(argv=None):
-    args = reproduction.parse_args(__doc__.split("\n\n")[0], steps=400, seeds=[0], argv=argv)
-    reproduction.setup(args)
-    table_rows = rows(args.data)
-    results = reproduction.run_rows(NAME, table_rows, args)
-    summary = reproduction.summarize(table_rows, results)
+    args, _, _, summary = reproduction.run_table(
+        NAME, __doc__.split("\n\n")[0], lambda args: rows(args.data), steps=400, seeds=[0],
+        argv=argv)
     text = reproduction.markdown(summary)
     for group in ("with", "without"):
         values = [e["R@1"] for e in summary if e["group"] == group]
@@ -98,10 +96,7 @@ def main(argv=None):
     ax.set_ylabel("R@1 (%)" + (", mean ± std over seeds" if len(args.seeds) > 1 else ""))
     ax.set_title(f"Balanced contrastive with / without importance weights ({args.steps} "
                  "steps)", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(f"{args.out_dir}/{NAME}.png", dpi=110)
-    plt.close(fig)
+    reproduction.save_figure(fig, f"{args.out_dir}/{NAME}.png", [ax])
     return summary
 
 

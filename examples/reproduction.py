@@ -152,10 +152,7 @@ def bar_figure(summary, path, title, metric="R@1", colors=None):
     ax.set_xlabel(f"{metric} (%) on 659 held-out Omniglot characters"
                   + (f", mean ± std over {seeds[-1]} seeds" if seeds[-1] > 1 else ", one seed"))
     ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def line_figure(series, path, title, xlabel, ylabel="R@1 (%)", logx=False):
@@ -173,12 +170,7 @@ def line_figure(series, path, title, xlabel, ylabel="R@1 (%)", logx=False):
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, [ax])
 
 
 def write_table(name, args, text):
@@ -189,5 +181,24 @@ def write_table(name, args, text):
     return path
 
 
-def setup(args):
+def run_table(name, description, make_rows, steps, seeds, argv=None, extra=None):
+    """Parse the command line, run every (row, seed) not done yet, and summarise:
+    returns (args, rows, results, summary). `make_rows(args)` lists the rows."""
+    args = parse_args(description, steps=steps, seeds=seeds, argv=argv, extra=extra)
     protocol.set_threads(args.threads)
+    rows = make_rows(args)
+    results = run_rows(name, rows, args)
+    return args, rows, results, summarize(rows, results)
+
+
+def save_figure(fig, path, axes=()):
+    """Grid and legend on `axes`, then a tight PNG at `path`."""
+    plt = _pyplot()
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
