@@ -11,6 +11,8 @@ model so the proxies are trained and saved with the model.
 loss and returns the (N, C K) sample-to-proxy weights.
 """
 
+import warnings
+
 import numpy as np
 import tensorflow as tf
 
@@ -99,6 +101,7 @@ class ProxyLoss(PairLoss):
 
     # -- the engine hooks -------------------------------------------------------------
     def default_reference(self, labels, embeddings):
+        _warn_if_frozen(self)
         proxies = self.trainable_layer(embeddings)
         proxy_class = tf.range(self.trainable_layer.num_proxies) // self.proxies_per_class
         return Reference(proxy_class, proxies, trainable=True)
@@ -124,3 +127,19 @@ class ProxyLoss(PairLoss):
             proxy_initializer=layer.get_config()["initializer"],
         )
         return config
+
+
+def _warn_if_frozen(loss):
+    """A proxy loss traced into a training step of a model that does not train its
+    proxies (a plain keras.Model) learns against frozen random proxies: say so once."""
+    layer = loss.trainable_layer
+    if tf.executing_eagerly() or getattr(layer, "attached_to_model", False) \
+            or getattr(loss, "_warned_frozen", False):
+        return
+    loss._warned_frozen = True
+    warnings.warn(
+        f"{type(loss).__name__}: its proxies are not trained here (they are not in the "
+        "model's trainable weights), so training runs against frozen random proxies. "
+        "Compile it into keras_dml.models.DMLModel, or add loss.trainable_layer's weights to "
+        "the trained variables and set loss.trainable_layer.attached_to_model = True.",
+        stacklevel=2)
