@@ -109,17 +109,54 @@ def _per_anchor_terms(closeness, positive, negative, margin, miner):
     return tf.nn.relu(hinge), gradient, tf.reduce_sum(tf.cast(valid, tf.float32))
 
 
+def _semihard_terms_by_slots(closeness, positive, negative, margin, miner):
+    """Semi-hard selection and the hinge fused in one pass per positive slot."""
+    rank, _ = triplet_mining.slots(positive)
+    fixed = tf.stop_gradient(closeness)
+    negatives_only = tf.where(negative, fixed, -_BIG)
+    n = tf.shape(closeness)[1]
+
+    def body(slot, total, gradient, count):
+        column = tf.argmax(tf.cast(slot, tf.int32), axis=1, output_type=tf.int32)
+        anchor_positive = tf.gather(closeness, column, batch_dims=1)
+        fixed_positive = tf.stop_gradient(anchor_positive)[:, tf.newaxis]
+        candidates = tf.where(negatives_only < fixed_positive, negatives_only, -_BIG)
+        chosen = tf.argmax(candidates, axis=1, output_type=tf.int32)
+        found = tf.gather(slot, column, batch_dims=1) & (
+            tf.gather(candidates, chosen, batch_dims=1) > -_BIG)
+        anchor_negative = tf.gather(closeness, chosen, batch_dims=1)
+        if miner.margin is not None:
+            found &= tf.stop_gradient(anchor_negative - anchor_positive) > -miner.margin
+        hinge = tf.where(found, anchor_negative - anchor_positive + margin, 0.0)
+        active = tf.cast(hinge > 0, tf.float32)[:, tf.newaxis]
+        gradient += (tf.one_hot(chosen, n) - tf.one_hot(column, n)) * active
+        return (total + tf.nn.relu(hinge), gradient,
+                count + tf.reduce_sum(tf.cast(found, tf.float32)))
+
+    return triplet_mining.for_each_slot(
+        positive, body, (tf.zeros_like(closeness[:, 0]), tf.zeros_like(closeness),
+                         tf.constant(0.0)))
+
+
 def _generic_terms(closeness, positive, negative, margin, miner):
     valid, negative_index = miner.select(closeness, positive, negative)
     return selected_triplet_terms(closeness, valid, negative_index, margin)
 
 
-# One triplet per anchor in a few (N, N) passes; any other TripletMiner (semi-hard)
-# goes through its `select`, the same search the miner runs on its own.
+def _semihard_terms(closeness, positive, negative, margin, miner):
+    return tf.cond(
+        triplet_mining.slots(positive)[1] <= triplet_mining.SLOT_LIMIT,
+        lambda: _semihard_terms_by_slots(closeness, positive, negative, margin, miner),
+        lambda: _generic_terms(closeness, positive, negative, margin, miner))
+
+
+# Fast paths for the built-in miners; any other TripletMiner goes through `select`.
 _FAST_TERMS = {
+    triplet_mining.SemiHardMiner: _semihard_terms,
     triplet_mining.HardMiner: _per_anchor_terms,
     triplet_mining.EasyMiner: _per_anchor_terms,
 }
+_BIG = tf.float32.max
 
 
 @register(row_local=False)
