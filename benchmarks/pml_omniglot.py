@@ -126,12 +126,15 @@ def build_cnn(dim=DIM, filters=64, blocks=3, size=protocol.SIZE):
 
 
 def run(loss_name, variant, steps, seed, classes_per_batch, samples_per_class, data_dir=None,
-        learning_rate=1e-3, eval_every=None):
-    """Train with a PML loss under the protocol; returns the same dict as run_protocol."""
+        learning_rate=1e-3, eval_every=None, test_classes=None):
+    """Train with a PML loss under the protocol; returns the same dict as run_protocol
+    (`test_classes`: evaluate on the first this many test characters only)."""
     import torch
 
     description, build = _variants()[loss_name][variant]
     x_train, y_train, x_test, y_test = protocol.load_data(data_dir)
+    if test_classes:
+        x_test, y_test = x_test[y_test < test_classes], y_test[y_test < test_classes]
     order = protocol.batch_order(y_train, classes_per_batch, samples_per_class, steps, seed)
     torch.manual_seed(seed)
     model = build_cnn()
