@@ -9,7 +9,8 @@ from keras_dml import losses
 ARGUMENTS = {
     "ProxyAnchor": {"num_classes": 3}, "ProxyNCA": {"num_classes": 3},
     "SoftTriple": {"num_classes": 3, "centers_per_class": 2},
-    "NormalizedSoftmax": {"num_classes": 3},
+    "NormalizedSoftmax": {"num_classes": 3}, "ArcFace": {"num_classes": 3},
+    "CosFace": {"num_classes": 3}, "SubCenterArcFace": {"num_classes": 3},
 }
 
 
