@@ -82,6 +82,18 @@ def _variants():
                       "NCA(scale=1) on cosine",
                       lambda: (losses.NCALoss(softmax_scale=0.5), None, 1)),
         },
+        # issue 18: the same defaults on both sides
+        "ArcFace": {"default": ("ArcFaceLoss(964, 128) (margin 28.6 degrees, scale 64)",
+                                lambda: (losses.ArcFaceLoss(NUM_CLASSES, DIM), None, 1))},
+        "CosFace": {"default": ("CosFaceLoss(964, 128) (margin 0.35, scale 64)",
+                                lambda: (losses.CosFaceLoss(NUM_CLASSES, DIM), None, 1))},
+        "SupervisedContrastive": {"default": ("SupConLoss() (temperature 0.1)",
+                                              lambda: (losses.SupConLoss(), None, 1))},
+        "Circle": {"default": ("CircleLoss() (m 0.4, gamma 80)",
+                               lambda: (losses.CircleLoss(), None, 1))},
+        "SmoothAP": {"default": ("SmoothAPLoss() (temperature 0.01; PML 2.9 groups the batch "
+                                 "into blocks of C rows, right only for C = k)",
+                                 lambda: (losses.SmoothAPLoss(), None, 1))},
     }
 
 
