@@ -252,10 +252,18 @@ def add_protocol_arguments(parser):
 
 
 def set_threads(threads):
+    """TensorFlow's intra-op threads (inter-op 1); only possible before TensorFlow
+    starts, so a process that already ran TensorFlow keeps its setting (with a note)."""
     import tensorflow as tf
 
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    if tf.config.threading.get_intra_op_parallelism_threads() == threads:
+        return
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:
+        print(f"note: TensorFlow already started in this process; --threads {threads} "
+              "is not applied", file=sys.stderr)
 
 
 def append_result(path, row):

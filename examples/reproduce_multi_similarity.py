@@ -45,7 +45,8 @@ def main(argv=None):
     left.set_xscale("log", base=2)
     left.set_xticks([e["x"] for e in batch], [str(int(e["x"])) for e in batch])
     left.set_xlabel("batch size (classes x 4 images)")
-    left.set_ylabel("R@1 (%), mean ± std over seeds")
+    left.set_ylabel("R@1 (%)" + (", mean ± std over seeds" if len(args.seeds) > 1
+                                 else ", one seed") + f", {args.evaluated}", fontsize=8)
     left.set_title(f"MultiSimilarity vs batch size ({args.steps} steps)", fontsize=10)
     pair = [e for e in summary if e["group"] == "binomial"]
     right.bar([e["row"].split(" (")[0] for e in pair], [e["R@1"] for e in pair],

@@ -51,7 +51,8 @@ def main(argv=None):
     reproduction.write_table(NAME, args, reproduction.markdown(summary))
     colors = [{"Binomial": "tab:blue", "VTHM": "tab:gray", "RAW": "tab:orange"}[e["group"]]
               for e in summary]
-    reproduction.bar_figure(summary, f"{args.out_dir}/{NAME}.png", title, colors=colors)
+    reproduction.bar_figure(summary, f"{args.out_dir}/{NAME}.png", title, args.evaluated,
+                            colors=colors)
     return summary
 
 

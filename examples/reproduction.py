@@ -56,9 +56,11 @@ def parse_args(description, steps, seeds, argv=None, extra=None):
         args.seeds = args.seeds or QUICK["seeds"]
         args.out_dir = args.out_dir or tempfile.mkdtemp(prefix="keras_dml_quick_")
         args.test_classes, args.run_eagerly = QUICK["test_classes"], QUICK["run_eagerly"]
+        args.evaluated = f"{QUICK['test_classes']} held-out characters (--quick)"
     else:
         args.steps, args.seeds = args.steps or steps, args.seeds or seeds
         args.out_dir, args.test_classes, args.run_eagerly = args.out_dir or FIGURES, None, False
+        args.evaluated = "659 held-out Omniglot characters"
     os.makedirs(args.out_dir, exist_ok=True)
     return args
 
@@ -131,13 +133,14 @@ def _pyplot():
     return plt
 
 
-def bar_figure(summary, path, title, metric="R@1", colors=None):
-    """Horizontal bars of `metric` per row, error bars = std over seeds."""
+def bar_figure(summary, path, title, evaluated, metric="R@1", colors=None):
+    """Horizontal bars of `metric` per row, error bars = std over seeds (when > 1)."""
     plt = _pyplot()
     names = [e["row"] for e in summary]
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.4))
     ax.barh(range(len(names)), [e[metric] for e in summary],
-            xerr=[e[metric + " std"] for e in summary], capsize=3,
+            xerr=[e[metric + " std"] for e in summary] if max(e["n"] for e in summary) > 1
+            else None, capsize=3,
             color=colors or "tab:blue", alpha=0.85)
     ax.set_yticks(range(len(names)), names)
     ax.invert_yaxis()
@@ -149,7 +152,7 @@ def bar_figure(summary, path, title, metric="R@1", colors=None):
         ax.text(e[metric] + e[metric + " std"] + 0.05 * pad, i, f"{e[metric]:.1f}",
                 va="center", fontsize=8)
     seeds = sorted({e["n"] for e in summary})
-    ax.set_xlabel(f"{metric} (%) on 659 held-out Omniglot characters"
+    ax.set_xlabel(f"{metric} (%) on {evaluated}"
                   + (f", mean ± std over {seeds[-1]} seeds" if seeds[-1] > 1 else ", one seed"))
     ax.set_title(title, fontsize=10)
     return save_figure(fig, path)
