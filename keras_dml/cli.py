@@ -62,6 +62,13 @@ def add_train_arguments(parser):
                      help="TF Serving exports go to <export-dir>/<run>/<version>")
     out.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
     out.add_argument("--no-plots", action="store_true", help="skip the figures")
+    faults = parser.add_argument_group("faults")
+    faults.add_argument("--resume", default=None, metavar="RUN",
+                        help="continue a killed run from its last epoch backup (RUN: its "
+                        "directory, runs/<name>); its saved settings are used")
+    faults.add_argument("--skip-bad-images", action="store_true",
+                        help="skip training batches holding an unreadable image (counted on "
+                        "stderr) instead of stopping with an error naming the file")
 
 
 def _print_metrics(title, metrics, ks):
@@ -74,7 +81,13 @@ def train(args):
     _quiet_tensorflow()
     from keras_dml import training
 
-    run = training.run(training.TrainConfig.from_args(args), report=_print_metrics)
+    if args.resume:
+        config = training.load_run_config(args.resume)
+        print(f"resuming {os.path.join(config.runs_dir, config.run_name)} with its saved "
+              "settings", flush=True)
+        run = training.run(config, report=_print_metrics, resume=True)
+    else:
+        run = training.run(training.TrainConfig.from_args(args), report=_print_metrics)
     print(f"run directory: {run['run_dir']}")
     if run.get("export_dir"):
         print(f"SavedModel:    {run['export_dir']}")

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from keras_dml import backbones, data, datasets, distribute, evaluation, losses
 from keras_dml.callbacks import RecallAtK
+from keras_dml.data.bad_images import clear_error
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
 
@@ -46,6 +47,7 @@ class TrainConfig:
     export_dir: str = "savedmodels"
     export: bool = True
     plots: bool = True
+    skip_bad_images: bool = False
 
     def __post_init__(self):
         for field in ("epochs", "steps_per_epoch"):
@@ -246,8 +248,58 @@ def write_plots(run_dir, recall_callback, split, embeddings):
     return sorted(written)
 
 
-def run(config, report=None):
-    """Train and evaluate as `config` says; return a summary dict (also saved as JSON)."""
+def load_run_config(run):
+    """The `TrainConfig` saved in a run directory (`keras-dml train --resume RUN`).
+
+    `run` is the run directory, or its name under the default `runs/`.
+    """
+    run_dir = run if os.path.isdir(run) else os.path.join("runs", run)
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"--resume {run}: no {path}; pass the run directory of a keras-dml train run "
+            "(runs/<name>).")
+    with open(path) as f:
+        values = json.load(f)  # JSON only: nothing the run folder holds is executed
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    values = {k: v for k, v in values.items() if k in fields}
+    values.update(runs_dir=os.path.dirname(os.path.abspath(run_dir)),
+                  run_name=os.path.basename(os.path.abspath(run_dir)))
+    return TrainConfig(**values)
+
+
+def _backup_callback(run_dir, batches, resume):
+    """Backs up every epoch to `<run>/backup` (atomic, see `keras_dml.backup`)."""
+    backup_dir = os.path.join(run_dir, "backup")
+    if distribute.cluster_workers() > 1:
+        return distribute.BackupAndRestore(backup_dir, stream=batches, double_checkpoint=True,
+                                           delete_checkpoint=False)
+    from keras_dml.backup import TrainingBackup, complete_backups
+
+    if resume and not complete_backups(backup_dir):
+        raise FileNotFoundError(f"--resume: {backup_dir} holds no backup (the run was killed "
+                                "before its first epoch ended); start it again.")
+    return TrainingBackup(backup_dir, stream=batches)
+
+
+def _restore_recall_history(recall, backup):
+    """After a resume, the recall curve also shows the epochs trained before the kill
+    (their R@K are in the backup's history)."""
+    restored = getattr(backup, "history", None) or {}
+    epochs = len(restored.get("loss", []))
+    if not epochs:
+        return
+    recall.history = {"epoch": list(range(epochs))}
+    recall.history.update({k: list(v) for k, v in restored.items() if k.startswith("val_")})
+
+
+def run(config, report=None, resume=False):
+    """Train and evaluate as `config` says; return a summary dict (also saved as JSON).
+
+    Every epoch is backed up to `<run>/backup`; `resume=True` continues the run in
+    `config.runs_dir/config.run_name` from its last backup (model, optimizer,
+    proxies, sampler position, epoch, history), then evaluates, plots and exports.
+    """
     started = time.time()
     splits = datasets.load(config.dataset, data_dir=config.data_dir)
     input_shape, preprocessing = _input_spec(splits.train, config.image_size)
@@ -267,13 +319,18 @@ def run(config, report=None):
         run_dir = os.path.join(run_dir, distribute.task_name())
         config = dataclasses.replace(config, export=False, plots=False)
     os.makedirs(run_dir, exist_ok=True)
+    if not resume:
+        with open(os.path.join(run_dir, "config.json"), "w") as f:
+            json.dump(dataclasses.asdict(config), f, indent=2)
 
     transform = None if preprocessing else array_transform(splits.train, input_shape)
     batches = distribute.training_batches(  # before evaluating: a bad batch design fails fast
         strategy, splits.train, config.classes_per_batch, config.samples_per_class,
         seed=config.seed, preprocessing=preprocessing,
         map_fn=_augmented(transform, config, input_shape),
+        **({"skip_bad_images": True} if config.skip_bad_images else {}),
     )
+    backup = _backup_callback(run_dir, batches, resume)
     before, _ = evaluate(model, splits, preprocessing, transform)
     if report:
         report("before training", before, KS)
@@ -282,12 +339,20 @@ def run(config, report=None):
         data.evaluation_batches(queries, preprocessing, transform=transform), ks=KS, verbose=0,
         reference_data=None if references is None
         else data.evaluation_batches(references, preprocessing, transform=transform))
-    callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
+    callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"),
+                                                   append=resume), backup]
     log_dir = os.path.join(run_dir, "tensorboard")
     if _have_tensorboard():
         callbacks.append(keras.callbacks.TensorBoard(log_dir))
-    history = model.fit(batches, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
-                        callbacks=callbacks, verbose=2)
+    callbacks.append(keras.callbacks.LambdaCallback(  # after `backup` has restored
+        on_train_begin=lambda logs=None: _restore_recall_history(recall, backup)))
+    try:
+        history = model.fit(batches, epochs=config.epochs,
+                            steps_per_epoch=config.steps_per_epoch, callbacks=callbacks,
+                            verbose=2)
+    except tf.errors.OpError as error:  # a bad image file: the message names it
+        raise clear_error(error) or error from None
+    full_history = getattr(backup, "history", None) or history.history
     after, embeddings = evaluate(model, splits, preprocessing, transform)
     if report:
         report("after training", after, KS)
@@ -300,7 +365,7 @@ def run(config, report=None):
         "model": model_path,
         "recall_before": before,
         "recall_after": after,
-        "loss_history": [float(v) for v in history.history["loss"]],
+        "loss_history": [float(v) for v in full_history.get("loss", [])],
         "seconds": None,
         "export_dir": None,
         "plots": [],

@@ -41,7 +41,8 @@ class CheckedLoss(keras.losses.Loss):
         if embeddings.shape[0] == 0:
             empty = tf.reduce_sum(ops.to_float32(embeddings), axis=1) * 0.0
             return empty if self.reduction in (None, "none") else tf.reduce_sum(empty)
-        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+        value = super().__call__(y_true, y_pred, sample_weight=sample_weight)
+        return validation.check_no_overflow(value, embeddings, type(self).__name__)
 
 
 class PairLoss(CheckedLoss):
