@@ -16,7 +16,7 @@ from test_faults_data import _truncate, _write_cub
 
 pytestmark = pytest.mark.faults
 
-FAST = ["--epochs", "2", "--steps-per-epoch", "2", "--no-export", "--no-plots",
+FAST = ["--dataset", "digits", "--epochs", "2", "--steps-per-epoch", "2", "--no-export", "--no-plots",
         "--classes-per-batch", "2", "--samples-per-class", "2"]
 
 
@@ -58,9 +58,9 @@ def test_resume_of_a_folder_that_is_not_a_run_is_a_clear_error(tmp_path, capsys)
 def test_skip_bad_images_on_the_command_line(tmp_path, capfd):
     paths = _write_cub(str(tmp_path / "cub"), classes=4, per_class=6)
     _truncate(paths[1])  # a training class (the first half)
-    args = ["train", "--dataset", "cub200", "--data-dir", str(tmp_path / "cub"),
+    args = ["train", *FAST, "--dataset", "cub200", "--data-dir", str(tmp_path / "cub"),
             "--image-size", "16", "--backbone", "convnet", "--runs-dir",
-            str(tmp_path / "runs"), *FAST]
+            str(tmp_path / "runs")]
     assert cli.main(args + ["--run-name", "strict"]) == 2
     assert "img_1.jpg" in capfd.readouterr().err
     assert cli.main(args + ["--run-name", "skipping", "--skip-bad-images"]) == 0
