@@ -13,18 +13,12 @@ import pytest
 
 from keras_dml import cli
 from test_faults_data import _truncate, _write_cub
+from test_faults_resume import _env
 
 pytestmark = pytest.mark.faults
 
-FAST = ["--dataset", "digits", "--epochs", "2", "--steps-per-epoch", "2", "--no-export", "--no-plots",
-        "--classes-per-batch", "2", "--samples-per-class", "2"]
-
-
-def _env():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+FAST = ["--dataset", "digits", "--epochs", "2", "--steps-per-epoch", "2", "--no-export",
+        "--no-plots", "--classes-per-batch", "2", "--samples-per-class", "2"]
 
 
 def test_a_killed_train_run_resumes_with_its_history(tmp_path, capsys):
