@@ -206,23 +206,32 @@ def main(argv=None):
         parser.error(f"--only {args.only} matches no case; cases: "
                      + ", ".join(c.key for c in CASES))
     info = {**machine(args.threads), "mode": chosen, "device": args.device}
-    rows = [run_case(case, chosen, args.threads, args.check_fairness, args.device)
-            for case in cases]
-    large = (large_batches(args.threads, args.large_sizes, args.large_repeats,
-                           device=args.device) if args.large_batches else [])
+    stem = os.path.join(args.out, "benchmarks" if args.device == "cpu" else "benchmarks-gpu")
+    os.makedirs(args.out, exist_ok=True)
+    rows, large = [], []
+    for case in cases:  # the files are rewritten after each case: a long run keeps its rows
+        rows.append(run_case(case, chosen, args.threads, args.check_fairness, args.device))
+        table = write(stem, info, rows, large)
+    if args.large_batches:
+        large = large_batches(args.threads, args.large_sizes, args.large_repeats,
+                              device=args.device)
+        table = write(stem, info, rows, large)
+    print(table)
+    return 0
+
+
+def write(stem, info, rows, large):
+    """Write STEM.json and STEM.md; returns the Markdown."""
     info["load_average_end"] = os.getloadavg()
     table = markdown(rows, info) if rows else ""
     if large:
         table += "\nLarge batches (d = 512, forward + backward, each alone in its process):\n\n"
         table += large_markdown(large)
-    os.makedirs(args.out, exist_ok=True)
-    stem = "benchmarks" if args.device == "cpu" else "benchmarks-gpu"
-    with open(os.path.join(args.out, stem + ".json"), "w") as f:
+    with open(stem + ".json", "w") as f:
         json.dump({"machine": info, "cases": rows, "large_batches": large}, f, indent=1)
-    with open(os.path.join(args.out, stem + ".md"), "w") as f:
+    with open(stem + ".md", "w") as f:
         f.write(table)
-    print(table)
-    return 0
+    return table
 
 
 if __name__ == "__main__":

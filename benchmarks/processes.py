@@ -54,7 +54,12 @@ class Worker:
             [sys.executable, "-m", "benchmarks.worker", spec], cwd=ROOT,
             env=thread_env(threads, device), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.log, text=True)
+        self.facts = None
+
+    def wait_ready(self):
+        """Wait for the worker to build its system (its set-up runs the unit once)."""
         self.facts = self._receive()["facts"]
+        return self
 
     def _receive(self):
         line = self.process.stdout.readline()
@@ -125,6 +130,8 @@ def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0, device="cp
     try:
         for name, (factory, kwargs) in systems.items():
             workers[name] = Worker(factory, kwargs, threads, device)
+        for worker in workers.values():  # set-ups run side by side, untimed
+            worker.wait_ready()
         return _measure(workers, repeats, warmup, inner, seed)
     finally:
         for worker in workers.values():

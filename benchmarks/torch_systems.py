@@ -28,6 +28,8 @@ def loss_step(loss, config=None, miner=None, miner_config=None, n=1024, d=512,
               samples_per_class=4, measure_memory=False):
     """Forward + backward of a PML loss (with its miner) w.r.t. (n, d) embeddings."""
     x_np, y_np = data.batch(n, d, samples_per_class)
+    if config and "num_classes" in config:  # a loss with class weights: (d, C) of this size
+        config = {**config, "embedding_size": d}
     loss = _pml(loss, config)
     miner = _pml(miner, miner_config) if miner else None
     x = torch.tensor(x_np, requires_grad=True, device=DEVICE)
@@ -41,6 +43,24 @@ def loss_step(loss, config=None, miner=None, miner_config=None, n=1024, d=512,
 
     if measure_memory:  # the first step's memory is then measured as the step's
         return step
+    value = step()
+    return step, {"value": value, "finite": bool(torch.isfinite(x.grad).all())}
+
+
+def multiple_negatives_ranking(n=1024, d=512, samples_per_class=1, scale=20.0):
+    """sentence-transformers' MultipleNegativesRankingLoss in torch (no PML class): cross
+    entropy of scale * cos(q_i, p_j) against j = i, rows = (query | positive) halves."""
+    x_np, _ = data.batch(n, d, samples_per_class)
+    x = torch.tensor(x_np, requires_grad=True, device=DEVICE)
+    targets = torch.arange(n, device=DEVICE)
+
+    def step():
+        x.grad = None
+        queries, documents = (torch.nn.functional.normalize(h, dim=1) for h in x.chunk(2, 1))
+        value = torch.nn.functional.cross_entropy(scale * queries @ documents.T, targets)
+        value.backward()
+        return value.item()
+
     value = step()
     return step, {"value": value, "finite": bool(torch.isfinite(x.grad).all())}
 

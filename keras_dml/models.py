@@ -102,6 +102,8 @@ class DMLModel(keras.Model):
     - NaN or Inf embeddings stop training with a clear error before any update is
       applied from that batch (in eager mode the loss raises a ValueError).
     - The progress bar and `History` show the real loss; `evaluate` reports it.
+    - `compile(loss=[a, b], loss_weights=[1.0, 0.5])` trains on a
+      `keras_dml.losses.Combined` of the losses; each term is also shown.
     """
 
     def compile(self, optimizer="rmsprop", loss=None, **kwargs):

@@ -296,6 +296,14 @@ def masked_fill(x, mask, value):
     return tf.where(mask, x, tf.constant(value, x.dtype))
 
 
+def softmax_cross_entropy(logits, labels):
+    """Per row, -log softmax(logits)[label] and its gradient softmax(logits) - onehot(label)."""
+    own = tf.stack([tf.range(tf.shape(labels)[0]), labels], axis=1)
+    value = tf.reduce_logsumexp(logits, axis=1) - tf.gather_nd(logits, own)
+    return value, tf.tensor_scatter_nd_sub(tf.nn.softmax(logits), own,
+                                           tf.ones_like(labels, tf.float32))
+
+
 def masked_max(x, mask, axis=-1, keepdims=False, empty_value=0.0):
     """Max of `x` over `mask`; rows with no masked-in entry give `empty_value`."""
     x = to_float32(x)

@@ -4,7 +4,7 @@ load (`load`) -> serving input (`inputs`) -> embed (`embed`) -> gallery
 (`gallery`, retriever only) -> write (`writer`) -> verify (`verify`).
 """
 
-from keras_dml.export.embed import embedding_fn
+from keras_dml.export.embed import embedding_fn, gallery_embeddings
 from keras_dml.export.gallery import OUTPUT_DESCRIPTIONS, build_gallery, search_fn
 from keras_dml.export.inputs import serving_input
 from keras_dml.export.load import load_embedder_export, load_gallery_file, load_keras_model
@@ -143,8 +143,9 @@ def export_retriever(model, base_dir, reference_images=None, reference_embedding
     """
     serving = serving_input(model, input_format, preprocessing)
     embed, dim = embedding_fn(model, serving.image_spec, l2_normalize=True)
-    gallery = build_gallery(embed, serving, dim, reference_images, reference_embeddings,
-                            reference_labels, batch_size)
+    embeddings, labels = gallery_embeddings(embed, serving, reference_images,
+                                            reference_embeddings, reference_labels, batch_size)
+    gallery = build_gallery(embeddings, labels, dim)
     search, retrieval = search_fn(gallery, k, chunk_size, threshold)
 
     def serve(inputs):
@@ -221,8 +222,7 @@ def export_gallery(embedder_dir, base_dir, reference_embeddings, reference_label
         The version directory written.
     """
     embed, serving, dim = load_embedder_export(embedder_dir)
-    gallery = build_gallery(embed, serving, dim, embeddings=reference_embeddings,
-                            labels=reference_labels)
+    gallery = build_gallery(reference_embeddings, reference_labels, dim)
     search, retrieval = search_fn(gallery, k, chunk_size, threshold)
     retrieval["embedder"] = str(embedder_dir)
 

@@ -153,7 +153,7 @@ class MarginSoftmax(ProxyLoss):
         return config
 
 
-@register(example={"num_classes": 4}, reference="proxies")
+@register(example={"num_classes": 8}, reference="proxies")
 class ArcFace(MarginSoftmax):
     """ArcFace: additive angular margin loss (Deng et al. CVPR 2019, eq. 3).
 
@@ -201,7 +201,7 @@ class ArcFace(MarginSoftmax):
         return arcface_target(cosine, math.radians(self.margin))
 
 
-@register(example={"num_classes": 4}, reference="proxies")
+@register(example={"num_classes": 8}, reference="proxies")
 class CosFace(MarginSoftmax):
     """CosFace: large margin cosine loss (Wang et al. CVPR 2018, eq. 4).
 
@@ -236,7 +236,7 @@ class CosFace(MarginSoftmax):
         return cosface_target(cosine, self.margin)
 
 
-@register(example={"num_classes": 4, "sub_centers": 2}, reference="proxies")
+@register(example={"num_classes": 8, "sub_centers": 2}, reference="proxies")
 class SubCenterArcFace(MarginSoftmax):
     """Sub-center ArcFace (Deng et al. ECCV 2020, eq. 1 with the sub-class max).
 

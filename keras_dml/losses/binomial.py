@@ -20,8 +20,9 @@ class _ScaledPairLoss(PairLoss):
         self.beta = _hyper.positive("beta", beta)
         self.base = _hyper.finite("base", base)
 
-    def binomial_parts(self, matrix, positive, negative):
+    def binomial_parts(self, matrix, pairs):
         """Per pair: softplus terms (1/alpha) log(1 + e^{alpha(base - S)}), ... and sigmoids."""
+        positive, negative = pairs.positive, pairs.negative
         pull = self.alpha * (self.base - matrix)
         push = self.beta * (matrix - self.base)
         zero = tf.zeros_like(matrix)
@@ -80,10 +81,9 @@ class BinomialDeviance(_ScaledPairLoss):
         super().__init__(alpha, beta, base, miner, metric, reduction, name, dtype)
 
     def compute_terms(self, matrix, pairs):
-        positive, negative = pairs.positive, pairs.negative
-        (pull, push), (pull_slope, push_slope) = self.binomial_parts(matrix, positive, negative)
-        positives = tf.reduce_sum(tf.cast(positive, tf.float32), axis=1, keepdims=True)
-        negatives = tf.reduce_sum(tf.cast(negative, tf.float32), axis=1, keepdims=True)
+        (pull, push), (pull_slope, push_slope) = self.binomial_parts(matrix, pairs)
+        positives = tf.reduce_sum(tf.cast(pairs.positive, tf.float32), axis=1, keepdims=True)
+        negatives = tf.reduce_sum(tf.cast(pairs.negative, tf.float32), axis=1, keepdims=True)
         value = tf.reduce_sum(tf.math.divide_no_nan(pull, positives)
                               + tf.math.divide_no_nan(push, negatives), axis=1)
         weights = (tf.math.divide_no_nan(push_slope, negatives)
@@ -134,7 +134,7 @@ class BinLifted(_ScaledPairLoss):
 
     def compute_terms(self, matrix, pairs):
         positive, negative = pairs.positive, pairs.negative
-        (pull, push), (pull_slope, push_slope) = self.binomial_parts(matrix, positive, negative)
+        (pull, push), (pull_slope, push_slope) = self.binomial_parts(matrix, pairs)
         lifted = (ops.masked_logsumexp(-self.alpha * matrix, positive) / self.alpha
                   + ops.masked_logsumexp(self.beta * matrix, negative) / self.beta)
         value = 0.5 * (tf.reduce_sum(pull + push, axis=1) + lifted)

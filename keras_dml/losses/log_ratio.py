@@ -206,6 +206,9 @@ class LogRatio(PairLoss):
         label_matrix = self.label_matrix(
             labels, labels if reference.is_batch else reference.labels)
         partners = self.partners(label_matrix, exclude_self=reference.is_batch)
+        if reference.own is not None:
+            partners &= ~tf.one_hot(reference.own, tf.shape(partners)[1], on_value=True,
+                                    off_value=False)
         return Pairs(labels, reference.labels, partners, partners, label_matrix)
 
     def partners(self, label_matrix, exclude_self=True):

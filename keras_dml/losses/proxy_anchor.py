@@ -7,7 +7,7 @@ from keras_dml.losses.proxies import ProxyLoss, grouped_softplus_lse, own_entrie
 from keras_dml.losses.registry import register
 
 
-@register(example={"num_classes": 4}, reference="proxies", row_local=False)
+@register(example={"num_classes": 8}, reference="proxies", row_local=False)
 class ProxyAnchor(ProxyLoss):
     """Proxy Anchor loss (Kim et al. CVPR 2020).
 

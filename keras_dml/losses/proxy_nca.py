@@ -7,7 +7,7 @@ from keras_dml.losses.proxies import ProxyLoss, own_entries
 from keras_dml.losses.registry import register
 
 
-@register(example={"num_classes": 4}, reference="proxies")
+@register(example={"num_classes": 8}, reference="proxies")
 class ProxyNCA(ProxyLoss):
     """Proxy NCA loss (Movshovitz-Attias et al. ICCV 2017).
 

@@ -62,7 +62,7 @@ def smooth_ap_terms(matrix, positive, negative, temperature):
     return value, own - tf.reduce_sum(part, axis=1)
 
 
-@register()
+@register(row_local=False)
 class SmoothAP(PairLoss):
     """Smooth-AP loss (Brown, Xie, Kalogeiton, Zisserman, ECCV 2020, eq. 9-10).
 

@@ -8,7 +8,7 @@ from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 
 
-@register(example={"num_classes": 4, "centers_per_class": 2}, reference="proxies")
+@register(example={"num_classes": 8, "centers_per_class": 2}, reference="proxies")
 class SoftTriple(ProxyLoss):
     """SoftTriple loss (Qian et al. ICCV 2019), with its centre regulariser.
 
@@ -76,10 +76,9 @@ class SoftTriple(ProxyLoss):
         scaled = tf.reshape(matrix, [-1, classes, k]) / self.gamma
         q = tf.nn.softmax(scaled, axis=2)
         relaxed = self.gamma * tf.reduce_sum(q * scaled, axis=2)
-        own = tf.one_hot(labels, classes)
-        logits = self.la * (relaxed - self.margin * own)
-        value = tf.reduce_logsumexp(logits, axis=1) - tf.reduce_sum(logits * own, axis=1)
-        d_relaxed = self.la * (tf.nn.softmax(logits) - own)
+        logits = self.la * (relaxed - self.margin * tf.one_hot(labels, classes))
+        value, d_logits = ops.softmax_cross_entropy(logits, labels)
+        d_relaxed = self.la * d_logits
         # d relaxed_c / d S_ck = q_ck (1 + (S_ck - relaxed_c) / gamma)
         d_centres = q * (scaled + (1.0 - relaxed / self.gamma)[:, :, tf.newaxis])
         weights = tf.reshape(d_relaxed[:, :, tf.newaxis] * d_centres, tf.shape(matrix))
