@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from keras_dml import backbones, data, datasets, distribute, evaluation, losses
 from keras_dml.callbacks import RecallAtK
+from keras_dml.data.bad_images import clear_error
 from keras_dml.evaluation.embedding import embed_with, inference_function
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
@@ -264,6 +265,53 @@ def write_plots(run_dir, recall_history, split, embeddings, steps_per_epoch):
     return sorted(written)
 
 
+def load_run_config(run):
+    """The `TrainConfig` saved in a run directory (`keras-dml train --resume RUN`).
+
+    `run` is the run directory, or its name under the default `runs/`.
+    """
+    run_dir = run if os.path.isdir(run) else os.path.join("runs", run)
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"--resume {run}: no {path}; pass the run directory of a keras-dml train run "
+            "(runs/<name>).")
+    with open(path) as f:
+        values = json.load(f)  # JSON only: nothing the run folder holds is executed
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    values = {k: v for k, v in values.items() if k in fields}
+    values.update(runs_dir=os.path.dirname(os.path.abspath(run_dir)),
+                  run_name=os.path.basename(os.path.abspath(run_dir)))
+    return TrainConfig(**values)
+
+
+def _backup_callback(run_dir, batches, resume):
+    """Backs up every epoch to `<run>/backup` (atomic, see `keras_dml.backup`)."""
+    backup_dir = os.path.join(run_dir, "backup")
+    if distribute.cluster_workers() > 1:
+        return distribute.BackupAndRestore(backup_dir, stream=batches, double_checkpoint=True,
+                                           delete_checkpoint=False)
+    from keras_dml.backup import TrainingBackup, complete_backups
+
+    if resume and not complete_backups(backup_dir):
+        raise FileNotFoundError(f"--resume: {backup_dir} holds no backup (the run was killed "
+                                "before its first epoch ended); start it again.")
+    return TrainingBackup(backup_dir, stream=batches)
+
+
+def _restore_recall_history(recall, backup):
+    """After a resume, the recall curve also shows the epochs trained before the kill
+    (their R@K are in the backup's history)."""
+    restored = getattr(backup, "history", None) or {}
+    epochs = len(restored.get("loss", []))
+    if not epochs:
+        return
+    untrained = {k: v[:1] for k, v in recall.history.items()}  # epoch -1, if recorded
+    recall.history = {"epoch": untrained.get("epoch", []) + list(range(epochs))}
+    recall.history.update({k: untrained.get(k, []) + list(v) for k, v in restored.items()
+                           if k.startswith("val_")})
+
+
 def run_directory(config):
     """`(run_name, <runs_dir>/<run_name>)`; never an existing folder unless `overwrite`.
 
@@ -349,17 +397,27 @@ def _fit_verbose(report):
     return 1 if sys.stdout.isatty() else 2
 
 
-def run(config, report=None):
+def run(config, report=None, resume=False):
     """Train and evaluate as `config` says; return a summary dict (also saved as JSON).
+
+    Every epoch is backed up to `<run>/backup`; `resume=True` continues the run in
+    `config.runs_dir/config.run_name` from its last backup (model, optimizer,
+    proxies, sampler position, epoch, history), then evaluates, plots and exports.
 
     Args:
         config: A `TrainConfig`.
         report: Optional `ConsoleReport`-like object (`start`, `metrics`, `finish`,
             `progress`). Defaults to None: silent.
+        resume: Continue the run `config` names (see `load_run_config`).
     """
     started, clock = time.time(), Clock()
-    run_name, run_dir = run_directory(config)  # refuse before any work
-    replace = os.path.exists(run_dir)
+    if resume:
+        run_name = config.run_name
+        run_dir = os.path.join(config.runs_dir, run_name)
+        replace = False
+    else:
+        run_name, run_dir = run_directory(config)  # refuse before any work
+        replace = os.path.exists(run_dir)
     with clock.phase("load"):
         splits = datasets.load(config.dataset, data_dir=config.data_dir)
     input_shape, preprocessing = _input_spec(splits.train, config.image_size)
@@ -381,8 +439,13 @@ def run(config, report=None):
         strategy, splits.train, config.classes_per_batch, config.samples_per_class,
         seed=config.seed, preprocessing=preprocessing,
         map_fn=_augmented(transform, config, input_shape),
+        **({"skip_bad_images": True} if config.skip_bad_images else {}),
     )
     _make_run_directory(run_dir, replace)
+    if not resume:
+        with open(os.path.join(run_dir, "config.json"), "w") as f:
+            json.dump(dataclasses.asdict(config), f, indent=2)
+    backup = _backup_callback(run_dir, batches, resume)
     if report:
         report.start(config, splits, run_dir)
 
@@ -393,14 +456,21 @@ def run(config, report=None):
     recall.record_untrained(before)
     if report:
         report.metrics("before training", before)
-    callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
+    callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"),
+                                                   append=resume), backup]
     log_dir = os.path.join(run_dir, "tensorboard")
     if _have_tensorboard():
         callbacks.append(keras.callbacks.TensorBoard(log_dir))
+    callbacks.append(keras.callbacks.LambdaCallback(  # after `backup` has restored
+        on_train_begin=lambda logs=None: _restore_recall_history(recall, backup)))
     with clock.phase("fit"):  # training steps + the evaluation after each epoch
-        history = model.fit(batches, epochs=config.epochs,
-                            steps_per_epoch=config.steps_per_epoch, callbacks=callbacks,
-                            verbose=_fit_verbose(report), shuffle=False)
+        try:
+            history = model.fit(batches, epochs=config.epochs,
+                                steps_per_epoch=config.steps_per_epoch, callbacks=callbacks,
+                                verbose=_fit_verbose(report), shuffle=False)
+        except tf.errors.OpError as error:  # a bad image file: the message names it
+            raise clear_error(error) or error from None
+    full_history = getattr(backup, "history", None) or history.history
     per_evaluation = clock.phases["evaluation"]["seconds"] / clock.phases["evaluation"]["count"]
     train_seconds = clock.phases["fit"]["seconds"] - config.epochs * per_evaluation
     after, embeddings = recall.full_results, recall.embeddings
@@ -417,7 +487,7 @@ def run(config, report=None):
         "model": model_path,
         "recall_before": before,
         "recall_after": after,
-        "loss_history": [float(v) for v in history.history["loss"]],
+        "loss_history": [float(v) for v in full_history.get("loss", [])],
         "seconds": None,
         "train_seconds": round(train_seconds, 1),
         "export": {"base_dir": os.path.join(config.export_dir, run_name),

@@ -65,6 +65,7 @@ class TrainConfig:
     overwrite: bool = False
     export: bool = True
     plots: bool = True
+    skip_bad_images: bool = False
 
     def __post_init__(self):
         design = BATCH_DESIGNS.get(self.dataset, DEFAULT_BATCH_DESIGN)

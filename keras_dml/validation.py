@@ -135,3 +135,15 @@ def check_label_values(values, num_classes=None, name="labels"):
                 f"{name} must lie in [0, num_classes) = [0, {num_classes}), got "
                 f"{bad.size} out-of-range values such as {np.unique(bad)[:5].tolist()}.")
     return values
+
+
+def check_no_overflow(value, embeddings, loss_name):
+    """Eager: a non-finite loss from finite embeddings is a ValueError (float32 overflow
+    on huge embeddings), not an inf for the optimizer. Graph: `DMLModel` skips the step."""
+    if tf.executing_eagerly() and not bool(tf.reduce_all(tf.math.is_finite(value))):
+        largest = float(tf.reduce_max(tf.abs(tf.cast(embeddings, tf.float32))))
+        raise ValueError(
+            f"{loss_name}: the loss overflows float32 on these embeddings (largest "
+            f"|value| {largest:.3g}); normalize or scale them down (e.g. an "
+            "l2-normalized EmbeddingHead).")
+    return value

@@ -108,12 +108,25 @@ def add_arguments(parser):
                      help="replace an existing <runs-dir>/<run> (the export gets a new version)")
     out.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
     out.add_argument("--no-plots", action="store_true", help="skip the figures")
+    faults = parser.add_argument_group("faults")
+    faults.add_argument("--resume", default=None, metavar="RUN",
+                        help="continue a killed run from its last epoch backup (RUN: its "
+                        "directory, runs/<name>) with its saved settings")
+    faults.add_argument("--skip-bad-images", action="store_true",
+                        help="skip training batches holding an unreadable image (counted on "
+                        "stderr) instead of stopping with an error naming the file")
 
 
 def run(args):
     from keras_dml import training
     from keras_dml.training_config import TrainConfig
 
+    if args.resume:
+        config = training.load_run_config(args.resume)
+        print(f"resuming {config.runs_dir}/{config.run_name} with its "
+              "saved settings", flush=True)
+        training.run(config, report=training.ConsoleReport(), resume=True)
+        return 0
     config = TrainConfig.from_args(args)
     training.run(config, report=training.ConsoleReport())
     return 0

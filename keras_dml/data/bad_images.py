@@ -66,3 +66,13 @@ class BadImageGuard:
         keep = tf.py_function(self.check, [batch_id, indices, ok], tf.bool)
         keep.set_shape([])
         return keep
+
+
+def clear_error(error):
+    """The `ValueError` a `BadImageGuard` raised inside a `tf.data` pipeline, taken
+    out of the `tf.errors.OpError` that carries it; `None` for any other error."""
+    message = getattr(error, "message", str(error))
+    start = message.find("keras_dml.data: ")
+    if start < 0:
+        return None
+    return ValueError(message[start:].splitlines()[0])

@@ -223,9 +223,10 @@ class PairLoss(keras.losses.Loss):
             return empty if self.reduction in (None, "none") else tf.reduce_sum(empty)
         self._reference = (labels, reference)
         try:
-            return super().__call__(labels, embeddings, sample_weight=sample_weight)
+            value = super().__call__(labels, embeddings, sample_weight=sample_weight)
         finally:
             self._reference = None
+        return validation.check_no_overflow(value, embeddings, type(self).__name__)
 
     def call(self, y_true, y_pred):
         if self._reference is None:  # called directly, not through __call__

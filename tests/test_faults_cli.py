@@ -1,0 +1,63 @@
+"""Faults through the command: a killed `keras-dml train` resumes; bad images named or skipped."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from keras_dml import cli
+from test_faults_data import _truncate, _write_cub
+from test_faults_resume import _env
+
+pytestmark = pytest.mark.faults
+
+FAST = ["--dataset", "digits", "--epochs", "2", "--steps-per-epoch", "2", "--no-export",
+        "--no-plots", "--classes-per-batch", "2", "--samples-per-class", "2"]
+
+
+def test_a_killed_train_run_resumes_with_its_history(tmp_path, capsys):
+    run_dir = tmp_path / "runs" / "killed"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "keras_dml.cli", "train", *FAST, "--run-name", "killed",
+         "--runs-dir", str(tmp_path / "runs")], env=_env(), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (run_dir / "backup" / "epoch-1").exists():
+        assert worker.poll() is None and time.time() < deadline, "no backup after epoch 1"
+        time.sleep(0.2)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    assert not (run_dir / "summary.json").exists()
+    first = list(csv.DictReader(open(run_dir / "history.csv")))
+    assert cli.main(["train", "--resume", str(run_dir)]) == 0
+    assert f"resuming {run_dir}" in capsys.readouterr().out
+    rows = list(csv.DictReader(open(run_dir / "history.csv")))
+    assert [r["epoch"] for r in rows] == ["0", "1"] and rows[0] == first[0]
+    summary = json.load(open(run_dir / "summary.json"))
+    assert summary["loss_history"][0] == float(first[0]["loss"])
+    assert len(summary["loss_history"]) == 2 and os.path.exists(summary["model"])
+
+
+def test_resume_of_a_folder_that_is_not_a_run_is_a_clear_error(tmp_path, capsys):
+    assert cli.main(["train", "--resume", str(tmp_path)]) == 2
+    assert "config.json" in capsys.readouterr().err
+
+
+def test_skip_bad_images_on_the_command_line(tmp_path, capfd):
+    paths = _write_cub(str(tmp_path / "cub"), classes=4, per_class=6)
+    _truncate(paths[1])  # a training class (the first half)
+    args = ["train", *FAST, "--dataset", "cub200", "--data-dir", str(tmp_path / "cub"),
+            "--image-size", "16", "--backbone", "convnet", "--runs-dir",
+            str(tmp_path / "runs")]
+    assert cli.main(args + ["--run-name", "strict"]) == 2
+    assert "img_1.jpg" in capfd.readouterr().err
+    assert cli.main(args + ["--run-name", "skipping", "--skip-bad-images"]) == 0
+    assert "skipped so far" in capfd.readouterr().err
+    summary = json.load(open(tmp_path / "runs" / "skipping" / "summary.json"))
+    assert np.isfinite(summary["loss_history"]).all()
