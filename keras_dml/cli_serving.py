@@ -11,9 +11,11 @@ import json
 def add_commands(commands):
     """Adds the serving commands to the `keras-dml` sub-parsers."""
     export_parser = commands.add_parser(
-        "export", help="export a saved .keras model as a TF Serving SavedModel",
+        "export", help="export a keras-dml train run or a saved .keras model for TF Serving",
         description="Export a saved .keras model for TF Serving: an embedder, or with "
-        "--reference a retriever that searches a gallery in the graph.")
+        "--reference a retriever that searches a gallery in the graph. Given a keras-dml "
+        "train run (runs/<run> or its model.keras), the base directory, input format and "
+        "preprocessing default to the run's own (its summary.json).")
     add_export_arguments(export_parser)
     export_parser.set_defaults(handler=run_export)
     add_index_commands(commands)
@@ -21,15 +23,17 @@ def add_commands(commands):
 
 def add_export_arguments(parser):
     """Adds the `keras-dml export` arguments to an `argparse` parser."""
-    parser.add_argument("model", help="saved .keras model")
-    parser.add_argument("base_dir", help="model base path, e.g. savedmodels/<run>; the "
-                        "export goes to <base_dir>/<version>")
+    parser.add_argument("model", help="saved .keras model, or a keras-dml train run folder")
+    parser.add_argument("base_dir", nargs="?", default=None,
+                        help="model base path, e.g. savedmodels/<run>; the export goes to "
+                        "<base_dir>/<version> (default for a keras-dml train run: its own)")
     parser.add_argument("--version", type=int, default=None,
                         help="version number (default: one more than the highest present)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the version if it exists")
-    parser.add_argument("--input-format", default="image_bytes",
-                        help="image_bytes (encoded images, default) or images (float batches)")
+    parser.add_argument("--input-format", default=None,
+                        help="image_bytes (encoded images, default) or images (float "
+                        "batches); a keras-dml train run: the run's")
     prep = parser.add_argument_group("preprocessing (image_bytes decoding; recorded for images)")
     prep.add_argument("--preprocessing", default=None,
                       help="JSON file with Preprocessing fields, or an export sidecar")
@@ -58,7 +62,9 @@ def add_export_arguments(parser):
 def run_export(args):
     """`keras-dml export`: runs `export_from_keras_file`; prints the version directory."""
     from keras_dml.export import export_from_keras_file
+    from keras_dml.training import apply_run_defaults
 
+    args = apply_run_defaults(args)
     run_info = None
     if args.run_info is not None:
         with open(args.run_info) as f:

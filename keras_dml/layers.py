@@ -4,15 +4,16 @@ import keras
 from keras import ops
 
 from keras_dml import hyperparameters
+from keras_dml.ops import NORM_EPSILON
 
-_POOLINGS = ("avg", "max")
+_POOLINGS = ("avg", "max", "gem")
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
 class L2Normalize(keras.layers.Layer):
     """Scale each vector to unit L2 norm (zero vectors stay zero), in float32."""
 
-    def __init__(self, axis=-1, epsilon=1e-12, **kwargs):
+    def __init__(self, axis=-1, epsilon=NORM_EPSILON, **kwargs):
         super().__init__(**kwargs)
         self.axis, self.epsilon = axis, float(epsilon)
 
@@ -29,6 +30,55 @@ class L2Normalize(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
+class GeneralizedMeanPooling(keras.layers.Layer):
+    """Generalised-mean (GeM) global pooling with a learnable exponent p, in float32.
+
+        f_k = ( 1/|X_k| sum_{x in X_k} max(x, eps)^p )^(1/p)
+
+    over the spatial positions X_k of channel k (Radenovic, Tolias, Chum, TPAMI
+    2018, eq. 3): p = 1 is average pooling, p -> inf max pooling. p is one
+    trainable scalar shared by all channels (the paper's choice), initialised to 3
+    and held at >= 1 in the forward pass. Input (batch, ..., channels) of rank >= 3,
+    output (batch, channels).
+
+    Args:
+        p: initial exponent. Defaults to 3.0.
+        trainable_p: learn p. Defaults to True.
+        epsilon: the clamp of the activations. Defaults to 1e-6.
+    """
+
+    def __init__(self, p=3.0, trainable_p=True, epsilon=1e-6, **kwargs):
+        kwargs.setdefault("dtype", "float32")
+        super().__init__(**kwargs)
+        self.initial_p = hyperparameters.positive("p", p)
+        if self.initial_p < 1.0:
+            raise ValueError(f"p must be >= 1, got {p!r}.")
+        self.trainable_p = bool(trainable_p)
+        self.epsilon = hyperparameters.positive("epsilon", epsilon)
+
+    def build(self, input_shape):
+        if len(input_shape) < 3:
+            raise ValueError("GeneralizedMeanPooling needs inputs (batch, ..., channels) of "
+                             f"rank >= 3, got shape {tuple(input_shape)}.")
+        self.p = self.add_weight(name="p", shape=(),
+                                 initializer=keras.initializers.Constant(self.initial_p),
+                                 trainable=self.trainable_p)
+
+    def call(self, inputs):
+        p = ops.maximum(ops.cast(self.p, "float32"), 1.0)
+        x = ops.maximum(ops.cast(inputs, "float32"), self.epsilon)
+        axes = tuple(range(1, len(inputs.shape) - 1))
+        return ops.power(ops.mean(ops.power(x, p), axis=axes), 1.0 / p)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        return {**super().get_config(), "p": self.initial_p, "trainable_p": self.trainable_p,
+                "epsilon": self.epsilon}
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
 class EmbeddingHead(keras.layers.Layer):
     """Global pooling (for feature maps) + Dense + L2 normalisation.
 
@@ -39,9 +89,13 @@ class EmbeddingHead(keras.layers.Layer):
 
     Args:
         dim: embedding size.
-        pooling: "avg" or "max". Defaults to "avg".
+        pooling: "avg", "max" or "gem" (`GeneralizedMeanPooling`, learnable p
+            initialised to 3). Defaults to "avg".
         normalize: L2-normalise the output. Defaults to True.
         kernel_initializer: for the projection. Defaults to "glorot_uniform".
+        embedding_regularizer: a Keras regularizer of the projected embeddings
+            before L2 normalisation (e.g. `keras_dml.regularizers.LpNorm(1e-3)`,
+            PML's LpRegularizer); its term is added to the loss. Defaults to None.
 
     Examples:
 
@@ -52,18 +106,20 @@ class EmbeddingHead(keras.layers.Layer):
     """
 
     def __init__(self, dim, pooling="avg", normalize=True, kernel_initializer="glorot_uniform",
-                 **kwargs):
+                 embedding_regularizer=None, **kwargs):
         super().__init__(**kwargs)
         dim = hyperparameters.integer_at_least("dim", dim, 1)
         if pooling not in _POOLINGS:
             raise ValueError(f"pooling must be one of {_POOLINGS}, got {pooling!r}.")
         self.dim, self.pooling, self.normalize = int(dim), pooling, bool(normalize)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.embedding_regularizer = keras.regularizers.get(embedding_regularizer)
         self.projection = keras.layers.Dense(
             self.dim, kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy,
-            name="projection",
+            activity_regularizer=self.embedding_regularizer, name="projection",
         )
         self.l2 = L2Normalize(name="l2_normalize")
+        self.gem = GeneralizedMeanPooling(name="gem") if pooling == "gem" else None
 
     def build(self, input_shape):
         if len(input_shape) < 2:
@@ -71,12 +127,16 @@ class EmbeddingHead(keras.layers.Layer):
                 f"EmbeddingHead needs inputs of rank >= 2 (batch, ..., channels), got shape "
                 f"{tuple(input_shape)}."
             )
+        if self.gem is not None and len(input_shape) > 2:
+            self.gem.build(input_shape)
         self.projection.build((None, input_shape[-1]))
 
     def _pool(self, inputs):
         axes = tuple(range(1, len(inputs.shape) - 1))
         if not axes:
             return inputs
+        if self.gem is not None:
+            return self.gem(inputs)
         reduce = ops.mean if self.pooling == "avg" else ops.max
         return reduce(inputs, axis=axes)
 
@@ -97,14 +157,11 @@ class EmbeddingHead(keras.layers.Layer):
             "pooling": self.pooling,
             "normalize": self.normalize,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "embedding_regularizer": keras.regularizers.serialize(self.embedding_regularizer),
         }
 
 
 # -- multi-level embeddings (ICE / RLL "(L, M, H)") ----------------------------------------
-
-# Low, mid and high levels of keras.applications.ResNet50: the last block of stages 3-5.
-RESNET50_LEVELS = ("conv3_block4_out", "conv4_block6_out", "conv5_block3_out")
-
 
 @keras.saving.register_keras_serializable(package="keras_dml")
 class MultiLevelEmbedding(keras.layers.Layer):
@@ -114,8 +171,8 @@ class MultiLevelEmbedding(keras.layers.Layer):
     ICE paper's Table 3: feature maps from a low, a mid and a high layer of the
     backbone each get their own pooling + Dense (+ L2) head, and the concatenated
     vector is L2-normalised, so retrieval compares all levels at once. Call it on a
-    list of feature maps; `multi_level_embedder` wires it onto a backbone by layer
-    names.
+    list of feature maps; `keras_dml.backbones.multi_level_embedder` wires it onto a
+    backbone by layer names.
 
     Args:
         dims: embedding size of each level's head, one int per input feature map.
@@ -125,7 +182,7 @@ class MultiLevelEmbedding(keras.layers.Layer):
 
     Examples:
 
-    >>> maps = [backbone.get_layer(n).output for n in keras_dml.layers.RESNET50_LEVELS]
+    >>> maps = [backbone.get_layer(n).output for n in keras_dml.backbones.RESNET50_LEVELS]
     >>> embeddings = keras_dml.layers.MultiLevelEmbedding([512, 512, 512])(maps)
 
     Reference:
@@ -179,58 +236,3 @@ class MultiLevelEmbedding(keras.layers.Layer):
             "pooling": self.pooling,
             "normalize_levels": self.normalize_levels,
         }
-
-
-def multi_level_embedder(backbone, layer_names, dims=512, pooling="avg", normalize_levels=True,
-                         model_class=None, name=None):
-    """An embedding model from the named layers of any functional Keras backbone.
-
-    Args:
-        backbone: a functional `keras.Model` (e.g. `keras.applications.ResNet50(
-            weights=None, include_top=False, input_shape=(224, 224, 3))`).
-        layer_names: the layers whose outputs are the levels, low to high, e.g.
-            `RESNET50_LEVELS`. `backbone.summary()` lists the names.
-        dims: embedding size per level: an int for every level, or one per level.
-            Defaults to 512.
-        pooling, normalize_levels: as for `MultiLevelEmbedding`.
-        model_class: the model to build. Defaults to `keras_dml.models.DMLModel`.
-        name: model name. Defaults to None.
-
-    Returns:
-        `model_class(backbone.input, embeddings)` with embeddings of size sum(dims).
-
-    Examples:
-
-    >>> backbone = keras.applications.ResNet50(weights=None, include_top=False,
-    ...                                        input_shape=(224, 224, 3))
-    >>> model = keras_dml.layers.multi_level_embedder(backbone, RESNET50_LEVELS, 512)
-    >>> model.compile("adam", loss=keras_dml.losses.InstanceCrossEntropy())
-    """
-    if isinstance(layer_names, str) or not len(layer_names):
-        raise ValueError(f"layer_names must be a non-empty list of layer names, got "
-                         f"{layer_names!r}.")
-    if isinstance(dims, (int, float)):
-        dims = [int(dims)] * len(layer_names)
-    if len(dims) != len(layer_names):
-        raise ValueError(f"dims has {len(dims)} entries but layer_names has "
-                         f"{len(layer_names)}: give one size per level or a single int.")
-    known = {layer.name for layer in getattr(backbone, "layers", [])}
-    missing = [n for n in layer_names if n not in known]
-    if missing:
-        raise ValueError(
-            f"Backbone {getattr(backbone, 'name', backbone)!r} has no layer(s) {missing}; "
-            f"its layers include {sorted(known)[-8:] if known else 'none'} "
-            "(see backbone.summary() for all names)."
-        )
-    try:
-        maps = [backbone.get_layer(n).output for n in layer_names]
-    except (AttributeError, ValueError) as error:
-        raise ValueError(
-            f"Cannot read the outputs of layers {list(layer_names)}: the backbone must be a "
-            f"functional keras.Model ({error})."
-        ) from None
-    embeddings = MultiLevelEmbedding(dims, pooling=pooling, normalize_levels=normalize_levels,
-                                     name="multi_level_embedding")(maps)
-    if model_class is None:
-        from keras_dml.models import DMLModel as model_class
-    return model_class(backbone.input, embeddings, name=name)

@@ -1,9 +1,12 @@
-"""The main job behind `keras-dml train`: data, model, fit, evaluate, save, export."""
+"""The main job behind `keras-dml train`: data, model, fit, evaluate, save, plot, export."""
 
+import contextlib
 import dataclasses
 import inspect
 import json
 import os
+import shutil
+import sys
 import time
 
 import keras
@@ -12,71 +15,17 @@ import tensorflow as tf
 
 from keras_dml import backbones, data, datasets, distribute, evaluation, losses
 from keras_dml.callbacks import RecallAtK
+from keras_dml.evaluation.embedding import embed_with, inference_function
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
+from keras_dml.training_config import (  # noqa: F401 (TrainConfig: re-exported)
+    FILE_IMAGE_SIZE,
+    LR_SCHEDULES,
+    TrainConfig,
+)
 
 KS = (1, 2, 4, 8)
-LR_SCHEDULES = ("constant", "cosine")
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    dataset: str = "digits"
-    data_dir: str = None
-    image_size: int = None
-    classes_per_batch: int = 5
-    samples_per_class: int = 16
-    backbone: str = "convnet"
-    embedding_dim: int = 64
-    loss: str = "MultiSimilarity"
-    loss_args: dict = dataclasses.field(default_factory=dict)
-    epochs: int = 4
-    steps_per_epoch: int = 25
-    learning_rate: float = 1e-3
-    lr_schedule: str = "constant"
-    warmup_steps: int = 0
-    augment_shift: float = 0.0
-    augment_rotation: float = 0.0
-    augment_scale: float = 0.0
-    seed: int = 0
-    jit_compile: bool = False
-    strategy: str = "auto"
-    memory_size: int = 0
-    memory_warmup: int = 0
-    run_name: str = None
-    runs_dir: str = "runs"
-    export_dir: str = "savedmodels"
-    export: bool = True
-    plots: bool = True
-
-    def __post_init__(self):
-        for field in ("epochs", "steps_per_epoch"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field} must be a positive integer, got {value!r}.")
-        if not (self.learning_rate > 0 and np.isfinite(self.learning_rate)):
-            raise ValueError(f"learning_rate must be positive and finite, got "
-                             f"{self.learning_rate!r}.")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"--lr-schedule must be one of {LR_SCHEDULES}, got "
-                             f"{self.lr_schedule!r}.")
-        for field in ("warmup_steps", "augment_shift", "augment_rotation", "augment_scale"):
-            value = getattr(self, field)
-            if not (np.isfinite(value) and value >= 0):
-                raise ValueError(f"--{field.replace('_', '-')} must be >= 0, got {value!r}.")
-
-    @classmethod
-    def from_args(cls, args):
-        try:
-            loss_args = json.loads(args.loss_args)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"--loss-args must be a JSON object: {error}") from None
-        if not isinstance(loss_args, dict):
-            raise ValueError(f"--loss-args must be a JSON object, got {args.loss_args!r}.")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in vars(args).items() if k in fields}
-        values.update(loss_args=loss_args, export=not args.no_export, plots=not args.no_plots)
-        return cls(**values)
+SUMMARY = "summary.json"
 
 
 def make_loss(name, loss_args=None, num_classes=None):
@@ -145,7 +94,7 @@ def _input_spec(split, image_size):
         if image_size:
             shape = (image_size, image_size, shape[-1])
         return shape, None
-    preprocessing = data.Preprocessing(image_size=image_size or 224)
+    preprocessing = data.Preprocessing(image_size=image_size or FILE_IMAGE_SIZE)
     return (preprocessing.image_size, preprocessing.image_size, preprocessing.channels), \
         preprocessing
 
@@ -199,27 +148,90 @@ def evaluation_splits(splits):
     return splits.test, None
 
 
-def evaluate(model, splits, preprocessing, transform=None):
-    """(retrieval metrics, query embeddings) with the dataset's evaluation protocol."""
-    queries, references = evaluation_splits(splits)
+class Clock:
+    """Wall and process CPU seconds per named phase (CPU time counts every thread)."""
 
-    def embed(split):
-        return evaluation.embed_dataset(
-            model, data.evaluation_batches(split, preprocessing, transform=transform))
+    def __init__(self):
+        self.phases = {}
 
-    embeddings, labels = embed(queries)
-    if references is None:
-        return evaluation.retrieval_metrics(embeddings, labels, ks=KS), embeddings
-    gallery, gallery_labels = embed(references)
-    metrics = evaluation.retrieval_metrics(embeddings, labels, gallery, gallery_labels, ks=KS)
-    return metrics, embeddings
+    @contextlib.contextmanager
+    def phase(self, name):
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            before = self.phases.get(name, {"seconds": 0.0, "cpu_seconds": 0.0, "count": 0})
+            self.phases[name] = {
+                "seconds": before["seconds"] + time.perf_counter() - wall,
+                "cpu_seconds": before["cpu_seconds"] + time.process_time() - cpu,
+                "count": before["count"] + 1}
+
+    def rounded(self):
+        return {name: {k: round(v, 2) if isinstance(v, float) else v for k, v in p.items()}
+                for name, p in self.phases.items()}
+
+
+class RunEvaluation(RecallAtK):
+    """`RecallAtK` with the run's protocol, a progress bar, and the last embeddings kept.
+
+    `evaluate_now()` returns the metrics (counts included) and keeps the query
+    embeddings in `embeddings`; the epoch logs get `val_recall@1`, ... as from
+    `RecallAtK`, and `history` starts with the untrained point (epoch -1) once
+    `record_untrained` has been called.
+    """
+
+    def __init__(self, queries, references, preprocessing, transform, progress=True,
+                 clock=None):
+        def batches(split):
+            return data.evaluation_batches(split, preprocessing, transform=transform)
+
+        super().__init__(batches(queries), ks=KS, verbose=0,
+                         reference_data=None if references is None else batches(references))
+        self.progress = progress
+        self.clock = clock or Clock()
+        self.embeddings = None
+        self.full_results = {}
+
+    def _embed(self, dataset, what):
+        if not self.progress:
+            return embed_with(self._forward, dataset)
+        print(f"embedding {what}", flush=True)
+        started = time.time()
+        embeddings, labels = embed_with(self._forward, dataset, progress=True)
+        print(f"embedded {len(labels):,} images in {time.time() - started:.1f} s", flush=True)
+        return embeddings, labels
+
+    def evaluate_now(self, model=None):
+        """Embeds queries (and references) now; returns `retrieval_metrics`."""
+        if model is not None and self._forward is None:
+            self._forward = inference_function(model)
+        with self.clock.phase("evaluation"):
+            self.embeddings, labels = self._embed(self.validation_data, "the evaluation images")
+            references = reference_labels = None
+            if self.reference_data is not None:
+                references, reference_labels = self._embed(self.reference_data, "the gallery")
+            self.full_results = evaluation.retrieval_metrics(
+                self.embeddings, labels, references, reference_labels, ks=self.ks)
+        return self.full_results
+
+    def evaluate(self):
+        results = self.evaluate_now()
+        return {f"{self.prefix}{key}": value for key, value in results.items()
+                if key not in ("num_queries", "num_excluded_queries")}
+
+    def record_untrained(self, metrics):
+        """Puts the untrained network's metrics first in `history` (as epoch -1)."""
+        self.history["epoch"].insert(0, -1)
+        for key, value in metrics.items():
+            if key not in ("num_queries", "num_excluded_queries"):
+                self.history.setdefault(f"{self.prefix}{key}", []).insert(0, value)
 
 
 def _have_matplotlib():
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("figures skipped: matplotlib is not installed (pip install 'keras_dml[plots]')")
+        print('figures skipped: matplotlib is not installed (pip install "keras_dml[plots]")')
         return False
     return True
 
@@ -228,30 +240,128 @@ def _have_tensorboard():
     try:
         import tensorboard  # noqa: F401
     except ImportError:
-        print("TensorBoard logs skipped: pip install tensorboard (projector files are written)")
+        print('TensorBoard logs skipped: pip install "keras_dml[tensorboard]" (the projector '
+              "files are written)")
         return False
     return True
 
 
-def write_plots(run_dir, recall_callback, split, embeddings):
-    """Recall@K per epoch, a t-SNE map and (for in-memory images) a retrieval grid."""
+def write_plots(run_dir, recall_history, split, embeddings, steps_per_epoch):
+    """Recall@K per step, a t-SNE map and (for in-memory images) a retrieval grid."""
     from keras_dml import plots
 
     written = {
         "recall_curves": plots.recall_curves(
-            recall_callback, os.path.join(run_dir, "recall_curves.png")),
-        "tsne": plots.tsne_map(embeddings, split.labels, os.path.join(run_dir, "tsne.png")),
+            recall_history, os.path.join(run_dir, "recall_curves.png"),
+            steps_per_epoch=steps_per_epoch),
+        "tsne": plots.tsne_map(embeddings, split.labels, os.path.join(run_dir, "tsne.png"),
+                               max_points=1500, class_names=split.class_names),
     }
     if split.images is not None:
         written["retrievals"] = plots.retrieval_grid(
-            split.images, split.labels, embeddings, os.path.join(run_dir, "retrievals.png"))
+            split.images, split.labels, embeddings, os.path.join(run_dir, "retrievals.png"),
+            class_names=split.class_names)
     return sorted(written)
 
 
+def run_directory(config):
+    """`(run_name, <runs_dir>/<run_name>)`; never an existing folder unless `overwrite`.
+
+    A default name (`<dataset>-<loss>-<date>-<time>`) gets a `-2`, `-3`, ... suffix
+    when taken; a given `run_name` that exists is an error unless `overwrite`.
+    """
+    if config.run_name is None:
+        stem = f"{config.dataset}-{config.loss}-{time.strftime('%Y%m%d-%H%M%S')}"
+        name, n = stem, 1
+        while (os.path.exists(os.path.join(config.runs_dir, name))
+               or os.path.exists(os.path.join(config.export_dir, name))):
+            n += 1
+            name = f"{stem}-{n}"
+    else:
+        name = config.run_name
+    run_dir = os.path.join(config.runs_dir, name)
+    if not distribute.is_chief():  # one writer per run: the others keep their own logs
+        return name, os.path.join(run_dir, distribute.task_name())
+    if os.path.exists(run_dir) and not config.overwrite:
+        raise FileExistsError(
+            f"{run_dir} already exists; pass overwrite=True to replace it, or choose "
+            "another run_name.")
+    return name, run_dir
+
+
+def _make_run_directory(run_dir, replace):
+    """Creates `run_dir`; `replace` (an `overwrite` of a folder found at the start)
+    removes the old one first."""
+    if replace and os.path.isdir(run_dir):
+        shutil.rmtree(run_dir)
+    os.makedirs(run_dir, exist_ok=True)
+
+
+class ConsoleReport:
+    """What `keras-dml train` prints: the settings, progress bars, R@K, a closing summary."""
+
+    progress = True
+
+    def start(self, config, splits, run_dir):
+        train, test = splits.train, evaluation_splits(splits)[0]
+        print(f"{config.dataset}: {train.num_classes} training classes ({len(train)} images), "
+              f"{test.num_classes} test classes ({len(test)} images)")
+        print(f"{config.backbone}, {config.embedding_dim}-d, {config.loss}; batches of "
+              f"{config.classes_per_batch} classes x {config.samples_per_class}; "
+              f"{config.epochs} epochs x {config.steps_per_epoch} steps; run: {run_dir}",
+              flush=True)
+
+    def metrics(self, title, metrics):
+        print(metrics_row(title, metrics), flush=True)
+
+    def finish(self, summary):
+        print()
+        print(metrics_table(summary["recall_before"], summary["recall_after"]))
+        minutes, seconds = divmod(round(summary["seconds"]), 60)
+        print(f"time: {minutes} min {seconds:02d} s (training {summary['train_seconds']:.0f} s)")
+        run_dir = summary["run_dir"]
+        files = ", ".join(sorted(os.listdir(run_dir)))
+        print(f"run:        {run_dir}/ ({files})")
+        if summary.get("export_dir"):
+            print(f"SavedModel: {summary['export_dir']}")
+
+
+def metrics_row(title, metrics, ks=KS):
+    row = "  ".join(f"R@{k} {100 * metrics[f'recall@{k}']:5.1f}" for k in ks)
+    return f"{title:<16}{row}  MAP@R {100 * metrics['map@r']:5.1f}"
+
+
+def metrics_table(before, after, ks=KS):
+    """Recall@K and MAP@R (%) before and after training, and the gain."""
+    keys = [f"recall@{k}" for k in ks] + ["map@r"]
+    heads = [f"R@{k}" for k in ks] + ["MAP@R"]
+    lines = [f"{'':<17}" + "".join(f"{h:>7}" for h in heads)]
+    for title, values in (("before training", before), ("after training", after)):
+        lines.append(f"{title:<17}" + "".join(f"{100 * values[k]:7.1f}" for k in keys))
+    lines.append(f"{'gain':<17}" + "".join(f"{100 * (after[k] - before[k]):+7.1f}" for k in keys))
+    return "\n".join(lines)
+
+
+def _fit_verbose(report):
+    """Keras' progress bar on a terminal, one line per epoch otherwise; none when silent."""
+    if not getattr(report, "progress", False):
+        return 0
+    return 1 if sys.stdout.isatty() else 2
+
+
 def run(config, report=None):
-    """Train and evaluate as `config` says; return a summary dict (also saved as JSON)."""
-    started = time.time()
-    splits = datasets.load(config.dataset, data_dir=config.data_dir)
+    """Train and evaluate as `config` says; return a summary dict (also saved as JSON).
+
+    Args:
+        config: A `TrainConfig`.
+        report: Optional `ConsoleReport`-like object (`start`, `metrics`, `finish`,
+            `progress`). Defaults to None: silent.
+    """
+    started, clock = time.time(), Clock()
+    run_name, run_dir = run_directory(config)  # refuse before any work
+    replace = os.path.exists(run_dir)
+    with clock.phase("load"):
+        splits = datasets.load(config.dataset, data_dir=config.data_dir)
     input_shape, preprocessing = _input_spec(splits.train, config.image_size)
     strategy = distribute.make_strategy(config.strategy)
     with strategy.scope():
@@ -264,72 +374,127 @@ def run(config, report=None):
                                       config.warmup_steps, config.lr_schedule)
         model.compile(optimizer=keras.optimizers.Adam(rate), loss=loss,
                       jit_compile=config.jit_compile)
-
-    run_name = config.run_name or f"{config.dataset}-{config.loss}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = os.path.join(config.runs_dir, run_name)
-    if not distribute.is_chief():  # one writer per run: the others keep their own logs
-        run_dir = os.path.join(run_dir, distribute.task_name())
+    if not distribute.is_chief():
         config = dataclasses.replace(config, export=False, plots=False)
-    os.makedirs(run_dir, exist_ok=True)
-
     transform = None if preprocessing else array_transform(splits.train, input_shape)
-    batches = distribute.training_batches(  # before evaluating: a bad batch design fails fast
+    batches = distribute.training_batches(  # before the run folder: a bad design fails fast
         strategy, splits.train, config.classes_per_batch, config.samples_per_class,
         seed=config.seed, preprocessing=preprocessing,
         map_fn=_augmented(transform, config, input_shape),
     )
-    before, _ = evaluate(model, splits, preprocessing, transform)
+    _make_run_directory(run_dir, replace)
     if report:
-        report("before training", before, KS)
+        report.start(config, splits, run_dir)
+
     queries, references = evaluation_splits(splits)
-    recall = RecallAtK(
-        data.evaluation_batches(queries, preprocessing, transform=transform), ks=KS, verbose=0,
-        reference_data=None if references is None
-        else data.evaluation_batches(references, preprocessing, transform=transform))
+    recall = RunEvaluation(queries, references, preprocessing, transform,
+                           progress=bool(report and report.progress), clock=clock)
+    before = recall.evaluate_now(model)
+    recall.record_untrained(before)
+    if report:
+        report.metrics("before training", before)
     callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"))]
     log_dir = os.path.join(run_dir, "tensorboard")
     if _have_tensorboard():
         callbacks.append(keras.callbacks.TensorBoard(log_dir))
-    history = model.fit(batches, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
-                        callbacks=callbacks, verbose=2)
-    after, embeddings = evaluate(model, splits, preprocessing, transform)
+    with clock.phase("fit"):  # training steps + the evaluation after each epoch
+        history = model.fit(batches, epochs=config.epochs,
+                            steps_per_epoch=config.steps_per_epoch, callbacks=callbacks,
+                            verbose=_fit_verbose(report), shuffle=False)
+    per_evaluation = clock.phases["evaluation"]["seconds"] / clock.phases["evaluation"]["count"]
+    train_seconds = clock.phases["fit"]["seconds"] - config.epochs * per_evaluation
+    after, embeddings = recall.full_results, recall.embeddings
     if report:
-        report("after training", after, KS)
+        report.metrics("after training", after)
 
     model_path = os.path.join(run_dir, "model.keras")
-    model.save(model_path)
+    with clock.phase("save"):
+        model.save(model_path)
     summary = {
         "config": dataclasses.asdict(config),
+        "run_name": run_name,
         "run_dir": run_dir,
         "model": model_path,
         "recall_before": before,
         "recall_after": after,
         "loss_history": [float(v) for v in history.history["loss"]],
         "seconds": None,
+        "train_seconds": round(train_seconds, 1),
+        "export": {"base_dir": os.path.join(config.export_dir, run_name),
+                   "input_format": "images" if preprocessing is None else "image_bytes",
+                   "preprocessing": None if preprocessing is None else preprocessing.to_dict()},
         "export_dir": None,
         "plots": [],
     }
     from keras_dml.projector import write_projector
 
-    summary["projector"] = write_projector(  # the evaluation set, for TensorBoard's projector
-        log_dir, embeddings, queries.labels, images=queries.images,
-        paths=None if queries.images is not None else queries.paths,
-        class_names=queries.class_names)["config"]
+    with clock.phase("projector"):  # the evaluation set, for TensorBoard's projector
+        summary["projector"] = write_projector(
+            log_dir, embeddings, queries.labels, images=queries.images,
+            paths=None if queries.images is not None else queries.paths,
+            class_names=queries.class_names)["config"]
     if config.plots and _have_matplotlib():
-        summary["plots"] = write_plots(run_dir, recall, queries, embeddings)
+        with clock.phase("plots"):
+            summary["plots"] = write_plots(run_dir, recall.history, queries, embeddings,
+                                           config.steps_per_epoch)
     if config.export:
         from keras_dml.export import export_embedder
 
-        summary["export_dir"] = export_embedder(
-            model.embedder(), os.path.join(config.export_dir, run_name),
-            input_format="images" if preprocessing is None else "image_bytes",
-            preprocessing=preprocessing,
-            run_info={"dataset": config.dataset, "loss": config.loss,
-                      "recall_after": after,
-                      "input": "float32 images in [0, 1] of shape " + str(tuple(input_shape))
-                      if preprocessing is None else "encoded images"},
-        )
+        with clock.phase("export"):
+            summary["export_dir"] = export_embedder(
+                model.embedder(), summary["export"]["base_dir"],
+                input_format=summary["export"]["input_format"], preprocessing=preprocessing,
+                run_info=_run_info(config, after, input_shape, preprocessing),
+            )
     summary["seconds"] = round(time.time() - started, 1)
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+    summary["timings"] = clock.rounded()
+    with open(os.path.join(run_dir, SUMMARY), "w") as f:
         json.dump(summary, f, indent=2, default=str)
+    if report:
+        report.finish(summary)
     return summary
+
+
+def _run_info(config, after, input_shape, preprocessing):
+    return {"dataset": config.dataset, "loss": config.loss, "recall_after": after,
+            "input": "float32 images in [0, 1] of shape " + str(tuple(input_shape))
+            if preprocessing is None else "encoded images"}
+
+
+def apply_run_defaults(args):
+    """`keras-dml export` arguments completed from a `keras-dml train` run.
+
+    `args.model` may be a run folder or the `model.keras` inside one: the model
+    path, the base directory (`<export-dir>/<run>`), the input format and the
+    preprocessing then default to the run's (its `summary.json`); options given
+    on the command line take precedence. Other `.keras` files keep the export
+    command's own defaults.
+    """
+    model = os.fspath(args.model)
+    run_dir = model if os.path.isdir(model) else os.path.dirname(model)
+    summary_path = os.path.join(run_dir, SUMMARY)
+    if os.path.isdir(model):
+        if not os.path.isfile(summary_path):
+            raise ValueError(f"{model} is a folder without {SUMMARY}: give a keras-dml train "
+                             "run folder or a .keras model file.")
+        args.model = os.path.join(model, "model.keras")
+    run = None
+    if os.path.isfile(summary_path):
+        with open(summary_path) as f:
+            run = json.load(f).get("export")
+    if run is None:
+        if args.base_dir is None:
+            raise ValueError("base_dir is required for a .keras file outside a keras-dml "
+                             "train run (e.g. savedmodels/<name>).")
+        args.input_format = args.input_format or "image_bytes"
+        return args
+    explicit = any(getattr(args, name, None) is not None for name in
+                   ("preprocessing", "image_size", "resize_size", "channels",
+                    "normalization", "resize_mode"))
+    if args.base_dir is None:
+        args.base_dir = run["base_dir"]
+    if args.input_format is None:
+        args.input_format = run["input_format"]
+    if not explicit and run.get("preprocessing"):
+        args.preprocessing = run["preprocessing"]
+    return args

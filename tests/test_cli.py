@@ -1,28 +1,148 @@
-"""The `keras-dml` command, end to end on the bundled digits (a short run)."""
+"""The `keras-dml` command: short runs on the bundled digits, help, errors, run folders."""
 
 import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
 from keras_dml import cli
 
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+TINY = ["--dataset", "digits", "--epochs", "1", "--steps-per-epoch", "2",
+        "--classes-per-batch", "5", "--samples-per-class", "4", "--embedding-dim", "16"]
+
+
+def _console_script(tmp_path):
+    """A copy of the `keras-dml` console script pip writes, running this tree."""
+    script = tmp_path / "keras-dml"
+    script.write_text("import sys\nfrom keras_dml.cli import main\nsys.exit(main())\n")
+    return script
+
+
+def _run_script(tmp_path, *args, python_args=()):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the command must quiet TensorFlow itself
+    return subprocess.run([sys.executable, *python_args, str(_console_script(tmp_path)), *args],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["train", "--help"]])
+def test_help_does_not_import_tensorflow(args, tmp_path):
+    result = _run_script(tmp_path, *args, python_args=("-X", "importtime"))
+    assert result.returncode == 0, result.stderr
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "keras_dml.cli" in imported
+    assert not {"tensorflow", "keras", "numpy"} & imported
+    if args == ["train", "--help"]:
+        from keras_dml.training_config import DATASETS, LOSSES
+
+        text = " ".join(result.stdout.split())
+        for name in DATASETS + LOSSES:
+            assert re.search(rf"\b{name}\b", text), name
+        for option in ("--overwrite", "--run-name", "--data-dir", "--image-size"):
+            assert option in text
+
+
+def test_listed_names_are_the_registry():
+    """`--help` lists names without TensorFlow: the static lists must stay the registry's."""
+    import keras_dml
+    from keras_dml.training_config import BACKBONES, DATASETS, LOSSES
+
+    assert tuple(sorted(LOSSES)) == tuple(sorted(keras_dml.losses.LOSSES)), (
+        "add the new loss to keras_dml/training_config.py LOSSES")
+    assert sorted(DATASETS) == keras_dml.datasets.available(), (
+        "add the new dataset to keras_dml/training_config.py DATASETS")
+    assert sorted(BACKBONES) == sorted(keras_dml.backbones.BACKBONES)
+
+
+def test_import_keras_dml_registers_every_serializable_class(tmp_path):
+    """In a fresh process, `import keras_dml` imports every module that registers a class."""
+    registering = sorted(
+        os.path.relpath(os.path.join(folder, name), ROOT)[:-3].replace(os.sep, ".")
+        for folder, _, files in os.walk(os.path.join(ROOT, "keras_dml")) for name in files
+        if name.endswith(".py")
+        and "register_keras_serializable" in open(os.path.join(folder, name)).read())
+    assert "keras_dml.losses.multi_similarity" in registering
+    code = ("import sys, keras_dml; print(' '.join(m for m in sys.argv[1:] "
+            "if m not in sys.modules))")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run([sys.executable, "-c", code, *registering], capture_output=True,
+                            text=True, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [], "add these modules' packages to keras_dml._SUBMODULES"
+
 
 def test_train_prints_recall_saves_and_exports(tmp_path, capsys):
-    code = cli.main([
-        "train", "--epochs", "1", "--steps-per-epoch", "3", "--embedding-dim", "16",
-        "--runs-dir", str(tmp_path / "runs"), "--export-dir", str(tmp_path / "savedmodels"),
-        "--run-name", "smoke", "--no-plots",
-    ])
+    runs, exports = tmp_path / "runs", tmp_path / "savedmodels"
+    code = cli.main(["train", *TINY, "--runs-dir", str(runs), "--export-dir", str(exports),
+                     "--run-name", "smoke", "--no-plots"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "before training" in out and "after training" in out and "R@8" in out
-    summary = json.loads((tmp_path / "runs" / "smoke" / "summary.json").read_text())
+    assert "before training" in out and "after training" in out and "gain" in out
+    assert f"run:        {runs / 'smoke'}/" in out and "SavedModel:" in out
+    summary = json.loads((runs / "smoke" / "summary.json").read_text())
     assert 0.0 <= summary["recall_after"]["recall@1"] <= 1.0
-    assert os.path.exists(tmp_path / "runs" / "smoke" / "model.keras")
-    assert os.path.exists(tmp_path / "savedmodels" / "smoke" / "1" / "saved_model.pb")
+    assert summary["export"] == {"base_dir": str(exports / "smoke"), "input_format": "images",
+                                 "preprocessing": None}
+    assert os.path.exists(runs / "smoke" / "model.keras")
+    assert os.path.exists(exports / "smoke" / "1" / "saved_model.pb")
+
+    # The same run name again: refused, naming the ways out, before any work.
+    code = cli.main(["train", *TINY, "--runs-dir", str(runs), "--export-dir", str(exports),
+                     "--run-name", "smoke"])
+    err = capsys.readouterr().err
+    assert code == 2 and "already exists" in err
+    assert "--overwrite" in err and "--run-name" in err and "overwrite=True" not in err
+
+    # `keras-dml export <run>` exports the run as it was trained, with no other flag ...
+    assert cli.main(["export", str(runs / "smoke"), "--no-verify"]) == 0
+    assert f"SavedModel: {exports / 'smoke' / '2'}" in capsys.readouterr().out
+    info = json.loads((exports / "smoke" / "2" / "keras_dml_export.json").read_text())
+    assert info["input"]["format"] == "images"
+    # ... and never replaces a version silently.
+    code = cli.main(["export", str(runs / "smoke" / "model.keras"), "--version", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--overwrite" in err and "overwrite=True" not in err
+
+
+def test_overwrite_replaces_the_run_folder(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    (runs / "again").mkdir(parents=True)
+    (runs / "again" / "stale.txt").write_text("from an older run")
+    code = cli.main(["train", *TINY, "--runs-dir", str(runs), "--run-name", "again",
+                     "--overwrite", "--no-export", "--no-plots"])
+    assert code == 0, capsys.readouterr().err
+    assert sorted(os.listdir(runs / "again")) == ["history.csv", "model.keras", "summary.json"]
+
+
+def test_default_run_names_never_collide(tmp_path):
+    from keras_dml.training import run_directory
+    from keras_dml.training_config import TrainConfig
+
+    config = TrainConfig(runs_dir=str(tmp_path))
+    first, path = run_directory(config)
+    os.makedirs(path)
+    second, _ = run_directory(config)
+    assert first.startswith("omniglot-MultiSimilarity-") and second != first
+
+
+def test_errors_use_the_command_words(tmp_path, capsys):
+    code = cli.main(["train", "--dataset", "omniglot", "--data-dir", str(tmp_path / "none"),
+                     "--runs-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "--data-dir" in err and "data_dir" not in err
+    assert err.startswith("keras-dml train: error: omniglot:")
+
+
+def test_missing_optional_dependency_names_the_extra():
+    error = ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+    assert cli._missing_module_message(error) == \
+        'matplotlib is not installed: pip install "keras_dml[plots]"'
 
 
 def test_unknown_loss_is_a_clear_error(tmp_path, capsys):
@@ -32,13 +152,10 @@ def test_unknown_loss_is_a_clear_error(tmp_path, capsys):
 
 
 def test_proxy_loss_gets_the_training_class_count(tmp_path, capsys):
-    code = cli.main([
-        "train", "--loss", "ProxyAnchor", "--epochs", "1", "--steps-per-epoch", "2",
-        "--runs-dir", str(tmp_path / "runs"), "--run-name", "proxies", "--no-export",
-        "--no-plots",
-    ])
+    code = cli.main(["train", *TINY, "--loss", "ProxyAnchor", "--runs-dir", str(tmp_path),
+                     "--run-name", "proxies", "--no-export", "--no-plots"])
     assert code == 0, capsys.readouterr().err
-    summary = json.loads((tmp_path / "runs" / "proxies" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "proxies" / "summary.json").read_text())
     assert summary["config"]["loss"] == "ProxyAnchor"
     from keras_dml import training
 
@@ -48,32 +165,56 @@ def test_proxy_loss_gets_the_training_class_count(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--epochs", "0"], "epochs must be a positive integer"),
-    (["--steps-per-epoch", "-1"], "steps_per_epoch must be a positive integer"),
-    (["--learning-rate", "nan"], "learning_rate must be positive"),
+    (["--epochs", "0"], "--epochs must be a positive integer"),
+    (["--steps-per-epoch", "-1"], "--steps-per-epoch must be a positive integer"),
+    (["--learning-rate", "nan"], "--learning-rate must be positive"),
     (["--loss", "PairLoss"], "Unknown loss 'PairLoss'"),
     (["--loss", "Contrastive", "--loss-args", '{"no_such": 1}'], "Contrastive:.*no_such"),
-    (["--classes-per-batch", "99"], "classes_per_batch=99"),
+    (["--classes-per-batch", "99", "--dataset", "digits"], "--classes-per-batch=99"),
+    (["--run-name", "../elsewhere"], "--run-name must be a plain folder name"),
+    (["--loss-args", "[1, 2]"], "--loss-args must be a JSON object"),
 ])
 def test_bad_training_options_are_clear_errors(args, message, tmp_path, capsys):
-    import re
-
     code = cli.main(["train", *args, "--runs-dir", str(tmp_path), "--no-export", "--no-plots"])
     assert code == 2
     assert re.search(message, capsys.readouterr().err)
+    assert not os.listdir(tmp_path)  # nothing written for a refused run
 
 
-def test_bad_loss_args_are_a_clear_error(tmp_path, capsys):
-    code = cli.main(["train", "--loss-args", "[1, 2]", "--runs-dir", str(tmp_path)])
-    assert code == 2
-    assert "--loss-args must be a JSON object" in capsys.readouterr().err
+def test_fresh_process_loads_a_cli_run_and_fits_a_string_loss(tmp_path):
+    """What a user meets: the console script's output, then `import keras_dml` alone."""
+    result = _run_script(tmp_path, "train", *TINY, "--run-name", "fresh", "--no-plots",
+                         "--no-export")
+    assert result.returncode == 0, result.stderr
+    # A quiet console: no TensorFlow start-up lines, retracing or shuffle warnings.
+    for noise in ("I0000", "E0000", "absl::InitializeLog", "cuda", "retracing", "shuffle"):
+        assert noise not in result.stdout + result.stderr, noise
+    code = textwrap.dedent("""
+        import keras, numpy as np
+        import keras_dml
+        model = keras.models.load_model("runs/fresh/model.keras")
+        x = np.random.default_rng(0).random((20, 8, 8, 1), dtype=np.float32)
+        y = np.repeat(np.arange(5), 4)
+        assert model.predict(x, verbose=0).shape == (20, 16)
+        model.compile(optimizer="adam", loss="keras_dml>MultiSimilarity")
+        history = model.fit(x, y, batch_size=20, epochs=1, verbose=0)
+        print(type(model).__name__, type(model.loss).__name__,
+              np.isfinite(history.history["loss"][0]))
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["DMLModel", "MultiSimilarity", "True"]
 
 
-def test_console_script_help_documents_the_options():
-    result = subprocess.run([sys.executable, "-m", "keras_dml.cli", "train", "--help"],
-                            capture_output=True, text=True, check=True)
-    for option in ("--dataset", "--loss", "--epochs", "--export-dir", "--data-dir"):
-        assert option in result.stdout
+def test_null_or_empty_preprocessing_means_none(tmp_path):
+    from keras_dml.export.inputs import as_preprocessing
+
+    sidecar = tmp_path / "sidecar.json"
+    sidecar.write_text(json.dumps({"preprocessing": None}))
+    assert as_preprocessing(str(sidecar)) is None
+    assert as_preprocessing({}) is None and as_preprocessing({"preprocessing": {}}) is None
 
 
 def test_inshop_is_evaluated_query_against_gallery(tmp_path, capsys):

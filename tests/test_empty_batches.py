@@ -5,19 +5,16 @@ import pytest
 import tensorflow as tf
 
 from keras_dml import losses
-
-ARGUMENTS = {
-    "ProxyAnchor": {"num_classes": 3}, "ProxyNCA": {"num_classes": 3},
-    "SoftTriple": {"num_classes": 3, "centers_per_class": 2},
-    "NormalizedSoftmax": {"num_classes": 3},
-}
+from keras_dml.losses.registry import ENTRIES
 
 
 @pytest.mark.parametrize("name", losses.LOSSES)
 @pytest.mark.parametrize("mode", ["eager", "function"])
 def test_empty_batch_gives_zero_loss_and_zero_gradient(name, mode):
-    loss = getattr(losses, name)(**ARGUMENTS.get(name, {}))
-    labels = np.zeros((0, 2), "float32") if name == "LogRatio" else np.zeros(0, "int32")
+    entry = ENTRIES[name]
+    loss = entry.cls(**entry.example)
+    labels = (np.zeros((0, 2), "float32") if entry.labels == "continuous"
+              else np.zeros(0, "int32"))
     embeddings = tf.zeros((0, 4))
 
     def step(x):

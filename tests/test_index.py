@@ -204,3 +204,16 @@ def test_from_model_embeds_a_dataset(tmp_path, capsys):
     np.testing.assert_array_equal(index.labels, y)
     unlabelled = Index.from_model(model, x, batch_size=10, verbose=0)
     assert len(unlabelled) == 23 and set(unlabelled.labels) == {-1}
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_exact_search_in_gallery_blocks_equals_one_block(metric):
+    from keras_dml.index import backends
+
+    gallery, queries, _ = _data(5, n=500, d=8, q=30)
+    whole = backends.exact_search(gallery, queries, 9, metric)
+    blocks = backends.exact_search(gallery, queries, 9, metric, block_rows=37)
+    np.testing.assert_array_equal(blocks[0], whole[0])
+    np.testing.assert_allclose(blocks[1], whole[1], rtol=1e-5, atol=1e-5)
+    order, _ = _brute_force(gallery, queries, 9, metric)
+    np.testing.assert_array_equal(blocks[0], order)

@@ -86,3 +86,29 @@ def test_retrieval_grid_frames_and_neighbours(tmp_path):
         plots.retrieval_grid(images[:3], y, x, path=tmp_path / "i.png")
     with pytest.raises(ValueError, match="row indices"):
         plots.retrieval_grid(images, y, x, path=tmp_path / "j.png", queries=[99])
+
+
+def test_recall_curves_start_at_the_untrained_point_in_steps(tmp_path):
+    history = {"epoch": [-1, 0, 1], "val_recall@1": [0.3, 0.6, 0.8],
+               "val_recall@8": [0.6, 0.8, 0.9]}
+    drawn = plots.recall_curves(history, path=tmp_path / "r.png", steps_per_epoch=250)
+    np.testing.assert_array_equal(drawn["val_recall@1"][0], [0, 250, 500])
+    np.testing.assert_allclose(drawn["val_recall@8"][1], [60, 80, 90])
+    assert_png(tmp_path / "r.png")
+
+
+def test_tsne_map_colours_a_few_classes_and_greys_the_rest(tmp_path):
+    x, y = blobs(classes=30, per_class=6, dim=8)
+    names = [f"class {c}" for c in range(30)]
+    drawn = plots.tsne_map(x, y, path=tmp_path / "t.png", max_points=100, perplexity=10,
+                            threads=1, highlight=5, class_names=names)
+    assert_png(tmp_path / "t.png")
+    assert len(drawn["coloured"]) == 5 and len(drawn["indices"]) == 100
+    for c in drawn["coloured"]:  # every image of a coloured class is drawn
+        assert np.sum(drawn["labels"] == c) == 6
+    with pytest.raises(ValueError, match="highlight"):
+        plots.tsne_map(x, y, path=tmp_path / "u.png", highlight=21)
+    images = np.random.default_rng(0).random((len(x), 8, 8))
+    plots.retrieval_grid(images, y, x, path=tmp_path / "g.png", queries=3, k=2,
+                         class_names=names)
+    assert_png(tmp_path / "g.png")

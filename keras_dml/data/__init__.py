@@ -14,6 +14,7 @@ from keras_dml.data.hard_classes import (HardNegativeClassMining, HardNegativeCl
 from keras_dml.data.pipeline import StreamPosition, class_balanced_batches, stream_position
 from keras_dml.data.preprocessing import Preprocessing, decode_image, register_normalization
 from keras_dml.data.sampler import ClassBalancedSampler
+from keras_dml.data.two_view import two_view_batches
 from keras_dml.data.verify import verify_images
 
 __all__ = [
@@ -34,5 +35,6 @@ __all__ = [
     "importance_weights",
     "register_normalization",
     "stream_position",
+    "two_view_batches",
     "verify_images",
 ]

@@ -18,7 +18,7 @@ HOW_TO_GET = (
     "(characters, 20, 105, 105) with True = white background, and 'labels' "
     "(characters, 20)), built from the official PNGs of "
     "https://github.com/brendenlake/omniglot, in data_dir; or call "
-    "load('omniglot') without data_dir where tfds can download 'omniglot'."
+    "load('omniglot') without data_dir for the bundled 28 x 28 copy."
 )
 
 NUM_BACKGROUND = 964

@@ -1,12 +1,14 @@
 """Embed a dataset with a model, batch by batch, and evaluate retrieval on it."""
 
+import sys
+
 import numpy as np
 import tensorflow as tf
 
 from keras_dml.evaluation.retrieval import METRICS, retrieval_metrics
 
 
-def _as_dataset(data, batch_size):
+def as_dataset(data, batch_size):
     """A tf.data of (x, y[, w]) batches, or an (x, y) tuple of arrays to batch."""
     if isinstance(data, tf.data.Dataset):
         return data
@@ -43,10 +45,20 @@ def inference_function(model):
     return tf.function(lambda x: model(x, training=False), reduce_retracing=True)
 
 
-def embed_with(forward, data, batch_size=256):
-    """Like `embed_dataset`, with a ready `forward(x)` from `inference_function`."""
+def embed_with(forward, data, batch_size=256, progress=False):
+    """Like `embed_dataset`, with a ready `forward(x)` from `inference_function`.
+
+    `progress=True` shows a Keras progress bar over the batches on a terminal.
+    """
     embeddings, labels = [], []
-    for batch in _as_dataset(data, batch_size):
+    data = as_dataset(data, batch_size)
+    bar = None
+    if progress and sys.stdout.isatty():
+        import keras
+
+        count = int(data.cardinality())
+        bar = keras.utils.Progbar(count if count > 0 else None, unit_name="batch")
+    for batch in data:
         if not isinstance(batch, (tuple, list)) or len(batch) < 2:
             raise ValueError(
                 "Each dataset element must be an (x, y) or (x, y, sample_weight) tuple, "
@@ -61,6 +73,8 @@ def embed_with(forward, data, batch_size=256):
         embeddings.append(np.asarray(out, dtype=np.float32))
         y = np.asarray(y)
         labels.append(y.reshape(len(y), -1)[:, 0] if y.ndim == 2 and y.shape[1] == 1 else y)
+        if bar is not None:
+            bar.add(1)
     if not embeddings:
         raise ValueError("data is empty: no batch to embed.")
     return np.concatenate(embeddings), np.concatenate(labels)

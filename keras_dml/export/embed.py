@@ -56,6 +56,23 @@ def _output_dim(model):
     return None
 
 
+def gallery_embeddings(embed, serving, images=None, embeddings=None, labels=None,
+                       batch_size=256):
+    """`(embeddings, labels)` of a gallery given as images (embedded here) or embeddings.
+
+    Labels found in a `(images, labels)` dataset are used when `labels` is None.
+    """
+    if (images is None) == (embeddings is None):
+        raise ValueError("Pass exactly one of reference_images and reference_embeddings.")
+    if embeddings is not None:
+        return embeddings, labels
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+            or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    embeddings, found = embed_gallery(embed, serving, images, int(batch_size))
+    return embeddings, found if labels is None else labels
+
+
 def embed_gallery(embed, serving, images, batch_size=256):
     """Embeds gallery images batch by batch; returns `(embeddings, labels or None)`.
 

@@ -21,7 +21,6 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from keras_dml.export.embed import embed_gallery
 
 UNKNOWN_INT = -1
 UNKNOWN_STRING = b""
@@ -83,27 +82,14 @@ class Gallery:
         return UNKNOWN_STRING if self.labels.dtype == object else UNKNOWN_INT
 
 
-def build_gallery(embed, serving, dim, images=None, embeddings=None, labels=None,
-                  batch_size=256):
-    """A `Gallery` from images (embedded with the exported network) or from embeddings.
+def build_gallery(embeddings, labels, dim):
+    """A validated `Gallery`: embeddings `(N, d)` (L2-normalised here) and labels `(N,)`.
 
     Args:
-        embed: The export's `embedding_fn`.
-        serving: The export's `ServingInput`.
-        dim: Embedding size d.
-        images: See `embed.embed_gallery`.
-        embeddings: Instead of images, embeddings `(N, d)` (L2-normalised here).
-        labels: Labels `(N,)`, integers or strings; required unless `images`
-            is a dataset of `(images, labels)`.
-        batch_size: Images embedded at once. Defaults to 256.
+        embeddings: float `(N, d)`, e.g. from `embed.gallery_embeddings`.
+        labels: `(N,)` integers or strings.
+        dim: The exported network's embedding size d.
     """
-    if (images is None) == (embeddings is None):
-        raise ValueError("Pass exactly one of reference_images and reference_embeddings.")
-    if embeddings is None:
-        embeddings, found = embed_gallery(embed, serving, images,
-                                          _positive_int(batch_size, "batch_size"))
-        if labels is None:
-            labels = found
     embeddings = _check_embeddings(embeddings, dim)
     if labels is None:
         raise ValueError(

@@ -117,7 +117,8 @@ def as_preprocessing(value):
     if value is None or isinstance(value, Preprocessing):
         return value
     if isinstance(value, dict):
-        return Preprocessing.from_dict(value.get("preprocessing", value))
+        fields = value.get("preprocessing", value)
+        return Preprocessing.from_dict(fields) if fields else None  # null or {}: none
     if isinstance(value, (str, os.PathLike)):
         with tf.io.gfile.GFile(os.fspath(value)) as f:
             return as_preprocessing(json.load(f))

@@ -13,12 +13,29 @@ import numpy as np
 from keras_dml.evaluation.knn import nearest_neighbors
 
 BACKENDS = ("exact", "faiss_ivf", "faiss_hnsw")
+BLOCK_ROWS = 2**18  # gallery rows handed to the kNN kernel at once
 
 
-def exact_search(gallery, queries, k, metric):
-    """Exact top-k by `keras_dml.evaluation.nearest_neighbors` (chunked, bounded memory)."""
-    indices, scores = nearest_neighbors(queries, gallery, k, metric)
-    return indices.astype(np.int64), scores
+def exact_search(gallery, queries, k, metric, block_rows=BLOCK_ROWS):
+    """Exact top-k by `keras_dml.evaluation.nearest_neighbors`, block by block.
+
+    The kernel bounds its score memory by chunks of queries but prepares a
+    copy of the references it is given; handing it the gallery in blocks of
+    `block_rows` rows bounds that copy too. The blocks' top-k are merged by
+    score, ties to the lower gallery row, as the kernel orders them.
+    """
+    positions, scores = [], []
+    for start in range(0, len(gallery), block_rows):
+        block = gallery[start:start + block_rows]
+        indices, values = nearest_neighbors(queries, block, min(k, len(block)), metric)
+        positions.append(indices.astype(np.int64) + start)
+        scores.append(values)
+    if len(positions) == 1:
+        return positions[0], scores[0]
+    positions, scores = np.concatenate(positions, axis=1), np.concatenate(scores, axis=1)
+    # Candidates sit in gallery-row order within equal scores: a stable sort keeps it.
+    best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(positions, best, 1), np.take_along_axis(scores, best, 1)
 
 
 class Exact:

@@ -164,7 +164,9 @@ class Index:
     def search(self, queries, k=1):
         """The k most similar items of each query (`SearchResult`, best first).
 
-        Ties between equal scores go to the item added first (exact backend).
+        Ties between bitwise-equal scores go to the item added first (exact
+        backend; the gallery is scored in blocks of 2**18 rows, and copies of
+        one vector in different blocks may score one float rounding apart).
         """
         positions, scores = self._positions(queries, k)
         return self._result(positions, scores)

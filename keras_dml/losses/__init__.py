@@ -1,8 +1,11 @@
 """Deep metric learning losses, each a `keras.losses.Loss` on the pair-weighting engine."""
 
+from keras_dml.losses.additive_margin import ArcFace, CosFace, SubCenterArcFace
 from keras_dml.losses.balanced_contrastive import BalancedContrastive
-from keras_dml.losses.base import PairLoss, PairTerms
+from keras_dml.losses.base import PairLoss, Pairs, PairTerms, Reference
 from keras_dml.losses.binomial import BinLifted, BinomialDeviance
+from keras_dml.losses.circle import Circle
+from keras_dml.losses.combined import Combined
 from keras_dml.losses.contrastive import Contrastive
 from keras_dml.losses.cross_batch_memory import CrossBatchMemory, MemoryBank
 from keras_dml.losses.histogram import Histogram
@@ -10,6 +13,7 @@ from keras_dml.losses.ice import InstanceCrossEntropy
 from keras_dml.losses.lifted import GeneralizedLiftedStructure, LiftedStructure
 from keras_dml.losses.log_ratio import LogRatio
 from keras_dml.losses.margin import Margin
+from keras_dml.losses.multiple_negatives import MultipleNegativesRanking
 from keras_dml.losses.multi_similarity import MultiSimilarity, RelativeAbsoluteWeighting
 from keras_dml.losses.nca import NCA
 from keras_dml.losses.normalized_softmax import NormalizedSoftmax
@@ -17,14 +21,12 @@ from keras_dml.losses.npair import NPair
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.proxy_anchor import ProxyAnchor
 from keras_dml.losses.proxy_nca import ProxyNCA
-from keras_dml.losses.registry import get
+from keras_dml.losses.registry import ENTRIES, get, register
+from keras_dml.losses.smooth_ap import SmoothAP
 from keras_dml.losses.soft_triple import SoftTriple
+from keras_dml.losses.supervised_contrastive import NTXent, SupervisedContrastive
 from keras_dml.losses.triplet import Triplet
 
-# The losses a user trains with (the bases PairLoss and ProxyLoss are for subclassing).
-LOSSES = (
-    "BalancedContrastive", "BinLifted", "BinomialDeviance", "Contrastive",
-    "GeneralizedLiftedStructure", "Histogram", "InstanceCrossEntropy", "LiftedStructure",
-    "LogRatio", "Margin", "MultiSimilarity", "NCA", "NPair", "NormalizedSoftmax", "ProxyAnchor",
-    "ProxyNCA", "RelativeAbsoluteWeighting", "SoftTriple", "Triplet",
-)
+# The losses a user trains with, from the registry (the bases PairLoss and ProxyLoss are
+# for subclassing).
+LOSSES = tuple(sorted(ENTRIES))

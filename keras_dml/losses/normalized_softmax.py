@@ -1,13 +1,12 @@
 """Normalised softmax (NormFace): cross entropy over cosines to learned class weights."""
 
-import keras
-import tensorflow as tf
-
 from keras_dml import hyperparameters as _hyper
-from keras_dml.losses.proxies import ProxyLoss, own_entries
+from keras_dml import ops
+from keras_dml.losses.proxies import ProxyLoss
+from keras_dml.losses.registry import register
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register(example={"num_classes": 8}, reference="proxies")
 class NormalizedSoftmax(ProxyLoss):
     """Normalised softmax cross entropy (NormFace), the ICE paper's CCE baseline.
 
@@ -48,13 +47,8 @@ class NormalizedSoftmax(ProxyLoss):
                          name=name, dtype=dtype)
         self.temperature = float(temperature)
 
-    def compute_label_terms(self, matrix, labels):
-        logits = matrix / self.temperature
-        own = own_entries(labels)
-        value = tf.reduce_logsumexp(logits, axis=1) - tf.gather_nd(logits, own)
-        weights = tf.tensor_scatter_nd_sub(
-            tf.nn.softmax(logits), own, tf.ones_like(labels, tf.float32)
-        )
+    def compute_terms(self, matrix, pairs):
+        value, weights = ops.softmax_cross_entropy(matrix / self.temperature, pairs.labels)
         return value, weights / self.temperature
 
     def get_config(self):

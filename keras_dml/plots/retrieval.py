@@ -46,25 +46,38 @@ def _recall_order(key):
     return key[: match.start()], int(match.group(1))
 
 
-def recall_curves(history, path="recall_curves.png", keys=None, dpi=100):
-    """Recall@K (in %) against the epoch, one line per K.
+def _curve_label(key):
+    """"val_recall@4" -> "Recall@4"; "val_seen_recall@1" -> "seen Recall@1"."""
+    name = key[4:] if key.startswith("val_") else key
+    return name.replace("recall@", "Recall@").replace("_", " ")
+
+
+def recall_curves(history, path="recall_curves.png", keys=None, dpi=100, steps_per_epoch=None):
+    """Recall@K (in %) against training, one line per K, integer ticks.
+
+    An entry at epoch -1 is the untrained network: drawn at x = 0.
 
     Args:
         history: what `model.fit` returned (a `keras.callbacks.History`), the
             `keras_dml.callbacks.RecallAtK` callback itself (needed when it ran
-            every n > 1 epochs), or a dict `{"epoch": [...], key: [...]}`.
+            every n > 1 epochs), or a dict `{"epoch": [...], key: [...]}`
+            (0-based epochs; -1 for the untrained network).
         path: PNG file to write. Defaults to "recall_curves.png".
         keys: log keys to draw. Defaults to None: every key ending in
             `recall@<K>`, sorted by K.
         dpi: resolution. Defaults to 100.
+        steps_per_epoch: when given, x is the number of training steps
+            (epochs x steps_per_epoch) instead of the number of epochs.
 
     Returns:
-        dict `{key: (epochs, values_in_percent)}`, epochs 1-based as drawn.
+        dict `{key: (x, values_in_percent)}`, x as drawn (epochs 1-based, or steps).
 
     Examples:
         >>> history = model.fit(..., callbacks=[RecallAtK((x_val, y_val))])
         >>> recall_curves(history, "runs/recall.png")
     """
+    from matplotlib.ticker import MaxNLocator
+
     epochs, logs = _epochs_and_logs(history)
     if keys is None:
         keys = sorted((key for key in logs if _RECALL_KEY.search(key)), key=_recall_order)
@@ -76,6 +89,8 @@ def recall_curves(history, path="recall_curves.png", keys=None, dpi=100):
     missing = [key for key in keys if key not in logs]
     if missing:
         raise ValueError(f"history has no {missing}; it has {sorted(logs)}.")
+    scale = 1 if steps_per_epoch is None else _inputs.check_positive_int(
+        steps_per_epoch, "steps_per_epoch")
     drawn = {}
     for key in keys:
         values = np.asarray(logs[key], np.float64) * 100.0
@@ -84,32 +99,49 @@ def recall_curves(history, path="recall_curves.png", keys=None, dpi=100):
                 f"{key} has {len(values)} values for {0 if epochs is None else len(epochs)} "
                 "epochs: it was not logged every epoch, pass the RecallAtK callback instead."
             )
-        drawn[key] = (np.asarray(epochs) + 1, values)
-    figure = _figure(5.0, 3.5)
+        drawn[key] = ((np.asarray(epochs, np.int64) + 1) * scale, values)
+    figure = _figure(5.5, 3.8)
     axes = figure.subplots()
     for key, (x, y) in drawn.items():
-        axes.plot(x, y, marker="o", markersize=3, label=key)
-    axes.set_xlabel("epoch")
-    axes.set_ylabel("Recall@K (%)")
+        axes.plot(x, y, marker="o", markersize=4, label=_curve_label(key))
+    axes.set_xlabel("training steps" if steps_per_epoch else "epoch")
+    axes.set_ylabel("Recall@K on held-out classes (%)")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_ylim(bottom=0, top=100)
+    if any(x[0] == 0 for x, _ in drawn.values()):
+        axes.set_title("Recall@K (at 0: the untrained network)", fontsize="medium")
     axes.grid(alpha=0.3)
-    axes.legend(fontsize="small")
+    axes.legend(fontsize="small", loc="lower right")
     figure.tight_layout()
     figure.savefig(path, dpi=dpi)
     return drawn
 
 
-def _class_colours(labels):
-    from matplotlib import colormaps
-
-    classes, ids = np.unique(labels, return_inverse=True)
-    cmap = colormaps["tab20" if len(classes) <= 20 else "turbo"]
-    positions = ids if len(classes) <= 20 else ids / max(1, len(classes) - 1)
-    return classes, cmap(positions)
+def _tsne_rows(labels, max_points, highlight, seed):
+    """(rows drawn, classes coloured): every image of up to `highlight` random
+    classes, the rest of the `max_points` a random sample of the other images."""
+    rng = np.random.default_rng(seed)
+    classes = np.unique(labels)
+    coloured = classes if len(classes) <= highlight else np.sort(
+        rng.choice(classes, highlight, replace=False))
+    in_coloured = np.isin(labels, coloured)
+    chosen = np.flatnonzero(in_coloured)
+    if len(chosen) > max_points:
+        chosen = rng.choice(chosen, max_points, replace=False)
+    others = np.flatnonzero(~in_coloured)
+    room = min(max_points - len(chosen), len(others))
+    rows = np.concatenate([chosen, rng.choice(others, room, replace=False)])
+    return np.sort(rows).astype(np.int64), coloured
 
 
 def tsne_map(embeddings, labels, path="tsne.png", max_points=3000, perplexity=30.0,
-             distance="cosine", seed=0, threads=None, dpi=100):
-    """A t-SNE map of embeddings coloured by class (ICE supplementary, Figs. 2-4).
+             distance="cosine", seed=0, threads=None, dpi=100, highlight=20,
+             class_names=None):
+    """A t-SNE map of embeddings, up to `highlight` classes in colour (ICE supp. Figs. 2-4).
+
+    With more than `highlight` classes, `highlight` random classes are drawn in
+    colour with a legend (all their points), and a random sample of the other
+    classes' points in grey, so hundreds of classes stay readable.
 
     Args:
         embeddings: float (N, d) array or tensor.
@@ -125,14 +157,17 @@ def tsne_map(embeddings, labels, path="tsne.png", max_points=3000, perplexity=30
         threads: OpenMP threads for t-SNE's gradient. Defaults to None (all);
             1 is much faster on a machine already busy with other work.
         dpi: resolution. Defaults to 100.
+        highlight: classes drawn in colour, at most 20. Defaults to 20.
+        class_names: optional names indexed by label, for the legend.
 
     Returns:
         dict with "points" (n, 2) drawn, "labels" (n,), "indices" (n,) rows of
-        `embeddings` drawn.
+        `embeddings` drawn, "coloured" the class ids drawn in colour.
 
     Reference:
         van der Maaten and Hinton, "Visualizing Data using t-SNE", JMLR 2008.
     """
+    from matplotlib import colormaps
     from sklearn.manifold import TSNE
     from threadpoolctl import threadpool_limits
 
@@ -143,24 +178,36 @@ def tsne_map(embeddings, labels, path="tsne.png", max_points=3000, perplexity=30
     if x.shape[0] < 3:
         raise ValueError(f"t-SNE needs at least 3 points, got {x.shape[0]}.")
     max_points = _inputs.check_positive_int(max_points, "max_points")
-    indices = np.arange(x.shape[0])
-    if x.shape[0] > max_points:
-        indices = np.sort(np.random.default_rng(seed).choice(x.shape[0], max_points, False))
+    highlight = _inputs.check_positive_int(highlight, "highlight")
+    if highlight > 20:
+        raise ValueError(f"highlight must be at most 20 (distinct colours), got {highlight}.")
+    indices, coloured = _tsne_rows(y, max_points, highlight, seed)
     x, y = x[indices], y[indices]
     tsne = TSNE(n_components=2, perplexity=min(perplexity, (len(x) - 1) / 3.0),
                 metric=distance, init="pca", random_state=seed)
     with threadpool_limits(limits=threads, user_api="openmp"):
         points = tsne.fit_transform(x.astype(np.float64))
-    classes, colours = _class_colours(y)
-    figure = _figure(6.0, 6.0)
+    figure = _figure(7.5, 6.0)
     axes = figure.subplots()
-    axes.scatter(points[:, 0], points[:, 1], c=colours, s=6, linewidths=0)
-    axes.set_title(f"t-SNE of {len(points)} embeddings, {len(classes)} classes")
+    grey = ~np.isin(y, coloured)
+    if grey.any():
+        axes.scatter(points[grey, 0], points[grey, 1], c="0.8", s=5, linewidths=0,
+                     label=f"{len(np.unique(y[grey]))} other classes")
+    palette = colormaps["tab20"]
+    for i, c in enumerate(coloured):
+        mine = y == c
+        name = class_names[c] if class_names is not None else str(c)
+        axes.scatter(points[mine, 0], points[mine, 1], color=palette(i % 20), s=12,
+                     linewidths=0, label=name)
+    axes.set_title(f"t-SNE of {len(points)} embeddings: {len(coloured)} classes in colour"
+                   + (", the rest grey" if grey.any() else ""), fontsize="medium")
     axes.set_xticks([])
     axes.set_yticks([])
+    axes.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5),
+                markerscale=1.5, frameon=False)
     figure.tight_layout()
     figure.savefig(path, dpi=dpi)
-    return {"points": points, "labels": y, "indices": indices}
+    return {"points": points, "labels": y, "indices": indices, "coloured": coloured}
 
 
 def _displayable(image):
@@ -180,8 +227,8 @@ def _displayable(image):
 
 
 def retrieval_grid(images, labels, embeddings, path="retrievals.png", queries=8, k=5,
-                   distance="cosine", seed=0, dpi=100):
-    """Query images with their top-k retrievals, framed green (same class) or red.
+                   distance="cosine", seed=0, dpi=100, class_names=None):
+    """Query images with their top-k retrievals, framed green (same class) or red, with a legend.
 
     Retrieval is leave-one-out among `embeddings` (the query itself excluded),
     exact, ties to the lower index.
@@ -198,6 +245,8 @@ def retrieval_grid(images, labels, embeddings, path="retrievals.png", queries=8,
         distance: "cosine", "dot" or "euclidean". Defaults to "cosine".
         seed: random choice of queries. Defaults to 0.
         dpi: resolution. Defaults to 100.
+        class_names: optional names indexed by label: each row is labelled with
+            its query's class, and a wrong retrieval with its own class.
 
     Returns:
         dict with "queries" (q,) row indices, "neighbors" (q, k) row indices
@@ -224,14 +273,19 @@ def retrieval_grid(images, labels, embeddings, path="retrievals.png", queries=8,
     ])
     correct = y[neighbors] == y[queries][:, None]
 
-    figure = _figure(1.3 * (k + 1), 1.4 * len(queries))
+    from matplotlib.patches import Patch
+
+    def name(index):
+        return str(class_names[y[index]] if class_names is not None else y[index])
+
+    figure = _figure(1.3 * (k + 1) + 0.8, 1.45 * len(queries) + 0.6)
     grid = figure.subplots(len(queries), k + 1, squeeze=False)
     for row, query in enumerate(queries):
         cells = [(query, "black", "query")] + [
             (n, "tab:green" if ok else "tab:red", f"#{i + 1}")
             for i, (n, ok) in enumerate(zip(neighbors[row], correct[row]))
         ]
-        for axes, (index, colour, title) in zip(grid[row], cells):
+        for column, (axes, (index, colour, title)) in enumerate(zip(grid[row], cells)):
             picture = _displayable(images[index])
             axes.imshow(picture, cmap="gray" if picture.ndim == 2 else None, vmin=0, vmax=1)
             axes.set_xticks([])
@@ -241,6 +295,16 @@ def retrieval_grid(images, labels, embeddings, path="retrievals.png", queries=8,
                 spine.set_linewidth(3 if colour != "black" else 1)
             if row == 0:
                 axes.set_title(title, fontsize="small")
-    figure.tight_layout()
+            if column == 0:
+                axes.set_ylabel(name(index), fontsize="x-small", rotation=0, ha="right",
+                                va="center")
+            elif colour == "tab:red":
+                axes.set_xlabel(name(index), fontsize="xx-small", color="tab:red", labelpad=1)
+    figure.legend(handles=[Patch(facecolor="white", edgecolor="tab:green", linewidth=3,
+                                 label="same class as the query"),
+                           Patch(facecolor="white", edgecolor="tab:red", linewidth=3,
+                                 label="another class (its name below)")],
+                  loc="lower center", ncol=2, fontsize="small", frameon=False)
+    figure.tight_layout(rect=(0, 0.45 / (1.45 * len(queries) + 0.6), 1, 1))
     figure.savefig(path, dpi=dpi)
     return {"queries": queries, "neighbors": neighbors, "correct": correct}

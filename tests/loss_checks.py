@@ -1,4 +1,4 @@
-"""Checks shared by the tests of NPair, NCA, Histogram, Margin and BalancedContrastive.
+"""Checks shared by the loss tests: modes, exact weights, serialization, save/load, precision.
 
 Every loss is run eager, in tf.function and with jit_compile, its weights are
 compared with autodiff, it round-trips through its config and a `.keras` file,
@@ -143,12 +143,12 @@ DEGENERATE_BATCHES = {
 }
 
 
-def assert_degenerate_finite(loss, dim=8, expect_zero=()):
+def assert_degenerate_finite(loss, dim=8, expect_zero=(), modes=("eager", "jit")):
     """Degenerate batches give a finite value and gradient, eager and under XLA."""
     rng = np.random.default_rng(3)
     for name, labels in DEGENERATE_BATCHES.items():
         embeddings = rng.normal(size=(len(labels), dim)).astype("float32")
-        for mode in ("eager", "jit"):
+        for mode in modes:
             value, gradient = value_and_gradient(loss, labels.astype("int32"), embeddings, mode)
             assert np.isfinite(value), (name, mode)
             assert np.all(np.isfinite(gradient)), (name, mode)

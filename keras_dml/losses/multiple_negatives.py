@@ -1,0 +1,100 @@
+"""Multiple-negatives ranking loss: (query, positive) pairs with in-batch negatives."""
+
+import keras
+import tensorflow as tf
+
+from keras_dml import hyperparameters as _hyper
+from keras_dml import ops
+from keras_dml.losses.base import PairLoss, Pairs, Reference
+from keras_dml.losses.nca import nca_terms
+from keras_dml.losses.registry import register
+
+
+@register(reference="batch")
+class MultipleNegativesRanking(PairLoss):
+    """Multiple-negatives ranking loss (Henderson et al. 2017, eq. 3; sentence-transformers).
+
+    Each row of the embeddings is one (query, positive) pair, the query and the
+    positive concatenated along the features: shape (N, 2 d), e.g. the output of a
+    two-tower model `Concatenate()([query_tower(q), document_tower(p)])`. With
+    S_ij = cos(q_i, p_j) and scale s, every other row's positive is a negative:
+
+        L = 1/N sum_i -log( exp(s S_ii) / sum_{j} exp(s S_ij) )
+
+    With `symmetric=True` the documents also retrieve their queries, and the loss
+    is the mean of both directions (sentence-transformers'
+    MultipleNegativesSymmetricRankingLoss; a batch-global scalar then):
+
+        L = 1/2N sum_i [ -log softmax_j(s S_i.)_i - log softmax_j(s S_.i)_i ]
+
+    Labels are pair (item) ids: another row with the same label is a duplicate of
+    the same item, and its positive is not used as a negative. With distinct
+    labels (`range(N)`) this is exactly the loss above. Gradients are exact.
+
+    Args:
+        scale: s. Defaults to 20 (sentence-transformers').
+        symmetric: add the document-to-query direction. Defaults to False.
+
+    Examples:
+
+    >>> q = keras.Input((64,)); p = keras.Input((64,))
+    >>> tower = keras.Sequential([keras.layers.Dense(32)])   # or two different towers
+    >>> pairs = keras.layers.Concatenate()([tower(q), tower(p)])
+    >>> model = keras_dml.models.DMLModel([q, p], pairs)
+    >>> model.compile("adam", loss=keras_dml.losses.MultipleNegativesRanking())
+    >>> model.fit((queries, positives), numpy.arange(len(queries)), batch_size=64)
+
+    Reference:
+        Henderson et al., "Efficient Natural Language Response Suggestion for Smart
+        Reply", 2017; Reimers & Gurevych, sentence-transformers.
+    """
+
+    def __init__(self, scale=20.0, symmetric=False, reduction="sum_over_batch_size",
+                 name="multiple_negatives_ranking", dtype=None):
+        super().__init__(metric="cosine", miner=None, reduction=reduction, name=name,
+                         dtype=dtype)
+        self.scale = _hyper.positive("scale", scale)
+        self.symmetric = bool(symmetric)
+
+    def check(self, labels, embeddings):
+        labels, embeddings = super().check(labels, embeddings)
+        width = embeddings.shape[1]
+        if width is not None and width % 2:
+            raise ValueError(
+                "MultipleNegativesRanking needs each row to be a (query, positive) pair "
+                f"concatenated along the features, shape (N, 2 d); got width {width}, "
+                "which is odd.")
+        return labels, embeddings
+
+    def default_reference(self, labels, embeddings):
+        """The documents: the second half of each row (split in `pair_matrix`)."""
+        return Reference(labels, embeddings, trainable=True)
+
+    def pair_matrix(self, embeddings, reference):
+        queries = tf.split(embeddings, 2, axis=1)[0]
+        documents = tf.split(reference.embeddings, 2, axis=1)[1]
+        return ops.pairwise(queries, documents, metric="cosine")
+
+    def pairs(self, labels, reference, matrix):
+        """Query i's positive is document i; documents of other labels are negatives."""
+        same = tf.equal(labels[:, tf.newaxis], reference.labels[tf.newaxis, :])
+        positive = tf.linalg.set_diag(tf.zeros_like(same), tf.linalg.diag_part(same))
+        return Pairs(labels, reference.labels, positive, tf.logical_not(same))
+
+    def compute_terms(self, matrix, pairs):
+        positive, negative = pairs.positive, pairs.negative
+        value, weights = nca_terms(self.scale * matrix, positive, negative)
+        if not self.symmetric:
+            return value, self.scale * weights
+        back_value, back_weights = nca_terms(self.scale * tf.transpose(matrix),
+                                             tf.transpose(positive), tf.transpose(negative))
+        count = 2.0 * tf.cast(tf.shape(matrix)[0], tf.float32)
+        total = (tf.reduce_sum(value) + tf.reduce_sum(back_value)) / count
+        return total, self.scale * (weights + tf.transpose(back_weights)) / count
+
+    def get_config(self):
+        config = super().get_config()
+        for key in ("metric", "miner"):
+            config.pop(key)
+        config.update(scale=self.scale, symmetric=self.symmetric)
+        return config

@@ -1,0 +1,127 @@
+"""`TrainConfig`: every setting of `keras-dml train`, with its default (no TensorFlow here).
+
+The command line builds its options from these defaults (`keras_dml.commands.train`),
+so the defaults live in one place; `keras_dml.training.run(config)` runs a config.
+"""
+
+import dataclasses
+import json
+import math
+import re
+
+# Names `keras-dml train --help` lists without importing TensorFlow; a test keeps them
+# equal to `keras_dml.datasets.available()` and `keras_dml.losses.LOSSES`.
+DATASETS = ("omniglot", "digits", "cub200", "cars196", "sop", "inshop")
+IN_MEMORY_DATASETS = ("omniglot", "digits")
+LOSSES = (
+    "ArcFace", "BalancedContrastive", "BinLifted", "BinomialDeviance", "Circle", "Contrastive",
+    "CosFace", "GeneralizedLiftedStructure", "Histogram", "InstanceCrossEntropy",
+    "LiftedStructure", "LogRatio", "Margin", "MultiSimilarity", "MultipleNegativesRanking",
+    "NCA", "NPair", "NTXent", "NormalizedSoftmax", "ProxyAnchor", "ProxyNCA",
+    "RelativeAbsoluteWeighting", "SmoothAP", "SoftTriple", "SubCenterArcFace",
+    "SupervisedContrastive", "Triplet",
+)
+BACKBONES = ("cnn3", "convnet", "resnet50")
+LR_SCHEDULES = ("constant", "cosine")
+STRATEGIES = ("auto", "mirrored", "multiworker")
+# Image side used for image-file datasets when --image-size is not given: small enough
+# for a CPU run (a 224 step of ResNet-50 takes ~43 s on 2 cores).
+FILE_IMAGE_SIZE = 64
+# Batch design (C classes x k images) when not given: 32 x 4, but digits has only 5
+# training classes.
+BATCH_DESIGNS = {"digits": (5, 16)}
+DEFAULT_BATCH_DESIGN = (32, 4)
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """What `keras-dml train` does; each field is the option of the same name."""
+
+    dataset: str = "omniglot"
+    data_dir: str = None
+    image_size: int = None
+    classes_per_batch: int = None
+    samples_per_class: int = None
+    backbone: str = "cnn3"
+    embedding_dim: int = 128
+    loss: str = "MultiSimilarity"
+    loss_args: dict = dataclasses.field(default_factory=dict)
+    epochs: int = 4
+    steps_per_epoch: int = 250
+    learning_rate: float = 1e-3
+    lr_schedule: str = "cosine"
+    warmup_steps: int = 0
+    augment_shift: float = 0.0
+    augment_rotation: float = 0.0
+    augment_scale: float = 0.0
+    seed: int = 0
+    jit_compile: bool = False
+    strategy: str = "auto"
+    memory_size: int = 0
+    memory_warmup: int = 0
+    run_name: str = None
+    runs_dir: str = "runs"
+    export_dir: str = "savedmodels"
+    overwrite: bool = False
+    export: bool = True
+    plots: bool = True
+
+    def __post_init__(self):
+        design = BATCH_DESIGNS.get(self.dataset, DEFAULT_BATCH_DESIGN)
+        if self.classes_per_batch is None:
+            self.classes_per_batch = design[0]
+        if self.samples_per_class is None:
+            self.samples_per_class = design[1]
+        for field in ("epochs", "steps_per_epoch", "classes_per_batch", "samples_per_class",
+                      "embedding_dim"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field} must be a positive integer, got {value!r}.")
+        if self.image_size is not None and (isinstance(self.image_size, bool) or not
+                                            isinstance(self.image_size, int)
+                                            or self.image_size < 8):
+            raise ValueError(f"image_size must be an integer >= 8, got {self.image_size!r}.")
+        if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0
+                and math.isfinite(self.learning_rate)):
+            raise ValueError(f"learning_rate must be positive and finite, got "
+                             f"{self.learning_rate!r}.")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got "
+                             f"{self.lr_schedule!r}.")
+        for field in ("memory_size", "memory_warmup"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{field} must be an integer >= 0, got {value!r}.")
+        for field in ("warmup_steps", "augment_shift", "augment_rotation", "augment_scale"):
+            value = getattr(self, field)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{field} must be >= 0, got {value!r}.")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}.")
+        if self.backbone not in BACKBONES:
+            raise ValueError(f"Unknown backbone {self.backbone!r}: expected one of "
+                             f"{list(BACKBONES)}.")
+        if self.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+=-]*",
+                                                          self.run_name):
+            raise ValueError(f"run_name must be a plain folder name (letters, digits, "
+                             f"'._+=-'), got {self.run_name!r}.")
+
+    @classmethod
+    def from_args(cls, args):
+        """A config from parsed `keras-dml train` arguments."""
+        try:
+            loss_args = json.loads(args.loss_args)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"--loss-args must be a JSON object: {error}") from None
+        if not isinstance(loss_args, dict):
+            raise ValueError(f"--loss-args must be a JSON object, got {args.loss_args!r}.")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in vars(args).items() if k in fields}
+        values.update(loss_args=loss_args, export=not args.no_export, plots=not args.no_plots)
+        return cls(**values)
+
+
+def default(field):
+    """The default value of a `TrainConfig` field."""
+    spec = {f.name: f for f in dataclasses.fields(TrainConfig)}[field]
+    return spec.default_factory() if callable(spec.default_factory) else spec.default
