@@ -41,6 +41,7 @@ def _batches(count, d, seed=0):
 
 
 def keras_dml_step(memory, d, threads):
+    import numpy as np
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
@@ -50,6 +51,13 @@ def keras_dml_step(memory, d, threads):
     loss = losses.CrossBatchMemory(losses.MultiSimilarity(mining=False), memory_size=memory)
     batches = [(tf.constant(x), tf.constant(y.astype("int32"))) for x, y in
                _batches(8, d)]
+
+    loss(batches[0][1], batches[0][0])  # builds the memory, then fill it as after M / N steps
+    bank = loss.memory
+    rng = np.random.default_rng(1)
+    bank.embeddings.assign(rng.normal(size=(memory, d)).astype("float32"))
+    bank.labels.assign(rng.integers(0, 1000, memory).astype("int32"))
+    bank.filled.assign(memory)
 
     @tf.function
     def step(x, y):
@@ -66,12 +74,17 @@ def keras_dml_step(memory, d, threads):
 
 
 def pml_step(memory, d, threads):
+    import numpy as np
     import torch
     from pytorch_metric_learning import losses
 
     torch.set_num_threads(threads)
     loss = losses.CrossBatchMemory(losses.MultiSimilarityLoss(), d, memory_size=memory)
     batches = [(torch.tensor(x), torch.tensor(y)) for x, y in _batches(8, d)]
+    rng = np.random.default_rng(1)  # a full memory, as after M / N steps
+    loss.embedding_memory[:] = torch.tensor(rng.normal(size=(memory, d)).astype("float32"))
+    loss.label_memory[:] = torch.tensor(rng.integers(0, 1000, memory))
+    loss.has_been_filled = True
 
     def run(i):
         x, y = batches[i % len(batches)]
@@ -88,7 +101,7 @@ def worker(system, memory, d, repeats, threads):
         import pytorch_metric_learning.losses  # noqa: F401
     baseline = _rss_mb()
     step = (keras_dml_step if system == "keras_dml" else pml_step)(memory, d, threads)
-    fill = -(-memory // N) + 3  # fill the memory (and warm up) before timing
+    fill = 3  # warm-up steps
     for i in range(fill):
         step(i)
     times = []

@@ -119,6 +119,7 @@ class DMLModel(keras.Model):
                 f"such as keras_dml.losses.MultiSimilarity(), got {loss!r}."
             )
         self._attach_loss_layer(loss)
+        self._attach_key_encoder(loss)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
         self.dml_loss = loss
         # Keras divides a mean-reduced loss by the number of replicas, expecting the
@@ -142,6 +143,25 @@ class DMLModel(keras.Model):
         layer.attached_to_model = True  # its weights are trained (see ProxyLoss.call)
         self.loss_layer = layer
 
+    def _attach_key_encoder(self, loss):
+        momentum = getattr(loss, "momentum", None)
+        if momentum is None or getattr(self, "key_encoder", None) is not None:
+            return
+        from keras_dml.momentum import MomentumEncoder
+
+        encoder = MomentumEncoder(momentum, name="momentum_encoder")
+        encoder.track(self.encoder_variables())
+        self.key_encoder = encoder
+
+    def encoder_variables(self):
+        """The embedding network's variables (not the loss's nor the key encoder's)."""
+        skip = set()
+        for name in ("loss_layer", "key_encoder"):
+            layer = getattr(self, name, None)
+            if layer is not None:
+                skip.update(id(v) for v in layer.weights)
+        return [v for v in self.weights if id(v) not in skip]
+
     @property
     def embedding_dim(self):
         shape = self.outputs[0].shape
@@ -156,7 +176,7 @@ class DMLModel(keras.Model):
         return keras.Model(self.inputs, self.outputs, name=f"{self.name}_embedder")
 
     # -- training ---------------------------------------------------------------------
-    def _dml_loss_value(self, x, y, embeddings, sample_weight, training):
+    def _dml_loss_value(self, x, y, embeddings, sample_weight, training, keys=None):
         if getattr(self, "dml_loss", None) is None:
             raise ValueError("DMLModel needs a loss: call compile(optimizer, loss=...) first.")
         if y is None:
@@ -167,6 +187,8 @@ class DMLModel(keras.Model):
             embeddings, labels, sample_weight
         )
         memory = {"enqueue": training} if getattr(self.dml_loss, "updates_state", False) else {}
+        if keys is not None:
+            memory["keys"] = _gather_with_local_gradient(tf.stop_gradient(keys))
         values = self._unreduced_loss(labels, embeddings, sample_weight=sample_weight, **memory)
         value = _reduce(values, sample_weight, self.dml_loss.reduction)
         extra = self.losses
@@ -177,9 +199,15 @@ class DMLModel(keras.Model):
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        keys = None
+        encoder = getattr(self, "key_encoder", None)
+        if encoder is not None:  # MoCo: update the key encoder, then encode the keys
+            encoder.update(self.encoder_variables())
+            keys = encoder.keys(self, x)
         with tf.GradientTape() as tape:
             embeddings = self(x, training=True)
-            loss = self._dml_loss_value(x, y, embeddings, sample_weight, training=True)
+            loss = self._dml_loss_value(x, y, embeddings, sample_weight, training=True,
+                                        keys=keys)
             scaled = self.optimizer.scale_loss(loss)
         variables = self.trainable_weights
         gradients = self._loss_layer_gradients_once(tape.gradient(scaled, variables), variables)

@@ -26,7 +26,7 @@ def _pml_values_and_grads(batches, memory_size):
         e = torch.tensor(embeddings, requires_grad=True)
         value = xbm(e, torch.tensor(labels))
         value.backward()
-        out.append((float(value), e.grad.numpy()))
+        out.append((value.item(), e.grad.numpy()))
     return out
 
 
@@ -177,3 +177,30 @@ def test_mirrored_replicas_enqueue_the_gathered_batch_and_train_like_one_device(
     labels = [v.numpy() for v in mirrored_strategy.experimental_local_results(per_replica)]
     np.testing.assert_array_equal(labels[0], labels[1])
     np.testing.assert_array_equal(labels[0], single.loss_layer.labels.numpy())
+
+
+def test_momentum_encoder_fills_the_memory_with_its_keys_and_is_saved(tmp_path):
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(16, 8)).astype("float32"), np.repeat(np.arange(4), 4)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    keras.utils.set_random_seed(5)
+    model = _model()
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss=losses.CrossBatchMemory(
+        losses.MultiSimilarity(mining=False), memory_size=48, momentum=0.9))
+    start = [w.numpy().copy() for w in model.encoder_variables()]
+    first_keys = model.predict(x, verbose=0)
+    model.fit(data, epochs=1, verbose=0)  # step 1: the key encoder is a copy
+    np.testing.assert_allclose(model.loss_layer.embeddings.numpy()[:16], first_keys, atol=1e-5)
+    after_one = [w.numpy().copy() for w in model.encoder_variables()]
+    model.fit(data, epochs=1, verbose=0)  # step 2: shadow = 0.9 start + 0.1 after step 1
+    encoder = model.key_encoder
+    for shadow, w0, w1 in zip(encoder.shadows, start, after_one):
+        np.testing.assert_allclose(shadow.numpy(), 0.9 * w0 + 0.1 * w1, rtol=1e-5, atol=1e-6)
+    assert any(np.abs(w1 - w0).max() > 1e-4 for w0, w1 in zip(start, after_one))
+    path = tmp_path / "moco.keras"
+    model.save(path)
+    restored = keras.models.load_model(path)
+    for a, b in zip(restored.key_encoder.shadows, encoder.shadows):
+        np.testing.assert_allclose(a.numpy(), b.numpy())
+    assert len(restored.embedder().weights) == len(model.embedder().weights)
+    restored.fit(data, epochs=1, verbose=0)

@@ -110,6 +110,10 @@ class CrossBatchMemory(keras.losses.Loss):
             to False (PML's form: the memory includes the batch).
         memory_weight: Weight of the memory term in the paper's form (lambda).
             Defaults to 1.0.
+        momentum: With a value m (MoCo uses 0.999), a `DMLModel` compiled with this
+            loss keeps a momentum copy of its embedder (`keras_dml.momentum`,
+            saved with the model) whose outputs fill the memory instead of the
+            batch's own embeddings. Defaults to None (no key encoder).
 
     Examples:
 
@@ -124,7 +128,7 @@ class CrossBatchMemory(keras.losses.Loss):
     updates_state = True
 
     def __init__(self, loss, memory_size, warmup_steps=0, include_batch_loss=False,
-                 memory_weight=1.0, reduction="sum_over_batch_size",
+                 memory_weight=1.0, momentum=None, reduction="sum_over_batch_size",
                  name="cross_batch_memory", dtype=None):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         if isinstance(loss, dict):
@@ -141,8 +145,11 @@ class CrossBatchMemory(keras.losses.Loss):
         self.warmup_steps = _hyper.integer_at_least("warmup_steps", warmup_steps, 0)
         self.include_batch_loss = bool(include_batch_loss)
         self.memory_weight = _hyper.finite("memory_weight", memory_weight)
+        self.momentum = None if momentum is None else _hyper.finite("momentum", momentum)
+        if self.momentum is not None and not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1) or None, got {momentum!r}.")
         self.trainable_layer = MemoryBank(self.memory_size, name="cross_batch_memory")
-        self._enqueue = True
+        self._enqueue, self._keys = True, None
 
     @property
     def memory(self):
@@ -154,13 +161,14 @@ class CrossBatchMemory(keras.losses.Loss):
         if self.trainable_layer.built:
             self.trainable_layer.reset()
 
-    def __call__(self, y_true, y_pred, sample_weight=None, enqueue=True):
-        """The loss; `enqueue=False` (evaluation) reads the memory without writing."""
-        self._enqueue = bool(enqueue)
+    def __call__(self, y_true, y_pred, sample_weight=None, enqueue=True, keys=None):
+        """The loss; `enqueue=False` (evaluation) reads the memory without writing;
+        `keys` (N, d), the momentum encoder's, are enqueued instead of `y_pred`."""
+        self._enqueue, self._keys = bool(enqueue), keys
         try:
             return super().__call__(y_true, y_pred, sample_weight=sample_weight)
         finally:
-            self._enqueue = True
+            self._enqueue, self._keys = True, None
 
     def call(self, y_true, y_pred):
         labels, embeddings = validation.check_labels_and_embeddings(y_true, y_pred)
@@ -175,7 +183,8 @@ class CrossBatchMemory(keras.losses.Loss):
                              "global batch size.")
         active = bank.steps >= self.warmup_steps
         if self._enqueue:
-            slots = bank.enqueue(embeddings, labels, active)
+            keys = embeddings if self._keys is None else ops.to_float32(self._keys)
+            slots = bank.enqueue(tf.stop_gradient(keys), labels, active)
             bank.steps.assign_add(1)
         else:
             slots = tf.fill(tf.shape(labels), -1)  # evaluation: no copy of the batch inside
@@ -198,5 +207,5 @@ class CrossBatchMemory(keras.losses.Loss):
         config.update(loss=keras.saving.serialize_keras_object(self.loss),
                       memory_size=self.memory_size, warmup_steps=self.warmup_steps,
                       include_batch_loss=self.include_batch_loss,
-                      memory_weight=self.memory_weight)
+                      memory_weight=self.memory_weight, momentum=self.momentum)
         return config

@@ -1,0 +1,69 @@
+"""A momentum (MoCo-style) key encoder: a slowly updated copy of the embedder.
+
+`MomentumEncoder` holds an exponential moving average of the model's weights,
+
+    theta_k <- m theta_k + (1 - m) theta_q         (MoCo, He et al. CVPR 2020, eq. 2)
+
+and computes keys by running the model with those weights (`Model.stateless_call`),
+in inference mode, without gradient. `DMLModel` attaches one when its loss asks for
+it (`CrossBatchMemory(..., momentum=0.999)`): the memory then holds keys, which
+drift slowly, instead of the query embeddings of past steps.
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_dml import hyperparameters as _hyper
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class MomentumEncoder(keras.layers.Layer):
+    """EMA copies of a model's embedding weights (non-trainable, saved with the model).
+
+    Args:
+        momentum: m in [0, 1). Defaults to 0.999 (MoCo's).
+    """
+
+    def __init__(self, momentum=0.999, **kwargs):
+        super().__init__(**kwargs)
+        self.momentum = _hyper.finite("momentum", momentum)
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum!r}.")
+        self.shadows = []
+
+    def track(self, variables):
+        """Create one shadow per variable of `variables` (the embedder's weights)."""
+        add = dict(trainable=False, aggregation="only_first_replica", initializer="zeros")
+        self.shadows = [self.add_weight(shape=v.shape, dtype=v.dtype, name=f"shadow_{i}", **add)
+                        for i, v in enumerate(variables)]
+        self.started = self.add_weight(shape=(), dtype="int32", name="started", **add)
+        self.built = True
+
+    def update(self, variables):
+        """theta_k <- m theta_k + (1 - m) theta_q; a plain copy at the first update."""
+        m = tf.where(self.started > 0, self.momentum, 0.0)
+        for shadow, variable in zip(self.shadows, variables):
+            value = tf.convert_to_tensor(variable)
+            if value.dtype.is_floating:
+                mixed = tf.cast(m, value.dtype) * shadow + (1 - tf.cast(m, value.dtype)) * value
+                shadow.assign(mixed)
+            else:
+                shadow.assign(value)
+        self.started.assign(1)
+
+    def keys(self, model, x):
+        """`model(x)` in inference mode with the shadow weights, without gradient."""
+        shadow_of = {id(v): s for v, s in zip(model.encoder_variables(), self.shadows)}
+
+        def values(variables):
+            return [tf.convert_to_tensor(shadow_of.get(id(v), v)) for v in variables]
+
+        outputs, _ = model.stateless_call(values(model.trainable_variables),
+                                          values(model.non_trainable_variables), x,
+                                          training=False)
+        return tf.stop_gradient(outputs)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(momentum=self.momentum)
+        return config
