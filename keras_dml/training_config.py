@@ -49,7 +49,7 @@ class TrainConfig:
     epochs: int = 4
     steps_per_epoch: int = 250
     learning_rate: float = 1e-3
-    lr_schedule: str = "cosine"
+    lr_schedule: str = "constant"
     warmup_steps: int = 0
     augment_shift: float = 0.0
     augment_rotation: float = 0.0
