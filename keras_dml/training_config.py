@@ -46,8 +46,8 @@ class TrainConfig:
     embedding_dim: int = 128
     loss: str = "MultiSimilarity"
     loss_args: dict = dataclasses.field(default_factory=dict)
-    epochs: int = 4
-    steps_per_epoch: int = 250
+    epochs: int = 2
+    steps_per_epoch: int = 500
     learning_rate: float = 1e-3
     lr_schedule: str = "constant"
     warmup_steps: int = 0
