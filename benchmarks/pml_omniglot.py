@@ -82,6 +82,18 @@ def _variants():
                       "NCA(scale=1) on cosine",
                       lambda: (losses.NCALoss(softmax_scale=0.5), None, 1)),
         },
+        # issue 18: the same defaults on both sides
+        "ArcFace": {"default": ("ArcFaceLoss(964, 128) (margin 28.6 degrees, scale 64)",
+                                lambda: (losses.ArcFaceLoss(NUM_CLASSES, DIM), None, 1))},
+        "CosFace": {"default": ("CosFaceLoss(964, 128) (margin 0.35, scale 64)",
+                                lambda: (losses.CosFaceLoss(NUM_CLASSES, DIM), None, 1))},
+        "SupervisedContrastive": {"default": ("SupConLoss() (temperature 0.1)",
+                                              lambda: (losses.SupConLoss(), None, 1))},
+        "Circle": {"default": ("CircleLoss() (m 0.4, gamma 80)",
+                               lambda: (losses.CircleLoss(), None, 1))},
+        "SmoothAP": {"default": ("SmoothAPLoss() (temperature 0.01; PML 2.9 groups the batch "
+                                 "into blocks of C rows, right only for C = k)",
+                                 lambda: (losses.SmoothAPLoss(), None, 1))},
     }
 
 
@@ -114,12 +126,15 @@ def build_cnn(dim=DIM, filters=64, blocks=3, size=protocol.SIZE):
 
 
 def run(loss_name, variant, steps, seed, classes_per_batch, samples_per_class, data_dir=None,
-        learning_rate=1e-3, eval_every=None):
-    """Train with a PML loss under the protocol; returns the same dict as run_protocol."""
+        learning_rate=1e-3, eval_every=None, test_classes=None):
+    """Train with a PML loss under the protocol; returns the same dict as run_protocol
+    (`test_classes`: evaluate on the first this many test characters only)."""
     import torch
 
     description, build = _variants()[loss_name][variant]
     x_train, y_train, x_test, y_test = protocol.load_data(data_dir)
+    if test_classes:
+        x_test, y_test = x_test[y_test < test_classes], y_test[y_test < test_classes]
     order = protocol.batch_order(y_train, classes_per_batch, samples_per_class, steps, seed)
     torch.manual_seed(seed)
     model = build_cnn()

@@ -138,7 +138,8 @@ def build_cnn(dim=128, size=SIZE):
 def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_class=4,
                  learning_rate=1e-3, warmup_steps=0, schedule="constant", dim=128,
                  augment_shift=0.0, augment_rotation=0.0, augment_scale=0.0,
-                 eval_every=None, data_dir=None, verbose=False):
+                 eval_every=None, order=None, test_classes=None, run_eagerly=False,
+                 data_dir=None, verbose=False):
     """Train the protocol's CNN with `loss` and evaluate on the 659 test characters.
 
     Args:
@@ -154,6 +155,11 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
         augment_rotation: random rotation up to this many degrees. Defaults to 0.
         augment_scale: random zoom up to this fraction. Defaults to 0.
         eval_every: also evaluate every this many steps (for curves). Defaults to None.
+        order: (steps, B) training indices of another batch design (replaces the
+            C x k order). Defaults to None.
+        test_classes: evaluate on the first this many test characters only (smoke
+            runs). Defaults to None (all 659).
+        run_eagerly: no tf.function (cheaper than tracing for a few smoke steps).
         data_dir: folder of the official npz files. Defaults to the shared dataset.
 
     Returns:
@@ -167,12 +173,17 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
     from keras_dml.training import augmentation, learning_rate_schedule
 
     x_train, y_train, x_test, y_test = load_data(data_dir)
-    order = batch_order(y_train, classes_per_batch, samples_per_class, steps, seed)
+    if test_classes:
+        x_test, y_test = x_test[y_test < test_classes], y_test[y_test < test_classes]
+    if order is None:
+        order = batch_order(y_train, classes_per_batch, samples_per_class, steps, seed)
+    elif len(order) < steps:
+        raise ValueError(f"order holds {len(order)} batches, fewer than steps={steps}.")
     keras.utils.set_random_seed(seed)
     model = build_cnn(dim)
     optimizer = keras.optimizers.Adam(
         learning_rate_schedule(learning_rate, steps, warmup_steps, schedule))
-    model.compile(optimizer=optimizer, loss=loss, jit_compile=False)
+    model.compile(optimizer=optimizer, loss=loss, jit_compile=False, run_eagerly=run_eagerly)
 
     images, labels = tf.constant(x_train), tf.constant(y_train)
     augment = augmentation(augment_shift, augment_rotation, augment_scale, SIZE, seed)

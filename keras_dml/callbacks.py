@@ -6,9 +6,9 @@ import warnings
 import keras
 import numpy as np
 
-from keras_dml.evaluation import _inputs
-from keras_dml.evaluation.embedding import _as_dataset, embed_with, inference_function
-from keras_dml.evaluation.retrieval import METRICS, check_metrics, retrieval_metrics
+from keras_dml import hyperparameters
+from keras_dml.evaluation.embedding import as_dataset, embed_with, inference_function
+from keras_dml.evaluation.retrieval import DISTANCES, METRICS, check_metrics, retrieval_metrics
 
 _COUNTS = ("num_queries", "num_excluded_queries")
 
@@ -88,15 +88,16 @@ class RecallAtK(keras.callbacks.Callback):
         verbose=1,
     ):
         super().__init__()
-        self.validation_data = _as_dataset(validation_data, batch_size)
+        self.validation_data = as_dataset(validation_data, batch_size)
         self.reference_data = (
-            None if reference_data is None else _as_dataset(reference_data, batch_size)
+            None if reference_data is None else as_dataset(reference_data, batch_size)
         )
         # checked now, not after the first epoch of training
         self.metrics, self.ks = check_metrics(metrics, ks)
-        self.every_n_epochs = _inputs.check_positive_int(every_n_epochs, "every_n_epochs")
+        self.every_n_epochs = hyperparameters.integer_at_least("every_n_epochs",
+                                                               every_n_epochs, 1)
         self.seen_classes = None if seen_classes is None else np.unique(np.asarray(seen_classes))
-        self.distance = _inputs.check_distance(distance)
+        self.distance = hyperparameters.one_of("distance", distance, DISTANCES)
         self.batch_size = batch_size
         self.chunk_size = chunk_size
         self.prefix = prefix

@@ -1,6 +1,7 @@
 """Hyperparameter checks shared by losses, miners and layers: a clear ValueError, never a NaN later."""
 
 import math
+import warnings
 
 
 def _number(name, value):
@@ -37,7 +38,7 @@ def non_negative(name, value):
 def integer_at_least(name, value, minimum):
     """`value` as an int >= `minimum` (bools and fractional numbers are refused)."""
     wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-    if (isinstance(value, bool) or not float(_number(name, value)).is_integer()
+    if (isinstance(value, (bool, str)) or not float(_number(name, value)).is_integer()
             or int(value) < minimum):
         raise ValueError(f"{name} must be {wanted}, got {value!r}.")
     return int(value)
@@ -47,3 +48,16 @@ def one_of(name, value, choices):
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
     return value
+
+
+def renamed(old_name, old_value, new_name, new_value, default=None):
+    """`new_value`, or `old_value` given under the deprecated `old_name` (with a
+    DeprecationWarning); `default` when neither is given."""
+    if old_value is None:
+        return default if new_value is None else new_value
+    if new_value is not None and new_value != old_value:
+        raise ValueError(f"Give {new_name}= only ({old_name}= is its deprecated name), "
+                         f"got {new_name}={new_value!r} and {old_name}={old_value!r}.")
+    warnings.warn(f"{old_name}= is deprecated: use {new_name}={old_value!r}.",
+                  DeprecationWarning, stacklevel=3)
+    return old_value

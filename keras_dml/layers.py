@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_dml import hyperparameters
+from keras_dml.ops import NORM_EPSILON
 
 _POOLINGS = ("avg", "max", "gem")
 
@@ -12,7 +13,7 @@ _POOLINGS = ("avg", "max", "gem")
 class L2Normalize(keras.layers.Layer):
     """Scale each vector to unit L2 norm (zero vectors stay zero), in float32."""
 
-    def __init__(self, axis=-1, epsilon=1e-12, **kwargs):
+    def __init__(self, axis=-1, epsilon=NORM_EPSILON, **kwargs):
         super().__init__(**kwargs)
         self.axis, self.epsilon = axis, float(epsilon)
 
@@ -162,10 +163,6 @@ class EmbeddingHead(keras.layers.Layer):
 
 # -- multi-level embeddings (ICE / RLL "(L, M, H)") ----------------------------------------
 
-# Low, mid and high levels of keras.applications.ResNet50: the last block of stages 3-5.
-RESNET50_LEVELS = ("conv3_block4_out", "conv4_block6_out", "conv5_block3_out")
-
-
 @keras.saving.register_keras_serializable(package="keras_dml")
 class MultiLevelEmbedding(keras.layers.Layer):
     """One `EmbeddingHead` per feature map, concatenated and L2-normalised.
@@ -174,8 +171,8 @@ class MultiLevelEmbedding(keras.layers.Layer):
     ICE paper's Table 3: feature maps from a low, a mid and a high layer of the
     backbone each get their own pooling + Dense (+ L2) head, and the concatenated
     vector is L2-normalised, so retrieval compares all levels at once. Call it on a
-    list of feature maps; `multi_level_embedder` wires it onto a backbone by layer
-    names.
+    list of feature maps; `keras_dml.backbones.multi_level_embedder` wires it onto a
+    backbone by layer names.
 
     Args:
         dims: embedding size of each level's head, one int per input feature map.
@@ -185,7 +182,7 @@ class MultiLevelEmbedding(keras.layers.Layer):
 
     Examples:
 
-    >>> maps = [backbone.get_layer(n).output for n in keras_dml.layers.RESNET50_LEVELS]
+    >>> maps = [backbone.get_layer(n).output for n in keras_dml.backbones.RESNET50_LEVELS]
     >>> embeddings = keras_dml.layers.MultiLevelEmbedding([512, 512, 512])(maps)
 
     Reference:
@@ -239,58 +236,3 @@ class MultiLevelEmbedding(keras.layers.Layer):
             "pooling": self.pooling,
             "normalize_levels": self.normalize_levels,
         }
-
-
-def multi_level_embedder(backbone, layer_names, dims=512, pooling="avg", normalize_levels=True,
-                         model_class=None, name=None):
-    """An embedding model from the named layers of any functional Keras backbone.
-
-    Args:
-        backbone: a functional `keras.Model` (e.g. `keras.applications.ResNet50(
-            weights=None, include_top=False, input_shape=(224, 224, 3))`).
-        layer_names: the layers whose outputs are the levels, low to high, e.g.
-            `RESNET50_LEVELS`. `backbone.summary()` lists the names.
-        dims: embedding size per level: an int for every level, or one per level.
-            Defaults to 512.
-        pooling, normalize_levels: as for `MultiLevelEmbedding`.
-        model_class: the model to build. Defaults to `keras_dml.models.DMLModel`.
-        name: model name. Defaults to None.
-
-    Returns:
-        `model_class(backbone.input, embeddings)` with embeddings of size sum(dims).
-
-    Examples:
-
-    >>> backbone = keras.applications.ResNet50(weights=None, include_top=False,
-    ...                                        input_shape=(224, 224, 3))
-    >>> model = keras_dml.layers.multi_level_embedder(backbone, RESNET50_LEVELS, 512)
-    >>> model.compile("adam", loss=keras_dml.losses.InstanceCrossEntropy())
-    """
-    if isinstance(layer_names, str) or not len(layer_names):
-        raise ValueError(f"layer_names must be a non-empty list of layer names, got "
-                         f"{layer_names!r}.")
-    if isinstance(dims, (int, float)):
-        dims = [int(dims)] * len(layer_names)
-    if len(dims) != len(layer_names):
-        raise ValueError(f"dims has {len(dims)} entries but layer_names has "
-                         f"{len(layer_names)}: give one size per level or a single int.")
-    known = {layer.name for layer in getattr(backbone, "layers", [])}
-    missing = [n for n in layer_names if n not in known]
-    if missing:
-        raise ValueError(
-            f"Backbone {getattr(backbone, 'name', backbone)!r} has no layer(s) {missing}; "
-            f"its layers include {sorted(known)[-8:] if known else 'none'} "
-            "(see backbone.summary() for all names)."
-        )
-    try:
-        maps = [backbone.get_layer(n).output for n in layer_names]
-    except (AttributeError, ValueError) as error:
-        raise ValueError(
-            f"Cannot read the outputs of layers {list(layer_names)}: the backbone must be a "
-            f"functional keras.Model ({error})."
-        ) from None
-    embeddings = MultiLevelEmbedding(dims, pooling=pooling, normalize_levels=normalize_levels,
-                                     name="multi_level_embedding")(maps)
-    if model_class is None:
-        from keras_dml.models import DMLModel as model_class
-    return model_class(backbone.input, embeddings, name=name)

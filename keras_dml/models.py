@@ -3,6 +3,7 @@
 import math
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_dml import losses, validation
@@ -10,7 +11,8 @@ from keras_dml import losses, validation
 NONFINITE_MESSAGE = (
     "keras_dml: NaN or Inf in the embeddings or gradients of a training batch; the "
     "update from that batch was skipped and training stopped (check the input "
-    "pipeline for NaN pixels, lower the learning rate, or clip gradients)."
+    "pipeline for NaN pixels, lower the learning rate, or clip gradients; with a "
+    "proxy loss under jit_compile=True, labels outside [0, num_classes) also give NaN)."
 )
 
 
@@ -18,13 +20,27 @@ def _all_finite(tensors):
     return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors])
 
 
+#: Under a LossScaleOptimizer, a loss scale below this means the gradients overflowed
+#: on step after step (from the default 2**15, at least 16 skipped steps in a row).
+MIN_LOSS_SCALE = 1.0
+
+
 class StopOnNonFinite(keras.callbacks.Callback):
-    """Raise a clear error as soon as a training batch reported a non-finite loss."""
+    """Raise a clear error as soon as a training batch reported a non-finite loss,
+    or a mixed-precision loss scale collapsed (a stream of skipped steps)."""
 
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(loss)):
             raise FloatingPointError(f"{NONFINITE_MESSAGE} (batch {batch})")
+        scale = getattr(self.model.optimizer, "dynamic_scale", None)
+        if scale is not None and float(scale) < MIN_LOSS_SCALE:
+            raise FloatingPointError(
+                f"keras_dml: the mixed-precision loss scale fell to {float(scale):.3g}: the "
+                "gradients overflowed on step after step and no update was applied "
+                f"(optimizer.iterations = {int(self.model.optimizer.iterations)}); check the "
+                f"input for huge or non-finite values, lower the learning rate, or train in "
+                f"float32 (batch {batch}).")
 
 
 def _gather_with_local_gradient(tensor):
@@ -121,6 +137,7 @@ class DMLModel(keras.Model):
             return
         if not layer.built:
             layer.build((None, self.embedding_dim))
+        layer.attached_to_model = True  # its weights are trained (see ProxyLoss.call)
         self.loss_layer = layer
 
     @property
@@ -164,25 +181,25 @@ class DMLModel(keras.Model):
             scaled = self.optimizer.scale_loss(loss)
         variables = self.trainable_weights
         gradients = self._loss_layer_gradients_once(tape.gradient(scaled, variables), variables)
-        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
-            # It skips non-finite steps and lowers its scale by design.
-            self.optimizer.apply(gradients, variables)
+        # Never write NaN into the weights: skip the update, report a NaN loss, and
+        # `StopOnNonFinite` (added by `fit`) stops with a clear message. A
+        # LossScaleOptimizer skips overflowing gradients and lowers its scale by
+        # design, so there only the embeddings are checked.
+        checked = [embeddings] if isinstance(
+            self.optimizer, keras.optimizers.LossScaleOptimizer) else [embeddings] + gradients
+        finite = _all_finite([t for t in checked if t is not None])
+        context = tf.distribute.get_replica_context()
+        if not tf.distribute.has_strategy():  # (a strategy of one replica is no exception)
+            tf.cond(finite, lambda: self._apply(gradients, variables), lambda: False)
         else:
-            # Never write NaN into the weights: skip the update, report a NaN loss,
-            # and `StopOnNonFinite` (added by `fit`) stops with a clear message.
-            finite = _all_finite([embeddings] + [g for g in gradients if g is not None])
-            context = tf.distribute.get_replica_context()
-            if not tf.distribute.has_strategy():  # (a strategy of one replica is no exception)
-                tf.cond(finite, lambda: self._apply(gradients, variables), lambda: False)
-            else:
-                # A cond around a cross-replica update is not supported: agree on one
-                # flag across replicas and apply all-zero gradients instead.
-                failures = context.all_reduce("sum", 1.0 - tf.cast(finite, tf.float32))
-                finite = failures < 0.5
-                gradients = [None if g is None else tf.where(finite, g, tf.zeros_like(g))
-                             for g in gradients]
-                self.optimizer.apply(gradients, variables)
-            loss = tf.where(finite, loss, tf.constant(float("nan"), loss.dtype))
+            # A cond around a cross-replica update is not supported: agree on one
+            # flag across replicas and apply all-zero gradients instead.
+            failures = context.all_reduce("sum", 1.0 - tf.cast(finite, tf.float32))
+            finite = failures < 0.5
+            gradients = [None if g is None else tf.where(finite, g, tf.zeros_like(g))
+                         for g in gradients]
+            self.optimizer.apply(gradients, variables)
+        loss = tf.where(finite, loss, tf.constant(float("nan"), loss.dtype))
         return self._record(x, y, embeddings, sample_weight, loss)
 
     def _loss_layer_gradients_once(self, gradients, variables):
@@ -219,11 +236,28 @@ class DMLModel(keras.Model):
         self.optimizer.apply(gradients, variables)
         return True
 
-    def fit(self, *args, callbacks=None, **kwargs):
+    def fit(self, x=None, y=None, *args, callbacks=None, **kwargs):
+        self._check_first_labels(x, y)
         callbacks = list(callbacks or [])
         if not any(isinstance(c, StopOnNonFinite) for c in callbacks):
             callbacks.append(StopOnNonFinite())
-        return super().fit(*args, callbacks=callbacks, **kwargs)
+        return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
+
+    def _check_first_labels(self, x, y):
+        """Labels are checked where they enter, with a ValueError naming the values, in
+        eager, graph and XLA alike: all of an array `y`, or a dataset's first batch."""
+        if getattr(self.dml_loss, "continuous_labels", False):
+            return
+        if y is None and isinstance(x, tf.data.Dataset):
+            spec = x.element_spec
+            if not isinstance(spec, tuple) or len(spec) < 2:
+                return
+            if spec[1].dtype == tf.string:
+                validation.check_label_values(np.array(["<string>"]))
+            y = next(iter(x.take(1)))[1]
+        if y is not None and not isinstance(y, (dict, list)):
+            validation.check_label_values(np.asarray(y), getattr(self.dml_loss, "num_classes",
+                                                                 None))
 
     def test_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)

@@ -34,22 +34,21 @@ def to_float32(x):
     return x if x.dtype == tf.float32 else tf.cast(x, tf.float32)
 
 
-_NORM_EPSILON = 1e-12  # as tf.math.l2_normalize: a squared norm below it is held there
+NORM_EPSILON = 1e-12  # as tf.math.l2_normalize: a squared norm below it is held there
 
 
-def l2_normalize(x, axis=-1, epsilon=_NORM_EPSILON):
+def l2_normalize(x, axis=-1, epsilon=NORM_EPSILON):
     """L2 normalisation that maps the zero vector to zero, not NaN.
 
     The values of `tf.math.l2_normalize` (the squared norm is held at `epsilon`
     from below), with the same gradient written out,
     g_x = (g - x (x . g) / |x|^2) / |x| (no radial part where the norm is held),
-    in five elementwise passes instead of autodiff's longer chain; about 8% of
-    NCA at N = 1024.
+    in five elementwise passes instead of autodiff's longer chain.
     """
 
     @tf.custom_gradient
     def unit(x):
-        scale, norm = _inverse_norms(x, axis, epsilon, keepdims=True)
+        scale, norm = inverse_norms(x, axis, epsilon, keepdims=True)
 
         def grad(upstream):
             along = _radial(tf.reduce_sum(upstream * x, axis=axis, keepdims=True), *norm)
@@ -60,9 +59,9 @@ def l2_normalize(x, axis=-1, epsilon=_NORM_EPSILON):
     return unit(tf.convert_to_tensor(x))
 
 
-def _inverse_norms(x, axis=-1, epsilon=_NORM_EPSILON, keepdims=False):
+def inverse_norms(x, axis=-1, epsilon=NORM_EPSILON, keepdims=False):
     """1 / max(|x|, sqrt(epsilon)) along `axis`, and (max(|x|^2, epsilon), whether
-    the norm is not held there): what `_radial` takes."""
+    the norm is not held there): what the normalisation's gradient takes."""
     squared_norm = tf.reduce_sum(tf.square(x), axis=axis, keepdims=keepdims)
     held = tf.maximum(squared_norm, epsilon)
     return tf.math.rsqrt(held), (held, squared_norm >= epsilon)
@@ -84,6 +83,42 @@ def self_products(x):
     return tf.matmul(x, x, transpose_b=True), grad
 
 
+def safe_sqrt(squared):
+    """sqrt(max(squared, 0)), 0 with a zero (not infinite) gradient where squared is ~0."""
+    positive = squared > _SQRT_EPSILON
+    return tf.where(positive, tf.sqrt(tf.where(positive, squared, 1.0)), 0.0)
+
+
+def cosine_between(query, key):
+    """Cosine similarity (N, M) of query (N, d) to key (M, d), with a fused gradient.
+
+    The values of normalising both sides and multiplying, but the keys are never
+    normalised as a whole (M, d) copy: their inverse norms scale the (N, M)
+    product and, in the backward pass, the (N, M) upstream gradient. With
+    M = 11,318 proxies and N << d that saves several passes over the keys.
+    """
+
+    @tf.custom_gradient
+    def similarity(x, k):
+        inv_x, x_norm = inverse_norms(x, axis=1, keepdims=True)
+        inv_k, k_norm = inverse_norms(k, axis=1)
+        unit_x = x * inv_x
+        s = tf.matmul(unit_x, k, transpose_b=True) * inv_k
+
+        def grad(upstream):
+            g_s, g_k = upstream * s, upstream * inv_k
+            # held norms (|x|^2 < epsilon) are constants: no radial part there
+            along_x = tf.where(x_norm[1], tf.reduce_sum(g_s, 1, keepdims=True), 0.0)
+            d_x = (tf.matmul(g_k, k) - unit_x * along_x) * inv_x
+            d_k = (tf.matmul(g_k, unit_x, transpose_a=True)
+                   - k * _radial(tf.reduce_sum(g_s, 0), *k_norm)[:, tf.newaxis])
+            return d_x, d_k
+
+        return s, grad
+
+    return similarity(to_float32(query), to_float32(key))
+
+
 def pairwise(query, key=None, metric="cosine"):
     """Pairwise similarity or distance between every query and every key.
 
@@ -99,12 +134,14 @@ def pairwise(query, key=None, metric="cosine"):
         coincide.
     """
     check_metric(metric)
+    if metric == "cosine" and key is not None:
+        return cosine_between(query, key)
     normalize = l2_normalize if metric == "cosine" else tf.identity
     query = normalize(to_float32(query))
     if key is None:
         key, products = query, self_products(query)
     else:
-        key = normalize(to_float32(key))
+        key = to_float32(key)
         products = tf.matmul(query, key, transpose_b=True)
     if metric in SIMILARITIES:
         return products
@@ -114,11 +151,7 @@ def pairwise(query, key=None, metric="cosine"):
         + tf.reduce_sum(tf.square(key), axis=1)[tf.newaxis, :]
     )
     squared = tf.maximum(squared, 0.0)
-    if metric == "squared_euclidean":
-        return squared
-    positive = squared > _SQRT_EPSILON
-    safe = tf.where(positive, squared, tf.ones_like(squared))
-    return tf.where(positive, tf.sqrt(safe), tf.zeros_like(squared))
+    return squared if metric == "squared_euclidean" else safe_sqrt(squared)
 
 
 def similarities_between_rows(x, rows, columns, metric="cosine"):
@@ -155,8 +188,8 @@ def similarities_between_rows(x, rows, columns, metric="cosine"):
         # M = diag(s) Q K^T diag(t) with s, t the inverse norms. Its gradient is
         # worked out on the R x K matrix, so that each (R, d) block is touched once:
         #   dQ = (G * s t^T) K - diag(s^2 rowsum(G * M)) Q, and likewise dK.
-        query_scale, query_norm = _inverse_norms(query, axis=1)
-        key_scale, key_norm = _inverse_norms(key, axis=1)
+        query_scale, query_norm = inverse_norms(query, axis=1)
+        key_scale, key_norm = inverse_norms(key, axis=1)
         scales = query_scale[:, tf.newaxis] * key_scale[tf.newaxis, :]
         matrix = products * scales
 
@@ -258,7 +291,8 @@ def _first_pairs(labels):
     return anchors, positives, tf.ones_like(anchors, dtype=tf.bool)
 
 
-def _masked_fill(x, mask, value):
+def masked_fill(x, mask, value):
+    """`x` where `mask`, `value` elsewhere."""
     return tf.where(mask, x, tf.constant(value, x.dtype))
 
 
@@ -266,7 +300,7 @@ def masked_max(x, mask, axis=-1, keepdims=False, empty_value=0.0):
     """Max of `x` over `mask`; rows with no masked-in entry give `empty_value`."""
     x = to_float32(x)
     lowest = tf.float32.min
-    result = tf.reduce_max(_masked_fill(x, mask, lowest), axis=axis, keepdims=keepdims)
+    result = tf.reduce_max(masked_fill(x, mask, lowest), axis=axis, keepdims=keepdims)
     has_any = tf.reduce_any(mask, axis=axis, keepdims=keepdims)
     return tf.where(has_any, result, tf.fill(tf.shape(result), empty_value))
 
@@ -284,7 +318,7 @@ def _shifted_exps(x, mask, axis, include_zero):
     zero term's 1).
     """
     lowest = tf.float32.min
-    filled = _masked_fill(to_float32(x), mask, lowest)
+    filled = masked_fill(to_float32(x), mask, lowest)
     shift = tf.stop_gradient(tf.reduce_max(filled, axis=axis, keepdims=True))
     shift = tf.maximum(shift, 0.0) if include_zero else tf.where(shift > lowest, shift, 0.0)
     exps = tf.exp(filled - shift)
@@ -367,12 +401,3 @@ def _softmax_divisor(total, non_empty):
     """The row sums, infinite on empty rows: their exps (0, or kept ones of rows
     excluded by `rows`) divide to exactly 0, with no select over every entry."""
     return tf.where(non_empty, total, float("inf"))
-
-
-def masked_mean(x, mask, axis=-1, keepdims=False):
-    """Mean of `x` over `mask`; empty rows give 0."""
-    x = to_float32(x)
-    mask_f = tf.cast(mask, tf.float32)
-    total = tf.reduce_sum(x * mask_f, axis=axis, keepdims=keepdims)
-    count = tf.reduce_sum(mask_f, axis=axis, keepdims=keepdims)
-    return tf.math.divide_no_nan(total, count)

@@ -367,6 +367,8 @@ def run(config, report=None):
     with strategy.scope():
         model = build_model(config, input_shape)
         loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
+        if config.memory_size:
+            loss = losses.CrossBatchMemory(loss, config.memory_size, config.memory_warmup)
         rate = learning_rate_schedule(config.learning_rate,
                                       config.epochs * config.steps_per_epoch,
                                       config.warmup_steps, config.lr_schedule)

@@ -57,6 +57,8 @@ class TrainConfig:
     seed: int = 0
     jit_compile: bool = False
     strategy: str = "auto"
+    memory_size: int = 0
+    memory_warmup: int = 0
     run_name: str = None
     runs_dir: str = "runs"
     export_dir: str = "savedmodels"
@@ -86,6 +88,10 @@ class TrainConfig:
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got "
                              f"{self.lr_schedule!r}.")
+        for field in ("memory_size", "memory_warmup"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{field} must be an integer >= 0, got {value!r}.")
         for field in ("warmup_steps", "augment_shift", "augment_rotation", "augment_scale"):
             value = getattr(self, field)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):

@@ -31,18 +31,17 @@ def check_class_labels(labels, batch_size=None, name="labels"):
             f"{name} and embeddings disagree in batch size: {name} has shape "
             f"{tuple(labels.shape)}, embeddings have {batch_size} rows."
         )
-    if labels.dtype.is_floating:
-        if tf.executing_eagerly():
-            values = labels.numpy()
-            if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
-                bad = values[~np.isfinite(values) | (values != np.round(values))][:5]
-                raise ValueError(
-                    f"{name} must be integer class ids, got non-integer values such as {bad}."
-                )
-        labels = tf.cast(labels, tf.int32)
-    elif labels.dtype != tf.int32:
-        labels = tf.cast(labels, tf.int32)
-    return labels
+    if tf.executing_eagerly():
+        check_label_values(labels.numpy(), name=name)
+    elif labels.dtype != tf.int32:  # run time: fractional or huge ids would merge classes
+        exact = tf.reduce_all(tf.equal(tf.round(tf.cast(labels, tf.float64)),
+                                       tf.cast(labels, tf.float64)))
+        small = tf.reduce_all(tf.abs(tf.cast(labels, tf.float64)) < MAX_EXACT_LABEL)
+        with tf.control_dependencies([tf.debugging.Assert(
+                exact & small, [f"{name} must be integer class ids below 2**24 in "
+                                "magnitude; got values such as", labels], summarize=8)]):
+            labels = tf.identity(labels)
+    return tf.cast(labels, tf.int32)
 
 
 def check_embeddings(embeddings, name="embeddings"):
@@ -92,3 +91,47 @@ def check_label_range(labels, size, name="labels", bound="num_classes"):
         tf.debugging.assert_less(labels, size, message=message),
     ]):
         return tf.identity(labels)
+
+
+#: Keras' `Loss.__call__` converts labels to float32, where integers are exact only
+#: below 2**24: larger ids (hashed or database ids) would silently merge classes.
+MAX_EXACT_LABEL = 2**24
+
+
+def check_label_values(values, num_classes=None, name="labels"):
+    """Check class labels in NumPy where they enter (`DMLModel.fit`, once per call).
+
+    A ValueError naming the offending values for: strings (map them to ids,
+    e.g. `np.unique(names, return_inverse=True)[1]`), floats with a fractional
+    part or NaN, ids with `|id| >= 2**24` (not exact in float32; remap them to
+    dense ids, as `keras_dml.data.class_balanced_batches` does), and, given
+    `num_classes` (proxy losses), ids outside `[0, num_classes)`.
+    """
+    values = np.asarray(values)
+    if values.dtype.kind in "USO":
+        raise ValueError(
+            f"{name} must be integer class ids, got strings such as "
+            f"{values.reshape(-1)[:3].tolist()}; map them to ids first, e.g. "
+            "ids = np.unique(names, return_inverse=True)[1].")
+    if values.dtype.kind not in "iuf" and values.dtype != bool:
+        raise ValueError(f"{name} must be integer class ids, got dtype {values.dtype}.")
+    flat = values.reshape(-1)
+    if values.dtype.kind == "f":
+        bad = flat[~np.isfinite(flat) | (flat != np.round(flat))]
+        if bad.size:
+            raise ValueError(
+                f"{name} must be integer class ids, got {bad.size} non-integer values such "
+                f"as {np.unique(bad)[:5].tolist()} (they would be truncated).")
+    big = flat[np.abs(flat.astype(np.float64)) >= MAX_EXACT_LABEL]
+    if big.size:
+        raise ValueError(
+            f"{name} must be below 2**24 in magnitude (Keras compares labels in float32, "
+            f"where larger ids merge), got {np.unique(big)[:5].tolist()}; remap them to "
+            "dense ids, e.g. np.unique(ids, return_inverse=True)[1].")
+    if num_classes is not None:
+        bad = flat[(flat < 0) | (flat >= num_classes)]
+        if bad.size:
+            raise ValueError(
+                f"{name} must lie in [0, num_classes) = [0, {num_classes}), got "
+                f"{bad.size} out-of-range values such as {np.unique(bad)[:5].tolist()}.")
+    return values

@@ -3,10 +3,10 @@
 The unified view of deep metric learning (Wang et al., "A Unified View of
 Pair-based Deep Metric Learning", Theorem 3.1) shows that, for training, every
 pair-based loss is nothing but a weight per pair, w_ij = |dL/dS_ij|. This module
-turns that statement into code:
+turns that statement into code (see docs/architecture.md for the whole flow):
 
-    embeddings --similarity--> M (query x key) --masks/mining--> kept pairs
-        --loss.pair_terms--> (value per anchor, W = d value / d M)
+    batch x reference set --similarity--> M (N x M) --masks/mining--> kept pairs
+        --loss.compute_terms--> (value, W = d value / d M)
         --tf.custom_gradient--> backward pass uses W
 
 so a loss declares its value and its weights once, the backward pass costs one
@@ -18,51 +18,61 @@ import numpy as np
 import tensorflow as tf
 
 
-def weighted_pair_loss(matrix, terms_fn):
+def weighted_pair_loss(matrix, terms_fn, parameters=()):
     """Value of a pair loss whose gradient w.r.t. `matrix` is the loss's pair weights.
 
     Args:
         matrix: float32 (N, M) similarity or distance matrix (query x key).
-        terms_fn: function `matrix -> (value, weights)`. `value` is either a
-            per-anchor vector (N,) whose entry a depends only on row a of
+        terms_fn: function `(matrix, *parameters) -> (value, weights)`, plus the
+            gradients of `parameters` when there are any. `value` is either a
+            per-query vector (N,) whose entry a depends only on row a of
             `matrix`, with `weights[a, :] = d value[a] / d matrix[a, :]`; or a
             scalar, with `weights = d value / d matrix`.
+        parameters: other differentiable inputs (e.g. a per-query boundary (N,));
+            the gradient of parameter p is upstream * (its stated gradient).
 
     Returns:
         `value`, with the custom gradient `upstream * weights`.
     """
+    parameters = tuple(parameters)
 
     @tf.custom_gradient
-    def _loss(m):
-        value, weights = terms_fn(m)
-        weights = tf.stop_gradient(weights)
+    def _loss(m, *params):
+        out = terms_fn(m, *params)
+        value, weights = out[0], tf.stop_gradient(out[1])
+        stated = [tf.stop_gradient(g) for g in out[2]] if params else []
 
         def grad(upstream):
-            if value.shape.rank == 1:
-                upstream = upstream[:, tf.newaxis]
-            return upstream * weights
+            rows = upstream[:, tf.newaxis] if value.shape.rank == 1 else upstream
+            if not params:
+                return rows * weights
+            return [rows * weights] + [upstream * g for g in stated]
 
         return value, grad
 
-    return _loss(matrix)
+    return _loss(matrix, *parameters)
 
 
-def pair_weights(loss, labels, embeddings):
+def pair_weights(loss, labels, embeddings, reference=None):
     """The unified view's non-negative pair weights w_ij of `loss` on one batch.
 
     w_ij = -dL/dS_ij on positive pairs and +dL/dS_ij on negative pairs (for a
     distance matrix D, the signs flip, since dS = -dD), 0 elsewhere, where L is the
-    batch loss with Keras' default reduction (mean over anchors).
+    batch loss with Keras' default reduction (mean over queries).
 
     Args:
-        loss: a keras_dml pair loss (anything with `pair_terms_for_batch`).
+        loss: a keras_dml loss (a `keras_dml.losses.PairLoss`).
         labels: int array (N,).
         embeddings: float array (N, d).
+        reference: optional `keras_dml.losses.Reference` (default: the batch, or
+            the loss's proxies).
 
     Returns:
-        np.ndarray float32 (N, M): (N, N) for in-batch losses, (N, C) for proxies.
+        np.ndarray float32 (N, M): (N, N) for in-batch losses (also when the keys
+        are drawn from the batch, as N-pair-mc's), (N, C K) for proxies, (N, M)
+        against a reference set of M keys.
     """
-    terms = loss.pair_terms_for_batch(labels, embeddings)
+    terms = loss.terms(labels, embeddings, reference)
     derivative = terms.weights
     if terms.value.shape.rank == 1:
         derivative = derivative / tf.cast(tf.shape(terms.value)[0], tf.float32)
@@ -72,20 +82,27 @@ def pair_weights(loss, labels, embeddings):
         sign * derivative,
         tf.where(terms.negative, -sign * derivative, tf.zeros_like(derivative)),
     )
+    reference = terms.reference
+    if reference is not None and reference.rows is not None:  # keys drawn from the batch
+        n = tf.shape(embeddings)[0]
+        rows = tf.where(reference.query_rows >= 0, reference.query_rows, n)
+        index = tf.stack(tf.meshgrid(rows, reference.rows, indexing="ij"), axis=-1)
+        weights = tf.scatter_nd(index, weights, [n + 1, n])[:n]
     return np.asarray(weights)
 
 
-def autodiff_weights(loss, labels, embeddings):
-    """d value / d matrix by plain autodiff (no custom gradient), for checking W.
+def autodiff_weights(loss, labels, embeddings, reference=None):
+    """(d value / d matrix by plain autodiff, the loss's stated W), for checking W.
 
-    Returns the same layout as `terms.weights`: per-row derivatives for per-anchor
+    Both in the layout of `terms.weights`: per-row derivatives for per-query
     values. Used by tests to prove that a loss's W is the exact derivative.
     """
-    labels, embeddings = loss.validate(labels, embeddings)
-    matrix = loss.pair_matrix(embeddings)
+    labels, embeddings, reference = loss.prepare(labels, embeddings, reference)
+    matrix = loss.pair_matrix(embeddings, reference)
+    pairs = loss.pairs(labels, reference, matrix)
+    parameters = loss.parameters(pairs)
     with tf.GradientTape() as tape:
         tape.watch(matrix)
-        terms = loss.pair_terms(matrix, labels)
-        total = tf.reduce_sum(terms.value)
-    return np.asarray(tape.gradient(total, matrix)), np.asarray(terms.weights)
-
+        value, weights = loss.compute_terms(matrix, pairs, *parameters)[:2]
+        total = tf.reduce_sum(value)
+    return np.asarray(tape.gradient(total, matrix)), np.asarray(weights)

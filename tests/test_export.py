@@ -189,6 +189,11 @@ def served(model, encoded, tmp_path_factory):
         model, root / "decider", reference_images=encoded[1:], reference_labels=np.arange(1, 7),
         k=2, preprocessing=PREP, threshold=MATCH_THRESHOLD, input_format="images")
 
+    # The gallery-replacement route: a retriever version reusing the embedder export.
+    gallery_embeddings = model.predict(_evaluation_tensor(encoded), verbose=0)
+    regallery = export.export_gallery(emb_bytes, root / "retriever", gallery_embeddings,
+                                      np.arange(10, 17), k=2, threshold=MATCH_THRESHOLD)
+
     def predict_job(job_id, export_dir, value, name="image_bytes"):
         request = export.predict_request({name: value}, "m")
         return {"id": job_id, "export_dir": str(export_dir), "type": "predict",
@@ -197,6 +202,8 @@ def served(model, encoded, tmp_path_factory):
     grpc_sent, _ = _run_python_snippet("grpc", workdir)
     rest_sent, _ = _run_python_snippet("rest", workdir)
     rest_retriever_sent, _ = _run_python_snippet("rest_retriever", workdir)
+    grpc_decision_sent, _ = _run_python_snippet("grpc_decision", workdir)
+    rest_decision_sent, _ = _run_python_snippet("rest_decision", workdir)
     curl_body = _curl_body(workdir)
     b64 = [{"b64": base64.b64encode(b).decode()} for b in encoded]
     wrong_shape = np.zeros((2, 16, 16, 3), np.float32)
@@ -217,6 +224,12 @@ def served(model, encoded, tmp_path_factory):
          "body": json.dumps({"instances": b64})},
         {"id": "rest_columnar", "export_dir": str(emb_bytes), "type": "rest",
          "body": json.dumps({"inputs": {"image_bytes": b64[:2]}})},
+        {"id": "readme_grpc_decision", "export_dir": str(regallery), "type": "predict",
+         "request": base64.b64encode(grpc_decision_sent["request"].SerializeToString()).decode()},
+        {"id": "readme_rest_decision", "export_dir": str(regallery), "type": "rest",
+         "body": json.dumps(rest_decision_sent["json"])},
+        predict_job("regallery", regallery, np.array(encoded, dtype=object)),
+        predict_job("regallery_empty", regallery, np.zeros([0], dtype=object)),
         {"id": "rest_retriever_batch", "export_dir": str(retriever), "type": "rest",
          "body": json.dumps({"instances": b64})},
         predict_job("bad_bytes", emb_bytes, np.array([encoded[0], b"not an image"], dtype=object)),
@@ -259,8 +272,9 @@ def served(model, encoded, tmp_path_factory):
     return {
         "results": results, "expected": expected, "labels": labels, "workdir": workdir,
         "grpc_request": grpc_sent["request"], "run_info": run_info, "cli": cli_output,
+        "decision_request": grpc_decision_sent["request"],
         "paths": {"bytes": emb_bytes, "images": emb_images, "retriever": retriever,
-                  "decider": decider},
+                  "decider": decider, "regallery": regallery},
     }
 
 
@@ -367,6 +381,33 @@ def test_empty_requests_get_empty_answers(served):
     outputs = _response(served, "empty_retrieve").outputs
     assert {name: tf.make_ndarray(outputs[name]).shape for name in outputs} == {
         "indices": (0, 3), "labels": (0, 3), "scores": (0, 3)}
+
+
+def test_readme_decision_snippets_round_trip(served):
+    request = served["decision_request"]
+    assert request.model_spec.name == "retriever"
+    response = _response(served, "readme_grpc_decision")
+    _, namespace = _run_python_snippet("grpc_decision", served["workdir"],
+                                       grpc_response=response)
+    assert namespace["match"] == 10 and namespace["is_match"]
+    reply = json.loads(served["results"]["readme_rest_decision"]["body"])
+    _, namespace = _run_python_snippet("rest_decision", served["workdir"], rest_reply=reply)
+    assert namespace["match"] == 10 and namespace["is_match"] is True
+
+
+def test_gallery_replaced_without_the_model_reuses_the_embedder_export(served):
+    outputs = _response(served, "regallery").outputs
+    indices = tf.make_ndarray(outputs["indices"])
+    np.testing.assert_array_equal(indices[:, 0], np.arange(7))
+    np.testing.assert_array_equal(tf.make_ndarray(outputs["match"]), np.arange(10, 17))
+    similarity = served["expected"] @ served["expected"].T
+    np.testing.assert_allclose(tf.make_ndarray(outputs["scores"]),
+                               np.take_along_axis(similarity, indices, 1), atol=1e-5)
+    assert tf.make_ndarray(_response(served, "regallery_empty").outputs["match"]).shape == (0,)
+    info = export.read_export_info(served["paths"]["regallery"])
+    assert info["retrieval"]["embedder"] == str(served["paths"]["bytes"])
+    assert info["version"] == 2 and info["retrieval"]["threshold"] == MATCH_THRESHOLD
+    assert info["inputs"]["image_bytes"]["preprocessing_in_graph"] is True
 
 
 def test_non_finite_float_images_are_rejected_by_index(served):

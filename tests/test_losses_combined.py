@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-import pairs2_checks as checks
+import loss_checks as checks
 from keras_dml import losses
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-import pairs2_checks as checks
+import loss_checks as checks
 import reference as ref
 from keras_dml import weighting
 from keras_dml.losses import Histogram
@@ -26,7 +26,7 @@ def test_value_matches_eq3_and_weights_are_eq9_and_autodiff(bins, k, seed):
 def test_value_is_one_scalar_and_pair_weights_are_not_divided_by_n():
     labels, x = checks.batch(classes=3, k=3, dim=4, seed=5)
     loss = Histogram(bins=21)
-    terms = loss.pair_terms_for_batch(labels, x)
+    terms = loss.terms(labels, x)
     assert terms.value.shape.rank == 0
     w = weighting.pair_weights(loss, labels, x)
     np.testing.assert_allclose(w, np.abs(ref.histogram_eq9_weights(labels, x, 21)), rtol=1e-4,
@@ -71,7 +71,7 @@ def test_degenerate_batches():
 def test_miner_restricts_histograms_to_kept_pairs():
     labels, x = checks.batch(classes=3, k=3, dim=4, seed=6)
     loss = Histogram(bins=21, miner=MultiSimilarityMiner(0.1))
-    terms = loss.pair_terms_for_batch(labels, x)
+    terms = loss.terms(labels, x)
     kept = np.asarray(terms.positive) | np.asarray(terms.negative)
     assert np.all(np.asarray(terms.weights)[~kept] == 0)
     checks.assert_exact_weights(loss, labels, x)

@@ -11,7 +11,7 @@ from keras_dml.models import DMLModel
 from keras_dml.weighting import autodiff_weights, pair_weights
 
 import reference as ref
-from pairs2_checks import traced_tensor_shapes, value_and_gradient
+from loss_checks import traced_tensor_shapes, value_and_gradient
 
 SCALES = (1.0, 16.0, 64.0, 80.0)
 

@@ -80,7 +80,7 @@ def test_eager_function_and_xla_agree():
 def test_pair_weights_mark_pulled_and_pushed_pairs():
     y, x = batch(n=8, seed=6)
     loss = LogRatio()
-    terms = loss.pair_terms_for_batch(y, x)
+    terms = loss.terms(y, x)
     weights = weighting.pair_weights(loss, y, x)
     assert weights.shape == (8, 8) and np.all(weights >= 0)
     np.testing.assert_allclose(weights, np.abs(terms.weights) / 8, rtol=1e-6)

@@ -1,14 +1,13 @@
 """Margin loss (weighted contrastive eq. 3, Wu et al.), the DistanceWeighted miner,
 and BalancedContrastive (weighted contrastive eq. 10, 15-16, 23-25)."""
 
-import math
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import pairs2_checks as checks
+import loss_checks as checks
 import reference as ref
 from keras_dml import weighting
 from keras_dml.losses import Margin
@@ -96,7 +95,7 @@ def test_margin_pair_weights_are_inverse_distances_on_active_pairs():
 def test_margin_with_distance_weighted_miner_uses_the_kept_pairs():
     labels, x = checks.batch(classes=4, k=3, dim=16, seed=5)
     loss = Margin(miner=DistanceWeighted(seed=3))
-    terms = loss.pair_terms_for_batch(labels, x)
+    terms = loss.terms(labels, x)
     assert loss.miner._bound_dim == 16
     pairs = _kept_pairs(terms.positive, terms.negative)
     np.testing.assert_allclose(float(tf.reduce_mean(terms.value)),
@@ -356,7 +355,7 @@ def test_balanced_contrastive_with_random_design_uses_only_the_designs_pairs():
     value = float(loss(labels, x))
     np.testing.assert_allclose(value, ref.balanced_contrastive(labels, x, COUNTS, 16.0,
                                                                importance=w), rtol=1e-5)
-    terms = loss.pair_terms_for_batch(labels, x)
+    terms = loss.terms(labels, x)
     assert np.count_nonzero(np.asarray(terms.weights)) <= 4
     checks.assert_exact_weights(loss, labels, x)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import pairs2_checks as checks
+import loss_checks as checks
 import reference_issue18 as ref
 from keras_dml.losses import (Circle, MultipleNegativesRanking, NTXent, SmoothAP,
                               SupervisedContrastive)

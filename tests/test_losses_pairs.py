@@ -21,7 +21,7 @@ from keras_dml.models import DMLModel
 from keras_dml.weighting import autodiff_weights, pair_weights
 
 import reference as ref
-from pairs2_checks import assert_config_round_trip, traced_tensor_shapes, value_and_gradient
+from loss_checks import assert_config_round_trip, traced_tensor_shapes, value_and_gradient
 
 
 def _batch(classes=4, per_class=3, dim=6, seed=0, scale=1.0):
@@ -296,12 +296,13 @@ def test_triplet_never_builds_a_cubic_tensor():
 # -- arguments, serialization, models -------------------------------------------------------
 
 @pytest.mark.parametrize("factory,match", [
-    (lambda: Triplet(distance="manhattan"), "distance"),
+    (lambda: Triplet(metric="manhattan"), "metric"),
+    (lambda: Triplet(distance="manhattan"), "metric"),
     (lambda: Triplet(mining="hardest"), "mining"),
     (lambda: Triplet(mining="hard", miner=mining.SemiHardMiner()), "not both"),
-    (lambda: Contrastive(distance="dot"), "distance"),
-    (lambda: LiftedStructure(distance="squared_euclidean"), "distance"),
-    (lambda: GeneralizedLiftedStructure(distance="dot"), "distance"),
+    (lambda: Contrastive(metric="dot"), "metric"),
+    (lambda: LiftedStructure(metric="squared_euclidean"), "metric"),
+    (lambda: GeneralizedLiftedStructure(metric="dot"), "metric"),
     (lambda: BinomialDeviance(alpha=0.0), "alpha"),
     (lambda: BinLifted(metric="euclidean"), "metric"),
     (lambda: Contrastive(miner="semihard"), "miner"),

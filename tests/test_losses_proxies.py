@@ -6,10 +6,9 @@ import pytest
 import tensorflow as tf
 
 import reference as ref
-from keras_dml import ops, weighting
+from keras_dml import weighting
 from keras_dml.losses import NormalizedSoftmax, ProxyAnchor, ProxyNCA, SoftTriple
 from keras_dml.models import DMLModel
-from keras_dml.losses.proxies import cosine_similarity
 from keras_dml.proxy_layers import Proxies
 
 CLASSES = 5
@@ -74,7 +73,7 @@ def test_proxy_anchor_gradient_is_the_slides_hardness_formula(alpha, delta):
     labels[labels == 4] = 0  # class 4 has no positive in the batch: |P+| = 4
     proxies = with_proxies(loss)
     _, slides = ref.proxy_anchor(x, labels, proxies, alpha, delta)
-    terms = loss.pair_terms_for_batch(labels, x)
+    terms = loss.terms(labels, x)
     np.testing.assert_allclose(terms.weights, slides, rtol=1e-5, atol=1e-7)
     # pair_weights: the hardness weights as non-negative (N, C) sample-to-proxy weights.
     weights = weighting.pair_weights(loss, labels, x)
@@ -107,21 +106,6 @@ def test_custom_gradient_reaches_embeddings_and_proxies_like_autodiff():
     np.testing.assert_allclose(float(value), float(plain), rtol=1e-5)
     for got, want in zip(grads, expected):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
-
-
-def test_fused_cosine_similarity_matches_autodiff_of_normalised_matmul():
-    rng = np.random.default_rng(9)
-    x = tf.Variable(np.concatenate([rng.normal(size=(5, 6)), np.zeros((1, 6))]).astype("f"))
-    k = tf.Variable(rng.normal(size=(7, 6)).astype("float32") * 3.0)
-    upstream = tf.constant(rng.normal(size=(6, 7)).astype("float32"))
-    results = []
-    for similarity in (cosine_similarity, lambda a, b: ops.pairwise(a, b, "cosine")):
-        with tf.GradientTape() as tape:
-            s = similarity(x, k)
-            total = tf.reduce_sum(s * upstream)
-        results.append([s] + tape.gradient(total, [x, k]))
-    for fused, plain in zip(*results):
-        np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("cls", LOSSES)
@@ -180,7 +164,7 @@ def test_many_classes_matrix_is_n_by_c():
     loss = ProxyAnchor(11318)
     labels = np.arange(180) // 2
     x = np.random.default_rng(0).normal(size=(180, 16)).astype("float32")
-    terms = loss.pair_terms_for_batch(labels, x)
+    terms = loss.terms(labels, x)
     assert terms.weights.shape == (180, 11318)
     assert np.isfinite(float(loss(labels, x)))
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import pairs2_checks as checks
+import loss_checks as checks
 import reference as ref
 from keras_dml import weighting
 from keras_dml.losses import NCA, NPair
@@ -223,7 +223,7 @@ def test_nca_degenerate_batches():
 def test_nca_with_miner_uses_only_kept_pairs():
     labels, x = checks.batch(classes=3, k=3, dim=5, seed=10)
     miner = MultiSimilarityMiner(0.05)
-    terms = NCA(miner=miner).pair_terms_for_batch(labels, x)
+    terms = NCA(miner=miner).terms(labels, x)
     kept = tf.logical_or(terms.positive, terms.negative).numpy()
     w = np.asarray(terms.weights)
     assert np.all(w[~kept] == 0)

@@ -1,11 +1,12 @@
-"""Tests of keras_dml.layers.MultiLevelEmbedding and multi_level_embedder."""
+"""Tests of keras_dml.layers.MultiLevelEmbedding and keras_dml.backbones.multi_level_embedder."""
 
 import keras
 import numpy as np
 import pytest
 
 import keras_dml
-from keras_dml.layers import RESNET50_LEVELS, MultiLevelEmbedding, multi_level_embedder
+from keras_dml.backbones import RESNET50_LEVELS, multi_level_embedder
+from keras_dml.layers import MultiLevelEmbedding
 from keras_dml.models import DMLModel
 
 

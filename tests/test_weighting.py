@@ -17,19 +17,22 @@ def _batch(classes=4, per_class=3, d=8, seed=0):
 class _StatedWeights(PairLoss):
     """A loss whose stated weights are deliberately not the derivative of its value."""
 
-    def compute_terms(self, matrix, positive, negative):
-        value = tf.reduce_sum(tf.where(negative, matrix, 0.0), axis=1)
-        weights = tf.cast(negative, tf.float32) * 3.0 - tf.cast(positive, tf.float32) * 2.0
+    def compute_terms(self, matrix, pairs):
+        value = tf.reduce_sum(tf.where(pairs.negative, matrix, 0.0), axis=1)
+        weights = (tf.cast(pairs.negative, tf.float32) * 3.0
+                   - tf.cast(pairs.positive, tf.float32) * 2.0)
         return value, weights
 
 
 def test_backward_pass_uses_the_stated_weights_not_autodiff():
     labels, x = _batch()
     loss = _StatedWeights()
-    matrix = tf.Variable(loss.pair_matrix(x))
+    labels, x, reference = loss.prepare(labels, x)
+    matrix = tf.Variable(loss.pair_matrix(x, reference))
     with tf.GradientTape() as tape:
-        pos, neg = loss.pair_masks(matrix, tf.constant(labels))
-        value = weighting.weighted_pair_loss(matrix, lambda m: loss.compute_terms(m, pos, neg))
+        pairs = loss.pairs(labels, reference, matrix)
+        pos, neg = pairs.positive, pairs.negative
+        value = weighting.weighted_pair_loss(matrix, lambda m: loss.compute_terms(m, pairs))
         total = tf.reduce_mean(value)
     grad = tape.gradient(total, matrix).numpy()
     expected = (3.0 * neg.numpy() - 2.0 * pos.numpy()) / len(labels)
@@ -44,7 +47,8 @@ def test_gradient_reaches_both_embeddings_of_every_pair_through_normalisation():
         value = loss(labels, xv)
     grad = tape.gradient(value, xv).numpy()
     # Chain rule by hand: dS = W / N (symmetric use of both sides), S = n(x) n(x)^T.
-    pos, neg = loss.pair_masks(loss.pair_matrix(x), tf.constant(labels))
+    terms = loss.terms(labels, x)
+    pos, neg = terms.positive, terms.negative
     w = (3.0 * neg.numpy() - 2.0 * pos.numpy()) / len(labels)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     unit = x / norms
@@ -72,7 +76,7 @@ def test_pair_weights_follow_the_unified_view_sign_convention():
     labels, x = _batch()
     loss = losses.MultiSimilarity(mining=False)
     w = weighting.pair_weights(loss, labels, x)
-    terms = loss.pair_terms_for_batch(labels, x)
+    terms = loss.terms(labels, x)
     assert w.shape == (12, 12) and (w >= 0).all()
     pos, neg = terms.positive.numpy(), terms.negative.numpy()
     np.testing.assert_allclose(w[pos], -terms.weights.numpy()[pos] / 12, rtol=1e-6)

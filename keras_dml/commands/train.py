@@ -84,6 +84,12 @@ def add_arguments(parser):
                      help="tf.distribute strategy: mirrored = this machine's GPUs, multiworker "
                      "= the cluster in TF_CONFIG, auto (default) = multiworker when TF_CONFIG "
                      "names several workers, mirrored with several GPUs (docs/distributed.md)")
+    fit.add_argument("--memory-size", type=int, default=default("memory_size"),
+                     help="cross-batch memory (XBM) of this many past embeddings around the "
+                     "loss (a pair loss); default 0: none")
+    fit.add_argument("--memory-warmup", type=int, default=default("memory_warmup"),
+                     help="training steps on the batch alone before the memory starts "
+                     "(default %(default)s)")
     recipe = parser.add_argument_group("recipes")
     recipe.add_argument("--recipe", default=None,
                         help="start from a shipped recipe's flags (flags you give override "

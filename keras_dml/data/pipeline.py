@@ -75,7 +75,9 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
 
     Returns:
         An infinite `tf.data.Dataset` of `(x, y)`, `x` of shape
-        `(C * k, ...)`, `y` int32 `(C * k,)`.
+        `(C * k, ...)`, `y` int32 `(C * k,)`. Labels of 2**24 or more in
+        magnitude (hashed ids; not exact in float32, where Keras compares
+        them) are replaced by dense ids `0..C-1`.
 
     Examples:
 

@@ -76,6 +76,10 @@ def _labels(y, n):
         )
     if len(y) != n:
         raise ValueError(f"{n} inputs but {len(y)} labels; they must match.")
+    if len(y) and np.abs(y.astype(np.float64)).max() >= 2**24:
+        # Not exact in float32 (Keras' losses): hashed or database ids become dense ids
+        # 0..C-1, which keeps every comparison exact.
+        y = np.unique(y, return_inverse=True)[1].reshape(-1)
     return y
 
 

@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from keras_dml import hyperparameters
+
 DISTANCES = ("cosine", "dot", "euclidean")
 
 
@@ -53,6 +55,4 @@ def check_distance(distance):
 
 
 def check_positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)
+    return hyperparameters.integer_at_least(name, value, 1)

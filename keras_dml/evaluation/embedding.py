@@ -8,7 +8,7 @@ import tensorflow as tf
 from keras_dml.evaluation.retrieval import METRICS, retrieval_metrics
 
 
-def _as_dataset(data, batch_size):
+def as_dataset(data, batch_size):
     """A tf.data of (x, y[, w]) batches, or an (x, y) tuple of arrays to batch."""
     if isinstance(data, tf.data.Dataset):
         return data
@@ -51,7 +51,7 @@ def embed_with(forward, data, batch_size=256, progress=False):
     `progress=True` shows a Keras progress bar over the batches on a terminal.
     """
     embeddings, labels = [], []
-    data = _as_dataset(data, batch_size)
+    data = as_dataset(data, batch_size)
     bar = None
     if progress and sys.stdout.isatty():
         import keras

@@ -6,6 +6,7 @@ from keras_dml.evaluation import _inputs
 from keras_dml.evaluation.knn import iter_nearest_neighbors
 
 METRICS = ("recall@k", "precision@1", "r_precision", "map@r")
+DISTANCES = _inputs.DISTANCES  # the `distance=` values of the kNN search
 
 
 def check_metrics(metrics, ks):

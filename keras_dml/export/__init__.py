@@ -14,7 +14,12 @@ the match decision) -> `writer` (SavedModel, warm-up, sidecar, with `layout`,
 `exporters` holds the entry points that run these steps.
 """
 
-from keras_dml.export.exporters import export_embedder, export_from_keras_file, export_retriever
+from keras_dml.export.exporters import (
+    export_embedder,
+    export_from_keras_file,
+    export_gallery,
+    export_retriever,
+)
 from keras_dml.export.gallery import chunked_top_k
 from keras_dml.export.layout import list_versions, next_version
 from keras_dml.export.load import load_gallery_file, load_keras_model
@@ -25,6 +30,7 @@ __all__ = [
     "chunked_top_k",
     "export_embedder",
     "export_from_keras_file",
+    "export_gallery",
     "export_retriever",
     "list_versions",
     "load_gallery_file",

@@ -7,7 +7,7 @@ load (`load`) -> serving input (`inputs`) -> embed (`embed`) -> gallery
 from keras_dml.export.embed import embedding_fn
 from keras_dml.export.gallery import OUTPUT_DESCRIPTIONS, build_gallery, search_fn
 from keras_dml.export.inputs import serving_input
-from keras_dml.export.load import load_gallery_file, load_keras_model
+from keras_dml.export.load import load_embedder_export, load_gallery_file, load_keras_model
 from keras_dml.export.writer import write_export
 
 KINDS = ("embedder", "retriever")
@@ -194,3 +194,44 @@ def export_from_keras_file(keras_path, base_dir, *, kind="embedder", reference=N
         reference = load_gallery_file(reference)
     return export_retriever(model, base_dir, k=k, chunk_size=chunk_size, threshold=threshold,
                             **reference, **kwargs)
+
+
+def export_gallery(embedder_dir, base_dir, reference_embeddings, reference_labels, k=10, *,
+                   threshold=None, version=None, overwrite=False, chunk_size=32768, warmup=True,
+                   warmup_batch_sizes=(1,), run_info=None, verify=True):
+    """A retriever version built on an existing embedder export, with a new gallery.
+
+    The route for replacing a retriever's gallery (and threshold) without the
+    Keras model: the embedder SavedModel at `embedder_dir` (a version
+    directory written by `export_embedder`) is loaded with TensorFlow and
+    reused as is, its signature and weights unchanged, and a new version of
+    `base_dir` adds the gallery search (and decision) behind it. TF Serving
+    picks up the new version while serving; the embedder export is untouched.
+
+    Args:
+        embedder_dir: An embedder version directory (holds `keras_dml_export.json`).
+        base_dir: The retriever's model base path.
+        reference_embeddings, reference_labels: The new gallery (e.g.
+            `Index.embeddings` and `Index.labels`), embedded by that embedder.
+        k, threshold, chunk_size: As in `export_retriever`.
+        version, overwrite, warmup, warmup_batch_sizes, run_info, verify: As in
+            `export_embedder`.
+
+    Returns:
+        The version directory written.
+    """
+    embed, serving, dim = load_embedder_export(embedder_dir)
+    gallery = build_gallery(embed, serving, dim, embeddings=reference_embeddings,
+                            labels=reference_labels)
+    search, retrieval = search_fn(gallery, k, chunk_size, threshold)
+    retrieval["embedder"] = str(embedder_dir)
+
+    def serve(inputs):
+        return search(embed(inputs))
+
+    return write_export(
+        base_dir, serve, serving, kind="retriever", embedding_dim=dim,
+        describe=OUTPUT_DESCRIPTIONS, run_info=run_info, version=version, overwrite=overwrite,
+        warmup=warmup, warmup_batch_sizes=warmup_batch_sizes, verify=verify,
+        sections={"retrieval": retrieval},
+    )

@@ -67,3 +67,30 @@ def load_gallery_file(npz_path):
 def _read_bytes(path):
     with open(path, "rb") as f:
         return f.read()
+
+
+def load_embedder_export(embedder_dir):
+    """`(embed, serving_input, dim)` of an embedder export, loaded with TensorFlow.
+
+    `embed` maps the signature input (checked and decoded by the export's own
+    graph) to its `embedding` output.
+    """
+    import tensorflow as tf
+
+    from keras_dml.export.inputs import ServingInput, as_preprocessing
+    from keras_dml.export.sidecar import read_export_info
+
+    info = read_export_info(embedder_dir)
+    if info.get("kind") != "embedder":
+        raise ValueError(f"{embedder_dir} is a {info.get('kind')!r} export, not an embedder.")
+    loaded = tf.saved_model.load(str(embedder_dir))
+    signature = loaded.signatures[info["signature_name"]]
+    (name, spec), = signature.structured_input_signature[1].items()
+    spec = tf.TensorSpec(spec.shape, spec.dtype, name=name)
+    serving = ServingInput(info["inputs"][name]["format"], spec, spec,
+                           as_preprocessing(info.get("preprocessing")))
+
+    def embed(inputs):  # reads `loaded`, which keeps the embedder's variables alive
+        return loaded.signatures[info["signature_name"]](**{name: inputs})["embedding"]
+
+    return embed, serving, int(info["embedding_dim"])

@@ -2,7 +2,7 @@
 
 from keras_dml.losses.additive_margin import ArcFace, CosFace, SubCenterArcFace
 from keras_dml.losses.balanced_contrastive import BalancedContrastive
-from keras_dml.losses.base import PairLoss, PairTerms
+from keras_dml.losses.base import PairLoss, Pairs, PairTerms, Reference
 from keras_dml.losses.binomial import BinLifted, BinomialDeviance
 from keras_dml.losses.circle import Circle
 from keras_dml.losses.combined import Combined
@@ -21,18 +21,12 @@ from keras_dml.losses.npair import NPair
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.proxy_anchor import ProxyAnchor
 from keras_dml.losses.proxy_nca import ProxyNCA
-from keras_dml.losses.registry import get
+from keras_dml.losses.registry import ENTRIES, get, register
 from keras_dml.losses.smooth_ap import SmoothAP
 from keras_dml.losses.soft_triple import SoftTriple
 from keras_dml.losses.supervised_contrastive import NTXent, SupervisedContrastive
 from keras_dml.losses.triplet import Triplet
 
-# The losses a user trains with (the bases PairLoss and ProxyLoss are for subclassing).
-LOSSES = (
-    "ArcFace", "BalancedContrastive", "BinLifted", "BinomialDeviance", "Circle", "Contrastive",
-    "CosFace", "GeneralizedLiftedStructure", "Histogram", "InstanceCrossEntropy",
-    "LiftedStructure", "LogRatio", "Margin", "MultiSimilarity", "MultipleNegativesRanking",
-    "NCA", "NPair", "NTXent", "NormalizedSoftmax", "ProxyAnchor", "ProxyNCA",
-    "RelativeAbsoluteWeighting", "SmoothAP", "SoftTriple", "SubCenterArcFace",
-    "SupervisedContrastive", "Triplet",
-)
+# The losses a user trains with, from the registry (the bases PairLoss and ProxyLoss are
+# for subclassing).
+LOSSES = tuple(sorted(ENTRIES))

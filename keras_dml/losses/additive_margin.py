@@ -18,7 +18,8 @@ import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
-from keras_dml.losses.proxies import ProxyLoss, cosine_similarity, own_entries
+from keras_dml.losses.proxies import ProxyLoss, own_entries
+from keras_dml.losses.registry import register
 
 # sin(theta) is floored here, so that d cos(theta + m) / d cos(theta) stays finite
 # at theta = 0 (a sample exactly on its class weight).
@@ -117,7 +118,8 @@ class MarginSoftmax(ProxyLoss):
     def target(self, cosine):
         raise NotImplementedError
 
-    def compute_label_terms(self, matrix, labels):
+    def compute_terms(self, matrix, pairs):
+        labels = pairs.labels
         k = self.proxies_per_class
         if k == 1:
             return margin_softmax_terms(matrix, labels, self.scale, self.target)
@@ -132,7 +134,7 @@ class MarginSoftmax(ProxyLoss):
     def class_cosines(self, embeddings):
         """Cosines (N, C) of embeddings to each class (its closest sub-centre)."""
         embeddings = ops.to_float32(embeddings)
-        matrix = cosine_similarity(embeddings, self.trainable_layer(embeddings))
+        matrix = ops.cosine_between(embeddings, self.trainable_layer(embeddings))
         if self.proxies_per_class == 1:
             return matrix
         return sub_center_cosines(matrix, self.proxies_per_class)[0]
@@ -151,7 +153,7 @@ class MarginSoftmax(ProxyLoss):
         return config
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register(example={"num_classes": 4}, reference="proxies")
 class ArcFace(MarginSoftmax):
     """ArcFace: additive angular margin loss (Deng et al. CVPR 2019, eq. 3).
 
@@ -199,7 +201,7 @@ class ArcFace(MarginSoftmax):
         return arcface_target(cosine, math.radians(self.margin))
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register(example={"num_classes": 4}, reference="proxies")
 class CosFace(MarginSoftmax):
     """CosFace: large margin cosine loss (Wang et al. CVPR 2018, eq. 4).
 
@@ -234,7 +236,7 @@ class CosFace(MarginSoftmax):
         return cosface_target(cosine, self.margin)
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register(example={"num_classes": 4, "sub_centers": 2}, reference="proxies")
 class SubCenterArcFace(MarginSoftmax):
     """Sub-center ArcFace (Deng et al. ECCV 2020, eq. 1 with the sub-class max).
 
@@ -297,7 +299,7 @@ class SubCenterArcFace(MarginSoftmax):
         if labels.size and (labels.min() < 0 or labels.max() >= self.num_classes):
             raise ValueError(f"outliers: labels must lie in [0, {self.num_classes}), got "
                              f"values in [{labels.min()}, {labels.max()}].")
-        cosines = np.asarray(cosine_similarity(embeddings, self.trainable_layer(embeddings)))
+        cosines = np.asarray(ops.cosine_between(embeddings, self.trainable_layer(embeddings)))
         proxies = np.asarray(self.proxies)
         k = self.sub_centers
         dominant = np.zeros((self.num_classes, proxies.shape[1]), np.float32)

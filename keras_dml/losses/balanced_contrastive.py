@@ -2,14 +2,12 @@
 
 import dataclasses
 
-import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_dml import ops, validation
 from keras_dml import hyperparameters as _hyper
-from keras_dml.losses.base import PairLoss, PairTerms
-from keras_dml.weighting import weighted_pair_loss
+from keras_dml.losses.base import PairLoss
+from keras_dml.losses.registry import register
 
 _DESIGNS = ("GroupDesign", "RandomPairDesign")
 
@@ -74,7 +72,7 @@ def balanced_contrastive_terms(distance, positive, negative, eta, importance, ma
     return value, 2.0 * (positive_w * distance - negative_w * gap)
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register(row_local=False)
 class BalancedContrastive(PairLoss):
     """Balanced contrastive loss (Hong et al., eq. 10, 15-16) with importance weights (eq. 23-25).
 
@@ -128,7 +126,7 @@ class BalancedContrastive(PairLoss):
 
     def __init__(self, class_counts=None, design=None, lam=256.0, margin=1.0, miner=None,
                  reduction="sum_over_batch_size", name="balanced_contrastive", dtype=None):
-        super().__init__(metric="euclidean", miner=miner, reduction=reduction, name=name,
+        super().__init__(miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
         self.class_counts = _class_counts(class_counts)
         self.design = _design(design)
@@ -138,19 +136,29 @@ class BalancedContrastive(PairLoss):
         self.lam = _hyper.positive("lam", lam)
         self.margin = _hyper.positive("margin", margin)
 
+    metrics = ("euclidean",)
+    default_metric = "euclidean"
+
     # -- eq. 16 and eq. 24-25 from the labels -------------------------------------------
-    def negative_weights(self, labels):
-        """eta_ij of eq. 16 for every ordered pair of the batch, (N, N)."""
-        if self.class_counts is None:
-            same = tf.cast(tf.equal(labels[:, None], labels[None, :]), tf.float32)
-            counts = tf.reduce_sum(same, axis=1)
-            num_classes = tf.reduce_sum(1.0 / counts)
+    def negative_weights(self, labels, reference_labels=None):
+        """eta_ij of eq. 16 for every (query, key) pair, (N, M)."""
+        reference_labels = labels if reference_labels is None else reference_labels
+        if self.class_counts is None:  # the reference set is taken as the dataset
+            present = tf.cast(reference_labels >= 0, tf.float32)
+            same = tf.cast(tf.equal(reference_labels[:, None], reference_labels[None, :]),
+                           tf.float32) * present[None, :]
+            table = tf.reduce_sum(same, axis=1)
+            num_classes = tf.reduce_sum(tf.math.divide_no_nan(present, table))
+            counts = tf.reduce_sum(tf.cast(tf.equal(labels[:, None], reference_labels[None, :]),
+                                           tf.float32) * present[None, :], axis=1)
+            key_counts = table
         else:
             table = tf.constant(self.class_counts, tf.float32)
-            self._check_labels(labels)
-            counts = tf.gather(table, tf.clip_by_value(labels, 0, len(self.class_counts) - 1))
+            size = len(self.class_counts) - 1
+            counts = tf.gather(table, tf.clip_by_value(labels, 0, size))
+            key_counts = tf.gather(table, tf.clip_by_value(reference_labels, 0, size))
             num_classes = tf.reduce_sum(tf.cast(table > 0, tf.float32))
-        ratio = tf.math.divide_no_nan(counts[:, None] - 1.0, counts[None, :])
+        ratio = tf.math.divide_no_nan(counts[:, None] - 1.0, key_counts[None, :])
         return tf.math.divide_no_nan(self.lam, num_classes - 1.0) * ratio
 
     def importance_weights(self, labels):
@@ -159,40 +167,31 @@ class BalancedContrastive(PairLoss):
             return None
         return _designs().importance_weights(labels, self.class_counts, self.design)
 
-    def _check_labels(self, labels):
-        if not tf.executing_eagerly() or tf.size(labels) == 0:
-            return
-        values = labels.numpy()
-        size = len(self.class_counts)
-        if values.min() < 0 or values.max() >= size:
-            raise ValueError(f"labels range over [{values.min()}, {values.max()}] but "
-                             f"class_counts has {size} classes: labels must lie in [0, {size}).")
-        empty = sorted({int(v) for v in values if self.class_counts[v] == 0})
-        if empty:
-            raise ValueError(f"labels {empty[:5]} have class_counts 0: a batch cannot hold a "
-                             "class the training set does not.")
+    def check(self, labels, embeddings):
+        labels, embeddings = super().check(labels, embeddings)
+        if self.class_counts is not None and tf.executing_eagerly() and tf.size(labels) > 0:
+            values, size = labels.numpy(), len(self.class_counts)
+            if values.min() < 0 or values.max() >= size:
+                raise ValueError(f"labels range over [{values.min()}, {values.max()}] but "
+                                 f"class_counts has {size} classes: labels must lie in "
+                                 f"[0, {size}).")
+            empty = sorted({int(v) for v in values if self.class_counts[v] == 0})
+            if empty:
+                raise ValueError(f"labels {empty[:5]} have class_counts 0: a batch cannot "
+                                 "hold a class the training set does not.")
+        return labels, embeddings
 
-    # -- engine -------------------------------------------------------------------------
-    def _terms_fn(self, labels, positive, negative):
-        eta = self.negative_weights(labels)
-        importance = self.importance_weights(labels)
-        return lambda m: balanced_contrastive_terms(m, positive, negative, eta, importance,
-                                                    self.margin)
+    def check_reference(self, reference, embeddings):
+        if self.design is not None:
+            raise ValueError("A batch design's importance weights are defined on the batch's "
+                             "own pairs: BalancedContrastive(design=...) takes no reference set.")
+        return super().check_reference(reference, embeddings)
 
-    def compute_terms(self, matrix, positive, negative):
-        raise ValueError("BalancedContrastive needs the labels for eq. 16: use "
-                         "pair_terms(matrix, labels) or call the loss.")
-
-    def pair_terms(self, matrix, labels):
-        positive, negative = self.pair_masks(matrix, labels)
-        value, weights = self._terms_fn(labels, positive, negative)(matrix)
-        return PairTerms(value, weights, positive, negative, self.is_distance)
-
-    def call(self, y_true, y_pred):
-        labels = validation.check_class_labels(y_true)
-        matrix = self.pair_matrix(ops.to_float32(y_pred))
-        positive, negative = self.pair_masks(matrix, labels)
-        return weighted_pair_loss(matrix, self._terms_fn(labels, positive, negative))
+    def compute_terms(self, matrix, pairs):
+        eta = self.negative_weights(pairs.labels, pairs.reference_labels)
+        importance = self.importance_weights(pairs.labels)
+        return balanced_contrastive_terms(matrix, pairs.positive, pairs.negative, eta,
+                                          importance, self.margin)
 
     def get_config(self):
         config = super().get_config()

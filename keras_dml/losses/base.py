@@ -1,112 +1,238 @@
-"""`PairLoss`: the thin Keras layer over the pair-weighting engine.
+"""The loss contract: a batch (labels, embeddings) against a reference set.
 
-A subclass states its hyperparameters and one method, `compute_terms(matrix,
-positive, negative) -> (value, weights)`; everything else (validation, float32
-inside mixed precision, the similarity matrix, masks, mining, the custom gradient,
-serialization) lives here once.
+    batch labels (N,), embeddings (N, d)      reference labels (M,), embeddings (M, d)
+              \\                                     /
+               matrix = ops.pairwise(query, key, metric)  (N, M)
+               masks from labels (self-pairs excluded when the reference is the batch)
+               miner -> kept pairs
+               compute_terms(matrix, pairs, *parameters) -> (value, W = d value / d matrix)
+               tf.custom_gradient: the backward pass is upstream * W
+                 (to the reference side only when it is trainable: proxies, not a memory)
+
+A subclass states its hyperparameters and `compute_terms`; everything else
+(validation, float32 inside mixed precision, the matrix, masks, mining, the custom
+gradient, serialization, Keras' reduction and `sample_weight`) lives here once.
 """
 
-import collections
+import typing
 
 import keras
 import tensorflow as tf
 
-from keras_dml import mining, ops, validation
+from keras_dml import hyperparameters, mining, ops, validation
 from keras_dml.weighting import weighted_pair_loss
 
-PairTerms = collections.namedtuple(
-    "PairTerms", ["value", "weights", "positive", "negative", "is_distance"]
-)
 
+class Reference(typing.NamedTuple):
+    """The key side of a loss: labels (M,) and embeddings (M, d).
 
-class CheckedLoss(keras.losses.Loss):
-    """A Loss on the engine that checks (labels, embeddings) before Keras sees them.
-
-    Bad input is a ValueError naming it; an empty batch has no pair, so its loss is
-    0 (shape (0,) unreduced) with a zero gradient. Subclasses define `validate`,
-    `check_inputs`, `pair_matrix` and `pair_terms`.
+    Fields:
+        labels: int (M,) class ids of the keys. A label < 0 marks an empty slot (an
+            unfilled memory, padding): it forms no pair.
+        embeddings: float (M, d); with `rows`, the batch the keys are drawn from.
+        trainable: the gradient reaches the keys (proxies, the batch itself); False
+            for a memory of past embeddings.
+        is_batch: the keys are the batch itself: self-pairs are excluded.
+        rows, query_rows: int indices into the batch (sets drawn from the batch,
+            e.g. N-pair-mc's positives and anchors; a query row < 0 is padding);
+            None: every row.
+        own: int (N,), the key column holding each query's own copy (a memory that
+            includes the batch), excluded from its pairs; -1 or None: none.
     """
 
-    def check_inputs(self, y_true, y_pred):
-        """Checked (labels, embeddings); a subclass states what it accepts."""
-        raise NotImplementedError
+    labels: typing.Any
+    embeddings: typing.Any
+    trainable: bool = False
+    is_batch: bool = False
+    rows: typing.Any = None
+    query_rows: typing.Any = None
+    own: typing.Any = None
 
-    def pair_terms_for_batch(self, labels, embeddings):
-        """The engine's `PairTerms` of one batch (what `weighting.pair_weights` reads)."""
-        labels, embeddings = self.validate(labels, embeddings)
-        return self.pair_terms(self.pair_matrix(ops.to_float32(embeddings)), labels)
-
-    def __call__(self, y_true, y_pred, sample_weight=None):
-        _, embeddings = self.check_inputs(y_true, y_pred)
-        if embeddings.shape[0] == 0:
-            empty = tf.reduce_sum(ops.to_float32(embeddings), axis=1) * 0.0
-            return empty if self.reduction in (None, "none") else tf.reduce_sum(empty)
-        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+    @classmethod
+    def batch(cls, labels, embeddings):
+        """The default reference set: the batch itself, self-pairs excluded."""
+        return cls(labels, embeddings, trainable=True, is_batch=True)
 
 
-class PairLoss(CheckedLoss):
-    """Base class of the losses computed from an in-batch query x key matrix.
+class Pairs(typing.NamedTuple):
+    """What `compute_terms` sees besides the matrix: query and key labels, kept masks,
+    and `context`, what a loss's own `pairs` step computed with them (or None)."""
 
-    `call(y_true, y_pred)` takes integer class labels (N,) or (N, 1) and
-    embeddings (N, d), and returns one value per anchor; Keras' reduction
-    (mean over the batch by default) and `sample_weight` apply on top.
+    labels: typing.Any
+    reference_labels: typing.Any
+    positive: typing.Any
+    negative: typing.Any
+    context: typing.Any = None
+
+
+class PairTerms(typing.NamedTuple):
+    """One batch's value, W = d value / d matrix, masks (what `pair_weights` reads)."""
+
+    value: typing.Any
+    weights: typing.Any
+    positive: typing.Any
+    negative: typing.Any
+    is_distance: bool
+    reference: typing.Any = None
+
+
+class PairLoss(keras.losses.Loss):
+    """Base class of every keras_dml loss: a batch against a reference set.
+
+    `loss(y_true, y_pred, sample_weight=None, reference=None)` takes integer class
+    labels (N,) or (N, 1) and embeddings (N, d), and returns Keras' reduction
+    (mean over the batch by default) of one value per query (or of one scalar, for
+    a batch-global loss). `reference` is an optional `Reference`: by default the
+    batch itself (self-pairs excluded), or the loss's proxies.
+
+    A subclass writes `compute_terms(matrix, pairs, *parameters) -> (value,
+    weights)`: `value` is per query (N,), row a depending on row a of `matrix` only,
+    with `weights[a] = d value[a] / d matrix[a]`; or a scalar with `weights = d value
+    / d matrix`. Optional hooks, one each: `parameters(pairs)` for differentiable
+    inputs other than the matrix (`compute_terms` then also returns their
+    gradients), `penalty(labels, embeddings)` for a term that is not a function of
+    the matrix (added by autodiff), `default_reference` for the key set, `pairs`
+    for masks that are not label equality.
 
     Args:
-        metric: "cosine", "dot", "euclidean" or "squared_euclidean".
-        miner: a `keras_dml.mining.Miner` choosing the pairs the loss sees, or None.
+        metric: "cosine", "dot", "euclidean" or "squared_euclidean" (`metrics`
+            lists those a loss accepts).
+        miner: a `keras_dml.mining.Miner` or its registered name, or None.
         reduction, name, dtype: as for `keras.losses.Loss`.
     """
 
     default_metric = "cosine"
+    metrics = ops.METRICS
 
     def __init__(self, metric=None, miner=None, reduction="sum_over_batch_size", name=None,
                  dtype=None):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        self.metric = metric or self.default_metric
-        ops.check_metric(self.metric)
+        self.metric = hyperparameters.one_of(
+            "metric", self.default_metric if metric is None else metric, self.metrics)
         self.miner = mining.get(miner)
+        self._reference = None
 
-    # -- the part a subclass writes -------------------------------------------------
-    def compute_terms(self, matrix, positive, negative):
-        """Return (value per anchor (N,) or scalar, weights = d value / d matrix)."""
+    # -- the part a subclass writes ---------------------------------------------------
+    def compute_terms(self, matrix, pairs, *parameters):
+        """(value, weights), plus the gradients of `parameters` when there are any."""
         raise NotImplementedError
 
-    # -- shared machinery -------------------------------------------------------------
+    # -- hooks --------------------------------------------------------------------------
+    def parameters(self, pairs):
+        """Differentiable inputs of `compute_terms` besides the matrix (Margin's beta)."""
+        return ()
+
+    def penalty(self, labels, embeddings):
+        """A term that is not a function of the matrix, added to every value, or None."""
+        return None
+
+    def default_reference(self, labels, embeddings):
+        """The reference set when none is given: the batch itself."""
+        return Reference.batch(labels, embeddings)
+
+    def check(self, labels, embeddings):
+        """Checked (labels, embeddings); run once per call."""
+        return validation.check_labels_and_embeddings(labels, embeddings)
+
+    def check_reference(self, reference, embeddings):
+        if not isinstance(reference, Reference):
+            raise ValueError(f"reference must be a keras_dml.losses.Reference, got {reference!r}.")
+        keys = validation.check_embeddings(reference.embeddings, name="reference embeddings")
+        if keys.shape[-1] is not None and embeddings.shape[-1] is not None \
+                and keys.shape[-1] != embeddings.shape[-1]:
+            raise ValueError(f"reference embeddings have dimension {keys.shape[-1]}, the batch "
+                             f"{embeddings.shape[-1]}.")
+        labels = validation.check_class_labels(reference.labels, batch_size=keys.shape[0],
+                                               name="reference labels")
+        return reference._replace(labels=labels, embeddings=keys)
+
+    @property
+    def pair_miner(self):
+        """The miner the engine runs on the masks (Triplet keeps its triplet miner)."""
+        return self.miner
+
     @property
     def is_distance(self):
         return ops.is_distance(self.metric)
 
-    def validate(self, labels, embeddings):
-        return validation.check_labels_and_embeddings(labels, embeddings)
+    # -- the engine ---------------------------------------------------------------------
+    def pair_matrix(self, embeddings, reference):
+        """The (N, M) query x key matrix."""
+        if reference.rows is not None:
+            return ops.similarities_between_rows(
+                embeddings, tf.maximum(reference.query_rows, 0), reference.rows, self.metric)
+        if reference.is_batch:
+            return ops.pairwise(embeddings, metric=self.metric)
+        keys = reference.embeddings
+        keys = keys if reference.trainable else tf.stop_gradient(keys)
+        return ops.pairwise(embeddings, keys, metric=self.metric)
 
-    def pair_matrix(self, embeddings):
-        return ops.pairwise(embeddings, metric=self.metric)
+    def pairs(self, labels, reference, matrix):
+        """Query labels, key labels and the kept positive / negative masks."""
+        if reference.is_batch:
+            positive, negative = ops.label_masks(labels)
+        else:
+            present = reference.labels[tf.newaxis, :] >= 0
+            if reference.query_rows is not None:  # a row < 0 is padding
+                labels = tf.gather(labels, tf.maximum(reference.query_rows, 0))
+                present &= reference.query_rows[:, tf.newaxis] >= 0
+            if reference.own is not None:
+                present &= ~tf.one_hot(reference.own, tf.shape(reference.labels)[0],
+                                       on_value=True, off_value=False)
+            positive, negative = ops.label_masks(labels, reference.labels, exclude_self=False)
+            positive, negative = positive & present, negative & present
+        if self.pair_miner is not None:
+            similarity = -matrix if self.is_distance else matrix
+            positive, negative = self.pair_miner(similarity, positive, negative)
+        return Pairs(labels, reference.labels, positive, negative)
 
-    def pair_masks(self, matrix, labels):
-        return self.mine(matrix, *ops.label_masks(labels))
+    def prepare(self, labels, embeddings, reference=None):
+        """Checked labels, float32 embeddings and the reference set (default if None)."""
+        labels, embeddings = self.check(labels, embeddings)
+        embeddings = ops.to_float32(embeddings)
+        if self.miner is not None:
+            self.miner.bind_dimension(embeddings.shape[-1])
+        if reference is None:
+            return labels, embeddings, self.default_reference(labels, embeddings)
+        return labels, embeddings, self.check_reference(reference, embeddings)
 
-    def mine(self, matrix, positive, negative):
-        """The pairs the miner keeps (all of them without a miner)."""
-        if self.miner is None:
-            return positive, negative
-        similarity = -matrix if self.is_distance else matrix
-        return self.miner(similarity, positive, negative)
+    def against(self, labels, embeddings, reference):
+        """Unreduced values of checked inputs against `reference`, with the engine's gradient."""
+        embeddings = ops.to_float32(embeddings)
+        matrix = self.pair_matrix(embeddings, reference)
+        pairs = self.pairs(labels, reference, matrix)
+        value = weighted_pair_loss(
+            matrix, lambda m, *p: self.compute_terms(m, pairs, *p), self.parameters(pairs))
+        penalty = self.penalty(labels, embeddings)
+        return value if penalty is None else value + penalty
 
-    def pair_terms(self, matrix, labels):
-        positive, negative = self.pair_masks(matrix, labels)
-        value, weights = self.compute_terms(matrix, positive, negative)
-        return PairTerms(value, weights, positive, negative, self.is_distance)
+    def terms(self, labels, embeddings, reference=None):
+        """The engine's `PairTerms` of one batch (what `weighting.pair_weights` reads)."""
+        labels, embeddings, reference = self.prepare(labels, embeddings, reference)
+        matrix = self.pair_matrix(embeddings, reference)
+        pairs = self.pairs(labels, reference, matrix)
+        value, weights = self.compute_terms(matrix, pairs, *self.parameters(pairs))[:2]
+        return PairTerms(value, weights, pairs.positive, pairs.negative, self.is_distance,
+                         reference)
 
-    def check_inputs(self, y_true, y_pred):
-        return validation.check_labels_and_embeddings(y_true, y_pred)
+    # -- keras.losses.Loss ------------------------------------------------------------
+    def __call__(self, y_true, y_pred, sample_weight=None, reference=None):
+        labels, embeddings, reference = self.prepare(y_true, y_pred, reference)
+        if embeddings.shape[0] == 0:  # no pair: 0, with a zero gradient
+            empty = tf.reduce_sum(ops.to_float32(y_pred), axis=1) * 0.0
+            return empty if self.reduction in (None, "none") else tf.reduce_sum(empty)
+        self._reference = (labels, reference)
+        try:
+            return super().__call__(labels, embeddings, sample_weight=sample_weight)
+        finally:
+            self._reference = None
 
     def call(self, y_true, y_pred):
-        labels = validation.check_class_labels(y_true)
-        matrix = self.pair_matrix(ops.to_float32(y_pred))
-        positive, negative = self.pair_masks(matrix, labels)
-        return weighted_pair_loss(
-            matrix, lambda m: self.compute_terms(m, positive, negative)
-        )
+        if self._reference is None:  # called directly, not through __call__
+            labels, embeddings, reference = self.prepare(y_true, y_pred)
+        else:
+            (labels, reference), embeddings = self._reference, y_pred
+        return self.against(labels, embeddings, reference)
 
     def get_config(self):
         config = super().get_config()

@@ -1,28 +1,24 @@
 """Binomial deviance loss and BinLifted, its direct combination with lifted structure."""
 
-import math
-
-import keras
 import tensorflow as tf
 
+from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.losses.base import PairLoss
-
-_SIMILARITIES = ("cosine", "dot")
+from keras_dml.losses.registry import register
 
 
 class _ScaledPairLoss(PairLoss):
     """Shared constructor of the losses with scales alpha, beta and threshold base."""
 
+    metrics = ("cosine", "dot")
+
     def __init__(self, alpha, beta, base, miner, metric, reduction, name, dtype):
-        if metric not in _SIMILARITIES:
-            raise ValueError(f"metric must be one of {_SIMILARITIES}, got {metric!r}.")
-        if not (0 < alpha < math.inf and 0 < beta < math.inf and math.isfinite(base)):
-            raise ValueError(f"alpha and beta must be positive and finite and base finite, "
-                             f"got alpha={alpha}, beta={beta}, base={base}.")
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
-        self.alpha, self.beta, self.base = float(alpha), float(beta), float(base)
+        self.alpha = _hyper.positive("alpha", alpha)
+        self.beta = _hyper.positive("beta", beta)
+        self.base = _hyper.finite("base", base)
 
     def binomial_parts(self, matrix, positive, negative):
         """Per pair: softplus terms (1/alpha) log(1 + e^{alpha(base - S)}), ... and sigmoids."""
@@ -41,7 +37,7 @@ class _ScaledPairLoss(PairLoss):
         return config
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register()
 class BinomialDeviance(_ScaledPairLoss):
     """Binomial deviance loss (Yi et al. 2014; unified view eq. 12-14).
 
@@ -54,6 +50,11 @@ class BinomialDeviance(_ScaledPairLoss):
     derivatives (eq. 13-14): w_ij = sigmoid(alpha (base - S_ij)) / |P_i| for
     positives and sigmoid(beta (S_ij - base)) / |N_i| for negatives. Empty sets
     contribute 0.
+
+    Fidelity: the printed eq. 12 has no 1/alpha and 1/beta, so its derivatives would be
+    alpha and beta times the weights of eq. 13-14. This loss follows eq. 13-14 (the
+    value above is their exact integral), as the authors' code does: it scales the
+    negative term by 0.04 = alpha / beta relative to the positive one.
 
     Args:
         alpha: positive scale. Defaults to 2.0.
@@ -78,7 +79,8 @@ class BinomialDeviance(_ScaledPairLoss):
                  reduction="sum_over_batch_size", name="binomial_deviance", dtype=None):
         super().__init__(alpha, beta, base, miner, metric, reduction, name, dtype)
 
-    def compute_terms(self, matrix, positive, negative):
+    def compute_terms(self, matrix, pairs):
+        positive, negative = pairs.positive, pairs.negative
         (pull, push), (pull_slope, push_slope) = self.binomial_parts(matrix, positive, negative)
         positives = tf.reduce_sum(tf.cast(positive, tf.float32), axis=1, keepdims=True)
         negatives = tf.reduce_sum(tf.cast(negative, tf.float32), axis=1, keepdims=True)
@@ -89,7 +91,7 @@ class BinomialDeviance(_ScaledPairLoss):
         return value, weights
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register()
 class BinLifted(_ScaledPairLoss):
     """BinLifted: the direct average of binomial deviance and lifted structure weights.
 
@@ -130,7 +132,8 @@ class BinLifted(_ScaledPairLoss):
                  reduction="sum_over_batch_size", name="bin_lifted", dtype=None):
         super().__init__(alpha, beta, base, miner, metric, reduction, name, dtype)
 
-    def compute_terms(self, matrix, positive, negative):
+    def compute_terms(self, matrix, pairs):
+        positive, negative = pairs.positive, pairs.negative
         (pull, push), (pull_slope, push_slope) = self.binomial_parts(matrix, positive, negative)
         lifted = (ops.masked_logsumexp(-self.alpha * matrix, positive) / self.alpha
                   + ops.masked_logsumexp(self.beta * matrix, negative) / self.beta)

@@ -6,6 +6,7 @@ import tensorflow as tf
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.losses.base import PairLoss
+from keras_dml.losses.registry import register
 
 
 def circle_terms(matrix, positive, negative, margin, gamma):
@@ -37,7 +38,7 @@ def circle_terms(matrix, positive, negative, margin, gamma):
     return value, weights
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register()
 class Circle(PairLoss):
     """Circle loss, pair form (Sun et al. CVPR 2020, eq. 6 with eq. 7-8).
 
@@ -84,8 +85,8 @@ class Circle(PairLoss):
         self.margin = _hyper.finite("margin", margin)
         self.gamma = _hyper.positive("gamma", gamma)
 
-    def compute_terms(self, matrix, positive, negative):
-        return circle_terms(matrix, positive, negative, self.margin, self.gamma)
+    def compute_terms(self, matrix, pairs):
+        return circle_terms(matrix, pairs.positive, pairs.negative, self.margin, self.gamma)
 
     def get_config(self):
         config = super().get_config()

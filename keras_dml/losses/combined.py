@@ -88,16 +88,22 @@ class Combined(keras.losses.Loss):
             raise ValueError("Combined cannot mix losses on class labels with losses on "
                              "continuous labels (LogRatio): they read different y.")
         self.continuous_labels = continuous.pop()
+        # a memory loss (CrossBatchMemory) is told whether to enqueue (training only)
+        self.updates_state = any(getattr(loss, "updates_state", False) for loss in self.losses)
         parts = [loss.trainable_layer for loss in self.losses
                  if getattr(loss, "trainable_layer", None) is not None]
         self.trainable_layer = CombinedLayers(
             parts, _unique_names([loss.name for loss in self.losses]), name=f"{name}_terms")
 
-    def __call__(self, y_true, y_pred, sample_weight=None):
-        """The weighted total (a scalar); each term is reduced by its own reduction."""
+    def __call__(self, y_true, y_pred, sample_weight=None, **state):
+        """The weighted total (a scalar); each term is reduced by its own reduction.
+
+        `state` (`enqueue=...` from `DMLModel`) goes to the terms that update state."""
         total = 0.0
         for loss, weight, metric in zip(self.losses, self.weights, self.trainable_layer.terms):
-            value = tf.convert_to_tensor(loss(y_true, y_pred, sample_weight=sample_weight))
+            extra = state if getattr(loss, "updates_state", False) else {}
+            value = tf.convert_to_tensor(loss(y_true, y_pred, sample_weight=sample_weight,
+                                              **extra))
             if value.shape.rank:
                 raise ValueError(f"Combined needs reduced terms; {loss.name} has reduction "
                                  f"{loss.reduction!r}.")

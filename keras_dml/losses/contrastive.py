@@ -1,20 +1,17 @@
 """Contrastive loss on cosine similarities or Euclidean distances."""
 
-import math
-
-import keras
 import tensorflow as tf
 
+from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.base import PairLoss
+from keras_dml.losses.registry import register
 
-_DISTANCES = ("cosine", "euclidean")
 
-
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register()
 class Contrastive(PairLoss):
     """Contrastive loss (Hadsell et al. 2006), with positive and negative margins.
 
-    `distance="cosine"` (unified view eq. 5, with a positive margin): on cosine
+    `metric="cosine"` (unified view eq. 5, with a positive margin): on cosine
     similarities S, for each anchor i,
 
         L_i = sum_{j in P_i} [pos_margin - S_ij]_+ + sum_{j in N_i} [S_ij - neg_margin]_+
@@ -23,7 +20,7 @@ class Contrastive(PairLoss):
     `pos_margin=1` every positive is active and the positive term is eq. 5's -S_ij
     up to a constant.
 
-    `distance="euclidean"` (weighted contrastive paper eq. 4-5): on Euclidean
+    `metric="euclidean"` (weighted contrastive paper eq. 4-5): on Euclidean
     distances D, g(d) = [d - pos_margin]_+^2 for positives and
     h(d) = [neg_margin - d]_+^2 for negatives; with `pos_margin=0`, g(d) = d^2 as in
     eq. 5 and `neg_margin` is the paper's alpha. Weights 2 [d - m_p]_+ and
@@ -34,12 +31,13 @@ class Contrastive(PairLoss):
     over anchors.
 
     Args:
-        distance: "cosine" or "euclidean". Defaults to "cosine".
+        metric: "cosine" or "euclidean". Defaults to "cosine". (`distance=` is
+            its deprecated name.)
         pos_margin: defaults to 1.0 for cosine, 0.0 for euclidean.
         neg_margin: defaults to 0.5 for cosine, 1.0 for euclidean.
-        miner: optional `keras_dml.mining.Miner`, e.g. `PairMarginMiner()` or a
-            triplet miner (`SemiHardMiner()` keeps the positives that have a
-            semi-hard negative and those negatives).
+        miner: optional miner, e.g. `PairMarginMiner()` or a triplet miner
+            (`SemiHardMiner()` keeps the positives that have a semi-hard negative
+            and those negatives).
 
     Examples:
 
@@ -51,26 +49,25 @@ class Contrastive(PairLoss):
         Mapping", CVPR 2006; unified view eq. 5-6; weighted contrastive eq. 4-5.
     """
 
-    def __init__(self, distance="cosine", pos_margin=None, neg_margin=None, miner=None,
-                 reduction="sum_over_batch_size", name="contrastive", dtype=None):
-        if distance not in _DISTANCES:
-            raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}.")
-        cosine = distance == "cosine"
-        self.distance = distance
-        self.pos_margin = float((1.0 if cosine else 0.0) if pos_margin is None else pos_margin)
-        self.neg_margin = float((0.5 if cosine else 1.0) if neg_margin is None else neg_margin)
-        for label, value in (("pos_margin", self.pos_margin), ("neg_margin", self.neg_margin)):
-            if not math.isfinite(value) or (not cosine and value < 0):
-                raise ValueError(
-                    f"{label} must be finite{'' if cosine else ' and >= 0 (a distance)'}, "
-                    f"got {value}.")
-        super().__init__(metric=distance, miner=miner, reduction=reduction, name=name,
-                         dtype=dtype)
+    metrics = ("cosine", "euclidean")
 
-    def compute_terms(self, matrix, positive, negative):
-        positive = tf.cast(positive, tf.float32)
-        negative = tf.cast(negative, tf.float32)
-        if self.distance == "cosine":
+    def __init__(self, metric=None, pos_margin=None, neg_margin=None, miner=None,
+                 reduction="sum_over_batch_size", name="contrastive", dtype=None,
+                 distance=None):
+        metric = _hyper.renamed("distance", distance, "metric", metric, "cosine")
+        super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
+                         dtype=dtype)
+        cosine = self.metric == "cosine"
+        check = _hyper.finite if cosine else _hyper.non_negative
+        self.pos_margin = check("pos_margin", (1.0 if cosine else 0.0)
+                                if pos_margin is None else pos_margin)
+        self.neg_margin = check("neg_margin", (0.5 if cosine else 1.0)
+                                if neg_margin is None else neg_margin)
+
+    def compute_terms(self, matrix, pairs):
+        positive = tf.cast(pairs.positive, tf.float32)
+        negative = tf.cast(pairs.negative, tf.float32)
+        if self.metric == "cosine":
             pull = tf.nn.relu(self.pos_margin - matrix) * positive
             push = tf.nn.relu(matrix - self.neg_margin) * negative
             value = tf.reduce_sum(pull + push, axis=1)
@@ -83,7 +80,5 @@ class Contrastive(PairLoss):
 
     def get_config(self):
         config = super().get_config()
-        config.pop("metric")
-        config.update(distance=self.distance, pos_margin=self.pos_margin,
-                      neg_margin=self.neg_margin)
+        config.update(pos_margin=self.pos_margin, neg_margin=self.neg_margin)
         return config

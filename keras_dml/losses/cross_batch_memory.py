@@ -1,14 +1,10 @@
 """Cross-batch memory (XBM): a pair loss of the batch against the last M embeddings.
 
     memory  <- enqueue(batch embeddings, labels)        (no gradient, a ring buffer)
-    matrix  =  pairwise(batch, memory)                  (N, M), query x key
-    masks   =  label masks, empty slots and the batch's own copies removed
-    value   =  the wrapped loss's compute_terms(matrix, masks), W through the engine
-
-Built on the current engine's `PairLoss.compute_terms(matrix, positive, negative)`;
-`_memory_terms` is the one place to port to the reference-set contract (it becomes
-`loss(labels, embeddings, reference=Reference(memory_labels, memory, trainable=False))`
-with the self slots masked).
+    value   =  the wrapped loss against Reference(memory labels, memory,
+               trainable=False, own=the batch's slots): the engine builds the
+               (N, M) query x memory matrix and masks, empty slots (label -1) and
+               each query's own copy excluded, and applies W to the batch only.
 """
 
 import keras
@@ -16,8 +12,8 @@ import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops, validation
-from keras_dml.losses.base import PairLoss
-from keras_dml.weighting import weighted_pair_loss
+from keras_dml.losses.base import PairLoss, Reference
+from keras_dml.losses.registry import ENTRIES
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -118,7 +114,7 @@ class CrossBatchMemory(keras.losses.Loss):
     Examples:
 
     >>> loss = keras_dml.losses.CrossBatchMemory(
-    ...     keras_dml.losses.MultiSimilarity(mining=False), memory_size=4096)
+    ...     keras_dml.losses.MultiSimilarity(miner=None), memory_size=4096)
     >>> model.compile(optimizer="adam", loss=loss)
 
     Reference:
@@ -133,11 +129,13 @@ class CrossBatchMemory(keras.losses.Loss):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         if isinstance(loss, dict):
             loss = keras.saving.deserialize_keras_object(loss)
-        if not isinstance(loss, PairLoss) or type(loss).pair_matrix is not PairLoss.pair_matrix:
+        entry = ENTRIES.get(type(loss).__name__)
+        if (not isinstance(loss, PairLoss) or entry is None or entry.reference != "any"
+                or entry.labels != "classes"):
             raise ValueError(
                 "CrossBatchMemory wraps a keras_dml pair loss computed from the query x key "
                 "similarity matrix (MultiSimilarity, Contrastive, BinomialDeviance, ...); got "
-                f"{loss!r}. Proxy losses, Margin and LogRatio have no memory form.")
+                f"{loss!r}. Proxy losses, LiftedStructure and LogRatio have no memory form.")
         self.loss = loss
         self.memory_size = _hyper.integer_at_least("memory_size", memory_size, 1)
         self.warmup_steps = _hyper.integer_at_least("warmup_steps", warmup_steps, 0)
@@ -189,15 +187,11 @@ class CrossBatchMemory(keras.losses.Loss):
 
     def _memory_terms(self, labels, embeddings, slots):
         """Per-query values of the wrapped loss against the memory (no gradient into it)."""
-        bank, loss = self.trainable_layer, self.loss
-        keys = tf.stop_gradient(tf.cast(bank.embeddings, tf.float32))
-        matrix = ops.pairwise(embeddings, keys, metric=loss.metric)
-        positive, negative = ops.label_masks(labels, bank.labels, exclude_self=False)
+        bank = self.trainable_layer
         present = tf.range(self.memory_size) < bank.filled
-        own = tf.one_hot(slots, self.memory_size, on_value=True, off_value=False)
-        keep = present[tf.newaxis, :] & ~own
-        positive, negative = loss.mine(matrix, positive & keep, negative & keep)
-        return weighted_pair_loss(matrix, lambda m: loss.compute_terms(m, positive, negative))
+        memory = Reference(tf.where(present, bank.labels, -1),
+                           tf.cast(bank.embeddings, tf.float32), trainable=False, own=slots)
+        return self.loss.against(labels, embeddings, memory)
 
     def get_config(self):
         config = super().get_config()

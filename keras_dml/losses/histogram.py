@@ -1,10 +1,10 @@
 """Histogram loss (Ustinova and Lempitsky 2016): a batch-global pair loss."""
 
-import keras
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.base import PairLoss
+from keras_dml.losses.registry import register
 
 
 def _soft_histogram(similarity, mask, bins):
@@ -58,7 +58,7 @@ def histogram_terms(similarity, positive, negative, bins):
     return value, weights
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register(row_local=False)
 class Histogram(PairLoss):
     """Histogram loss (Ustinova and Lempitsky 2016), MS supplementary eq. 3-9.
 
@@ -100,8 +100,8 @@ class Histogram(PairLoss):
                          dtype=dtype)
         self.bins = _hyper.integer_at_least("bins", bins, 2)
 
-    def compute_terms(self, matrix, positive, negative):
-        return histogram_terms(matrix, positive, negative, self.bins)
+    def compute_terms(self, matrix, pairs):
+        return histogram_terms(matrix, pairs.positive, pairs.negative, self.bins)
 
     def get_config(self):
         config = super().get_config()

@@ -1,14 +1,11 @@
 """Instance cross entropy (ICE) with the paper's normalised gradient reweighting."""
 
-import math
-
-import keras
 import tensorflow as tf
 
+from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.losses.base import PairLoss
-
-_METRICS = ("cosine", "dot")
+from keras_dml.losses.registry import register
 
 
 def instance_cross_entropy_terms(similarity, positive, negative, scale):
@@ -58,7 +55,7 @@ def instance_cross_entropy_terms(similarity, positive, negative, scale):
     return value, 0.5 * (negative_weights - positive_weights)
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register(exact_weights=False)
 class InstanceCrossEntropy(PairLoss):
     """Instance cross entropy (Wang et al. 2019) with its normalised sample reweighting.
 
@@ -113,25 +110,16 @@ class InstanceCrossEntropy(PairLoss):
         Learning", 2019 (eq. 3-5, 11-17, Algorithm 1; Table 2 for s).
     """
 
+    metrics = ("cosine", "dot")
+
     def __init__(self, scale=64.0, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name="instance_cross_entropy", dtype=None):
-        if metric not in _METRICS:
-            raise ValueError(
-                f"InstanceCrossEntropy needs a similarity metric, one of {_METRICS}; got "
-                f"metric={metric!r}."
-            )
-        try:
-            scale = float(scale)
-        except (TypeError, ValueError):
-            raise ValueError(f"scale must be a positive number, got {scale!r}.") from None
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale must be a positive finite number, got {scale!r}.")
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
-        self.scale = scale
+        self.scale = _hyper.positive("scale", scale)
 
-    def compute_terms(self, matrix, positive, negative):
-        return instance_cross_entropy_terms(matrix, positive, negative, self.scale)
+    def compute_terms(self, matrix, pairs):
+        return instance_cross_entropy_terms(matrix, pairs.positive, pairs.negative, self.scale)
 
     def get_config(self):
         config = super().get_config()

@@ -1,36 +1,35 @@
 """Lifted structure losses: the original (Song et al. 2016) and the generalised form."""
 
-import keras
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.losses.base import PairLoss
+from keras_dml.losses.registry import register
 
-_DISTANCES = ("cosine", "euclidean")
 # An empty row's log-sum-exp: finite, and exp(_EMPTY - x) underflows to 0.
 _EMPTY = -1e30
 
 
-class _MarginAndDistance(PairLoss):
+class _MarginAndMetric(PairLoss):
     """What both lifted losses share: a finite margin and a cosine/euclidean metric."""
 
-    def __init__(self, margin, distance, miner, reduction, name, dtype):
-        if distance not in _DISTANCES:
-            raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}.")
-        self.margin, self.distance = _hyper.finite("margin", margin), distance
-        super().__init__(metric=distance, miner=miner, reduction=reduction, name=name,
+    metrics = ("cosine", "euclidean")
+
+    def __init__(self, margin, metric, distance, miner, reduction, name, dtype):
+        metric = _hyper.renamed("distance", distance, "metric", metric, self.default_metric)
+        super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
+        self.margin = _hyper.finite("margin", margin)
 
     def get_config(self):
         config = super().get_config()
-        config.pop("metric")
-        config.update(margin=self.margin, distance=self.distance)
+        config.update(margin=self.margin)
         return config
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
-class LiftedStructure(_MarginAndDistance):
+@register(reference="batch", row_local=False)
+class LiftedStructure(_MarginAndMetric):
     """Lifted structured embedding loss (Oh Song et al. 2016), the original with a margin.
 
     For every positive pair (i, j), with c = -D (Euclidean distance) or c = S
@@ -49,7 +48,9 @@ class LiftedStructure(_MarginAndDistance):
 
     Args:
         margin: alpha. Defaults to 1.0.
-        distance: "euclidean" (the paper) or "cosine". Defaults to "euclidean".
+        metric: "euclidean" (the paper) or "cosine". Defaults to "euclidean".
+            (`distance=` is its deprecated name.) The reference set must be the
+            batch: J_ij uses the negatives of both ends of a pair.
         miner: optional `keras_dml.mining.Miner`.
 
     Examples:
@@ -61,11 +62,18 @@ class LiftedStructure(_MarginAndDistance):
         Structured Feature Embedding", CVPR 2016, eq. 3-4.
     """
 
-    def __init__(self, margin=1.0, distance="euclidean", miner=None,
-                 reduction="sum_over_batch_size", name="lifted_structure", dtype=None):
-        super().__init__(margin, distance, miner, reduction, name, dtype)
+    default_metric = "euclidean"
 
-    def compute_terms(self, matrix, positive, negative):
+    def __init__(self, margin=1.0, metric=None, miner=None, reduction="sum_over_batch_size",
+                 name="lifted_structure", dtype=None, distance=None):
+        super().__init__(margin, metric, distance, miner, reduction, name, dtype)
+
+    def check_reference(self, reference, embeddings):
+        raise ValueError("LiftedStructure uses the negatives of both ends of every positive "
+                         "pair: its reference set is the batch itself, not an explicit one.")
+
+    def compute_terms(self, matrix, pairs):
+        positive, negative = pairs.positive, pairs.negative
         sign = -1.0 if self.is_distance else 1.0
         closeness = sign * matrix
         # [lifted negatives] per row, log sum_{N_i} exp(c_ik) and its softmax
@@ -90,8 +98,8 @@ class LiftedStructure(_MarginAndDistance):
         return value, sign * gradient
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
-class GeneralizedLiftedStructure(_MarginAndDistance):
+@register()
+class GeneralizedLiftedStructure(_MarginAndMetric):
     """Generalised lifted structure loss (Hermans et al. 2017; unified view eq. 9-11).
 
     For each anchor i with positives P_i and negatives N_i, with c = S (cosine
@@ -108,7 +116,8 @@ class GeneralizedLiftedStructure(_MarginAndDistance):
 
     Args:
         margin: defaults to 1.0.
-        distance: "cosine" or "euclidean". Defaults to "cosine".
+        metric: "cosine" or "euclidean". Defaults to "cosine". (`distance=` is its
+            deprecated name.)
         miner: optional `keras_dml.mining.Miner`.
 
     Examples:
@@ -120,12 +129,12 @@ class GeneralizedLiftedStructure(_MarginAndDistance):
         Re-Identification", 2017; unified view eq. 9-11.
     """
 
-    def __init__(self, margin=1.0, distance="cosine", miner=None,
-                 reduction="sum_over_batch_size", name="generalized_lifted_structure",
-                 dtype=None):
-        super().__init__(margin, distance, miner, reduction, name, dtype)
+    def __init__(self, margin=1.0, metric=None, miner=None, reduction="sum_over_batch_size",
+                 name="generalized_lifted_structure", dtype=None, distance=None):
+        super().__init__(margin, metric, distance, miner, reduction, name, dtype)
 
-    def compute_terms(self, matrix, positive, negative):
+    def compute_terms(self, matrix, pairs):
+        positive, negative = pairs.positive, pairs.negative
         sign = -1.0 if self.is_distance else 1.0
         closeness = sign * matrix
         valid = tf.reduce_any(positive, axis=1) & tf.reduce_any(negative, axis=1)

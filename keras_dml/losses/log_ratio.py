@@ -5,14 +5,14 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml import ops, validation
-from keras_dml.losses.base import CheckedLoss, PairTerms
-from keras_dml.weighting import weighted_pair_loss
+from keras_dml.losses.base import PairLoss, Pairs
+from keras_dml.losses.registry import register
 
 _LABEL_METRICS = ("squared_euclidean", "euclidean")
 
 
-def _squared_differences(labels):
-    """Exact (N, N) squared Euclidean distances between label vectors.
+def _squared_differences(labels, keys):
+    """Exact (N, M) squared Euclidean distances between label vectors.
 
     Label vectors are close to each other (that is the point of a continuous
     target), where |a|^2 - 2ab + |b|^2 loses most float32 digits; summing squared
@@ -20,15 +20,15 @@ def _squared_differences(labels):
     """
     columns = labels.shape[1]
     if columns is None:
-        return tf.reduce_sum(tf.square(labels[:, None, :] - labels[None, :, :]), axis=2)
+        return tf.reduce_sum(tf.square(labels[:, None, :] - keys[None, :, :]), axis=2)
     total = 0.0
     for k in range(columns):
-        total += tf.square(labels[:, k, None] - labels[None, :, k])
+        total += tf.square(labels[:, k, None] - keys[None, :, k])
     return total
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
-class LogRatio(CheckedLoss):
+@register(labels="continuous")
+class LogRatio(PairLoss):
     """Log-ratio loss (Kim et al. CVPR 2019) with dense triplet sampling.
 
     For an anchor a and two other samples i, j of the batch, with D the squared
@@ -84,12 +84,13 @@ class LogRatio(CheckedLoss):
         Supervision", CVPR 2019.
     """
 
-    is_distance = True
     continuous_labels = True  # DMLModel: do not validate y as class ids
+    metrics = ("squared_euclidean",)
+    default_metric = "squared_euclidean"
 
     def __init__(self, label_distance="squared_euclidean", max_triplets_per_anchor=None,
                  epsilon=1e-6, reduction="sum_over_batch_size", name="log_ratio", dtype=None):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
         if isinstance(label_distance, dict):
             label_distance = keras.saving.deserialize_keras_object(label_distance)
         if isinstance(label_distance, (list, tuple, np.ndarray, tf.Tensor)):
@@ -129,7 +130,7 @@ class LogRatio(CheckedLoss):
         return int((1 + np.sqrt(1 + 8 * self.max_triplets_per_anchor)) // 2)
 
     # -- validation -------------------------------------------------------------------
-    def validate(self, labels, embeddings):
+    def check(self, labels, embeddings):
         embeddings = validation.check_embeddings(embeddings)
         labels = tf.convert_to_tensor(labels)
         if self.precomputed:
@@ -162,19 +163,32 @@ class LogRatio(CheckedLoss):
             raise ValueError("labels contain NaN or Inf values.")
         return ops.to_float32(labels), embeddings
 
-    # -- the engine hooks -------------------------------------------------------------
-    def pair_matrix(self, embeddings):
-        # Centring (distances are translation invariant) keeps |a|^2 - 2ab + |b|^2 precise.
-        embeddings = ops.to_float32(embeddings)
-        embeddings -= tf.reduce_mean(embeddings, axis=0, keepdims=True)
-        return ops.pairwise(embeddings, metric="squared_euclidean")
+    def check_reference(self, reference, embeddings):
+        labels, _ = self.check(reference.labels, reference.embeddings)
+        keys = validation.check_embeddings(reference.embeddings, name="reference embeddings")
+        return reference._replace(labels=labels, embeddings=keys)
 
-    def label_matrix(self, labels):
-        """The (N, N) label distances D_y of a batch."""
+    # -- the engine hooks -------------------------------------------------------------
+    def pair_matrix(self, embeddings, reference):
+        # Centring (distances are translation invariant) keeps |a|^2 - 2ab + |b|^2 precise.
+        centre = tf.reduce_mean(embeddings, axis=0, keepdims=True)
+        if reference.is_batch:
+            return ops.pairwise(embeddings - centre, metric="squared_euclidean")
+        keys = reference.embeddings if reference.trainable else tf.stop_gradient(
+            reference.embeddings)
+        return ops.pairwise(embeddings - centre, ops.to_float32(keys) - centre,
+                            metric="squared_euclidean")
+
+    def label_matrix(self, labels, reference_labels=None):
+        """The (N, M) label distances D_y between the batch and the reference set."""
+        reference_labels = labels if reference_labels is None else reference_labels
         if self.precomputed:
             table = tf.constant(self.label_distance)
-            return tf.gather(tf.gather(table, labels), labels, axis=1)
+            return tf.gather(tf.gather(table, labels), reference_labels, axis=1)
         if callable(self.label_distance):
+            if reference_labels is not labels:
+                raise ValueError("A label_distance function takes one batch of labels: use "
+                                 "a metric name or a precomputed matrix with a reference set.")
             matrix = ops.to_float32(self.label_distance(labels))
             if matrix.shape.rank != 2:
                 raise ValueError(
@@ -182,59 +196,57 @@ class LogRatio(CheckedLoss):
                     f"{tuple(matrix.shape)}."
                 )
             return matrix
-        squared = _squared_differences(labels)
+        squared = _squared_differences(labels, reference_labels)
         if self.label_distance == "squared_euclidean":
             return squared
         return tf.sqrt(squared)
 
-    def partners(self, label_matrix):
-        """(N, N) mask of each anchor's partners: all others, or its nearest in label space."""
-        n = tf.shape(label_matrix)[0]
-        others = tf.logical_not(tf.eye(n, dtype=tf.bool))
+    def pairs(self, labels, reference, matrix):
+        """Every anchor's partners (no class masks); the label distances ride along."""
+        label_matrix = self.label_matrix(
+            labels, labels if reference.is_batch else reference.labels)
+        partners = self.partners(label_matrix, exclude_self=reference.is_batch)
+        return Pairs(labels, reference.labels, partners, partners, label_matrix)
+
+    def partners(self, label_matrix, exclude_self=True):
+        """(N, M) mask of each anchor's partners: all others, or its nearest in label space."""
+        others = tf.ones_like(label_matrix, dtype=tf.bool)
+        if exclude_self:
+            others = tf.linalg.set_diag(others, tf.zeros_like(tf.linalg.diag_part(others)))
         if self.max_partners is None:
             return others
         ranked = tf.where(others, label_matrix, tf.fill(tf.shape(label_matrix), -1.0))
         order = tf.argsort(ranked, axis=1, stable=True)
         rank = tf.argsort(order, axis=1, stable=True)
-        return tf.logical_and(others, rank <= self.max_partners)
+        return tf.logical_and(others, rank <= (self.max_partners if exclude_self
+                                               else self.max_partners - 1))
 
-    def compute_terms(self, matrix, label_matrix, partners):
-        mask = tf.cast(partners, tf.float32)
+    def compute_terms(self, matrix, pairs):
+        mask = tf.cast(pairs.positive, tf.float32)
         u = (tf.math.log(matrix + self.epsilon)
-             - tf.math.log(tf.stop_gradient(label_matrix) + self.epsilon)) * mask
+             - tf.math.log(tf.stop_gradient(pairs.context) + self.epsilon)) * mask
         count = tf.reduce_sum(mask, axis=1, keepdims=True)
-        pairs = count * (count - 1.0) / 2.0
+        pairs_count = count * (count - 1.0) / 2.0
         # sum_{i<j} (u_i - u_j)^2 = n sum_i (u_i - mean u)^2, in the stable centred form.
         centred = (u - tf.math.divide_no_nan(tf.reduce_sum(u, axis=1, keepdims=True), count))
         centred *= mask
-        scale = tf.math.divide_no_nan(count, pairs)
+        scale = tf.math.divide_no_nan(count, pairs_count)
         value = tf.squeeze(scale, 1) * tf.reduce_sum(tf.square(centred), axis=1)
         weights = 2.0 * scale * centred / (matrix + self.epsilon)
         return value, weights
 
-    def pair_terms(self, matrix, labels):
-        label_matrix = self.label_matrix(labels)
-        partners = self.partners(label_matrix)
-        value, weights = self.compute_terms(matrix, label_matrix, partners)
-        pull = tf.logical_and(partners, weights > 0)
-        push = tf.logical_and(partners, weights < 0)
-        return PairTerms(value, weights, pull, push, True)
-
-    # -- keras.losses.Loss ------------------------------------------------------------
-    def check_inputs(self, y_true, y_pred):
-        return self.validate(y_true, y_pred)
-
-    def call(self, y_true, y_pred):
-        labels, embeddings = self.validate(y_true, y_pred)
-        matrix = self.pair_matrix(ops.to_float32(embeddings))
-        label_matrix = self.label_matrix(labels)
-        partners = self.partners(label_matrix)
-        return weighted_pair_loss(
-            matrix, lambda m: self.compute_terms(m, label_matrix, partners)
-        )
+    def terms(self, labels, embeddings, reference=None):
+        """As for every loss, with the pairs the loss pulls together as "positive"
+        and those it pushes apart as "negative" (there are no classes)."""
+        terms = super().terms(labels, embeddings, reference)
+        partners = terms.positive
+        return terms._replace(positive=partners & (terms.weights > 0),
+                              negative=partners & (terms.weights < 0))
 
     def get_config(self):
         config = super().get_config()
+        for key in ("metric", "miner"):
+            config.pop(key)
         distance = self.label_distance
         if self.precomputed:
             distance = distance.tolist()

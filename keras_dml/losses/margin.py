@@ -6,10 +6,10 @@ import tensorflow as tf
 
 from keras_dml import ops, validation
 from keras_dml import hyperparameters as _hyper
-from keras_dml.losses.base import PairLoss, PairTerms
+from keras_dml.losses.base import PairLoss
+from keras_dml.losses.registry import register
 
 _AVERAGES = ("pairs", "active")
-_SQRT_EPSILON = 1e-12
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -57,10 +57,8 @@ class MarginBeta(keras.layers.Layer):
 
 def _sphere_distance(similarity):
     """d = sqrt(2 - 2 S) and dd/dS = -1/d; both 0 where the points coincide."""
-    squared = tf.maximum(2.0 - 2.0 * similarity, 0.0)
-    apart = squared > _SQRT_EPSILON
-    distance = tf.where(apart, tf.sqrt(tf.where(apart, squared, tf.ones_like(squared))), 0.0)
-    slope = tf.where(apart, -1.0 / tf.where(apart, distance, tf.ones_like(distance)), 0.0)
+    distance = ops.safe_sqrt(2.0 - 2.0 * similarity)
+    slope = tf.where(distance > 0, -1.0 / tf.where(distance > 0, distance, 1.0), 0.0)
     return distance, slope
 
 
@@ -93,7 +91,7 @@ def margin_terms(similarity, positive, negative, anchor_beta, alpha, nu, average
     return value, weights, beta_gradient
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register(row_local=False)
 class Margin(PairLoss):
     """Margin loss (Wu et al. 2017), weighted contrastive paper eq. 3.
 
@@ -147,7 +145,7 @@ class Margin(PairLoss):
     def __init__(self, alpha=0.2, beta=1.2, learn_beta=True, num_classes=None, nu=0.0,
                  average="pairs", miner=None, reduction="sum_over_batch_size", name="margin",
                  dtype=None):
-        super().__init__(metric="cosine", miner=miner, reduction=reduction, name=name,
+        super().__init__(miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
         self.alpha = _hyper.non_negative("alpha", alpha)
         self.nu = _hyper.non_negative("nu", nu)
@@ -158,56 +156,22 @@ class Margin(PairLoss):
         self._beta_layer = beta_layer
         self.trainable_layer = beta_layer if self.learn_beta else None
 
-    # -- beta -------------------------------------------------------------------------
-    def anchor_beta(self, labels, dim=None):
+    metrics = ("cosine",)
+
+    # -- beta: the one differentiable input besides the matrix ----------------------------
+    def parameters(self, pairs):
         """beta_i of every anchor: the layer's current weights (built on first use)."""
         layer = self._beta_layer
         if not layer.built:
-            layer.build((None, dim))
-        beta = layer(labels)
-        return beta if self.learn_beta else tf.stop_gradient(beta)
+            layer.build()
+        beta = layer(pairs.labels)
+        return (beta if self.learn_beta else tf.stop_gradient(beta),)
 
-    # -- engine -----------------------------------------------------------------------
-    def pair_matrix(self, embeddings):
-        if hasattr(self.miner, "bind_dimension"):
-            self.miner.bind_dimension(embeddings.shape[-1])
-        return super().pair_matrix(embeddings)
-
-    def compute_terms(self, matrix, positive, negative, anchor_beta=None):
-        """Value and weights; `anchor_beta` defaults to the current global beta."""
-        if anchor_beta is None:
-            if self.num_classes is not None:
-                raise ValueError("Margin with one beta per class needs the labels: use "
-                                 "pair_terms(matrix, labels).")
-            anchor_beta = self.anchor_beta(tf.zeros(tf.shape(matrix)[:1], tf.int32))
-        value, weights, _ = margin_terms(matrix, positive, negative, anchor_beta, self.alpha,
-                                         self.nu, self.average)
-        return value, weights
-
-    def pair_terms(self, matrix, labels):
-        positive, negative = self.pair_masks(matrix, labels)
-        value, weights = self.compute_terms(matrix, positive, negative, self.anchor_beta(labels))
-        return PairTerms(value, weights, positive, negative, self.is_distance)
-
-    def call(self, y_true, y_pred):
-        labels = validation.check_class_labels(y_true)
-        embeddings = ops.to_float32(y_pred)
-        matrix = self.pair_matrix(embeddings)
-        positive, negative = self.pair_masks(matrix, labels)
-        anchor_beta = self.anchor_beta(labels, embeddings.shape[-1])
-
-        @tf.custom_gradient
-        def loss(m, b):
-            value, weights, beta_gradient = margin_terms(
-                m, positive, negative, b, self.alpha, self.nu, self.average
-            )
-
-            def grad(upstream):
-                return upstream[:, tf.newaxis] * weights, upstream * beta_gradient
-
-            return value, grad
-
-        return loss(matrix, anchor_beta)
+    def compute_terms(self, matrix, pairs, anchor_beta):
+        value, weights, beta_gradient = margin_terms(
+            matrix, pairs.positive, pairs.negative, anchor_beta, self.alpha, self.nu,
+            self.average)
+        return value, weights, (beta_gradient,)
 
     def get_config(self):
         config = super().get_config()

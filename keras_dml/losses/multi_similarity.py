@@ -1,15 +1,16 @@
 """Multi-similarity loss, i.e. relative and absolute weighting (RAW) with VTHM."""
 
-import keras
-import tensorflow as tf
+import warnings
+
 
 from keras_dml import ops
 from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.base import PairLoss
+from keras_dml.losses.registry import register
 from keras_dml.mining import MultiSimilarityMiner
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register()
 class MultiSimilarity(PairLoss):
     """Multi-similarity loss (Wang et al. CVPR 2019), the RAW loss of the unified view.
 
@@ -26,17 +27,18 @@ class MultiSimilarity(PairLoss):
         w_ij = exp(-alpha (S_ij - base)) / (1 + sum_{k in P_i} exp(-alpha (S_ik - base)))
         w_ij = exp( beta (S_ij - base)) / (1 + sum_{k in N_i} exp( beta (S_ik - base)))
 
-    for positives and negatives respectively (times 1/m). With `mining=True`, pairs
-    are first selected by valid-triplet hard mining (`MultiSimilarityMiner`, unified
+    for positives and negatives respectively (times 1/m). By default pairs are
+    first selected by valid-triplet hard mining (`MultiSimilarityMiner`, unified
     view section 5.1). An anchor with no kept pair contributes 0.
 
     Args:
         alpha: positive scale. Defaults to 2.0.
         beta: negative scale. Defaults to 50.0.
         base: the similarity threshold lambda. Defaults to 0.5.
-        epsilon: the mining margin. Defaults to 0.1.
-        mining: apply VTHM before weighting. Defaults to True.
-        miner: any other `keras_dml.mining.Miner`; overrides `mining`/`epsilon`.
+        miner: a miner or its registered name; None keeps every pair. Defaults to
+            "MultiSimilarityMiner" (VTHM with epsilon = 0.1). The older spellings
+            `mining=False` (no miner) and `epsilon=e` (`MultiSimilarityMiner(e)`)
+            still work, with a DeprecationWarning.
         metric: pair similarity. Defaults to "cosine".
 
     Defaults are the unified view's section 6 (and the MS paper's).
@@ -51,36 +53,38 @@ class MultiSimilarity(PairLoss):
         Metric Learning", CVPR 2019 (the unified view, ICLR 2019 submission).
     """
 
-    def __init__(self, alpha=2.0, beta=50.0, base=0.5, epsilon=0.1, mining=True, miner=None,
+    def __init__(self, alpha=2.0, beta=50.0, base=0.5, miner="MultiSimilarityMiner",
                  metric="cosine", reduction="sum_over_batch_size", name="multi_similarity",
-                 dtype=None):
+                 dtype=None, mining=None, epsilon=None):
         self.alpha = _hyper.positive("alpha", alpha)
         self.beta = _hyper.positive("beta", beta)
         self.base = _hyper.finite("base", base)
-        self.epsilon, self.mining = _hyper.finite("epsilon", epsilon), bool(mining)
-        if miner is None and mining:
-            miner = MultiSimilarityMiner(self.epsilon)
+        if mining is not None or epsilon is not None:
+            warnings.warn("MultiSimilarity(mining=, epsilon=) are deprecated: pass miner=None "
+                          "or miner=MultiSimilarityMiner(epsilon).", DeprecationWarning,
+                          stacklevel=2)
+            miner = None if mining is False else (
+                MultiSimilarityMiner(0.1 if epsilon is None else epsilon)
+                if miner == "MultiSimilarityMiner" else miner)
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
 
-    def compute_terms(self, matrix, positive, negative):
+    def compute_terms(self, matrix, pairs):
         pull = -self.alpha * (matrix - self.base)
         push = self.beta * (matrix - self.base)
-        pull_lse, pull_weights = ops.masked_logsumexp_and_softmax(pull, positive, include_zero=True)
-        push_lse, push_weights = ops.masked_logsumexp_and_softmax(push, negative, include_zero=True)
+        pull_lse, pull_weights = ops.masked_logsumexp_and_softmax(pull, pairs.positive,
+                                                                  include_zero=True)
+        push_lse, push_weights = ops.masked_logsumexp_and_softmax(push, pairs.negative,
+                                                                  include_zero=True)
         return pull_lse / self.alpha + push_lse / self.beta, push_weights - pull_weights
 
     def get_config(self):
         config = super().get_config()
-        config.update(alpha=self.alpha, beta=self.beta, base=self.base, epsilon=self.epsilon,
-                      mining=self.mining)
-        if (self.mining and isinstance(self.miner, MultiSimilarityMiner)
-                and self.miner.epsilon == self.epsilon):
-            config["miner"] = None  # rebuilt from epsilon
+        config.update(alpha=self.alpha, beta=self.beta, base=self.base)
         return config
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register()
 class RelativeAbsoluteWeighting(MultiSimilarity):
     """Relative and absolute weighting (RAW) with VTHM: the unified view's name for MS.
 
@@ -98,9 +102,9 @@ class RelativeAbsoluteWeighting(MultiSimilarity):
         submission), eq. 15-17 and section 5.1.
     """
 
-    def __init__(self, alpha=2.0, beta=50.0, base=0.5, epsilon=0.1, mining=True, miner=None,
+    def __init__(self, alpha=2.0, beta=50.0, base=0.5, miner="MultiSimilarityMiner",
                  metric="cosine", reduction="sum_over_batch_size",
-                 name="relative_absolute_weighting", dtype=None):
-        super().__init__(alpha=alpha, beta=beta, base=base, epsilon=epsilon, mining=mining,
-                         miner=miner, metric=metric, reduction=reduction, name=name,
-                         dtype=dtype)
+                 name="relative_absolute_weighting", dtype=None, mining=None, epsilon=None):
+        super().__init__(alpha=alpha, beta=beta, base=base, miner=miner, metric=metric,
+                         reduction=reduction, name=name, dtype=dtype, mining=mining,
+                         epsilon=epsilon)

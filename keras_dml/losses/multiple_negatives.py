@@ -4,12 +4,13 @@ import keras
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
-from keras_dml import ops, validation
-from keras_dml.losses.base import PairLoss
+from keras_dml import ops
+from keras_dml.losses.base import PairLoss, Pairs, Reference
 from keras_dml.losses.nca import nca_terms
+from keras_dml.losses.registry import register
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register(reference="batch")
 class MultipleNegativesRanking(PairLoss):
     """Multiple-negatives ranking loss (Henderson et al. 2017, eq. 3; sentence-transformers).
 
@@ -55,8 +56,8 @@ class MultipleNegativesRanking(PairLoss):
         self.scale = _hyper.positive("scale", scale)
         self.symmetric = bool(symmetric)
 
-    def check_inputs(self, y_true, y_pred):
-        labels, embeddings = validation.check_labels_and_embeddings(y_true, y_pred)
+    def check(self, labels, embeddings):
+        labels, embeddings = super().check(labels, embeddings)
         width = embeddings.shape[1]
         if width is not None and width % 2:
             raise ValueError(
@@ -65,19 +66,23 @@ class MultipleNegativesRanking(PairLoss):
                 "which is odd.")
         return labels, embeddings
 
-    validate = check_inputs
+    def default_reference(self, labels, embeddings):
+        """The documents: the second half of each row (split in `pair_matrix`)."""
+        return Reference(labels, embeddings, trainable=True)
 
-    def pair_matrix(self, embeddings):
-        queries, documents = tf.split(ops.to_float32(embeddings), 2, axis=1)
+    def pair_matrix(self, embeddings, reference):
+        queries = tf.split(embeddings, 2, axis=1)[0]
+        documents = tf.split(reference.embeddings, 2, axis=1)[1]
         return ops.pairwise(queries, documents, metric="cosine")
 
-    def pair_masks(self, matrix, labels):
-        same = tf.equal(labels[:, tf.newaxis], labels[tf.newaxis, :])
-        diagonal = tf.linalg.diag_part(same)
-        positive = tf.linalg.set_diag(tf.zeros_like(same), diagonal)
-        return positive, tf.logical_not(same)
+    def pairs(self, labels, reference, matrix):
+        """Query i's positive is document i; documents of other labels are negatives."""
+        same = tf.equal(labels[:, tf.newaxis], reference.labels[tf.newaxis, :])
+        positive = tf.linalg.set_diag(tf.zeros_like(same), tf.linalg.diag_part(same))
+        return Pairs(labels, reference.labels, positive, tf.logical_not(same))
 
-    def compute_terms(self, matrix, positive, negative):
+    def compute_terms(self, matrix, pairs):
+        positive, negative = pairs.positive, pairs.negative
         value, weights = nca_terms(self.scale * matrix, positive, negative)
         if not self.symmetric:
             return value, self.scale * weights

@@ -1,11 +1,11 @@
 """Neighbourhood components analysis (NCA) loss with a scale parameter."""
 
-import keras
 import tensorflow as tf
 
 from keras_dml import ops
 from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.base import PairLoss
+from keras_dml.losses.registry import register
 
 
 def nca_terms(logits, positive, negative):
@@ -25,7 +25,7 @@ def nca_terms(logits, positive, negative):
     return pool_lse - positive_lse, pool_softmax - positive_softmax
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register()
 class NCA(PairLoss):
     """NCA loss (Salakhutdinov and Hinton 2007), MS supplementary eq. 1-2.
 
@@ -68,9 +68,9 @@ class NCA(PairLoss):
                          dtype=dtype)
         self.scale = _hyper.positive("scale", scale)
 
-    def compute_terms(self, matrix, positive, negative):
+    def compute_terms(self, matrix, pairs):
         sign = -1.0 if self.is_distance else 1.0
-        value, weights = nca_terms(sign * self.scale * matrix, positive, negative)
+        value, weights = nca_terms(sign * self.scale * matrix, pairs.positive, pairs.negative)
         return value, sign * self.scale * weights
 
     def get_config(self):

@@ -1,13 +1,13 @@
 """Normalised softmax (NormFace): cross entropy over cosines to learned class weights."""
 
-import keras
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.proxies import ProxyLoss, own_entries
+from keras_dml.losses.registry import register
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register(example={"num_classes": 4}, reference="proxies")
 class NormalizedSoftmax(ProxyLoss):
     """Normalised softmax cross entropy (NormFace), the ICE paper's CCE baseline.
 
@@ -48,7 +48,8 @@ class NormalizedSoftmax(ProxyLoss):
                          name=name, dtype=dtype)
         self.temperature = float(temperature)
 
-    def compute_label_terms(self, matrix, labels):
+    def compute_terms(self, matrix, pairs):
+        labels = pairs.labels
         logits = matrix / self.temperature
         own = own_entries(labels)
         value = tf.reduce_logsumexp(logits, axis=1) - tf.gather_nd(logits, own)

@@ -1,16 +1,13 @@
 """Multi-class N-pair loss (Sohn 2016) on any C x k batch, with its L2 penalty."""
 
-import keras
 import tensorflow as tf
 
-from keras_dml import ops, validation
 from keras_dml import hyperparameters as _hyper
-from keras_dml.losses.base import PairLoss, PairTerms
-from keras_dml.weighting import weighted_pair_loss
+from keras_dml import ops
+from keras_dml.losses.base import PairLoss, Reference
+from keras_dml.losses.registry import register
 
-_METRICS = ("dot", "cosine")
 _TUPLES = ("all", "one_per_class")
-_MASKED_LOGIT = -1e9  # a padding column's logit: exp underflows to exactly 0
 
 
 def npair_terms(similarity, positive, negative):
@@ -45,7 +42,7 @@ def npair_terms(similarity, positive, negative):
     return tf.squeeze(value, axis=1), push - pull
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register()
 class NPair(PairLoss):
     """Multi-class N-pair loss (Sohn 2016) with the L2 penalty on the embeddings.
 
@@ -105,111 +102,43 @@ class NPair(PairLoss):
         Contrastive Loss", eq. 2; MS supplementary section 2.
     """
 
+    metrics = ("dot", "cosine")
+    default_metric = "dot"
+
     def __init__(self, l2_penalty=0.002, metric="dot", miner=None, tuples="all",
                  reduction="sum_over_batch_size", name="npair", dtype=None):
-        _hyper.one_of("NPair metric", metric, _METRICS)
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
         self.l2_penalty = _hyper.non_negative("l2_penalty", l2_penalty)
         self.tuples = _hyper.one_of("NPair tuples", tuples, _TUPLES)
 
-    def compute_terms(self, matrix, positive, negative):
-        return npair_terms(matrix, positive, negative)
-
-    def pair_terms(self, matrix, labels):
+    def default_reference(self, labels, embeddings):
         if self.tuples == "all":
-            return super().pair_terms(matrix, labels)
-        # The N x N view of one_per_class (for pair_weights): anchor rows, positive columns,
-        # and the mean over the C pairs, not over all N rows.
-        anchors, positives, valid = ops.first_pair_per_class(labels, padded=True)
-        n = tf.shape(labels)[0]
-        rows, columns = tf.where(valid, anchors, n), tf.where(valid, positives, n)
-        index = tf.stack(tf.meshgrid(rows, columns, indexing="ij"), axis=-1)
-        same = tf.eye(tf.shape(rows)[0], dtype=tf.int32)
-        positive = tf.scatter_nd(index, same, [n + 1, n + 1])[:n, :n] > 0
-        negative = tf.scatter_nd(index, 1 - same, [n + 1, n + 1])[:n, :n] > 0
-        positive, negative = self.mine(matrix, positive, negative)
-        value, weights = self.compute_terms(matrix, positive, negative)
-        scale = _rows_per_pair(valid, n)
-        return PairTerms(value * scale, weights * scale, positive, negative, self.is_distance)
-
-    def __call__(self, y_true, y_pred, sample_weight=None):
-        if not self._is_mean_over_pairs(y_pred, sample_weight):
-            return super().__call__(y_true, y_pred, sample_weight=sample_weight)
-        # The same value as the per-sample path's mean, without its scatter to N rows
-        # and Keras' reduction: on N-pair-mc's small C x C problem they cost ~15%.
-        with tf.name_scope(self.name):
-            labels, embeddings = self.check_inputs(y_true, y_pred)
-            _, losses, valid = self._pair_losses(labels, embeddings)
-            value = tf.math.divide_no_nan(tf.reduce_sum(losses), _pair_count(valid))
-            if self.l2_penalty != 0.0:
-                penalties = self._penalties(embeddings)
-                value += tf.math.divide_no_nan(tf.reduce_sum(penalties),
-                                               tf.cast(tf.size(penalties), tf.float32))
-            return tf.cast(value, self.dtype)
-
-    def _is_mean_over_pairs(self, y_pred, sample_weight):
-        """One pair per class, the default reduction, no sample weight, no Keras mask."""
-        return (self.tuples == "one_per_class" and sample_weight is None
-                and self.reduction == "sum_over_batch_size"
-                and getattr(y_pred, "_keras_mask", None) is None)
-
-    def call(self, y_true, y_pred):
-        if self.tuples == "all":
-            value = super().call(y_true, y_pred)
-        else:
-            value = self._one_pair_per_class(y_true, y_pred)
-        if self.l2_penalty == 0.0:
-            return value
-        return value + self._penalties(y_pred)
-
-    def _penalties(self, embeddings):
-        """l2_penalty ||f_a||^2 of every sample (N,)."""
-        return self.l2_penalty * tf.reduce_sum(tf.square(ops.to_float32(embeddings)), axis=1)
-
-    def _one_pair_per_class(self, y_true, y_pred):
-        """Per-sample values from the C x C matrix only: anchor a_c carries its tuple's
-        loss, scaled so that the batch mean is the mean over the C pairs."""
-        labels = validation.check_class_labels(y_true)
-        anchors, losses, valid = self._pair_losses(labels, y_pred)
-        n = tf.shape(labels)[0]
-        per_sample = tf.scatter_nd(anchors[:, tf.newaxis], losses, [n])  # anchors are distinct
-        return per_sample * _rows_per_pair(valid, n)
-
-    def _pair_losses(self, labels, y_pred):
-        """(anchors, N-pair-mc loss of each pair, valid): 0 in padding slots."""
-        padded = ops.in_xla_context()  # static shapes under XLA, exactly C pairs otherwise
+            return super().default_reference(labels, embeddings)
+        # N-pair-mc: each class's first sample queries the classes' second samples.
+        # Padded slots (static shapes, under XLA) get labels -1 / -2: they form no pair.
+        padded = ops.in_xla_context()
         anchors, positives, valid = ops.first_pair_per_class(labels, padded=padded)
-        pairs = tf.shape(anchors)[0]
-        matrix = ops.similarities_between_rows(y_pred, anchors, positives, metric=self.metric)
-        if self.miner is None:
-            # All pairs kept: row c is a softmax cross entropy with target c, one fused
-            # op whose gradient softmax - onehot is exactly npair_terms' weights. A
-            # masked column keeps it defined when there is no pair (C = 0).
-            logits = tf.where(valid[tf.newaxis, :], matrix, _MASKED_LOGIT) if padded else matrix
-            logits = tf.pad(logits, [[0, 0], [0, 1]], constant_values=_MASKED_LOGIT)
-            losses = tf.nn.sparse_softmax_cross_entropy_with_logits(tf.range(pairs), logits)
-        else:
-            both = tf.logical_and(valid[:, tf.newaxis], valid[tf.newaxis, :])
-            same = tf.eye(pairs, dtype=tf.bool)
-            positive, negative = self.mine(matrix, tf.logical_and(both, same),
-                                           tf.logical_and(both, ~same))
-            losses = weighted_pair_loss(matrix, lambda m: npair_terms(m, positive, negative))
-        if padded:
-            losses = tf.where(valid, losses, 0.0)
-        return anchors, losses, valid
+        return Reference(tf.where(valid, tf.gather(labels, positives), -2), embeddings,
+                         trainable=True, rows=positives,
+                         query_rows=tf.where(valid, anchors, -1) if padded else anchors)
+
+    def compute_terms(self, matrix, pairs):
+        value, weights = npair_terms(matrix, pairs.positive, pairs.negative)
+        if self.tuples == "all":
+            return value, weights
+        # N-pair-mc: the mean over the C pairs, one scalar for the batch
+        pairs_count = tf.reduce_sum(tf.cast(pairs.reference_labels >= 0, tf.float32))
+        scale = tf.math.divide_no_nan(1.0, pairs_count)
+        return tf.reduce_sum(value) * scale, weights * scale
+
+    def penalty(self, labels, embeddings):
+        """l2_penalty ||f_a||^2 of every sample (N,)."""
+        if self.l2_penalty == 0.0:
+            return None
+        return self.l2_penalty * tf.reduce_sum(tf.square(embeddings), axis=1)
 
     def get_config(self):
         config = super().get_config()
         config.update(l2_penalty=self.l2_penalty, tuples=self.tuples)
         return config
-
-
-def _pair_count(valid):
-    """C, the number of slots that hold a pair, as a float."""
-    return tf.reduce_sum(tf.cast(valid, tf.float32))
-
-
-def _rows_per_pair(valid, n):
-    """N / C: turns a mean over N rows into a mean over the C pairs (0 if C = 0)."""
-    return tf.math.divide_no_nan(tf.cast(n, tf.float32), _pair_count(valid))

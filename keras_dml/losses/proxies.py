@@ -11,44 +11,14 @@ model so the proxies are trained and saved with the model.
 loss and returns the (N, C K) sample-to-proxy weights.
 """
 
+import warnings
+
 import numpy as np
 import tensorflow as tf
 
-from keras_dml import ops, validation
-from keras_dml.losses.base import PairLoss
+from keras_dml import validation
+from keras_dml.losses.base import PairLoss, Reference
 from keras_dml.proxy_layers import Proxies
-from keras_dml.weighting import weighted_pair_loss
-
-
-def cosine_similarity(embeddings, keys):
-    """Cosine similarity (N, M) of embeddings (N, d) to keys (M, d), with a fused gradient.
-
-    Equal to `ops.pairwise(embeddings, keys, "cosine")`, but the keys are never
-    normalised as a whole (M, d) copy: their inverse norms scale the (N, M)
-    product and, in the backward pass, the (N, M) upstream gradient, and the
-    norms' own gradient is a column sum of g * S. With M = 11,318 proxies and
-    N << d, that saves several passes over the (M, d) proxies per step.
-    """
-
-    @tf.custom_gradient
-    def similarity(x, k):
-        inv_x = tf.math.rsqrt(tf.maximum(tf.reduce_sum(tf.square(x), 1, keepdims=True), 1e-12))
-        inv_k = tf.math.rsqrt(tf.maximum(tf.reduce_sum(tf.square(k), 1), 1e-12))
-        unit_x = x * inv_x
-        s = tf.matmul(unit_x, k, transpose_b=True) * inv_k
-
-        def grad(upstream):
-            g_s = upstream * s
-            g_k = upstream * inv_k
-            d_unit_x = tf.matmul(g_k, k)
-            d_x = (d_unit_x - unit_x * tf.reduce_sum(g_s, 1, keepdims=True)) * inv_x
-            d_k = (tf.matmul(g_k, unit_x, transpose_a=True)
-                   - k * (tf.reduce_sum(g_s, 0) * tf.square(inv_k))[:, tf.newaxis])
-            return d_x, d_k
-
-        return s, grad
-
-    return similarity(ops.to_float32(embeddings), ops.to_float32(keys))
 
 
 def own_entries(labels):
@@ -76,12 +46,11 @@ def grouped_softplus_lse(x, groups, num_groups):
 class ProxyLoss(PairLoss):
     """Base class of losses on a samples x proxies similarity matrix.
 
-    A subclass writes `compute_label_terms(matrix, labels) -> (value, weights)`,
-    where `matrix` is (N, C K) and proxy k of class c is column c K + k; the
-    engine's mask form `compute_terms(matrix, positive, negative)` (used by
-    `pair_weights` / `autodiff_weights`, with `positive[i, c K + k]` True exactly
-    when sample i has label c) reads the labels back from the mask and calls it. It
-    may add a proxy-only term (a regulariser) by overriding `proxy_penalty(proxies)`.
+    The reference set is the proxies, with their class ids: proxy k of class c is
+    column c K + k of the (N, C K) matrix, and the gradient reaches the proxies. A
+    subclass writes `compute_terms(matrix, pairs)` and reads the class labels from
+    `pairs.labels` (gathers and sparse updates: no (N, C K) mask in training). A
+    proxy-only term (a regulariser) goes in `proxy_penalty(proxies)`.
 
     Args:
         num_classes: number of training classes C; labels must lie in [0, C).
@@ -126,52 +95,26 @@ class ProxyLoss(PairLoss):
         """The proxies variable (C K, d), or None before the first call."""
         return self.trainable_layer.proxies
 
-    def compute_terms(self, matrix, positive, negative):
-        """The engine's mask form (used by `pair_weights`); see `compute_label_terms`.
-
-        The positive mask of a proxy loss is the one-hot of the labels (over each
-        class's K proxies), so the labels are read back from it.
-        """
-        first = tf.argmax(tf.cast(positive, tf.int32), axis=1, output_type=tf.int32)
-        return self.compute_label_terms(matrix, first // self.proxies_per_class)
-
-    def compute_label_terms(self, matrix, labels):
-        """Return (value, weights = d value / d matrix) from the matrix and class labels.
-
-        The part a subclass writes. Labels index the own-class entries directly
-        (gather / sparse updates), so no (N, C K) mask is built in training.
-        """
-        raise NotImplementedError
-
     def proxy_penalty(self, proxies):
-        """A term depending on the proxies only, added to every sample's value."""
-        return tf.constant(0.0)
+        """A term depending on the proxies only, added to every sample's value, or None."""
+        return None
 
     # -- the engine hooks -------------------------------------------------------------
-    def validate(self, labels, embeddings):
-        labels, embeddings = validation.check_labels_and_embeddings(labels, embeddings)
+    def default_reference(self, labels, embeddings):
+        _warn_if_frozen(self)
+        proxies = self.trainable_layer(embeddings)
+        proxy_class = tf.range(self.trainable_layer.num_proxies) // self.proxies_per_class
+        return Reference(proxy_class, proxies, trainable=True)
+
+    def check(self, labels, embeddings):
+        labels, embeddings = super().check(labels, embeddings)
         return validation.check_label_range(labels, self.num_classes), embeddings
 
-    def pair_matrix(self, embeddings):
-        embeddings = ops.to_float32(embeddings)
-        proxies = self.trainable_layer(embeddings)
-        if self.metric == "cosine":
-            return cosine_similarity(embeddings, proxies)
-        return ops.pairwise(embeddings, proxies, metric=self.metric)
-
-    def pair_masks(self, matrix, labels):
-        proxy_class = tf.range(self.trainable_layer.num_proxies) // self.proxies_per_class
-        positive = tf.equal(labels[:, tf.newaxis], proxy_class[tf.newaxis, :])
-        return positive, tf.logical_not(positive)
-
-    def call(self, y_true, y_pred):
-        labels = validation.check_class_labels(y_true)
-        labels = validation.check_label_range(labels, self.num_classes)
-        matrix = self.pair_matrix(y_pred)
-        value = weighted_pair_loss(matrix, lambda m: self.compute_label_terms(m, labels))
-        value += self.proxy_penalty(self.trainable_layer.proxies)
+    def penalty(self, labels, embeddings):
+        penalty = self.proxy_penalty(self.trainable_layer.proxies)
+        # XLA drops the label range check: such a batch's loss is NaN, never a wrong proxy.
         in_range = tf.reduce_all((labels >= 0) & (labels < self.num_classes))
-        return tf.where(in_range, value, tf.fill(tf.shape(value), np.float32("nan")))
+        return tf.where(in_range, 0.0 if penalty is None else penalty, np.float32("nan"))
 
     def get_config(self):
         config = super().get_config()
@@ -185,3 +128,18 @@ class ProxyLoss(PairLoss):
         )
         return config
 
+
+def _warn_if_frozen(loss):
+    """A proxy loss traced into a training step of a model that does not train its
+    proxies (a plain keras.Model) learns against frozen random proxies: say so once."""
+    layer = loss.trainable_layer
+    if tf.executing_eagerly() or getattr(layer, "attached_to_model", False) \
+            or getattr(loss, "_warned_frozen", False):
+        return
+    loss._warned_frozen = True
+    warnings.warn(
+        f"{type(loss).__name__}: its proxies are not trained here (they are not in the "
+        "model's trainable weights), so training runs against frozen random proxies. "
+        "Compile it into keras_dml.models.DMLModel, or add loss.trainable_layer's weights to "
+        "the trained variables and set loss.trainable_layer.attached_to_model = True.",
+        stacklevel=2)

@@ -1,13 +1,13 @@
 """Proxy Anchor loss: proxies as anchors, weighted by the samples' relative hardness."""
 
-import keras
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.proxies import ProxyLoss, grouped_softplus_lse, own_entries
+from keras_dml.losses.registry import register
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register(example={"num_classes": 4}, reference="proxies", row_local=False)
 class ProxyAnchor(ProxyLoss):
     """Proxy Anchor loss (Kim et al. CVPR 2020).
 
@@ -63,7 +63,8 @@ class ProxyAnchor(ProxyLoss):
                          name=name, dtype=dtype)
         self.alpha, self.delta = float(alpha), float(delta)
 
-    def compute_label_terms(self, matrix, labels):
+    def compute_terms(self, matrix, pairs):
+        labels = pairs.labels
         num_proxies = tf.shape(matrix)[1]
         proxies_f = tf.cast(num_proxies, tf.float32)
         own_index = own_entries(labels)

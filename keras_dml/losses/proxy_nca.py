@@ -1,13 +1,13 @@
 """Proxy NCA loss: NCA of each sample against one learnable proxy per class."""
 
-import keras
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.proxies import ProxyLoss, own_entries
+from keras_dml.losses.registry import register
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register(example={"num_classes": 4}, reference="proxies")
 class ProxyNCA(ProxyLoss):
     """Proxy NCA loss (Movshovitz-Attias et al. ICCV 2017).
 
@@ -52,7 +52,8 @@ class ProxyNCA(ProxyLoss):
                          name=name, dtype=dtype)
         self.scale = float(scale)
 
-    def compute_label_terms(self, matrix, labels):
+    def compute_terms(self, matrix, pairs):
+        labels = pairs.labels
         logits = 2.0 * self.scale * matrix
         own_index = own_entries(labels)
         own = tf.gather_nd(logits, own_index)

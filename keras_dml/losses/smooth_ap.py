@@ -6,6 +6,7 @@ import tensorflow as tf
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.losses.base import PairLoss
+from keras_dml.losses.registry import register
 
 
 def _positive_slots(positive):
@@ -61,7 +62,7 @@ def smooth_ap_terms(matrix, positive, negative, temperature):
     return value, own - tf.reduce_sum(part, axis=1)
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register()
 class SmoothAP(PairLoss):
     """Smooth-AP loss (Brown, Xie, Kalogeiton, Zisserman, ECCV 2020, eq. 9-10).
 
@@ -101,7 +102,8 @@ class SmoothAP(PairLoss):
         self.temperature = _hyper.positive("temperature", temperature)
         self.include_anchor = bool(include_anchor)
 
-    def compute_terms(self, matrix, positive, negative):
+    def compute_terms(self, matrix, pairs):
+        positive, negative = pairs.positive, pairs.negative
         if self.include_anchor:
             diagonal = tf.ones_like(tf.linalg.diag_part(positive))
             positive = tf.linalg.set_diag(positive, diagonal)

@@ -1,14 +1,14 @@
 """SoftTriple loss: a softmax over classes, each represented by K learned centres."""
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from keras_dml import ops
 from keras_dml.losses.proxies import ProxyLoss
+from keras_dml.losses.registry import register
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register(example={"num_classes": 4, "centers_per_class": 2}, reference="proxies")
 class SoftTriple(ProxyLoss):
     """SoftTriple loss (Qian et al. ICCV 2019), with its centre regulariser.
 
@@ -70,7 +70,8 @@ class SoftTriple(ProxyLoss):
         self.la, self.gamma, self.tau = float(la), float(gamma), float(tau)
         self.margin = float(margin)
 
-    def compute_label_terms(self, matrix, labels):
+    def compute_terms(self, matrix, pairs):
+        labels = pairs.labels
         classes, k = self.num_classes, self.proxies_per_class
         scaled = tf.reshape(matrix, [-1, classes, k]) / self.gamma
         q = tf.nn.softmax(scaled, axis=2)
@@ -91,7 +92,7 @@ class SoftTriple(ProxyLoss):
         # Per-class Gram of the raw centres, normalised on the (C, K, K) result: no
         # normalised (C K, d) copy of the centres and no pass over it backwards.
         centres = tf.reshape(ops.to_float32(proxies), [self.num_classes, k, -1])
-        inverse = tf.math.rsqrt(tf.maximum(tf.reduce_sum(tf.square(centres), axis=2), 1e-12))
+        inverse, _ = ops.inverse_norms(centres, axis=2)
         gram = (tf.matmul(centres, centres, transpose_b=True)
                 * inverse[:, :, tf.newaxis] * inverse[:, tf.newaxis, :])
         upper = tf.constant(np.triu(np.ones((k, k), "float32"), 1))

@@ -6,6 +6,7 @@ import tensorflow as tf
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.losses.base import PairLoss
+from keras_dml.losses.registry import register
 
 
 def supcon_terms(logits, positive, negative):
@@ -71,7 +72,8 @@ class _TemperatureLoss(PairLoss):
                          dtype=dtype)
         self.temperature = _hyper.positive("temperature", temperature)
 
-    def compute_terms(self, matrix, positive, negative):
+    def compute_terms(self, matrix, pairs):
+        positive, negative = pairs.positive, pairs.negative
         sign = -1.0 if self.is_distance else 1.0
         value, weights = type(self).terms(sign * matrix / self.temperature, positive, negative)
         return value, weights * (sign / self.temperature)
@@ -82,7 +84,7 @@ class _TemperatureLoss(PairLoss):
         return config
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register()
 class SupervisedContrastive(_TemperatureLoss):
     """Supervised contrastive loss, L^sup_out (Khosla et al. NeurIPS 2020, eq. 2).
 
@@ -118,7 +120,7 @@ class SupervisedContrastive(_TemperatureLoss):
                          name=name, dtype=dtype)
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register()
 class NTXent(_TemperatureLoss):
     """NT-Xent / InfoNCE (Chen et al. ICML 2020, SimCLR eq. 1; Oord et al. 2018).
 

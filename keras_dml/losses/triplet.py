@@ -1,17 +1,16 @@
 """Triplet loss with all-triplet, batch-hard, semi-hard or easy-positive mining, in O(N^2)."""
 
-import math
+import warnings
 
-import keras
 import tensorflow as tf
 
+from keras_dml import hyperparameters as _hyper
 from keras_dml import mining as mining_lib
-from keras_dml import ops
 from keras_dml.losses.base import PairLoss
+from keras_dml.losses.registry import register
 from keras_dml.mining import triplet as triplet_mining
 from keras_dml.mining.triplet import TRIPLET_MINERS, TripletMiner
 
-_DISTANCES = ("cosine", "euclidean", "squared_euclidean")
 _MINING = ("all",) + tuple(TRIPLET_MINERS)
 _DEFAULT_MARGIN = {"cosine": 0.1, "euclidean": 0.2, "squared_euclidean": 0.2}
 
@@ -160,15 +159,15 @@ _FAST_TERMS = {
 _BIG = tf.float32.max
 
 
-@keras.saving.register_keras_serializable(package="keras_dml")
+@register(row_local=False)
 class Triplet(PairLoss):
     """Triplet loss with a margin on similarities or distances (weighted contrastive eq. 1).
 
     For each kept triplet (anchor a, positive p, negative n):
 
-        distance="cosine":             l = [S_an - S_ap + margin]_+   (unified view eq. 7)
-        distance="squared_euclidean":  l = [D_ap^2 - D_an^2 + margin]_+  (FaceNet, eq. 1)
-        distance="euclidean":          l = [D_ap - D_an + margin]_+
+        metric="cosine":             l = [S_an - S_ap + margin]_+   (unified view eq. 7)
+        metric="squared_euclidean":  l = [D_ap^2 - D_an^2 + margin]_+  (FaceNet, eq. 1)
+        metric="euclidean":          l = [D_ap - D_an + margin]_+
 
     and the loss is the mean over the kept triplet set T, (1/|T|) sum_T l (eq. 1).
     Per anchor the value is (N/|T|) sum_{T_a} l, so that Keras' mean over anchors
@@ -176,14 +175,15 @@ class Triplet(PairLoss):
     a pair's weight is the number of active triplets it belongs to, / |T|, the
     exact derivative.
 
-    Mining (which triplets form T):
-        "all": every (a, p, n) of the batch.
-        "hard": batch-hard (Hermans et al.), one triplet per anchor from its
-            hardest positive and hardest negative.
-        "semihard": FaceNet, per (a, p) the closest negative farther than p
+    Mining (which triplets form T), by the miner:
+        None: every (a, p, n) of the batch.
+        `HardMiner()` / "HardMiner": batch-hard (Hermans et al.), one triplet per
+            anchor from its hardest positive and hardest negative.
+        `SemiHardMiner()`: FaceNet, per (a, p) the closest negative farther than p
             (pairs with none keep no triplet).
-        "easy": easy-positive (Xuan et al.), the most similar positive with the
-            hardest negative.
+        `EasyMiner()`: easy-positive (Xuan et al.), the most similar positive with
+            the hardest negative.
+        any pair miner: its kept pairs form the triplets.
     Nothing N^3 is built: with at most `keras_dml.mining.triplet.SLOT_LIMIT` (16)
     positives per anchor, one (N, N) pass per positive "slot" (the j-th positive
     of every anchor) computes all triplets or the semi-hard negatives; beyond it,
@@ -193,17 +193,15 @@ class Triplet(PairLoss):
     Args:
         margin: defaults to 0.1 for cosine (0.2 on squared distances of unit
             vectors, FaceNet's alpha) and 0.2 for the distances.
-        distance: "cosine", "euclidean" or "squared_euclidean". Defaults to "cosine".
-        mining: "all", "hard", "semihard" or "easy". Defaults to "all".
-        miner: a `keras_dml.mining.TripletMiner` (`SemiHardMiner`, `HardMiner`,
-            `EasyMiner`, used instead of `mining`; its own `margin` option drops
-            inactive triplets from |T|), or any pair miner, whose kept pairs then
-            form the triplets that `mining` selects from.
+        metric: "cosine", "euclidean" or "squared_euclidean". Defaults to "cosine".
+        miner: a miner or its registered name (see above). Defaults to None. The
+            older `distance=` and `mining="all"|"hard"|"semihard"|"easy"` still
+            work, with a DeprecationWarning.
 
     Examples:
 
-    >>> loss = keras_dml.losses.Triplet(mining="semihard")
-    >>> loss = keras_dml.losses.Triplet(distance="squared_euclidean", margin=0.2,
+    >>> loss = keras_dml.losses.Triplet(miner="SemiHardMiner")
+    >>> loss = keras_dml.losses.Triplet(metric="squared_euclidean", margin=0.2,
     ...                                 miner=keras_dml.mining.HardMiner())
 
     Reference:
@@ -211,51 +209,53 @@ class Triplet(PairLoss):
         unified view eq. 7-8; Hermans et al. 2017 (batch-hard).
     """
 
-    def __init__(self, margin=None, distance="cosine", mining="all", miner=None,
-                 reduction="sum_over_batch_size", name="triplet", dtype=None):
-        if distance not in _DISTANCES:
-            raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}.")
-        if mining not in _MINING:
-            raise ValueError(f"mining must be one of {_MINING}, got {mining!r}.")
+    metrics = ("cosine", "euclidean", "squared_euclidean")
+
+    def __init__(self, margin=None, metric=None, miner=None, reduction="sum_over_batch_size",
+                 name="triplet", dtype=None, distance=None, mining=None):
+        metric = _hyper.renamed("distance", distance, "metric", metric, "cosine")
         miner = mining_lib.get(miner)
-        if isinstance(miner, TripletMiner) and mining != "all":
-            raise ValueError(
-                f"Give either mining={mining!r} or a triplet miner ({miner!r}), not both."
-            )
-        self.distance, self.mining = distance, mining
-        self.margin = float(_DEFAULT_MARGIN[distance] if margin is None else margin)
-        if not math.isfinite(self.margin):
-            raise ValueError(f"margin must be finite, got {margin}.")
-        super().__init__(metric=distance, miner=miner, reduction=reduction, name=name,
+        if mining is not None:
+            _hyper.one_of("mining", mining, _MINING)
+            warnings.warn(f"Triplet(mining={mining!r}) is deprecated: pass miner="
+                          f"{'None' if mining == 'all' else TRIPLET_MINERS[mining].__name__}.",
+                          DeprecationWarning, stacklevel=2)
+            if isinstance(miner, TripletMiner) and mining != "all":
+                raise ValueError(
+                    f"Give either mining={mining!r} or a triplet miner ({miner!r}), not both.")
+        if mining not in (None, "all") and miner is None:
+            miner = TRIPLET_MINERS[mining]()
+        super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
+        # deprecated: mining="semihard" with a pair miner, whose pairs the triplets use
+        self._mining = (TRIPLET_MINERS[mining]() if mining not in (None, "all")
+                        and not isinstance(self.miner, TripletMiner) else None)
+        self.margin = _hyper.finite("margin", _DEFAULT_MARGIN[self.metric]
+                                    if margin is None else margin)
 
     @property
-    def triplet_miner(self):
-        """The `TripletMiner` choosing one negative per (anchor, positive), or None for "all"."""
-        if isinstance(self.miner, TripletMiner):
-            return self.miner
-        return None if self.mining == "all" else TRIPLET_MINERS[self.mining]()
+    def selector(self):
+        """The triplet miner choosing one negative per (anchor, positive), or None: all."""
+        return self.miner if isinstance(self.miner, TripletMiner) else self._mining
 
-    def pair_masks(self, matrix, labels):
-        if isinstance(self.miner, TripletMiner):  # applied per triplet in compute_terms
-            return ops.label_masks(labels)
-        return super().pair_masks(matrix, labels)
+    @property
+    def pair_miner(self):
+        return None if isinstance(self.miner, TripletMiner) else self.miner
 
-    def compute_terms(self, matrix, positive, negative):
+    def compute_terms(self, matrix, pairs):
         sign = -1.0 if self.is_distance else 1.0
         closeness = sign * matrix
-        selector = self.triplet_miner
-        if selector is None:
-            total, gradient, count = all_triplet_terms(closeness, positive, negative,
-                                                       self.margin)
+        if self.selector is None:
+            total, gradient, count = all_triplet_terms(closeness, pairs.positive,
+                                                       pairs.negative, self.margin)
         else:
-            terms = _FAST_TERMS.get(type(selector), _generic_terms)
-            total, gradient, count = terms(closeness, positive, negative, self.margin, selector)
+            terms = _FAST_TERMS.get(type(self.selector), _generic_terms)
+            total, gradient, count = terms(closeness, pairs.positive, pairs.negative,
+                                           self.margin, self.selector)
         scale = tf.math.divide_no_nan(tf.cast(tf.shape(matrix)[0], tf.float32), count)
         return scale * total, (sign * scale) * gradient
 
     def get_config(self):
         config = super().get_config()
-        config.pop("metric")
-        config.update(margin=self.margin, distance=self.distance, mining=self.mining)
+        config.update(margin=self.margin)
         return config

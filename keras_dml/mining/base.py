@@ -24,6 +24,9 @@ class Miner:
     def mine(self, similarity, positive, negative):
         raise NotImplementedError
 
+    def bind_dimension(self, dim):
+        """Told the embedding dimension by the loss before mining (most miners ignore it)."""
+
     def get_config(self):
         return {}
 
@@ -73,12 +76,19 @@ class MultiSimilarityMiner(Miner):
 
 
 def get(identifier):
-    """A miner from None, a Miner, or a serialized config."""
+    """A miner from None, a Miner, its registered name ("SemiHardMiner",
+    "keras_dml>SemiHardMiner", built with its defaults) or a serialized config."""
     if identifier is None or isinstance(identifier, Miner):
         return identifier
     if isinstance(identifier, dict):
         return keras.saving.deserialize_keras_object(identifier)
-    raise ValueError(f"Cannot interpret {identifier!r} as a keras_dml miner.")
+    if isinstance(identifier, str):
+        name = identifier if ">" in identifier else f"keras_dml>{identifier}"
+        cls = keras.saving.get_registered_object(name)
+        if isinstance(cls, type) and issubclass(cls, Miner):
+            return cls()
+    raise ValueError(f"Cannot interpret {identifier!r} as a keras_dml miner: give a "
+                     "keras_dml.mining.Miner or its registered name, e.g. \"SemiHardMiner\".")
 
 
 def serialize(miner):

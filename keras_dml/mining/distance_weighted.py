@@ -5,6 +5,7 @@ import math
 import keras
 import tensorflow as tf
 
+from keras_dml.hyperparameters import integer_at_least
 from keras_dml.mining.base import Miner
 
 # 1 - d^2 / 4 is clamped here before its log: d = 2 (antipodal points) would give log 0.
@@ -55,8 +56,8 @@ class DistanceWeighted(Miner):
             None samples from all negatives. Defaults to 1.4 (Wu et al.'s code, the
             margin loss's alpha + beta at initialisation).
         negatives_per_positive: draws per positive pair. Defaults to 1 (Wu et al.).
-        dim: embedding dimension n. Defaults to None: `Margin` supplies it from its
-            inputs; other losses need it given here.
+        dim: embedding dimension n. Defaults to None: every keras_dml loss supplies
+            it from its inputs.
         seed: int seed of the sampler; None draws a non-deterministic seed.
 
     Examples:
@@ -79,8 +80,9 @@ class DistanceWeighted(Miner):
             raise ValueError(
                 f"nonzero_loss_cutoff ({nonzero_loss_cutoff}) must exceed cutoff ({cutoff})."
             )
-        self.negatives_per_positive = _count("negatives_per_positive", negatives_per_positive, 1)
-        self.dim = None if dim is None else _count("dim", dim, 2)
+        self.negatives_per_positive = integer_at_least("negatives_per_positive",
+                                                       negatives_per_positive, 1)
+        self.dim = None if dim is None else integer_at_least("dim", dim, 2)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an int or None, got {seed!r}.")
         self.seed = seed
@@ -121,8 +123,8 @@ class DistanceWeighted(Miner):
         if dim is None:
             raise ValueError(
                 "DistanceWeighted needs the embedding dimension n for the sphere's distance "
-                "density: pass DistanceWeighted(dim=n), or use it with keras_dml.losses.Margin, "
-                "which supplies it."
+                "density: pass DistanceWeighted(dim=n), or use it with a keras_dml loss, which "
+                "supplies it."
             )
         _check_cosine(similarity)
         similarity = tf.clip_by_value(similarity, -1.0, 1.0)
@@ -191,12 +193,6 @@ def _distance(name, value):
     if not (math.isfinite(value) and 0.0 <= value <= 2.0):
         raise ValueError(f"{name} must be a distance on the unit sphere in [0, 2], got {value}.")
     return value
-
-
-def _count(name, value, minimum):
-    if isinstance(value, bool) or int(value) != value or int(value) < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
-    return int(value)
 
 
 def _check_cosine(similarity):

@@ -59,7 +59,7 @@ def _check(similarities, context_positive, context_negative, losses):
         if not -1.0 <= value <= 1.0:
             raise ValueError(f"{name} must lie in [-1, 1], got {value}.")
     for name, loss in losses.items():
-        if not hasattr(loss, "pair_terms_for_batch"):
+        if not hasattr(loss, "terms"):
             raise ValueError(f"{name!r} is not a keras_dml pair loss: {loss!r}.")
     return similarities
 

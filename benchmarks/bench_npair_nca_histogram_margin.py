@@ -15,7 +15,7 @@ one pair per class, a C x C matrix); the script checks these values. "NPair all"
 a larger problem than PML's and is shown for scale; Margin + DistanceWeighted are
 random.
 
-    python benchmarks/bench_pair_losses2.py [--repeats 15] [--sizes 180 1024]
+    python benchmarks/bench_npair_nca_histogram_margin.py [--repeats 15] [--sizes 180 1024]
 
 PML is timed with the harness's thread count and with one thread (on a loaded
 machine torch's OpenMP threads can be far slower than one thread); the ratio uses

@@ -1,4 +1,4 @@
-"""Checks shared by the tests of NPair, NCA, Histogram, Margin and BalancedContrastive.
+"""Checks shared by the loss tests: modes, exact weights, serialization, save/load, precision.
 
 Every loss is run eager, in tf.function and with jit_compile, its weights are
 compared with autodiff, it round-trips through its config and a `.keras` file,

@@ -1,0 +1,229 @@
+"""Run every benchmark, each system in its own process: `python -m benchmarks`.
+
+    python -m benchmarks [--quick | --smoke] [--only TEXT ...] [--threads T]
+                         [--check-fairness] [--large-batches] [--out DIR]
+
+Writes DIR/benchmarks.json (every sample, the machine, the versions) and
+DIR/benchmarks.md (the table benchmarks/README.md shows) and prints the table.
+`--quick` takes a few minutes, `--smoke` only checks that every case runs.
+`--check-fairness` also times each peer alone (no other worker alive) and
+reports it beside the peer's figure from the interleaved run. `--large-batches`
+alone times MultiSimilarity, ICE (and PML, and the triplet losses, up to
+N = 4,096) at N = 4,096-16,384 with their peak memory; add `--only ""` to run
+the cases too.
+"""
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import sys
+
+from benchmarks import processes
+from benchmarks.cases import CASES, TF, TORCH
+
+PACKAGES = ("tensorflow", "keras", "torch", "pytorch-metric-learning", "faiss-cpu", "numpy")
+
+
+def machine(threads):
+    """Date, CPU, thread count, load and package versions."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info
+                       if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return {"date": datetime.datetime.now().isoformat(timespec="minutes"), "cpu": cpu,
+            "logical_cpus": os.cpu_count(), "threads": threads,
+            "python": platform.python_version(), "versions": versions,
+            "load_average_start": os.getloadavg()}
+
+
+def _round_ratios(result):
+    """keras_dml / peer time in each interleaved round."""
+    ours, theirs = result["keras_dml"]["samples"], result["peer"]["samples"]
+    return [a / b for a, b in zip(ours, theirs)]
+
+
+def run_case(case, mode, threads, check_fairness, device="cpu"):
+    repeats = case.repeats.get(mode, 1)
+    warmup = 0 if mode == "smoke" else 1
+    inner = 1 if mode == "smoke" else case.inner
+    systems = case.systems_for(mode)
+    print(f"[{case.key}] {repeats} rounds ...", file=sys.stderr, flush=True)
+    result = processes.compare(systems, repeats, warmup, inner, threads, device=device)
+    ratios = _round_ratios(result)
+    row = {"case": case.key, "group": case.group, "name": case.name, "unit": case.unit,
+           "per_call": case.per_call, "target": case.target, "kwargs": systems,
+           "systems": result, "ratio": statistics.median(ratios),
+           "ratio_min": min(ratios), "ratio_max": max(ratios)}
+    if "floor" in result:
+        row["ratio_to_floor"] = result["keras_dml"]["median"] / result["floor"]["median"]
+    if check_fairness:
+        factory, kwargs = systems["peer"]
+        alone = processes.alone(factory, kwargs, repeats, warmup, inner, threads, device)
+        together = result["peer"]
+        row["peer_alone"] = alone
+        row["peer_alone_over_harness"] = alone["median"] / together["median"]
+        # the same within the noise: each median inside the other's interquartile range,
+        # or the two within 10 %
+        row["fair"] = bool(
+            abs(alone["median"] / together["median"] - 1) <= 0.10
+            or (together["q1"] <= alone["median"] <= together["q3"]
+                and alone["q1"] <= together["median"] <= alone["q3"]))
+    return row
+
+
+def _time(stats, unit):
+    scale = 1e3 if unit == "ms" else 1.0
+    return (f"{scale * stats['median']:.3g} {unit} "
+            f"[{scale * stats['q1']:.3g}-{scale * stats['q3']:.3g}]")
+
+
+def markdown(rows, info):
+    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v)
+    lines = [
+        ("" if info["mode"] == "full" else f"Mode `--{info['mode']}` (not the full sizes). ")
+        + f"Measured {info['date']} on {info['cpu']} ({info['logical_cpus']} logical CPUs), "
+        f"{info['threads']} thread(s) per system, device {info['device']}, load average {info['load_average_start'][0]:.1f}"
+        f" at the start and {info['load_average_end'][0]:.1f} at the end; {versions}. "
+        "Times: median [interquartile range] over interleaved rounds, each system in "
+        "its own process. Ratio: keras_dml / peer time, median [range] of the per-round "
+        "ratios (below 1: keras_dml is faster).",
+        "",
+        "| benchmark | keras_dml | peer | ratio | target | met |"
+        + (" peer alone / in harness |" if any("fair" in r for r in rows) else ""),
+        "| --- | --- | --- | --- | --- | --- |"
+        + (" --- |" if any("fair" in r for r in rows) else ""),
+    ]
+    for row in rows:
+        result = row["systems"]
+        ratio = f"{row['ratio']:.2f} [{row['ratio_min']:.2f}-{row['ratio_max']:.2f}]"
+        if "ratio_to_floor" in row:
+            ratio += f"; {row['ratio_to_floor']:.2f}x the matmul floor"
+        target = "" if row["target"] is None else f"<= {row['target']:.2f}"
+        met = "" if row["target"] is None else ("yes" if row["ratio"] <= row["target"] else "no")
+        line = (f"| {row['group']}: {row['name']} | {_time(result['keras_dml'], row['unit'])} | "
+                f"{_time(result['peer'], row['unit'])} | {ratio} | {target} | {met} |")
+        if "fair" in row:
+            line += (f" {row['peer_alone_over_harness']:.2f}"
+                     f" ({'same within noise' if row['fair'] else 'DIFFERENT'}) |")
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+LARGE_SIZES = (4096, 8192, 16384)
+
+
+# (factory, kwargs, largest N run): PML's miner lists every pair (several N^2 int64
+# index tensors), and a triplet loss only needs to show that nothing is N^3.
+LARGE_SYSTEMS = {
+    "MultiSimilarity": (f"{TF}:loss_step", {"loss": "MultiSimilarity"}, None),
+    "InstanceCrossEntropy": (f"{TF}:loss_step", {"loss": "InstanceCrossEntropy"}, None),
+    "PML MultiSimilarityLoss + miner": (
+        f"{TORCH}:loss_step", {"loss": "MultiSimilarityLoss",
+                               "config": {"alpha": 2, "beta": 50, "base": 0.5},
+                               "miner": "MultiSimilarityMiner",
+                               "miner_config": {"epsilon": 0.1}}, 4096),
+    "Triplet semi-hard": (f"{TF}:loss_step",
+                          {"loss": "Triplet", "config": {"mining": "semihard"}}, 4096),
+    "Triplet (all triplets)": (f"{TF}:loss_step", {"loss": "Triplet"}, 4096),
+}
+
+
+def large_batches(threads, sizes=LARGE_SIZES, repeats=3, device="cpu"):
+    """Large-N losses, d = 512: time and peak memory beyond set-up, one process each."""
+    rows = []
+    for n in sizes:
+        for name, (factory, kwargs, largest) in LARGE_SYSTEMS.items():
+            if largest is not None and n > largest:
+                continue
+            print(f"[large batches] {name} N={n} ...", file=sys.stderr, flush=True)
+            stats = processes.alone(factory, {**kwargs, "n": n, "measure_memory": True},
+                                    repeats=repeats, warmup=0, threads=threads,
+                                    device=device)
+            extra_mb = (stats["memory"]["peak_kb"] - stats["memory"]["rss_after_setup_kb"]) / 1024
+            rows.append({"loss": name, "N": n, "seconds": stats["median"],
+                         "seconds_range": [stats["min"], stats["max"]],
+                         "peak_mb_beyond_setup": extra_mb,
+                         "in_nxn_float32": extra_mb * 2**20 / (4.0 * n * n)})
+    return rows
+
+
+def large_markdown(rows):
+    lines = ["| loss | N | time (s), median [range] | peak memory beyond set-up | "
+             "in N x N float32 matrices |", "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['loss']} | {r['N']} | {r['seconds']:.2f} "
+                     f"[{r['seconds_range'][0]:.2f}-{r['seconds_range'][1]:.2f}] | "
+                     f"{r['peak_mb_beyond_setup']:.0f} MB | {r['in_nxn_float32']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks",
+                                     description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
+    mode.add_argument("--smoke", action="store_true", help="tiny sizes: checks every case runs")
+    parser.add_argument("--only", nargs="+", default=None, metavar="TEXT",
+                        help="run the cases whose group/name contains one of these")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="threads per system (TF, torch, faiss, OpenMP); default: all CPUs")
+    parser.add_argument("--check-fairness", action="store_true",
+                        help="also time each peer alone and compare with its harness figure")
+    parser.add_argument("--large-batches", action="store_true",
+                        help="also MultiSimilarity and ICE at N = 4,096-16,384 (time, memory)")
+    parser.add_argument("--large-sizes", type=int, nargs="+", default=list(LARGE_SIZES),
+                        metavar="N", help="batch sizes for --large-batches")
+    parser.add_argument("--large-repeats", type=int, default=3,
+                        help="timed calls per size for --large-batches (the first traces)")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="cpu hides GPUs from every system; gpu runs TensorFlow and "
+                             "torch on the GPU (faiss-cpu stays on the CPU); the files are "
+                             "named benchmarks-gpu.*")
+    parser.add_argument("--out", default=os.path.join("benchmarks", "results"),
+                        help="folder for benchmarks.json and benchmarks.md")
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f"--threads must be at least 1, got {args.threads}")
+    chosen = "smoke" if args.smoke else "quick" if args.quick else "full"
+    cases = [c for c in CASES if not args.only or any(t.lower() in c.key.lower()
+                                                      for t in args.only)]
+    if args.large_batches and not args.only:
+        cases = []  # --large-batches alone runs only them
+    if not cases and not args.large_batches:
+        parser.error(f"--only {args.only} matches no case; cases: "
+                     + ", ".join(c.key for c in CASES))
+    info = {**machine(args.threads), "mode": chosen, "device": args.device}
+    rows = [run_case(case, chosen, args.threads, args.check_fairness, args.device)
+            for case in cases]
+    large = (large_batches(args.threads, args.large_sizes, args.large_repeats,
+                           device=args.device) if args.large_batches else [])
+    info["load_average_end"] = os.getloadavg()
+    table = markdown(rows, info) if rows else ""
+    if large:
+        table += "\nLarge batches (d = 512, forward + backward, each alone in its process):\n\n"
+        table += large_markdown(large)
+    os.makedirs(args.out, exist_ok=True)
+    stem = "benchmarks" if args.device == "cpu" else "benchmarks-gpu"
+    with open(os.path.join(args.out, stem + ".json"), "w") as f:
+        json.dump({"machine": info, "cases": rows, "large_batches": large}, f, indent=1)
+    with open(os.path.join(args.out, stem + ".md"), "w") as f:
+        f.write(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

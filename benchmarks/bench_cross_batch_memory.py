@@ -1,0 +1,144 @@
+"""Cross-batch memory: one training step of keras_dml vs pytorch-metric-learning.
+
+A step = enqueue a batch of N embeddings into a full memory of M entries, the
+MultiSimilarity loss of the batch against the memory (mining off on both sides)
+and its gradient w.r.t. the batch. Each (system, M, d) runs in its own process
+with the same intra-op thread count; after a warm-up, `--repeats` steps are timed
+and the median and the spread (min-max) reported, with the process's peak RSS
+above its RSS before the memory was built.
+
+    nice -n 10 python benchmarks/bench_cross_batch_memory.py            # full grid
+    python benchmarks/bench_cross_batch_memory.py --quick               # one small cell
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+N = 128
+
+
+def _rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+def _peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _batches(count, d, seed=0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [(rng.normal(size=(N, d)).astype("float32"),
+             rng.integers(0, 1000, N).astype("int64")) for _ in range(count)]
+
+
+def keras_dml_step(memory, d, threads):
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    from keras_dml import losses
+
+    loss = losses.CrossBatchMemory(losses.MultiSimilarity(mining=False), memory_size=memory)
+    batches = [(tf.constant(x), tf.constant(y.astype("int32"))) for x, y in
+               _batches(8, d)]
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = loss(y, x)
+        return value, tape.gradient(value, x)
+
+    def run(i):
+        value, grad = step(*batches[i % len(batches)])
+        grad.numpy()
+
+    return run
+
+
+def pml_step(memory, d, threads):
+    import torch
+    from pytorch_metric_learning import losses
+
+    torch.set_num_threads(threads)
+    loss = losses.CrossBatchMemory(losses.MultiSimilarityLoss(), d, memory_size=memory)
+    batches = [(torch.tensor(x), torch.tensor(y)) for x, y in _batches(8, d)]
+
+    def run(i):
+        x, y = batches[i % len(batches)]
+        x = x.clone().requires_grad_(True)
+        loss(x, y).backward()
+
+    return run
+
+
+def worker(system, memory, d, repeats, threads):
+    if system == "keras_dml":
+        import keras_dml.losses  # noqa: F401  (imports before the baseline)
+    else:
+        import pytorch_metric_learning.losses  # noqa: F401
+    baseline = _rss_mb()
+    step = (keras_dml_step if system == "keras_dml" else pml_step)(memory, d, threads)
+    fill = -(-memory // N) + 3  # fill the memory (and warm up) before timing
+    for i in range(fill):
+        step(i)
+    times = []
+    for i in range(repeats):
+        start = time.perf_counter()
+        step(fill + i)
+        times.append(time.perf_counter() - start)
+    return {"system": system, "memory": memory, "d": d,
+            "median_ms": 1e3 * statistics.median(times),
+            "min_ms": 1e3 * min(times), "max_ms": 1e3 * max(times),
+            "peak_mb": _peak_mb() - baseline}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="memory 1024, d 64, 3 repeats")
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--worker", nargs=3, metavar=("SYSTEM", "MEMORY", "D"))
+    args = parser.parse_args(argv)
+    if args.worker:
+        system, memory, d = args.worker
+        print(json.dumps(worker(system, int(memory), int(d), args.repeats, args.threads)))
+        return 0
+    grid = [(1024, 64)] if args.quick else [(8192, 128), (8192, 512), (65536, 128),
+                                            (65536, 512)]
+    repeats = 3 if args.quick else args.repeats
+    rows = []
+    for memory, d in grid:
+        cell = {}
+        for system in ("keras_dml", "pml"):
+            out = subprocess.run(
+                [sys.executable, __file__, "--worker", system, str(memory), str(d),
+                 "--repeats", str(repeats), "--threads", str(args.threads)],
+                check=True, capture_output=True, text=True,
+                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+            cell[system] = json.loads(out.stdout.strip().splitlines()[-1])
+        ours, theirs = cell["keras_dml"], cell["pml"]
+        rows.append(ours | {"pml_median_ms": theirs["median_ms"],
+                            "pml_peak_mb": theirs["peak_mb"],
+                            "time_ratio": ours["median_ms"] / theirs["median_ms"]})
+    print(f"N={N}, {args.threads} threads, {repeats} timed steps, load {os.getloadavg()[0]:.1f}")
+    print("| memory | d | keras_dml ms (min-max) | PML ms | ratio | keras_dml MB | PML MB |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['memory']} | {r['d']} | {r['median_ms']:.1f} ({r['min_ms']:.1f}-"
+              f"{r['max_ms']:.1f}) | {r['pml_median_ms']:.1f} | {r['time_ratio']:.2f} | "
+              f"{r['peak_mb']:.0f} | {r['pml_peak_mb']:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

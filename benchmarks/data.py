@@ -1,0 +1,55 @@
+"""Benchmark inputs built with NumPy only, so every worker gets identical arrays."""
+
+import os
+
+import numpy as np
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# ../shared/datasets beside the repository (a worktree sits one level deeper)
+SHARED = next((path for path in (os.path.join(_ROOT, "..", "shared", "datasets"),
+                                 os.path.join(_ROOT, "..", "..", "shared", "datasets"))
+               if os.path.isdir(path)), os.path.join(_ROOT, "..", "shared", "datasets"))
+
+
+def batch(n, d, samples_per_class=4, seed=0):
+    """Random embeddings (n, d) float32 and C x k int32 labels."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n) // samples_per_class
+    return rng.normal(size=(n, d)).astype("float32"), labels.astype("int32")
+
+
+def clustered(n, d, num_classes, seed=0, spread=2.5):
+    """Unit-norm float32 embeddings around class centres; labels of uneven class sizes."""
+    rng = np.random.default_rng(seed)
+    labels = np.concatenate([np.arange(num_classes),
+                             rng.integers(0, num_classes, n - num_classes)])
+    labels = rng.permutation(labels)
+    centres = rng.normal(size=(num_classes, d)).astype("float32")
+    x = centres[labels] + spread * rng.normal(size=(n, d)).astype("float32")
+    return x / np.linalg.norm(x, axis=1, keepdims=True), labels.astype("int64")
+
+
+def omniglot28(split, data_dir=None, cache_dir="/tmp"):
+    """Omniglot images resized to 28 x 28, ink = 1: float32 (n, 28, 28, 1), int64 labels.
+
+    `split` is "background" (964 training characters) or "evaluation" (659, 13,180
+    images). Resized once with PIL's antialiased bilinear filter and cached as npz.
+    """
+    data_dir = data_dir or os.path.join(SHARED, "omniglot")
+    cache = os.path.join(cache_dir, f"keras_dml_bench_omniglot28_{split}.npz")
+    if os.path.exists(cache):
+        with np.load(cache) as saved:
+            return saved["x"], saved["y"]
+    from PIL import Image
+
+    with np.load(os.path.join(data_dir, f"images_{split}.npz")) as raw:
+        images, labels = raw["images"], raw["labels"]
+    images = images.reshape(-1, *images.shape[2:])
+    x = np.stack([np.asarray(Image.fromarray(((1 - im) * 255).astype(np.uint8))
+                             .resize((28, 28), Image.BILINEAR)) for im in images])
+    x = (x.astype("float32") / 255.0)[..., None]
+    y = labels.reshape(-1).astype("int64")
+    tmp = cache + f".{os.getpid()}.npz"
+    np.savez(tmp, x=x, y=y)
+    os.replace(tmp, cache)
+    return x, y

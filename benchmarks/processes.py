@@ -1,0 +1,137 @@
+"""Fair timing: every system in its own worker process, rounds interleaved.
+
+`compare` starts one `benchmarks.worker` process per system (each imports only
+its own framework, with the same thread count for TensorFlow, torch, faiss and
+OpenMP through the environment), warms each up, then runs `repeats` rounds; in
+each round every worker runs its unit once (or `inner` times), in a fresh
+random order, while the others wait idle on a pipe. Load drift from other
+processes on the machine thus hits every system alike, and no system shares an
+address space, thread pool or allocator with another. Each worker times itself,
+so the pipe is not in the figures.
+
+`alone` times one system with no other worker alive: the fairness check
+compares it with the same system's figure from `compare`.
+"""
+
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def thread_env(threads, device="cpu"):
+    """Environment variables that give every framework `threads` threads.
+
+    `device` "cpu" hides any GPU from every worker; "gpu" lets TensorFlow place
+    ops on it (its default) and tells the torch systems to use CUDA.
+    """
+    value = str(threads)
+    env = dict(os.environ)
+    env["BENCH_DEVICE"] = device
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                 "TF_NUM_INTRAOP_THREADS", "BENCH_THREADS"):
+        env[name] = value
+    env["TF_NUM_INTEROP_THREADS"] = "1" if threads == 1 else "2"
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+class Worker:
+    """A `benchmarks.worker` process running one system."""
+
+    def __init__(self, factory, kwargs, threads, device="cpu"):
+        spec = json.dumps({"factory": factory, "kwargs": kwargs})
+        self.log = tempfile.TemporaryFile("w+")  # a pipe could fill and block the worker
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.worker", spec], cwd=ROOT,
+            env=thread_env(threads, device), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.log, text=True)
+        self.facts = self._receive()["facts"]
+
+    def _receive(self):
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.wait()
+            self.log.seek(0)
+            error = self.log.read()
+            raise RuntimeError(f"benchmark worker failed:\n{error[-3000:]}")
+        return json.loads(line)
+
+    def request(self, **command):
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+        return self._receive()
+
+    def run(self, n):
+        return self.request(run=n)["times"]
+
+    def close(self):
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.close()  # the worker's loop ends at end of input
+                self.process.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+
+
+def summary(samples):
+    """Median, lowest, highest and interquartile range of a list of times."""
+    ordered = sorted(samples)
+    q = statistics.quantiles(ordered, n=4) if len(ordered) > 1 else [ordered[0]] * 3
+    return {"median": statistics.median(ordered), "min": ordered[0], "max": ordered[-1],
+            "q1": q[0], "q3": q[2], "n": len(ordered)}
+
+
+def _measure(workers, repeats, warmup, inner, seed):
+    for worker in workers.values():
+        worker.run(warmup)
+    rng = random.Random(seed)
+    names = list(workers)
+    samples = {name: [] for name in names}
+    for _ in range(repeats):
+        rng.shuffle(names)
+        for name in names:
+            samples[name].append(statistics.median(workers[name].run(inner)))
+    stats = {name: workers[name].request(stats=True) for name in workers}
+    return {name: {**summary(samples[name]), "samples": samples[name],
+                   "memory": stats[name], "facts": workers[name].facts}
+            for name in samples}
+
+
+def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0, device="cpu"):
+    """Time each system in its own process, rounds interleaved.
+
+    Args:
+        systems: {name: (factory "module:function", kwargs)}.
+        repeats: rounds; each round gives one sample per system.
+        warmup: untimed runs of each system before the first round.
+        inner: runs per sample (the sample is their median), for short units.
+        threads: thread count for every framework.
+        device: "cpu" or "gpu" (see `thread_env`).
+
+    Returns:
+        {name: {"median", "min", "max", "q1", "q3", "n", "samples", "memory", "facts"}}.
+    """
+    workers = {}
+    try:
+        for name, (factory, kwargs) in systems.items():
+            workers[name] = Worker(factory, kwargs, threads, device)
+        return _measure(workers, repeats, warmup, inner, seed)
+    finally:
+        for worker in workers.values():
+            worker.close()
+
+
+def alone(factory, kwargs, repeats=7, warmup=1, inner=1, threads=2, device="cpu"):
+    """The same measurement for one system with no other worker alive."""
+    return compare({"alone": (factory, kwargs)}, repeats, warmup, inner, threads,
+                   device=device)["alone"]

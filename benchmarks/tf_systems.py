@@ -1,0 +1,126 @@
+"""keras_dml systems for `benchmarks.worker`: each factory builds data and returns a step.
+
+Imports TensorFlow and keras_dml only (no torch, no faiss).
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from benchmarks import data
+
+_threads = int(os.environ.get("BENCH_THREADS", "0"))
+if _threads:
+    tf.config.threading.set_intra_op_parallelism_threads(_threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1 if _threads == 1 else 2)
+
+import keras  # noqa: E402
+
+import keras_dml  # noqa: E402
+from keras_dml import evaluation  # noqa: E402
+
+
+def loss_step(loss, config=None, n=1024, d=512, samples_per_class=4, jit_compile=False,
+              measure_memory=False):
+    """Forward + backward of `keras_dml.losses.<loss>(**config)` w.r.t. (n, d) embeddings.
+
+    With `measure_memory`, the step is not run during set-up, so the worker's
+    peak memory beyond set-up is the step's own.
+    """
+    x_np, y_np = data.batch(n, d, samples_per_class)
+    loss = getattr(keras_dml.losses, loss)(**(config or {}))
+    x, y = tf.Variable(x_np), tf.constant(y_np)
+
+    @tf.function(jit_compile=jit_compile)
+    def step():
+        with tf.GradientTape() as tape:
+            value = loss(y, x)
+        # dense, as a backbone receives it (a loss that gathers rows gives IndexedSlices)
+        return value, tf.convert_to_tensor(tape.gradient(value, x))
+
+    if measure_memory:
+        return lambda: [t.numpy() for t in step()]
+    value, gradient = step()
+    return (lambda: [t.numpy() for t in step()]), {
+        "value": float(value), "finite": bool(np.isfinite(gradient.numpy()).all())}
+
+
+def matmul_floor(n=1024, d=512, samples_per_class=4):
+    """Forward + backward of the bare n x n similarity matmul: the floor of a pair loss."""
+    x = tf.Variable(data.batch(n, d, samples_per_class)[0])
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            value = tf.reduce_sum(tf.matmul(x, x, transpose_b=True))
+        return value, tape.gradient(value, x)
+
+    return lambda: [t.numpy() for t in step()]
+
+
+def nearest_neighbors(n=20000, d=512, k=101, leave_one_out=False, classes=5000):
+    """`keras_dml.evaluation.nearest_neighbors` on clustered unit vectors, inner product."""
+    x, _ = data.clustered(n, d, classes)
+    references = None if leave_one_out else x
+
+    def step():
+        return evaluation.nearest_neighbors(x, references, k=k, distance="dot")
+
+    indices, _ = step()
+    return step, {"first_neighbours": indices[:20, :10].tolist()}
+
+
+def retrieval_metrics(n=20000, d=512, classes=5000):
+    """P@1, R-Precision and MAP@R, leave-one-out, as PML's `AccuracyCalculator` reports."""
+    x, labels = data.clustered(n, d, classes, seed=1)
+    metrics = ("precision@1", "r_precision", "map@r")
+
+    def step():
+        return evaluation.retrieval_metrics(x, labels, metrics=metrics)
+
+    return step, {key: float(value) for key, value in step().items()}
+
+
+def omniglot_model(seed=0):
+    """The Omniglot recipe's CNN: 3 x (conv 64, BN, ReLU, max-pool), dense 128, L2."""
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((28, 28, 1))
+    x = inputs
+    for _ in range(3):
+        x = keras.layers.Conv2D(64, 3, padding="same")(x)
+        x = keras.layers.BatchNormalization()(x)
+        x = keras.layers.ReLU()(x)
+        x = keras.layers.MaxPooling2D()(x)
+    x = keras.layers.Flatten()(x)
+    return keras_dml.models.DMLModel(inputs, keras_dml.layers.EmbeddingHead(128)(x))
+
+
+def omniglot_train(steps=50, classes_per_batch=32, samples_per_class=4, jit_compile="auto"):
+    """`steps` training steps of `DMLModel.fit` on C x k Omniglot batches, MultiSimilarity."""
+    x, y = data.omniglot28("background")
+    model = omniglot_model()
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras_dml.losses.MultiSimilarity(), jit_compile=jit_compile)
+    batches = keras_dml.data.class_balanced_batches(
+        (x, y.astype("int32")), classes_per_batch, samples_per_class, seed=0)
+
+    def step():
+        return model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0)
+
+    history = step()
+    return step, {"steps": steps, "loss": float(history.history["loss"][-1])}
+
+
+def omniglot_evaluate(batch_size=1024, limit=None):
+    """Embed the 13,180 evaluation images (the first `limit`) and compute leave-one-out metrics."""
+    x, y = data.omniglot28("evaluation")
+    x, y = x[:limit], y[:limit]
+    model = omniglot_model()
+
+    def step():
+        embeddings = model.predict(x, batch_size=batch_size, verbose=0)
+        return evaluation.retrieval_metrics(
+            embeddings, y, metrics=("precision@1", "r_precision", "map@r"))
+
+    return step, {key: float(value) for key, value in step().items()}

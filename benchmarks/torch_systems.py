@@ -1,0 +1,141 @@
+"""PyTorch + pytorch-metric-learning systems for `benchmarks.worker` (no TensorFlow)."""
+
+import os
+
+import numpy as np
+import torch
+
+from benchmarks import data
+
+_threads = int(os.environ.get("BENCH_THREADS", "0"))
+if _threads:
+    torch.set_num_threads(_threads)
+DEVICE = torch.device("cuda" if os.environ.get("BENCH_DEVICE") == "gpu" else "cpu")
+
+from pytorch_metric_learning import distances, losses, miners  # noqa: E402
+
+
+def _pml(name, config):
+    """A PML loss or miner by class name; a "distance" entry names a PML distance class."""
+    config = dict(config or {})
+    if "distance" in config:
+        config["distance"] = getattr(distances, config["distance"])()
+    owner = miners if name.endswith("Miner") else losses
+    return getattr(owner, name)(**config)
+
+
+def loss_step(loss, config=None, miner=None, miner_config=None, n=1024, d=512,
+              samples_per_class=4, measure_memory=False):
+    """Forward + backward of a PML loss (with its miner) w.r.t. (n, d) embeddings."""
+    x_np, y_np = data.batch(n, d, samples_per_class)
+    loss = _pml(loss, config)
+    miner = _pml(miner, miner_config) if miner else None
+    x = torch.tensor(x_np, requires_grad=True, device=DEVICE)
+    y = torch.tensor(y_np, dtype=torch.long, device=DEVICE)
+
+    def step():
+        x.grad = None
+        value = loss(x, y) if miner is None else loss(x, y, miner(x, y))
+        value.backward()
+        return value.item()
+
+    if measure_memory:  # the first step's memory is then measured as the step's
+        return step
+    value = step()
+    return step, {"value": value, "finite": bool(torch.isfinite(x.grad).all())}
+
+
+def accuracy_calculator(n=20000, d=512, classes=5000):
+    """PML's `AccuracyCalculator` (faiss inside): P@1, R-Precision, MAP@R, leave-one-out."""
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+    x, labels = data.clustered(n, d, classes, seed=1)
+    calculator = AccuracyCalculator(
+        include=("precision_at_1", "r_precision", "mean_average_precision_at_r"),
+        k="max_bin_count")
+
+    def step():
+        return calculator.get_accuracy(x, labels)
+
+    return step, {key: float(value) for key, value in step().items()}
+
+
+class OmniglotCNN(torch.nn.Module):
+    """The Omniglot recipe's CNN: 3 x (conv 64, BN, ReLU, max-pool), dense 128, L2."""
+
+    def __init__(self):
+        super().__init__()
+        blocks, channels = [], 1
+        for _ in range(3):
+            blocks += [torch.nn.Conv2d(channels, 64, 3, padding=1), torch.nn.BatchNorm2d(64),
+                       torch.nn.ReLU(), torch.nn.MaxPool2d(2)]
+            channels = 64
+        self.features = torch.nn.Sequential(*blocks, torch.nn.Flatten())
+        self.projection = torch.nn.Linear(64 * 3 * 3, 128)
+
+    def forward(self, x):
+        return torch.nn.functional.normalize(self.projection(self.features(x)), dim=1)
+
+
+def omniglot_train(steps=50, classes_per_batch=32, samples_per_class=4):
+    """`steps` training steps: DataLoader + `MPerClassSampler`, MultiSimilarity + miner, Adam."""
+    from pytorch_metric_learning.samplers import MPerClassSampler
+
+    torch.manual_seed(0)
+    x, y = data.omniglot28("background")
+    images = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+    labels = torch.from_numpy(y)
+    batch_size = classes_per_batch * samples_per_class
+    sampler = MPerClassSampler(y, m=samples_per_class, batch_size=batch_size,
+                               length_before_new_iter=len(y))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images, labels),
+                                         batch_size=batch_size, sampler=sampler,
+                                         drop_last=True, num_workers=0)
+    model = OmniglotCNN().to(DEVICE)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = losses.MultiSimilarityLoss(alpha=2, beta=50, base=0.5)
+    miner = miners.MultiSimilarityMiner(epsilon=0.1)
+    stream = iter(loader)
+    last = {}
+
+    def step():
+        nonlocal stream
+        model.train()
+        for _ in range(steps):
+            try:
+                xb, yb = next(stream)
+            except StopIteration:
+                stream = iter(loader)
+                xb, yb = next(stream)
+            xb, yb = xb.to(DEVICE), yb.to(DEVICE)
+            optimizer.zero_grad(set_to_none=True)
+            embeddings = model(xb)
+            loss = loss_fn(embeddings, yb, miner(embeddings, yb))
+            loss.backward()
+            optimizer.step()
+        last["loss"] = loss.item()
+
+    step()
+    return step, {"steps": steps, "loss": last["loss"]}
+
+
+def omniglot_evaluate(batch_size=1024, limit=None):
+    """Embed the 13,180 evaluation images (the first `limit`); PML's `AccuracyCalculator`."""
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+    torch.manual_seed(0)
+    x, y = data.omniglot28("evaluation")
+    x, y = x[:limit], y[:limit]
+    images = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+    model = OmniglotCNN().to(DEVICE).eval()
+    calculator = AccuracyCalculator(
+        include=("precision_at_1", "r_precision", "mean_average_precision_at_r"),
+        k="max_bin_count")
+
+    def step():
+        with torch.no_grad():
+            embeddings = torch.cat([model(images[s:s + batch_size].to(DEVICE))
+                                    for s in range(0, len(images), batch_size)])
+        return calculator.get_accuracy(embeddings, torch.from_numpy(y))
+
+    return step, {key: float(value) for key, value in step().items()}

@@ -1,0 +1,73 @@
+"""The Omniglot protocol (examples/omniglot_protocol.py), its PyTorch side and the
+reproduce_<paper>.py scripts' --quick modes (eager, 2 steps, 10 test characters)."""
+
+import importlib
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+protocol = importlib.import_module("omniglot_protocol")
+needs_data = pytest.mark.skipif(not os.path.isdir(protocol.DATA),
+                                reason=f"Omniglot not found at {protocol.DATA}")
+
+SCRIPTS = ("reproduce_unified_view", "reproduce_multi_similarity",
+           "reproduce_weighted_contrastive", "reproduce_ice", "reproduce_proxy_anchor")
+
+
+def test_area_resize_matches_tensorflow_area():
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    white = rng.random((3, 105, 105)) > 0.3
+    expected = tf.image.resize(1.0 - white[..., None].astype("float32"), (28, 28),
+                               method="area").numpy()
+    np.testing.assert_allclose(protocol.ink_images(white), expected, atol=1e-5)
+    np.testing.assert_allclose(protocol.ink_images(white.astype(np.uint8) * 255), expected,
+                               atol=1e-5)
+
+
+def test_batch_order_draws_distinct_classes_and_samples_deterministically():
+    labels = np.repeat(np.arange(50), 6)
+    order = protocol.batch_order(labels, 8, 3, steps=40, seed=3)
+    assert order.shape == (40, 24)
+    np.testing.assert_array_equal(order, protocol.batch_order(labels, 8, 3, 40, 3))
+    for batch in order:
+        classes = labels[batch].reshape(8, 3)
+        assert (classes == classes[:, :1]).all() and len(set(classes[:, 0])) == 8
+        assert len(set(batch)) == 24
+    counts = np.bincount(labels[order[:, ::3]].ravel(), minlength=50)
+    assert counts.max() - counts.min() <= 2  # classes are visited in reshuffled passes
+    with pytest.raises(ValueError, match="cannot draw"):
+        protocol.batch_order(labels, 8, 7, 1, 0)
+
+
+@needs_data
+def test_pml_side_trains_on_the_same_batches():
+    pml = importlib.import_module("pml_omniglot")
+    row = pml.run("ProxyAnchor", "paper", steps=2, seed=0, classes_per_batch=4,
+                  samples_per_class=2, test_classes=10)
+    assert 0 <= row["R@1"] <= 100 and np.isfinite(row["final_loss"])
+
+
+@needs_data
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_quick_mode_runs_every_row(name, tmp_path):
+    script = importlib.import_module(name)
+    summary = script.main(["--quick", "--out-dir", str(tmp_path), "--threads", "1"])
+    rows = script.rows(**({"eval_every": 1} if name == "reproduce_proxy_anchor" else {}))
+    assert [entry["row"] for entry in summary] == [row.name for row in rows]
+    for entry in summary:
+        assert 0 <= entry["R@1"] <= 100 and np.isfinite(entry["MAP@R"])
+    assert (tmp_path / f"{script.NAME}.png").stat().st_size > 0
+    assert "| row |" in (tmp_path / f"{script.NAME}.md").read_text()
+    records = [json.loads(line) for line in open(tmp_path / f"{script.NAME}.jsonl")]
+    assert len(records) == len(rows)
+    script.main(["--quick", "--out-dir", str(tmp_path)])  # resumes: nothing is rerun
+    assert len(open(tmp_path / f"{script.NAME}.jsonl").readlines()) == len(rows)
