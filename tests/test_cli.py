@@ -103,7 +103,8 @@ def test_train_prints_recall_saves_and_exports(tmp_path, capsys):
     assert cli.main(["export", str(runs / "smoke"), "--no-verify"]) == 0
     assert f"SavedModel: {exports / 'smoke' / '2'}" in capsys.readouterr().out
     info = json.loads((exports / "smoke" / "2" / "keras_dml_export.json").read_text())
-    assert info["input"]["format"] == "images"
+    assert [spec["format"] for spec in info["inputs"].values()] == ["images"]
+    assert info["preprocessing"] is None
     # ... and never replaces a version silently.
     code = cli.main(["export", str(runs / "smoke" / "model.keras"), "--version", "1"])
     err = capsys.readouterr().err
