@@ -67,14 +67,21 @@ def test_import_keras_dml_registers_every_serializable_class(tmp_path):
         for folder, _, files in os.walk(os.path.join(ROOT, "keras_dml")) for name in files
         if name.endswith(".py")
         and "register_keras_serializable" in open(os.path.join(folder, name)).read())
-    assert "keras_dml.losses.multi_similarity" in registering
-    code = ("import sys, keras_dml; print(' '.join(m for m in sys.argv[1:] "
-            "if m not in sys.modules))")
+    assert "keras_dml.layers" in registering
+    code = textwrap.dedent("""
+        import sys, keras, keras_dml
+        from keras_dml.training_config import LOSSES
+        print(' '.join(m for m in sys.argv[1:] if m not in sys.modules))
+        print(' '.join(n for n in LOSSES
+                       if keras.saving.get_registered_object('keras_dml>' + n) is None))
+    """)
     env = dict(os.environ, PYTHONPATH=ROOT)
     result = subprocess.run([sys.executable, "-c", code, *registering], capture_output=True,
                             text=True, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [], "add these modules' packages to keras_dml._SUBMODULES"
+    modules, losses = (result.stdout + "\n").split("\n")[:2]
+    assert losses.split() == [], "these losses are not registered by import keras_dml"
+    assert modules.split() == [], "add these modules' packages to keras_dml._SUBMODULES"
 
 
 def test_train_prints_recall_saves_and_exports(tmp_path, capsys):
