@@ -1,6 +1,6 @@
 """Does training on digits 0-4 help retrieval of the unseen digits 5-9?
 
-The default `keras-dml train` job trains on scikit-learn's 8x8 digits 0-4 and
+`keras-dml train --dataset digits` trains on scikit-learn's 8x8 digits 0-4 and
 evaluates on 5-9 (class-disjoint, leave-one-out). This study trains several
 set-ups and prints held-out Recall@1 and MAP@R after every epoch, next to the
 untrained model and the raw pixels, to show where a gain can and cannot come from

@@ -256,7 +256,7 @@ def write_plots(run_dir, recall_history, split, embeddings, steps_per_epoch):
             recall_history, os.path.join(run_dir, "recall_curves.png"),
             steps_per_epoch=steps_per_epoch),
         "tsne": plots.tsne_map(embeddings, split.labels, os.path.join(run_dir, "tsne.png"),
-                               max_points=1500, class_names=split.class_names),
+                               max_points=1000, class_names=split.class_names),
     }
     if split.images is not None:
         written["retrievals"] = plots.retrieval_grid(

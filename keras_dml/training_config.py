@@ -46,10 +46,10 @@ class TrainConfig:
     embedding_dim: int = 128
     loss: str = "MultiSimilarity"
     loss_args: dict = dataclasses.field(default_factory=dict)
-    epochs: int = 4
-    steps_per_epoch: int = 250
+    epochs: int = 2
+    steps_per_epoch: int = 500
     learning_rate: float = 1e-3
-    lr_schedule: str = "cosine"
+    lr_schedule: str = "constant"
     warmup_steps: int = 0
     augment_shift: float = 0.0
     augment_rotation: float = 0.0

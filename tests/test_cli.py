@@ -67,14 +67,21 @@ def test_import_keras_dml_registers_every_serializable_class(tmp_path):
         for folder, _, files in os.walk(os.path.join(ROOT, "keras_dml")) for name in files
         if name.endswith(".py")
         and "register_keras_serializable" in open(os.path.join(folder, name)).read())
-    assert "keras_dml.losses.multi_similarity" in registering
-    code = ("import sys, keras_dml; print(' '.join(m for m in sys.argv[1:] "
-            "if m not in sys.modules))")
+    assert "keras_dml.layers" in registering
+    code = textwrap.dedent("""
+        import sys, keras, keras_dml
+        from keras_dml.training_config import LOSSES
+        print(' '.join(m for m in sys.argv[1:] if m not in sys.modules))
+        print(' '.join(n for n in LOSSES
+                       if keras.saving.get_registered_object('keras_dml>' + n) is None))
+    """)
     env = dict(os.environ, PYTHONPATH=ROOT)
     result = subprocess.run([sys.executable, "-c", code, *registering], capture_output=True,
                             text=True, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [], "add these modules' packages to keras_dml._SUBMODULES"
+    modules, losses = (result.stdout + "\n").split("\n")[:2]
+    assert losses.split() == [], "these losses are not registered by import keras_dml"
+    assert modules.split() == [], "add these modules' packages to keras_dml._SUBMODULES"
 
 
 def test_train_prints_recall_saves_and_exports(tmp_path, capsys):
@@ -103,7 +110,8 @@ def test_train_prints_recall_saves_and_exports(tmp_path, capsys):
     assert cli.main(["export", str(runs / "smoke"), "--no-verify"]) == 0
     assert f"SavedModel: {exports / 'smoke' / '2'}" in capsys.readouterr().out
     info = json.loads((exports / "smoke" / "2" / "keras_dml_export.json").read_text())
-    assert info["input"]["format"] == "images"
+    assert [spec["format"] for spec in info["inputs"].values()] == ["images"]
+    assert info["preprocessing"] is None
     # ... and never replaces a version silently.
     code = cli.main(["export", str(runs / "smoke" / "model.keras"), "--version", "1"])
     err = capsys.readouterr().err
@@ -117,7 +125,8 @@ def test_overwrite_replaces_the_run_folder(tmp_path, capsys):
     code = cli.main(["train", *TINY, "--runs-dir", str(runs), "--run-name", "again",
                      "--overwrite", "--no-export", "--no-plots"])
     assert code == 0, capsys.readouterr().err
-    assert sorted(os.listdir(runs / "again")) == ["history.csv", "model.keras", "summary.json"]
+    files = os.listdir(runs / "again")
+    assert "stale.txt" not in files and {"history.csv", "model.keras", "summary.json"} <= set(files)
 
 
 def test_default_run_names_never_collide(tmp_path):

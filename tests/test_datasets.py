@@ -131,11 +131,15 @@ def test_omniglot_bundled_without_data_dir(monkeypatch):
                                       build.ink_28x28(raw[character:character + 1])[0])
     drawing = test.images[25, ..., 0].astype(float)  # ink bright: the border is dark
     assert drawing[[0, -1]].mean() < 10 and drawing.max() == 255
-    # NumPy alone: loading it imports neither TensorFlow nor tensorflow_datasets.
-    code = ("import sys; from keras_dml.datasets.omniglot import load_bundled; load_bundled(); "
-            "print(sorted(m for m in ('tensorflow', 'tensorflow_datasets') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    # A plain npz: NumPy alone reads it (no pickle, no TensorFlow, no tensorflow_datasets).
+    from keras_dml.datasets.omniglot import BUNDLED
+
+    code = ("import sys, numpy as np; d = np.load(sys.argv[1], allow_pickle=False); "
+            "print(d['background'].shape, d['evaluation'].shape, "
+            "sorted(m for m in ('tensorflow', 'tensorflow_datasets') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, BUNDLED], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "(964, 20, 28, 28) (659, 20, 28, 28) []"
 
 
 def test_missing_data_gives_a_clear_error(tmp_path, monkeypatch):
