@@ -24,6 +24,7 @@ _SUBMODULES = (
     "layers",
     "proxy_layers",
     "models",
+    "momentum",
     "data",
     "datasets",
     "evaluation",

@@ -51,12 +51,15 @@ def test_every_case_runs_in_process(case):
 
 def test_loss_cases_agree_with_their_peer():
     """The loss cases time the same quantity on both sides: equal values at smoke size."""
-    from benchmarks import tf_systems, torch_systems
+    import importlib
+
+    def run(factory, kwargs):
+        module, function = factory.split(":")
+        return getattr(importlib.import_module(module), function)(**kwargs)[1]
 
     for case in (c for c in cases.CASES if c.group == "losses"):
         systems = case.systems_for("smoke")
-        _, ours = tf_systems.loss_step(**systems["keras_dml"][1])
-        _, theirs = torch_systems.loss_step(**systems["peer"][1])
+        ours, theirs = run(*systems["keras_dml"]), run(*systems["peer"])
         assert ours["finite"] and theirs["finite"]
         if case.same_value:  # see the cases' comments for the others
             assert ours["value"] == pytest.approx(theirs["value"], rel=1e-3, abs=1e-5), case.name

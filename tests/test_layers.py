@@ -42,7 +42,7 @@ def test_bad_arguments_are_value_errors():
     with pytest.raises(ValueError, match="dim must be a positive integer"):
         EmbeddingHead(0)
     with pytest.raises(ValueError, match="pooling must be one of"):
-        EmbeddingHead(4, pooling="gem")
+        EmbeddingHead(4, pooling="median")
 
 
 def test_l2_normalize_keeps_zero_vectors_finite():
