@@ -31,6 +31,7 @@ def _pml_values_and_grads(batches, memory_size):
 
 
 def _ours_values_and_grads(batches, loss):
+    """(value, d value / d embeddings) per batch; `loss` is the loss or a tf.function of it."""
     out = []
     for labels, embeddings in batches:
         e = tf.constant(embeddings)
@@ -46,17 +47,8 @@ def test_values_and_gradients_equal_pml_before_and_after_wrap_around(function):
     batches = _batches()  # 6 batches of 8 into a memory of 20: wraps at the third
     expected = _pml_values_and_grads(batches, 20)
     loss = losses.CrossBatchMemory(losses.MultiSimilarity(mining=False), memory_size=20)
-    if function:
-        call = tf.function(lambda y, e: loss(y, e))
-        got = []
-        for labels, embeddings in batches:
-            e = tf.constant(embeddings)
-            with tf.GradientTape() as tape:
-                tape.watch(e)
-                value = call(labels, e)
-            got.append((float(value), tape.gradient(value, e).numpy()))
-    else:
-        got = _ours_values_and_grads(batches, loss)
+    call = tf.function(lambda y, e: loss(y, e)) if function else loss
+    got = _ours_values_and_grads(batches, call)
     for step, ((value, grad), (pml_value, pml_grad)) in enumerate(zip(got, expected)):
         assert value == pytest.approx(pml_value, rel=1e-5, abs=1e-6), step
         np.testing.assert_allclose(grad, pml_grad, rtol=1e-4, atol=1e-6, err_msg=str(step))
