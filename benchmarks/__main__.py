@@ -141,12 +141,17 @@ LARGE_SYSTEMS = {
 }
 
 
-def large_batches(threads, sizes=LARGE_SIZES, repeats=3, device="cpu"):
-    """Large-N losses, d = 512: time and peak memory beyond set-up, one process each."""
+def large_batches(threads, sizes=LARGE_SIZES, repeats=3, device="cpu", losses=None):
+    """Large-N losses, d = 512: time and peak memory beyond set-up, one process each.
+
+    `losses`: run only these names of `LARGE_SYSTEMS` (default: all).
+    """
     rows = []
     for n in sizes:
         for name, (factory, kwargs, largest) in LARGE_SYSTEMS.items():
             if largest is not None and n > largest:
+                continue
+            if losses and name not in losses:
                 continue
             print(f"[large batches] {name} N={n} ...", file=sys.stderr, flush=True)
             stats = processes.alone(factory, {**kwargs, "n": n, "measure_memory": True},
@@ -186,6 +191,9 @@ def main(argv=None):
                         help="also MultiSimilarity and ICE at N = 4,096-16,384 (time, memory)")
     parser.add_argument("--large-sizes", type=int, nargs="+", default=list(LARGE_SIZES),
                         metavar="N", help="batch sizes for --large-batches")
+    parser.add_argument("--large-losses", nargs="+", default=None, metavar="NAME",
+                        choices=list(LARGE_SYSTEMS),
+                        help="for --large-batches: only these losses (default: all)")
     parser.add_argument("--large-repeats", type=int, default=3,
                         help="timed calls per size for --large-batches (the first traces)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
@@ -214,7 +222,7 @@ def main(argv=None):
         table = write(stem, info, rows, large)
     if args.large_batches:
         large = large_batches(args.threads, args.large_sizes, args.large_repeats,
-                              device=args.device)
+                              device=args.device, losses=args.large_losses)
         table = write(stem, info, rows, large)
     print(table)
     return 0
