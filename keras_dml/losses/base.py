@@ -209,9 +209,14 @@ class PairLoss(keras.losses.Loss):
             tape.watch(sources)
             matrix = self.pair_matrix(embeddings, reference)
         pairs = self.pairs(labels, reference, matrix)
-        value = weighted_pair_loss(sources, tape, matrix,
-                                   lambda m, *p: self.compute_terms(m, pairs, *p),
-                                   self.parameters(pairs))
+
+        def terms(m, *parameters):
+            # after the masks and mining: the terms' (N, M) temporaries do not coexist
+            # with the miner's, and the matrix's last reader may reuse its buffer
+            with tf.control_dependencies([pairs.positive, pairs.negative]):
+                return self.compute_terms(m, pairs, *parameters)
+
+        value = weighted_pair_loss(sources, tape, matrix, terms, self.parameters(pairs))
         penalty = self.penalty(labels, embeddings)
         return value if penalty is None else value + penalty
 
