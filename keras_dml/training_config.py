@@ -109,8 +109,8 @@ class TrainConfig:
         if self.width is None:
             self.width = DEFAULT_WIDTHS.get(self.backbone)
         elif self.backbone not in DEFAULT_WIDTHS:
-            raise ValueError(f"width applies to {' and '.join(DEFAULT_WIDTHS)}, not "
-                             f"{self.backbone}.")
+            raise ValueError(f"width must not be given with {self.backbone}: it sets the "
+                             f"filters of {' and '.join(DEFAULT_WIDTHS)}.")
         elif isinstance(self.width, bool) or not isinstance(self.width, int) or self.width < 1:
             raise ValueError(f"width must be a positive integer, got {self.width!r}.")
         if self.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+=-]*",
