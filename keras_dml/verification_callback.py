@@ -5,6 +5,7 @@ A sibling of `keras_dml.callbacks.RecallAtK` for the "same or not?" view.
 
 import keras
 
+from keras_dml import hyperparameters
 from keras_dml.evaluation.embedding import embed_with, inference_function
 from keras_dml.evaluation.verification import FAR_TARGETS, pair_scores, verification_metrics
 
@@ -41,9 +42,8 @@ class VerificationMetrics(keras.callbacks.Callback):
                  max_pairs=1_000_000, embedding_model=None, every_n_epochs=1, batch_size=256,
                  prefix="val_"):
         super().__init__()
-        if isinstance(every_n_epochs, bool) or not isinstance(every_n_epochs, int) \
-                or every_n_epochs < 1:
-            raise ValueError(f"every_n_epochs must be a positive integer, got {every_n_epochs!r}.")
+        every_n_epochs = hyperparameters.integer_at_least("every_n_epochs", every_n_epochs, 1,
+                                                          strict=True)
         self.validation_data = validation_data
         self.far_targets = tuple(far_targets)
         self.metric = metric
