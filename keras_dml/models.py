@@ -138,7 +138,6 @@ class DMLModel(keras.Model):
             return
         if not layer.built:
             layer.build((None, self.embedding_dim))
-        layer.attached_to_model = True  # its weights are trained (see ProxyLoss.call)
         self.loss_layer = layer
 
     def _attach_key_encoder(self, loss):

@@ -338,3 +338,41 @@ def test_learning_rate_multiplier_inside_dml_model_fit():
     np.testing.assert_allclose(proxy_10, 10.0 * proxy_1, rtol=1e-3, atol=1e-8)
     for a, b in zip(network_1, network_10):  # the network's own step is unchanged
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_proxies_train_in_a_custom_loop_that_adds_them_and_stay_fixed_in_a_plain_model():
+    """The documented contract: DMLModel (tests/test_models.py) or a loop that adds
+    `loss.trainable_layer`'s weights trains the proxies; a plain keras.Model does not,
+    and tracing the loss outside DMLModel warns nothing."""
+    import warnings
+
+    labels, x = batch(n=10, dim=4)
+    inputs = keras.Input((4,))
+    plain = keras.Model(inputs, keras.layers.Dense(3)(inputs))
+    loss = ProxyAnchor(num_classes=CLASSES)
+    plain.compile("adam", loss)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plain.fit(x, labels, batch_size=10, epochs=1, verbose=0)
+    start = loss.proxies.numpy().copy()
+    plain.fit(x, labels, batch_size=10, epochs=1, verbose=0)
+    np.testing.assert_array_equal(loss.proxies.numpy(), start)
+
+    loss = ProxyAnchor(num_classes=CLASSES)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    loss.trainable_layer.build((None, 3))
+    start = loss.proxies.numpy().copy()
+    variables = model.trainable_weights + loss.trainable_layer.trainable_weights
+    optimizer = keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            value = loss(labels, model(x))
+        optimizer.apply(tape.gradient(value, variables), variables)
+
+    with warnings.catch_warnings(record=True) as more:
+        warnings.simplefilter("always")
+        step()
+    assert np.abs(loss.proxies.numpy() - start).max() > 1e-4
+    assert not [w for w in caught + more if "prox" in str(w.message).lower()]
