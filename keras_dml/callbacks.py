@@ -16,7 +16,28 @@ _COUNTS = ("num_queries", "num_excluded_queries")
 _VERIFICATION_LOGGED = ("roc_auc", "eer", "best_f1", "best_f1_threshold")
 
 
-class RecallAtK(keras.callbacks.Callback):
+class _EmbeddingCallback(keras.callbacks.Callback):
+    """Embeds validation data with the model being trained (or `embedding_model`),
+    in inference mode, after every `every_n_epochs`-th epoch."""
+
+    def __init__(self, embedding_model, every_n_epochs, prefix):
+        super().__init__()
+        self.embedding_model = embedding_model
+        self.every_n_epochs = hyperparameters.integer_at_least("every_n_epochs",
+                                                               every_n_epochs, 1, strict=True)
+        self.prefix = prefix
+        self._forward = None
+
+    def set_model(self, model):
+        super().set_model(model)
+        self._forward = inference_function(self.embedding_model or model)
+
+    def due(self, epoch):
+        """Whether epoch `epoch` (0-based) is evaluated."""
+        return (epoch + 1) % self.every_n_epochs == 0
+
+
+class RecallAtK(_EmbeddingCallback):
     """Recall@K, Precision@1, R-Precision and MAP@R on validation data, per epoch.
 
     At the end of every `every_n_epochs`-th epoch the model embeds the
@@ -90,29 +111,20 @@ class RecallAtK(keras.callbacks.Callback):
         prefix="val_",
         verbose=1,
     ):
-        super().__init__()
+        super().__init__(embedding_model, every_n_epochs, prefix)
         self.validation_data = as_dataset(validation_data, batch_size)
         self.reference_data = (
             None if reference_data is None else as_dataset(reference_data, batch_size)
         )
         # checked now, not after the first epoch of training
         self.metrics, self.ks = check_metrics(metrics, ks)
-        self.every_n_epochs = hyperparameters.integer_at_least("every_n_epochs",
-                                                               every_n_epochs, 1)
         self.seen_classes = None if seen_classes is None else np.unique(np.asarray(seen_classes))
         self.distance = hyperparameters.one_of("distance", distance, DISTANCES)
         self.batch_size = batch_size
         self.chunk_size = chunk_size
-        self.prefix = prefix
         self.verbose = verbose
-        self.embedding_model = embedding_model
-        self._forward = None
         self.last_results = {}
         self.history = {"epoch": []}
-
-    def set_model(self, model):
-        super().set_model(model)
-        self._forward = inference_function(self.embedding_model or model)
 
     def _metrics(self, embeddings, labels, references=None, reference_labels=None):
         result = retrieval_metrics(
@@ -156,7 +168,7 @@ class RecallAtK(keras.callbacks.Callback):
         }
 
     def on_epoch_end(self, epoch, logs=None):
-        if (epoch + 1) % self.every_n_epochs:
+        if not self.due(epoch):
             return
         start = time.perf_counter()
         self.last_results = self.evaluate()
@@ -170,7 +182,7 @@ class RecallAtK(keras.callbacks.Callback):
             print(f"Epoch {epoch + 1}: {shown} ({time.perf_counter() - start:.1f} s)")
 
 
-class VerificationMetrics(keras.callbacks.Callback):
+class VerificationMetrics(_EmbeddingCallback):
     """ROC AUC, EER, TAR@FAR and the best-F1 threshold of validation pairs, per epoch.
 
     At the end of every `every_n_epochs`-th epoch the model embeds the
@@ -199,23 +211,13 @@ class VerificationMetrics(keras.callbacks.Callback):
     def __init__(self, validation_data, far_targets=FAR_TARGETS, metric="cosine",
                  max_pairs=1_000_000, embedding_model=None, every_n_epochs=1, batch_size=256,
                  prefix="val_"):
-        super().__init__()
-        every_n_epochs = hyperparameters.integer_at_least("every_n_epochs", every_n_epochs, 1,
-                                                          strict=True)
+        super().__init__(embedding_model, every_n_epochs, prefix)
         self.validation_data = validation_data
         self.far_targets = tuple(far_targets)
         self.metric = metric
         self.max_pairs = max_pairs
-        self.embedding_model = embedding_model
-        self.every_n_epochs = every_n_epochs
         self.batch_size = batch_size
-        self.prefix = prefix
         self.last_results = None
-        self._forward = None
-
-    def set_model(self, model):
-        super().set_model(model)
-        self._forward = inference_function(self.embedding_model or model)
 
     def evaluate(self):
         """Embeds the validation data; returns the `verification_metrics` dict."""
@@ -225,7 +227,7 @@ class VerificationMetrics(keras.callbacks.Callback):
         return self.last_results
 
     def on_epoch_end(self, epoch, logs=None):
-        if (epoch + 1) % self.every_n_epochs:
+        if not self.due(epoch):
             return
         results = self.evaluate()
         keys = [k for k in results if k in _VERIFICATION_LOGGED or k.startswith("tar@far=")]
