@@ -137,36 +137,55 @@ LARGE_SYSTEMS = {
                                "miner_config": {"epsilon": 0.1}}, 4096),
     "Triplet semi-hard": (f"{TF}:loss_step",
                           {"loss": "Triplet", "config": {"mining": "semihard"}}, 4096),
+    "Triplet hard": (f"{TF}:loss_step", {"loss": "Triplet", "config": {"mining": "hard"}},
+                     4096),
     "Triplet (all triplets)": (f"{TF}:loss_step", {"loss": "Triplet"}, 4096),
 }
 
 
-def large_batches(threads, sizes=LARGE_SIZES, repeats=3, device="cpu"):
-    """Large-N losses, d = 512: time and peak memory beyond set-up, one process each."""
+def large_batches(threads, sizes=LARGE_SIZES, repeats=3, device="cpu", losses=None):
+    """Large-N losses, d = 512: time and peak memory, one process each.
+
+    Memory: the peak resident size of the calls after the first beyond the resident
+    size before them (what a training step needs on top of the model), and the
+    first call's (graph tracing included) beyond the set-up. `losses`: run only
+    these names of `LARGE_SYSTEMS` (default: all).
+    """
     rows = []
     for n in sizes:
         for name, (factory, kwargs, largest) in LARGE_SYSTEMS.items():
             if largest is not None and n > largest:
                 continue
+            if losses and name not in losses:
+                continue
             print(f"[large batches] {name} N={n} ...", file=sys.stderr, flush=True)
-            stats = processes.alone(factory, {**kwargs, "n": n, "measure_memory": True},
-                                    repeats=repeats, warmup=0, threads=threads,
-                                    device=device)
-            extra_mb = (stats["memory"]["peak_kb"] - stats["memory"]["rss_after_setup_kb"]) / 1024
-            rows.append({"loss": name, "N": n, "seconds": stats["median"],
-                         "seconds_range": [stats["min"], stats["max"]],
-                         "peak_mb_beyond_setup": extra_mb,
-                         "in_nxn_float32": extra_mb * 2**20 / (4.0 * n * n)})
+            result = processes.peak_memory(factory, {**kwargs, "n": n, "measure_memory": True},
+                                           repeats=repeats, threads=threads, device=device)
+            steady, first = result["steady"], result["first_call"]
+            nxn_kb = 4.0 * n * n / 1024
+            rows.append({"loss": name, "N": n, "seconds": steady["median"],
+                         "seconds_range": [steady["min"], steady["max"]],
+                         "first_call_seconds": first["seconds"],
+                         "peak_mb": None if steady["peak_kb"] is None
+                         else steady["peak_kb"] / 1024,
+                         "in_nxn_float32": None if steady["peak_kb"] is None
+                         else steady["peak_kb"] / nxn_kb,
+                         "first_call_peak_mb": first["peak_kb"] / 1024,
+                         "first_call_in_nxn_float32": first["peak_kb"] / nxn_kb})
     return rows
 
 
 def large_markdown(rows):
-    lines = ["| loss | N | time (s), median [range] | peak memory beyond set-up | "
-             "in N x N float32 matrices |", "| --- | --- | --- | --- | --- |"]
+    lines = ["| loss | N | time (s), median [range] | peak memory of a step | "
+             "in N x N float32 matrices | first call (tracing included) |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:
+        peak = ("n/a", "n/a") if r["peak_mb"] is None else (
+            f"{r['peak_mb']:.0f} MB", f"{r['in_nxn_float32']:.2f}")
         lines.append(f"| {r['loss']} | {r['N']} | {r['seconds']:.2f} "
                      f"[{r['seconds_range'][0]:.2f}-{r['seconds_range'][1]:.2f}] | "
-                     f"{r['peak_mb_beyond_setup']:.0f} MB | {r['in_nxn_float32']:.2f} |")
+                     f"{peak[0]} | {peak[1]} | {r['first_call_peak_mb']:.0f} MB "
+                     f"({r['first_call_in_nxn_float32']:.2f}) |")
     return "\n".join(lines) + "\n"
 
 
@@ -186,8 +205,12 @@ def main(argv=None):
                         help="also MultiSimilarity and ICE at N = 4,096-16,384 (time, memory)")
     parser.add_argument("--large-sizes", type=int, nargs="+", default=list(LARGE_SIZES),
                         metavar="N", help="batch sizes for --large-batches")
+    parser.add_argument("--large-losses", nargs="+", default=None, metavar="NAME",
+                        choices=list(LARGE_SYSTEMS),
+                        help="for --large-batches: only these losses (default: all)")
     parser.add_argument("--large-repeats", type=int, default=3,
-                        help="timed calls per size for --large-batches (the first traces)")
+                        help="timed calls per size for --large-batches, after a first "
+                             "call (tracing) measured apart")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                         help="cpu hides GPUs from every system; gpu runs TensorFlow and "
                              "torch on the GPU (faiss-cpu stays on the CPU); the files are "
@@ -214,7 +237,7 @@ def main(argv=None):
         table = write(stem, info, rows, large)
     if args.large_batches:
         large = large_batches(args.threads, args.large_sizes, args.large_repeats,
-                              device=args.device)
+                              device=args.device, losses=args.large_losses)
         table = write(stem, info, rows, large)
     print(table)
     return 0

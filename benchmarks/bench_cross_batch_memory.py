@@ -48,7 +48,7 @@ def keras_dml_step(memory, d, threads):
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     from keras_dml import losses
 
-    loss = losses.CrossBatchMemory(losses.MultiSimilarity(mining=False), memory_size=memory)
+    loss = losses.CrossBatchMemory(losses.MultiSimilarity(miner=None), memory_size=memory)
     batches = [(tf.constant(x), tf.constant(y.astype("int32"))) for x, y in
                _batches(8, d)]
 

@@ -40,19 +40,44 @@ class Case:
 _LOSS_SIZES = {"full": {"n": 1024}, "quick": {"n": 1024}, "smoke": {"n": 32, "d": 16}}
 
 
-def _loss_case(name, ours, peer, target, floor=False, same_value=True):
-    loss, config = ours
+def _loss_case(name, ours, peer, target, floor=False, same_value=True, sizes=None,
+               **common):
+    """`ours` = (loss, config[, miner, miner_config]), `peer` = (PML loss, config, miner,
+    miner_config); `sizes` replaces the default N = 1024; `common` goes to both sides."""
+    loss, config, *mined = ours
     pml_loss, pml_config, miner, miner_config = peer
     systems = {
-        "keras_dml": (f"{TF}:loss_step", {"loss": loss, "config": config}),
+        "keras_dml": (f"{TF}:loss_step", {"loss": loss, "config": config, **common,
+                                          **dict(zip(("miner", "miner_config"), mined))}),
         "peer": (f"{TORCH}:loss_step", {"loss": pml_loss, "config": pml_config,
-                                        "miner": miner, "miner_config": miner_config}),
+                                        "miner": miner, "miner_config": miner_config,
+                                        **common}),
     }
     if floor:
         systems["floor"] = (f"{TF}:matmul_floor", {})
-    return Case("losses", name, systems, _LOSS_SIZES, target, inner=3,
+    return Case("losses", name, systems, sizes or _LOSS_SIZES, target, inner=3,
                 per_call="forward + backward, d = 512, C x 4",
                 repeats={"full": 15, "quick": 7}, same_value=same_value)
+
+
+def _proxy_case(name, ours, peer, same_value=False):
+    """A proxy loss with C = 100 classes: gradients w.r.t. the embeddings and the proxies
+    on both sides; random proxies on each side, so the values differ."""
+    return _loss_case(f"{name} (C = 100)", (ours[0], {"num_classes": 100, **ours[1]}),
+                      (peer[0], {"num_classes": 100, **peer[1]}, None, None), 0.7,
+                      same_value=same_value, classes=100)
+
+
+def _sampler_case(classes_per_batch, samples_per_class):
+    design = {"classes_per_batch": classes_per_batch, "samples_per_class": samples_per_class}
+    return Case(
+        "data", f"C x k index batches, {classes_per_batch} x {samples_per_class}, "
+                "SOP-sized labels vs PML MPerClassSampler",
+        {"keras_dml": (f"{TF}:sampler_epoch", design),
+         "peer": (f"{TORCH}:sampler_epoch", design)},
+        {"full": {}, "quick": {}, "smoke": {"samples": 600, "classes": 120}},
+        target=1.0, unit="ms", per_call="one epoch of index batches (59,551 samples)",
+        repeats={"full": 9, "quick": 5})
 
 
 def _knn_case(name, n, d, quick_n, leave_one_out=False):
@@ -80,14 +105,55 @@ CASES = [
                 "TripletMarginMiner", {"margin": 0.1, "type_of_triplets": "semihard",
                                        "distance": "CosineSimilarity"}), 0.7,
                same_value=False),  # semi-hard is defined differently (README)
+    _loss_case("Triplet hard (batch hard)", ("Triplet", {"mining": "hard", "margin": 0.1}),
+               ("TripletMarginLoss", {"margin": 0.1, "distance": "CosineSimilarity"},
+                "BatchHardMiner", {"distance": "CosineSimilarity"}), 0.7),
+    # PML averages over the triplets with a non-zero loss only (AvgNonZeroReducer)
+    _loss_case("Triplet (all triplets)", ("Triplet", {"margin": 0.1}),
+               ("TripletMarginLoss", {"margin": 0.1, "distance": "CosineSimilarity"},
+                None, None), 0.7, same_value=False),
+    # PML's LiftedStructureLoss builds a (positive pairs x negative pairs) matrix: 12.8 GB
+    # at N = 1024 (C x 4), so N = 512. The lifted structure values differ (each library's
+    # own averaging; same pairs and terms).
+    _loss_case("LiftedStructure (N = 512)", ("LiftedStructure", None),
+               ("LiftedStructureLoss", {"neg_margin": 1.0}, None, None), 0.7,
+               same_value=False, sizes={"full": {"n": 512}, "quick": {"n": 512},
+                                        "smoke": {"n": 32, "d": 16}}),
+    _loss_case("GeneralizedLiftedStructure", ("GeneralizedLiftedStructure",
+                                              {"distance": "euclidean"}),
+               ("GeneralizedLiftedStructureLoss", {"neg_margin": 1.0, "pos_margin": 0.0},
+                None, None), 0.7, same_value=False),
     _loss_case("NCA", ("NCA", {"scale": 2.0}), ("NCALoss", {"softmax_scale": 1}, None, None),
                0.7),
+    _loss_case("Histogram (100 bins)", ("Histogram", {"bins": 101}),
+               ("HistogramLoss", {"n_bins": 100}, None, None), 0.7),
+    # random on both sides: distance weighted sampling draws the negatives
+    _loss_case("Margin + distance weighted sampling",
+               ("Margin", None, "DistanceWeighted", {"seed": 0}),
+               ("MarginLoss", {"margin": 0.2, "beta": 1.2, "learn_beta": True},
+                "DistanceWeightedMiner", {"cutoff": 0.5, "nonzero_loss_cutoff": 1.4}), 0.7,
+               same_value=False),
     _loss_case("NPair N-pair-mc", ("NPair", {"l2_penalty": 0.0, "metric": "cosine",
                                               "tuples": "one_per_class"}),
                ("NPairsLoss", None, None, None), 0.7),
-    # issue 18. The ArcFace family: keras_dml differentiates w.r.t. the embeddings only,
-    # PML's backward also fills W.grad (its loss owns W); C = 256 classes, random weights
-    # on both sides (values differ).
+    # Proxy losses: gradients w.r.t. the proxies too on both sides. PML's ProxyNCA keeps the
+    # positive proxy in the softmax's denominator, the paper (keras_dml) does not (same
+    # work). keras_dml's SoftTriple also computes the centre regulariser, which PML omits:
+    # tau = 0 is the like-for-like row.
+    _proxy_case("ProxyAnchor", ("ProxyAnchor", {}),
+                ("ProxyAnchorLoss", {"margin": 0.1, "alpha": 32})),
+    _proxy_case("ProxyNCA", ("ProxyNCA", {}), ("ProxyNCALoss", {})),
+    _proxy_case("SoftTriple, 10 centres", ("SoftTriple", {"centers_per_class": 10}),
+                ("SoftTripleLoss", {"centers_per_class": 10, "la": 20, "gamma": 0.1,
+                                    "margin": 0.01})),
+    _proxy_case("SoftTriple, 10 centres, tau = 0",
+                ("SoftTriple", {"centers_per_class": 10, "tau": 0.0}),
+                ("SoftTripleLoss", {"centers_per_class": 10, "la": 20, "gamma": 0.1,
+                                    "margin": 0.01})),
+    _proxy_case("NormalizedSoftmax", ("NormalizedSoftmax", {}),
+                ("NormalizedSoftmaxLoss", {"temperature": 0.05})),
+    # issue 18. The ArcFace family: gradients w.r.t. the embeddings and the class weights
+    # on both sides; C = 256 classes, random weights on both sides (values differ).
     _loss_case("ArcFace", ("ArcFace", {"num_classes": 256}),
                ("ArcFaceLoss", {"num_classes": 256}, None, None), 0.7, same_value=False),
     _loss_case("CosFace", ("CosFace", {"num_classes": 256}),
@@ -113,6 +179,8 @@ CASES = [
           "peer": (f"{TORCH}:multiple_negatives_ranking", {"samples_per_class": 1})},
          _LOSS_SIZES, 0.7, inner=3, per_call="forward + backward, N (query | positive) rows",
          repeats={"full": 15, "quick": 7}, same_value=True),
+    _sampler_case(90, 2),
+    _sampler_case(32, 4),
     _knn_case("exact kNN 20,000 x 512, k = 101 vs faiss IndexFlatIP", 20000, 512, 10000),
     _knn_case("exact kNN 100,000 x 128, k = 101 vs faiss IndexFlatIP", 100000, 128, 30000),
     Case("retrieval", "P@1, R-Precision, MAP@R on 20,000 x 512 vs PML AccuracyCalculator",

@@ -11,11 +11,32 @@ SHARED = next((path for path in (os.path.join(_ROOT, "..", "shared", "datasets")
                if os.path.isdir(path)), os.path.join(_ROOT, "..", "shared", "datasets"))
 
 
-def batch(n, d, samples_per_class=4, seed=0):
-    """Random embeddings (n, d) float32 and C x k int32 labels."""
+def batch(n, d, samples_per_class=4, seed=0, classes=None):
+    """Random embeddings (n, d) float32 and C x k int32 labels (modulo `classes` if given)."""
     rng = np.random.default_rng(seed)
     labels = np.arange(n) // samples_per_class
+    if classes is not None:
+        labels = labels % classes
     return rng.normal(size=(n, d)).astype("float32"), labels.astype("int32")
+
+
+def sop_sized_labels(samples=59_551, classes=11_318, smallest=2, largest=12, seed=0):
+    """Skewed class sizes in [smallest, largest] summing to `samples`, labels shuffled.
+
+    The defaults are Stanford Online Products' train split (2 to 12 images per
+    class, 5.26 on average): 2 + a geometric draw per class (most classes small, a
+    tail up to 12), nudged one class at a time to the exact total.
+    """
+    rng = np.random.default_rng(seed)
+    mean_extra = samples / classes - smallest
+    counts = np.clip(smallest + rng.geometric(1 / (mean_extra + 1), classes) - 1,
+                     smallest, largest)
+    while counts.sum() != samples:
+        step = 1 if counts.sum() < samples else -1
+        room = np.flatnonzero((counts + step >= smallest) & (counts + step <= largest))
+        fix = rng.choice(room, min(len(room), abs(samples - counts.sum())), replace=False)
+        counts[fix] += step
+    return rng.permutation(np.repeat(np.arange(classes), counts))
 
 
 def clustered(n, d, num_classes, seed=0, spread=2.5):

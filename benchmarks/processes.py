@@ -10,7 +10,8 @@ address space, thread pool or allocator with another. Each worker times itself,
 so the pipe is not in the figures.
 
 `alone` times one system with no other worker alive: the fairness check
-compares it with the same system's figure from `compare`.
+compares it with the same system's figure from `compare`. `peak_memory` measures
+one system's peak resident memory, first call and later calls apart.
 """
 
 import json
@@ -142,3 +143,32 @@ def alone(factory, kwargs, repeats=7, warmup=1, inner=1, threads=2, device="cpu"
     """The same measurement for one system with no other worker alive."""
     return compare({"alone": (factory, kwargs)}, repeats, warmup, inner, threads,
                    device=device)["alone"]
+
+
+def peak_memory(factory, kwargs, repeats=3, threads=2, device="cpu"):
+    """Peak memory and time of one system's unit, in a process of its own.
+
+    The first call (graph tracing, optimisation, allocator growth) is measured apart:
+    its peak beyond the set-up's resident memory. Then the peak is reset and the
+    unit runs `repeats` more times: "steady" is their peak beyond the resident
+    memory just before them, what each training step needs on top of the model.
+
+    Returns:
+        {"first_call": {"seconds", "peak_kb"}, "steady": {summary of the times,
+        "peak_kb"}}; "peak_kb" is None where the peak cannot be reset (not Linux).
+    """
+    worker = Worker(factory, kwargs, threads, device)
+    try:
+        worker.wait_ready()
+        first = worker.run(1)[0]
+        stats = worker.request(stats=True)
+        reset = worker.request(reset_peak=True)
+        times = worker.run(repeats)
+        after = worker.request(stats=True)
+    finally:
+        worker.close()
+    return {"first_call": {"seconds": first,
+                           "peak_kb": stats["peak_kb"] - stats["rss_after_setup_kb"]},
+            "steady": {**summary(times), "samples": times,
+                       "peak_kb": after["peak_kb"] - reset["rss_kb"] if reset["reset"]
+                       else None}}

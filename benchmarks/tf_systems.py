@@ -21,27 +21,40 @@ import keras_dml  # noqa: E402
 from keras_dml import evaluation  # noqa: E402
 
 
-def loss_step(loss, config=None, n=1024, d=512, samples_per_class=4, jit_compile=False,
-              measure_memory=False):
+def loss_step(loss, config=None, miner=None, miner_config=None, n=1024, d=512,
+              samples_per_class=4, classes=None, jit_compile=False, measure_memory=False):
     """Forward + backward of `keras_dml.losses.<loss>(**config)` w.r.t. (n, d) embeddings.
 
-    With `measure_memory`, the step is not run during set-up, so the worker's
-    peak memory beyond set-up is the step's own.
+    And w.r.t. the loss's own weights (proxies, class weights, a learnable margin),
+    as a training step needs them and as a PML loss's backward fills them. `miner`
+    names a `keras_dml.mining` class built with `miner_config`. The labels are a
+    variable, as a batch's labels in training: constant labels would let graph
+    optimisation fold the label masks away. With `measure_memory`, the step is not
+    run during set-up, so the first call's peak is the step's own.
     """
-    x_np, y_np = data.batch(n, d, samples_per_class)
-    loss = getattr(keras_dml.losses, loss)(**(config or {}))
-    x, y = tf.Variable(x_np), tf.constant(y_np)
+    x_np, y_np = data.batch(n, d, samples_per_class, classes=classes)
+    config = dict(config or {})
+    if miner:
+        config["miner"] = getattr(keras_dml.mining, miner)(**(miner_config or {}))
+    loss = getattr(keras_dml.losses, loss)(**config)
+    x, y = tf.Variable(x_np), tf.Variable(y_np, trainable=False)
+    sources = [x]
+    layer = getattr(loss, "trainable_layer", None)
+    if layer is not None:
+        layer.attached_to_model = True  # its weights are differentiated here (no warning)
+        loss(y, x)  # builds them
+        sources += layer.trainable_weights
 
     @tf.function(jit_compile=jit_compile)
     def step():
         with tf.GradientTape() as tape:
             value = loss(y, x)
         # dense, as a backbone receives it (a loss that gathers rows gives IndexedSlices)
-        return value, tf.convert_to_tensor(tape.gradient(value, x))
+        return [value] + [tf.convert_to_tensor(g) for g in tape.gradient(value, sources)]
 
     if measure_memory:
         return lambda: [t.numpy() for t in step()]
-    value, gradient = step()
+    value, gradient = step()[:2]
     return (lambda: [t.numpy() for t in step()]), {
         "value": float(value), "finite": bool(np.isfinite(gradient.numpy()).all())}
 
@@ -124,3 +137,21 @@ def omniglot_evaluate(batch_size=1024, limit=None):
             embeddings, y, metrics=("precision@1", "r_precision", "map@r"))
 
     return step, {key: float(value) for key, value in step().items()}
+
+
+def sampler_epoch(classes_per_batch=90, samples_per_class=2, samples=59_551, classes=11_318):
+    """One epoch of C x k index batches from `ClassBalancedSampler` on SOP-sized labels."""
+    import warnings
+
+    labels = data.sop_sized_labels(samples, classes)
+    with warnings.catch_warnings():  # classes smaller than k are topped up with repeats
+        warnings.simplefilter("ignore")
+        sampler = keras_dml.data.ClassBalancedSampler(labels, classes_per_batch,
+                                                      samples_per_class, seed=0)
+    batches = samples // (classes_per_batch * samples_per_class)
+
+    def step():
+        return [sampler.next_batch() for _ in range(batches)]
+
+    drawn = step()
+    return step, {"batches": len(drawn), "batch_size": len(drawn[0])}

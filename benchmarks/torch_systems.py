@@ -25,9 +25,10 @@ def _pml(name, config):
 
 
 def loss_step(loss, config=None, miner=None, miner_config=None, n=1024, d=512,
-              samples_per_class=4, measure_memory=False):
-    """Forward + backward of a PML loss (with its miner) w.r.t. (n, d) embeddings."""
-    x_np, y_np = data.batch(n, d, samples_per_class)
+              samples_per_class=4, classes=None, measure_memory=False):
+    """Forward + backward of a PML loss (with its miner) w.r.t. (n, d) embeddings and the
+    loss's own parameters."""
+    x_np, y_np = data.batch(n, d, samples_per_class, classes=classes)
     if config and "num_classes" in config:  # a loss with class weights: (d, C) of this size
         config = {**config, "embedding_size": d}
     loss = _pml(loss, config)
@@ -35,8 +36,12 @@ def loss_step(loss, config=None, miner=None, miner_config=None, n=1024, d=512,
     x = torch.tensor(x_np, requires_grad=True, device=DEVICE)
     y = torch.tensor(y_np, dtype=torch.long, device=DEVICE)
 
+    weights = list(loss.parameters())  # proxies, class weights, a learnable margin
+
     def step():
         x.grad = None
+        for weight in weights:
+            weight.grad = None
         value = loss(x, y) if miner is None else loss(x, y, miner(x, y))
         value.backward()
         return value.item()
@@ -45,6 +50,22 @@ def loss_step(loss, config=None, miner=None, miner_config=None, n=1024, d=512,
         return step
     value = step()
     return step, {"value": value, "finite": bool(torch.isfinite(x.grad).all())}
+
+
+def sampler_epoch(classes_per_batch=90, samples_per_class=2, samples=59_551, classes=11_318):
+    """One epoch of index batches from PML's `MPerClassSampler` on SOP-sized labels."""
+    from pytorch_metric_learning.samplers import MPerClassSampler
+
+    labels = data.sop_sized_labels(samples, classes)
+    batch_size = classes_per_batch * samples_per_class
+    sampler = MPerClassSampler(labels, m=samples_per_class, batch_size=batch_size,
+                               length_before_new_iter=samples)
+
+    def step():
+        return list(iter(sampler))
+
+    drawn = step()
+    return step, {"batches": len(drawn) // batch_size, "batch_size": batch_size}
 
 
 def multiple_negatives_ranking(n=1024, d=512, samples_per_class=1, scale=20.0):

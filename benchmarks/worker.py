@@ -8,7 +8,9 @@ materialised on the host) and optionally a dict of facts to report.
 
 Protocol (one JSON line each way): the worker answers "ready" once built, then
 for {"run": n} runs the unit n times and answers the n wall times in seconds;
-{"stats": true} answers resident-memory figures; {"quit": true} ends it.
+{"stats": true} answers resident-memory figures; {"reset_peak": true} resets the
+peak (Linux: /proc/self/clear_refs) and answers the resident memory then, so a
+later "stats" gives the peak of the calls in between; {"quit": true} ends it.
 """
 
 import importlib
@@ -30,6 +32,16 @@ def memory_kb(field):
     except OSError:
         pass
     return 0
+
+
+def reset_peak():
+    """Reset VmHWM to the current resident size; False where the kernel does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+    except OSError:
+        return False
+    return True
 
 
 def _answer(message, out):
@@ -56,6 +68,8 @@ def main():
                 step()
                 times.append(time.perf_counter() - start)
             _answer({"times": times}, out)
+        elif "reset_peak" in command:
+            _answer({"reset": reset_peak(), "rss_kb": memory_kb("VmRSS")}, out)
         elif "stats" in command:
             _answer({"rss_after_setup_kb": rss_after_setup, "peak_kb": memory_kb("VmHWM")}, out)
         else:

@@ -43,16 +43,26 @@ def cnn3(input_shape, filters=64, blocks=3, name="cnn3"):
     return keras.Model(inputs, keras.layers.Flatten(name="flatten")(x), name=name)
 
 
-def get(name, input_shape):
+def get(name, input_shape, width=None):
     """A backbone by name: "convnet", "cnn3" or "resnet50" (keras.applications,
-    weights=None)."""
-    if name == "convnet":
-        return convnet(input_shape)
-    if name == "cnn3":
-        return cnn3(input_shape)
+    weights=None).
+
+    `width` sets the filters of cnn3's convolutions (default 64) or of convnet's
+    first stage (default 32, doubled per stage); resnet50 has no width.
+    """
     if name == "resnet50":
+        if width is not None:
+            raise ValueError(f"width={width!r} applies to cnn3 and convnet, not resnet50.")
         return keras.applications.ResNet50(weights=None, include_top=False,
                                            input_shape=input_shape)
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int)
+                              or width < 1):
+        raise ValueError(f"width must be a positive integer, got {width!r}.")
+    if name == "convnet":
+        return convnet(input_shape) if width is None else convnet(
+            input_shape, widths=(width, 2 * width, 4 * width))
+    if name == "cnn3":
+        return cnn3(input_shape) if width is None else cnn3(input_shape, filters=width)
     raise ValueError(f"Unknown backbone {name!r}: expected one of {BACKBONES}.")
 
 

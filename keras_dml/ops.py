@@ -315,7 +315,10 @@ def masked_max(x, mask, axis=-1, keepdims=False, empty_value=0.0):
 
 def masked_min(x, mask, axis=-1, keepdims=False, empty_value=0.0):
     """Min of `x` over `mask`; rows with no masked-in entry give `empty_value`."""
-    return -masked_max(-to_float32(x), mask, axis, keepdims, -empty_value)
+    x = to_float32(x)
+    result = tf.reduce_min(masked_fill(x, mask, tf.float32.max), axis=axis, keepdims=keepdims)
+    has_any = tf.reduce_any(mask, axis=axis, keepdims=keepdims)
+    return tf.where(has_any, result, tf.fill(tf.shape(result), empty_value))
 
 
 def closest_below(candidates, threshold):

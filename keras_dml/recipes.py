@@ -15,6 +15,7 @@ _OMNIGLOT = {
     "classes_per_batch": 32,
     "samples_per_class": 4,
     "backbone": "cnn3",
+    "width": 64,
     "embedding_dim": 128,
     "epochs": 4,
     "steps_per_epoch": 500,

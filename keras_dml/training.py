@@ -137,7 +137,7 @@ def _augmented(transform, config, input_shape):
 
 def build_model(config, input_shape):
     keras.utils.set_random_seed(config.seed)
-    backbone = backbones.get(config.backbone, input_shape)
+    backbone = backbones.get(config.backbone, input_shape, config.width)
     embeddings = EmbeddingHead(config.embedding_dim, name="embedding")(backbone.output)
     return DMLModel(backbone.input, embeddings, name=f"{config.backbone}_embedder")
 
@@ -354,7 +354,8 @@ class ConsoleReport:
         train, test = splits.train, evaluation_splits(splits)[0]
         print(f"{config.dataset}: {train.num_classes} training classes ({len(train)} images), "
               f"{test.num_classes} test classes ({len(test)} images)")
-        print(f"{config.backbone}, {config.embedding_dim}-d, {config.loss}; batches of "
+        width = "" if config.width is None else f" (width {config.width})"
+        print(f"{config.backbone}{width}, {config.embedding_dim}-d, {config.loss}; batches of "
               f"{config.classes_per_batch} classes x {config.samples_per_class}; "
               f"{config.epochs} epochs x {config.steps_per_epoch} steps; run: {run_dir}",
               flush=True)

@@ -24,6 +24,9 @@ LOSSES = (
     "SupervisedContrastive", "Triplet",
 )
 BACKBONES = ("cnn3", "convnet", "resnet50")
+# Filters of the conv layers when --width is not given: cnn3 at 32 (not the protocol's
+# 64) trains 2.6x faster on a CPU and still reaches R@1 >= 78 on Omniglot (README).
+DEFAULT_WIDTHS = {"cnn3": 32, "convnet": 32}
 LR_SCHEDULES = ("constant", "cosine")
 STRATEGIES = ("auto", "mirrored", "multiworker")
 # Image side used for image-file datasets when --image-size is not given: small enough
@@ -45,8 +48,9 @@ class TrainConfig:
     classes_per_batch: int = None
     samples_per_class: int = None
     backbone: str = "cnn3"
+    width: int = None
     embedding_dim: int = 128
-    loss: str = "MultiSimilarity"
+    loss: str = "InstanceCrossEntropy"
     loss_args: dict = dataclasses.field(default_factory=dict)
     epochs: int = 2
     steps_per_epoch: int = 500
@@ -98,6 +102,13 @@ class TrainConfig:
         if self.backbone not in BACKBONES:
             raise ValueError(f"Unknown backbone {self.backbone!r}: expected one of "
                              f"{list(BACKBONES)}.")
+        if self.width is None:
+            self.width = DEFAULT_WIDTHS.get(self.backbone)
+        elif self.backbone not in DEFAULT_WIDTHS:
+            raise ValueError(f"width applies to {' and '.join(DEFAULT_WIDTHS)}, not "
+                             f"{self.backbone}.")
+        elif isinstance(self.width, bool) or not isinstance(self.width, int) or self.width < 1:
+            raise ValueError(f"width must be a positive integer, got {self.width!r}.")
         if self.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+=-]*",
                                                           self.run_name):
             raise ValueError(f"run_name must be a plain folder name (letters, digits, "

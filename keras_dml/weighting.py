@@ -7,7 +7,7 @@ turns that statement into code (see docs/architecture.md for the whole flow):
 
     batch x reference set --similarity--> M (N x M) --masks/mining--> kept pairs
         --loss.compute_terms--> (value, W = d value / d M)
-        --tf.custom_gradient--> backward pass uses W
+        --tf.custom_gradient--> backward pass uses W (and not M)
 
 so a loss declares its value and its weights once, the backward pass costs one
 multiply by W, and reweighting losses (ICE) may state weights that are not the
@@ -18,10 +18,19 @@ import numpy as np
 import tensorflow as tf
 
 
-def weighted_pair_loss(matrix, terms_fn, parameters=()):
+def weighted_pair_loss(sources, tape, matrix, terms_fn, parameters=()):
     """Value of a pair loss whose gradient w.r.t. `matrix` is the loss's pair weights.
 
+    The custom gradient is taken w.r.t. `sources`, the tensors `matrix` was built
+    from under `tape`: its backward pass is `tape.gradient(matrix, sources,
+    upstream * weights)`. So the backward pass keeps W and what the matrix's own
+    backward needs (the unit embeddings), never the matrix or the masks: they are
+    freed once the forward pass is done with them (an N x N float32 each).
+
     Args:
+        sources: tensors (or variables) the matrix is differentiated back to (the
+            embeddings, trainable keys); watched by `tape`.
+        tape: a persistent `tf.GradientTape` that recorded `matrix` from `sources`.
         matrix: float32 (N, M) similarity or distance matrix (query x key).
         terms_fn: function `(matrix, *parameters) -> (value, weights)`, plus the
             gradients of `parameters` when there are any. `value` is either a
@@ -32,25 +41,28 @@ def weighted_pair_loss(matrix, terms_fn, parameters=()):
             the gradient of parameter p is upstream * (its stated gradient).
 
     Returns:
-        `value`, with the custom gradient `upstream * weights`.
+        `value`, with the custom gradient: `upstream * weights` back through the
+        matrix to `sources`.
     """
-    parameters = tuple(parameters)
+    sources, parameters = tuple(sources), tuple(parameters)
 
     @tf.custom_gradient
-    def _loss(m, *params):
-        out = terms_fn(m, *params)
+    def _loss(*inputs):
+        out = terms_fn(matrix, *inputs[len(sources):])
         value, weights = out[0], tf.stop_gradient(out[1])
-        stated = [tf.stop_gradient(g) for g in out[2]] if params else []
+        stated = [tf.stop_gradient(g) for g in out[2]] if parameters else []
 
         def grad(upstream):
             rows = upstream[:, tf.newaxis] if value.shape.rank == 1 else upstream
-            if not params:
-                return rows * weights
-            return [rows * weights] + [upstream * g for g in stated]
+            through_matrix = tape.gradient(
+                matrix, sources, output_gradients=rows * weights,
+                unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            return ([tf.convert_to_tensor(g) for g in through_matrix]
+                    + [upstream * g for g in stated])
 
         return value, grad
 
-    return _loss(matrix, *parameters)
+    return _loss(*sources, *parameters)
 
 
 def pair_weights(loss, labels, embeddings, reference=None):

@@ -34,7 +34,7 @@ def _needs(case):
         pytest.skip("Omniglot is not in ../shared/datasets")
 
 
-@pytest.mark.parametrize("case", [c for c in cases.CASES if c.group != "losses"],
+@pytest.mark.parametrize("case", [c for c in cases.CASES if c.group not in ("losses", "data")],
                          ids=lambda c: c.name[:40])
 def test_every_case_runs_in_process(case):
     """Each system's factory builds and runs one step at smoke size (one process here)."""
@@ -49,20 +49,82 @@ def test_every_case_runs_in_process(case):
         assert isinstance(facts, dict)
 
 
-def test_loss_cases_agree_with_their_peer():
-    """The loss cases time the same quantity on both sides: equal values at smoke size."""
+def _facts(factory, kwargs):
+    """Build one system in this process, run its step once, return its facts."""
     import importlib
 
-    def run(factory, kwargs):
-        module, function = factory.split(":")
-        return getattr(importlib.import_module(module), function)(**kwargs)[1]
+    module, function = factory.split(":")
+    step, facts = getattr(importlib.import_module(module), function)(**kwargs)
+    step()
+    return facts
 
-    for case in (c for c in cases.CASES if c.group == "losses"):
-        systems = case.systems_for("smoke")
-        ours, theirs = run(*systems["keras_dml"]), run(*systems["peer"])
-        assert ours["finite"] and theirs["finite"]
-        if case.same_value:  # see the cases' comments for the others
-            assert ours["value"] == pytest.approx(theirs["value"], rel=1e-3, abs=1e-5), case.name
+
+@pytest.mark.parametrize("case", [c for c in cases.CASES if c.group == "losses"],
+                         ids=lambda c: c.name[:40])
+def test_loss_case_runs_on_both_sides_and_agrees_where_it_should(case):
+    """Each loss case's two steps run at smoke size, with finite gradients, and the
+    cases marked `same_value` compute the same value on both sides."""
+    systems = case.systems_for("smoke")
+    ours, theirs = _facts(*systems["keras_dml"]), _facts(*systems["peer"])
+    assert ours["finite"] and theirs["finite"]
+    if case.same_value:  # see the cases' comments for the others
+        assert ours["value"] == pytest.approx(theirs["value"], rel=1e-3, abs=1e-5)
+
+
+def test_value_checks_cover_the_losses_that_meet_pml():
+    """The like-for-like loss cases keep their value check (a regression guard)."""
+    checked = {c.name for c in cases.CASES if c.group == "losses" and c.same_value}
+    for name in ("MultiSimilarity + VTHM mining", "NCA", "NPair N-pair-mc",
+                 "Triplet hard (batch hard)", "Histogram (100 bins)"):
+        assert name in checked
+
+
+@pytest.mark.parametrize("case", [c for c in cases.CASES if c.group == "data"],
+                         ids=lambda c: c.name[:40])
+def test_sampler_cases_draw_the_same_epoch_on_both_sides(case):
+    systems = case.systems_for("smoke")
+    ours, theirs = _facts(*systems["keras_dml"]), _facts(*systems["peer"])
+    assert ours == theirs and ours["batches"] > 0
+
+
+def test_large_batches_report_peak_memory(tmp_path):
+    """`--large-batches` at a tiny N: one worker, the step's peak and the first call's."""
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--large-batches", "--large-sizes", "64",
+         "--large-losses", "MultiSimilarity", "--large-repeats", "1", "--threads", "1",
+         "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "benchmarks.json").read_text())["large_batches"]
+    assert (row["loss"], row["N"]) == ("MultiSimilarity", 64)
+    assert row["seconds"] > 0 and row["first_call_peak_mb"] >= 0
+    if sys.platform.startswith("linux"):  # the peak is reset through /proc/self/clear_refs
+        assert row["peak_mb"] >= 0 and row["in_nxn_float32"] >= 0
+    assert "| MultiSimilarity | 64 |" in (tmp_path / "benchmarks.md").read_text()
+
+
+def test_unknown_large_batch_loss_is_named():
+    from benchmarks.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["--large-batches", "--large-losses", "NoSuchLoss"])
+
+
+def test_cross_batch_memory_quick_mode():
+    """benchmarks/bench_cross_batch_memory.py --quick: both systems in their own process,
+    one table row with both times, the ratio and both memories (issue 17)."""
+    result = subprocess.run(
+        [sys.executable, os.path.join("benchmarks", "bench_cross_batch_memory.py"), "--quick",
+         "--threads", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| 1024 | 64 |")]
+    assert len(rows) == 1
+    cells = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    ours, theirs, ratio = float(cells[2].split()[0]), float(cells[3]), float(cells[4])
+    assert ours > 0 and theirs > 0 and ratio > 0  # times in ms (one decimal), ratio
 
 
 def test_command_writes_json_and_markdown(tmp_path):

@@ -2,6 +2,7 @@
 
 from keras_dml.training_config import (
     BACKBONES,
+    DEFAULT_WIDTHS,
     BATCH_DESIGNS,
     DATASETS,
     DEFAULT_BATCH_DESIGN,
@@ -52,6 +53,10 @@ def add_arguments(parser):
     model = parser.add_argument_group("model")
     model.add_argument("--backbone", default=default("backbone"), choices=BACKBONES,
                        help=f"{', '.join(BACKBONES)} (default %(default)s)")
+    widths = ", ".join(f"{name} {width}" for name, width in DEFAULT_WIDTHS.items())
+    model.add_argument("--width", type=int, default=None,
+                       help=f"filters per convolution of cnn3, of convnet's first stage "
+                       f"(doubled per stage); default: {widths}")
     model.add_argument("--embedding-dim", type=int, default=default("embedding_dim"),
                        help="default %(default)s")
     model.add_argument("--loss", default=default("loss"), metavar="NAME",

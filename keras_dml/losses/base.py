@@ -6,8 +6,9 @@
                masks from labels (self-pairs excluded when the reference is the batch)
                miner -> kept pairs
                compute_terms(matrix, pairs, *parameters) -> (value, W = d value / d matrix)
-               tf.custom_gradient: the backward pass is upstream * W
-                 (to the reference side only when it is trainable: proxies, not a memory)
+               tf.custom_gradient: the backward pass is upstream * W through the matrix's
+                 own backward (to the reference side only when it is trainable: proxies,
+                 not a memory); the matrix and masks are not kept for it
 
 A subclass states its hyperparameters and `compute_terms`; everything else
 (validation, float32 inside mixed precision, the matrix, masks, mining, the custom
@@ -199,10 +200,23 @@ class PairLoss(keras.losses.Loss):
     def against(self, labels, embeddings, reference):
         """Unreduced values of checked inputs against `reference`, with the engine's gradient."""
         embeddings = ops.to_float32(embeddings)
-        matrix = self.pair_matrix(embeddings, reference)
+        sources = [embeddings]
+        if reference.trainable and not reference.is_batch and reference.rows is None \
+                and reference.embeddings is not embeddings:  # separate keys: proxies
+            reference = reference._replace(embeddings=tf.convert_to_tensor(reference.embeddings))
+            sources.append(reference.embeddings)
+        with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
+            tape.watch(sources)
+            matrix = self.pair_matrix(embeddings, reference)
         pairs = self.pairs(labels, reference, matrix)
-        value = weighted_pair_loss(
-            matrix, lambda m, *p: self.compute_terms(m, pairs, *p), self.parameters(pairs))
+
+        def terms(m, *parameters):
+            # after the masks and mining: the terms' (N, M) temporaries do not coexist
+            # with the miner's, and the matrix's last reader may reuse its buffer
+            with tf.control_dependencies([pairs.positive, pairs.negative]):
+                return self.compute_terms(m, pairs, *parameters)
+
+        value = weighted_pair_loss(sources, tape, matrix, terms, self.parameters(pairs))
         penalty = self.penalty(labels, embeddings)
         return value if penalty is None else value + penalty
 

@@ -43,15 +43,20 @@ def instance_cross_entropy_terms(similarity, positive, negative, scale):
     # [matching distributions] one per (anchor, positive); empty without negatives.
     active = tf.logical_and(positive, has_negative)
     negative_lse = ops.masked_logsumexp(logits, negative, keepdims=True)
-    margin = tf.where(active, negative_lse - logits, tf.zeros_like(logits))
+    # x = l_a - z_a. on every entry (finite): the margin on the active positives, and
+    # minus the negatives' log-softmax on the negatives. One (N, M) matrix for both, and
+    # each step below waits for the previous one, so at most two are alive at a time.
+    margin = negative_lse - logits
     # [loss] eq. 5, anchor by anchor.
-    value = tf.reduce_sum(tf.where(active, tf.math.softplus(margin), tf.zeros_like(margin)), 1)
+    value = tf.reduce_sum(tf.where(active, tf.math.softplus(margin), 0.0), 1)
     # [weighting] eq. 13: (1 - p^) / sum (1 - p^) = softmax of log(1 - p^) = log sigmoid.
-    positive_weights = ops.masked_softmax(tf.math.log_sigmoid(margin), active)
+    with tf.control_dependencies([value]):
+        positive_weights = ops.masked_softmax(tf.math.log_sigmoid(margin), active)
     # eq. 14, factorised: sum_i p^(j|a,i) / sum_i (1 - p^(i|a)) = q_aj, the softmax of
     # the negatives (reusing their log-sum-exp); zero for anchors without a positive.
     keep = tf.logical_and(negative, has_positive)
-    negative_weights = tf.exp(tf.where(keep, logits - negative_lse, tf.float32.min))
+    with tf.control_dependencies([positive_weights]):
+        negative_weights = tf.exp(tf.where(keep, -margin, tf.float32.min))
     return value, 0.5 * (negative_weights - positive_weights)
 
 

@@ -2,6 +2,7 @@
 
 import warnings
 
+import tensorflow as tf
 
 from keras_dml import ops
 from keras_dml import hyperparameters as _hyper
@@ -71,9 +72,11 @@ class MultiSimilarity(PairLoss):
 
     def compute_terms(self, matrix, pairs):
         pull = -self.alpha * (matrix - self.base)
-        push = self.beta * (matrix - self.base)
         pull_lse, pull_weights = ops.masked_logsumexp_and_softmax(pull, pairs.positive,
                                                                   include_zero=True)
+        # the negatives' side once the positives' is done: two (N, M) matrices at a time
+        with tf.control_dependencies([pull_weights]):
+            push = self.beta * (matrix - self.base)
         push_lse, push_weights = ops.masked_logsumexp_and_softmax(push, pairs.negative,
                                                                   include_zero=True)
         return pull_lse / self.alpha + push_lse / self.beta, push_weights - pull_weights

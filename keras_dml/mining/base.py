@@ -64,9 +64,11 @@ class MultiSimilarityMiner(Miner):
         hardest_positive = ops.masked_min(
             similarity, positive, keepdims=True, empty_value=tf.float32.max
         )
-        hardest_negative = ops.masked_max(
-            similarity, negative, keepdims=True, empty_value=tf.float32.min
-        )
+        # one (N, M) masked copy at a time: the second waits for the first reduction
+        with tf.control_dependencies([hardest_positive]):
+            hardest_negative = ops.masked_max(
+                similarity, negative, keepdims=True, empty_value=tf.float32.min
+            )
         kept_negative = negative & (similarity > hardest_positive - self.epsilon)
         kept_positive = positive & (similarity < hardest_negative + self.epsilon)
         return kept_positive, kept_negative
