@@ -107,8 +107,8 @@ class TrainConfig:
         elif self.backbone not in DEFAULT_WIDTHS:
             raise ValueError(f"width applies to {' and '.join(DEFAULT_WIDTHS)}, not "
                              f"{self.backbone}.")
-        elif isinstance(self.width, bool) or not isinstance(self.width, int) or self.width < 1:
-            raise ValueError(f"width must be a positive integer, got {self.width!r}.")
+        else:
+            integer_at_least("width", self.width, 1, strict=True)
         if self.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+=-]*",
                                                           self.run_name):
             raise ValueError(f"run_name must be a plain folder name (letters, digits, "
