@@ -105,8 +105,8 @@ class TrainConfig:
         if self.width is None:
             self.width = DEFAULT_WIDTHS.get(self.backbone)
         elif self.backbone not in DEFAULT_WIDTHS:
-            raise ValueError(f"width applies to {' and '.join(DEFAULT_WIDTHS)}, not "
-                             f"{self.backbone}.")
+            raise ValueError(f"width must not be given with {self.backbone}: it sets the "
+                             f"filters of {' and '.join(DEFAULT_WIDTHS)}.")
         else:
             integer_at_least("width", self.width, 1, strict=True)
         if self.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+=-]*",

@@ -182,12 +182,27 @@ def test_proxy_loss_gets_the_training_class_count(tmp_path, capsys):
     (["--classes-per-batch", "99", "--dataset", "digits"], "--classes-per-batch=99"),
     (["--run-name", "../elsewhere"], "--run-name must be a plain folder name"),
     (["--loss-args", "[1, 2]"], "--loss-args must be a JSON object"),
+    (["--width", "0"], "--width must be a positive integer"),
+    (["--backbone", "resnet50", "--width", "16"], "--width must not be given with resnet50"),
 ])
 def test_bad_training_options_are_clear_errors(args, message, tmp_path, capsys):
     code = cli.main(["train", *args, "--runs-dir", str(tmp_path), "--no-export", "--no-plots"])
     assert code == 2
     assert re.search(message, capsys.readouterr().err)
     assert not os.listdir(tmp_path)  # nothing written for a refused run
+
+
+def test_width_sets_the_filters_of_the_backbone():
+    from keras_dml import training
+    from keras_dml.training_config import TrainConfig
+
+    assert TrainConfig().width == 32  # the default run's network
+    assert TrainConfig(backbone="resnet50").width is None
+    model = training.build_model(TrainConfig(width=8), (28, 28, 1))
+    assert [layer.filters for layer in model.layers if hasattr(layer, "filters")] == [8, 8, 8]
+    convnet = training.build_model(TrainConfig(backbone="convnet", width=4), (28, 28, 1))
+    assert sorted({layer.filters for layer in convnet.layers if hasattr(layer, "filters")}) \
+        == [4, 8, 16]
 
 
 def test_fresh_process_loads_a_cli_run_and_fits_a_string_loss(tmp_path):
