@@ -39,7 +39,6 @@ _SUBMODULES = (
     "index",
     "training",
     "validation",
-    "verification_callback",
 )
 
 # The file names of the console script (`keras-dml`, on Windows `keras-dml.exe`).

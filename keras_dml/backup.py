@@ -19,6 +19,7 @@ import warnings
 import keras
 import numpy as np
 
+from keras_dml import hyperparameters
 from keras_dml.data.pipeline import stream_position
 
 FORMAT = 1
@@ -121,8 +122,7 @@ class TrainingBackup(keras.callbacks.Callback):
         super().__init__()
         if not backup_dir:
             raise ValueError("TrainingBackup needs a backup_dir.")
-        if not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be a positive integer, got {keep!r}.")
+        keep = hyperparameters.integer_at_least("keep", keep, 1, strict=True)
         self.backup_dir = str(backup_dir)
         self.position = None if stream is None else stream_position(stream)
         if stream is not None and self.position is None:

@@ -1,4 +1,5 @@
-"""Keras callbacks for deep metric learning: retrieval metrics in the epoch logs."""
+"""Keras callbacks for deep metric learning: retrieval (`RecallAtK`) and verification
+(`VerificationMetrics`) metrics in the epoch logs."""
 
 import time
 import warnings
@@ -9,11 +10,34 @@ import numpy as np
 from keras_dml import hyperparameters
 from keras_dml.evaluation.embedding import as_dataset, embed_with, inference_function
 from keras_dml.evaluation.retrieval import DISTANCES, METRICS, check_metrics, retrieval_metrics
+from keras_dml.evaluation.verification import FAR_TARGETS, pair_scores, verification_metrics
 
 _COUNTS = ("num_queries", "num_excluded_queries")
+_VERIFICATION_LOGGED = ("roc_auc", "eer", "best_f1", "best_f1_threshold")
 
 
-class RecallAtK(keras.callbacks.Callback):
+class _EmbeddingCallback(keras.callbacks.Callback):
+    """Embeds validation data with the model being trained (or `embedding_model`),
+    in inference mode, after every `every_n_epochs`-th epoch."""
+
+    def __init__(self, embedding_model, every_n_epochs, prefix):
+        super().__init__()
+        self.embedding_model = embedding_model
+        self.every_n_epochs = hyperparameters.integer_at_least("every_n_epochs",
+                                                               every_n_epochs, 1, strict=True)
+        self.prefix = prefix
+        self._forward = None
+
+    def set_model(self, model):
+        super().set_model(model)
+        self._forward = inference_function(self.embedding_model or model)
+
+    def due(self, epoch):
+        """Whether epoch `epoch` (0-based) is evaluated."""
+        return (epoch + 1) % self.every_n_epochs == 0
+
+
+class RecallAtK(_EmbeddingCallback):
     """Recall@K, Precision@1, R-Precision and MAP@R on validation data, per epoch.
 
     At the end of every `every_n_epochs`-th epoch the model embeds the
@@ -87,29 +111,20 @@ class RecallAtK(keras.callbacks.Callback):
         prefix="val_",
         verbose=1,
     ):
-        super().__init__()
+        super().__init__(embedding_model, every_n_epochs, prefix)
         self.validation_data = as_dataset(validation_data, batch_size)
         self.reference_data = (
             None if reference_data is None else as_dataset(reference_data, batch_size)
         )
         # checked now, not after the first epoch of training
         self.metrics, self.ks = check_metrics(metrics, ks)
-        self.every_n_epochs = hyperparameters.integer_at_least("every_n_epochs",
-                                                               every_n_epochs, 1)
         self.seen_classes = None if seen_classes is None else np.unique(np.asarray(seen_classes))
         self.distance = hyperparameters.one_of("distance", distance, DISTANCES)
         self.batch_size = batch_size
         self.chunk_size = chunk_size
-        self.prefix = prefix
         self.verbose = verbose
-        self.embedding_model = embedding_model
-        self._forward = None
         self.last_results = {}
         self.history = {"epoch": []}
-
-    def set_model(self, model):
-        super().set_model(model)
-        self._forward = inference_function(self.embedding_model or model)
 
     def _metrics(self, embeddings, labels, references=None, reference_labels=None):
         result = retrieval_metrics(
@@ -153,7 +168,7 @@ class RecallAtK(keras.callbacks.Callback):
         }
 
     def on_epoch_end(self, epoch, logs=None):
-        if (epoch + 1) % self.every_n_epochs:
+        if not self.due(epoch):
             return
         start = time.perf_counter()
         self.last_results = self.evaluate()
@@ -165,3 +180,56 @@ class RecallAtK(keras.callbacks.Callback):
         if self.verbose:
             shown = " - ".join(f"{key}: {value:.4f}" for key, value in self.last_results.items())
             print(f"Epoch {epoch + 1}: {shown} ({time.perf_counter() - start:.1f} s)")
+
+
+class VerificationMetrics(_EmbeddingCallback):
+    """ROC AUC, EER, TAR@FAR and the best-F1 threshold of validation pairs, per epoch.
+
+    At the end of every `every_n_epochs`-th epoch the model embeds the
+    validation data (inference mode), `pair_scores` scores all pairs (or
+    `max_pairs` sampled ones) and `verification_metrics` enters the logs as
+    `val_roc_auc`, `val_eer`, `val_tar@far=1e-3`, ..., `val_best_f1`,
+    `val_best_f1_threshold`. List it before `CSVLogger`, `TensorBoard` or
+    `ModelCheckpoint(monitor="val_roc_auc", mode="max")`.
+
+    Args:
+        validation_data: A `tf.data.Dataset` of `(x, y)` batches, or an `(x, y)`
+            tuple of arrays.
+        far_targets: FARs to log TAR at. Defaults to (1e-2, 1e-3, 1e-4).
+        metric: `"cosine"` (default), `"dot"` or `"euclidean"`.
+        max_pairs: Pairs scored at most (sampled beyond). Defaults to 1,000,000.
+        embedding_model: The model mapping x to embeddings. Defaults to None:
+            the model being trained.
+        every_n_epochs: Evaluate after epochs n, 2n, ... Defaults to 1.
+        batch_size: Batch size for array inputs. Defaults to 256.
+        prefix: Prefix of the log keys. Defaults to "val_".
+
+    Attributes:
+        last_results: The latest `verification_metrics` dict (with the curves).
+    """
+
+    def __init__(self, validation_data, far_targets=FAR_TARGETS, metric="cosine",
+                 max_pairs=1_000_000, embedding_model=None, every_n_epochs=1, batch_size=256,
+                 prefix="val_"):
+        super().__init__(embedding_model, every_n_epochs, prefix)
+        self.validation_data = validation_data
+        self.far_targets = tuple(far_targets)
+        self.metric = metric
+        self.max_pairs = max_pairs
+        self.batch_size = batch_size
+        self.last_results = None
+
+    def evaluate(self):
+        """Embeds the validation data; returns the `verification_metrics` dict."""
+        embeddings, labels = embed_with(self._forward, self.validation_data, self.batch_size)
+        scores, same = pair_scores(embeddings, labels, self.metric, self.max_pairs)
+        self.last_results = verification_metrics(scores, same, self.far_targets)
+        return self.last_results
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self.due(epoch):
+            return
+        results = self.evaluate()
+        keys = [k for k in results if k in _VERIFICATION_LOGGED or k.startswith("tar@far=")]
+        if logs is not None:
+            logs.update({self.prefix + key: results[key] for key in keys})

@@ -1,6 +1,7 @@
 """Hyperparameter checks shared by losses, miners and layers: a clear ValueError, never a NaN later."""
 
 import math
+import numbers
 import warnings
 
 
@@ -35,12 +36,15 @@ def non_negative(name, value):
     return number
 
 
-def integer_at_least(name, value, minimum):
-    """`value` as an int >= `minimum` (bools and fractional numbers are refused)."""
+def integer_at_least(name, value, minimum, strict=False, why=""):
+    """`value` as an int >= `minimum`. Bools, strings and fractional numbers are
+    refused; `strict=True` also refuses integral floats such as 2.0 (Python and NumPy
+    integers only). `why` is appended to the message's requirement."""
     wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-    if (isinstance(value, (bool, str)) or not float(_number(name, value)).is_integer()
-            or int(value) < minimum):
-        raise ValueError(f"{name} must be {wanted}, got {value!r}.")
+    integral = isinstance(value, numbers.Integral) if strict else (
+        not isinstance(value, str) and float(_number(name, value)).is_integer())
+    if isinstance(value, bool) or not integral or int(value) < minimum:
+        raise ValueError(f"{name} must be {wanted}{why}, got {value!r}.")
     return int(value)
 
 

@@ -118,14 +118,12 @@ class DMLModel(keras.Model):
                 "DMLModel needs a keras_dml loss, a keras.losses.Loss of (labels, embeddings) "
                 f"such as keras_dml.losses.MultiSimilarity(), got {loss!r}."
             )
+        if loss is not None:
+            _check_reduced(loss)
         self._attach_loss_layer(loss)
         self._attach_key_encoder(loss)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
         self.dml_loss = loss
-        # Keras divides a mean-reduced loss by the number of replicas, expecting the
-        # replicas' gradients to be summed over disjoint shards; ours sees the whole
-        # global batch, so it is reduced here, once, without that scaling.
-        self._unreduced_loss = None if loss is None else _with_reduction(loss, "none")
 
     def compile_from_config(self, config):
         """Recompile from a saved `.keras` file (the overridden `compile` is safe to call)."""
@@ -140,7 +138,6 @@ class DMLModel(keras.Model):
             return
         if not layer.built:
             layer.build((None, self.embedding_dim))
-        layer.attached_to_model = True  # its weights are trained (see ProxyLoss.call)
         self.loss_layer = layer
 
     def _attach_key_encoder(self, loss):
@@ -189,10 +186,9 @@ class DMLModel(keras.Model):
         memory = {"enqueue": training} if getattr(self.dml_loss, "updates_state", False) else {}
         if keys is not None:
             memory["keys"] = _gather_with_local_gradient(tf.stop_gradient(keys))
-        values = self._unreduced_loss(labels, embeddings, sample_weight=sample_weight, **memory)
-        value = _reduce(values, sample_weight, self.dml_loss.reduction)
+        value = global_batch_loss(self.dml_loss, labels, embeddings, sample_weight, **memory)
         extra = self.losses
-        if extra:
+        if extra:  # regularizers: each replica adds its 1 / num_replicas share, as Keras does
             replicas = tf.distribute.get_strategy().num_replicas_in_sync
             value = value + tf.add_n([tf.cast(l, value.dtype) for l in extra]) / replicas
         return value
@@ -328,22 +324,47 @@ def _divide(gradient, count):
     return gradient / count
 
 
-def _reduce(values, sample_weight, reduction):
-    """Keras' loss reductions, without its division by the number of replicas."""
-    values = tf.convert_to_tensor(values)
-    if values.shape.rank == 0:
-        return values
-    total = tf.reduce_sum(values)
-    if reduction == "sum":
-        return total
-    if reduction == "mean_with_sample_weight" and sample_weight is not None:
-        return tf.math.divide_no_nan(total, tf.reduce_sum(tf.cast(sample_weight, total.dtype)))
-    return total / tf.cast(tf.size(values), total.dtype)
+_MEAN_REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight")
 
 
-def _with_reduction(loss, reduction):
-    """A shallow copy of `loss` (sharing its weights) with another reduction."""
-    twin = object.__new__(type(loss))  # copy.copy would pickle through Keras saving
-    twin.__dict__.update(loss.__dict__)
-    twin.reduction = reduction
-    return twin
+def _reductions(loss):
+    """The reductions Keras applies inside `loss(...)`: a `Combined`'s are its terms'."""
+    terms = loss.losses if isinstance(loss, losses.Combined) else [loss]
+    return {term.reduction for term in terms}
+
+
+def _check_reduced(loss):
+    for reduction in _reductions(loss):
+        if reduction in (None, "none"):
+            raise ValueError(
+                f"DMLModel trains on one loss value per batch, but {loss.name} has "
+                f"reduction={reduction!r}; use reduction='sum_over_batch_size' (the default), "
+                "'mean_with_sample_weight' or 'sum'.")
+
+
+def global_batch_loss(loss, labels, embeddings, sample_weight=None, **state):
+    """`loss(labels, embeddings, sample_weight=sample_weight, **state)` of the gathered
+    global batch, equal to its value on one device, on every replica.
+
+    Keras' reduction (`reduce_values`, keras/src/losses/loss.py) multiplies a
+    mean-reduced loss by 1 / num_replicas, because Keras sums the replicas'
+    gradients of losses computed on disjoint shards. It skips that for a "sum" and
+    for weighted values that are a scalar (a batch-global loss without sample
+    weights). Here every replica computes the loss of the whole global batch and its
+    gradient reaches only its own slice (`gather_across_replicas`), so the scaling is
+    undone: all-ones sample weights (which leave the value unchanged) make the weighted
+    values a vector, so every mean-reduced loss is scaled, and the product by
+    num_replicas restores the one-device value.
+    """
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    mean = {reduction in _MEAN_REDUCTIONS for reduction in _reductions(loss)}
+    if replicas == 1 or mean == {False}:
+        return loss(labels, embeddings, sample_weight=sample_weight, **state)
+    if mean != {True}:
+        raise ValueError(
+            f"Under tf.distribute the terms of {loss.name} must all be mean-reduced or all "
+            f"'sum'-reduced; got reductions {sorted(map(str, _reductions(loss)))}.")
+    if sample_weight is None:
+        sample_weight = tf.ones(tf.shape(embeddings)[:1], tf.float32)
+    value = loss(labels, embeddings, sample_weight=sample_weight, **state)
+    return value * tf.cast(replicas, value.dtype)

@@ -321,6 +321,23 @@ def masked_min(x, mask, axis=-1, keepdims=False, empty_value=0.0):
     return tf.where(has_any, result, tf.fill(tf.shape(result), empty_value))
 
 
+def closest_below(candidates, threshold):
+    """The semi-hard search (FaceNet), one positive per row: per row a, the column of
+    the largest entry of `candidates` strictly below `threshold[a]`, and whether one is.
+
+    `candidates` (N, M) float32 holds the negatives' similarities and float32.min
+    elsewhere (`masked_fill(similarity, negative, tf.float32.min)`, built once for all
+    of a batch's positives); `threshold` (N, 1) is s_ap. Ties go to the first column.
+
+    Returns:
+        (chosen (N,) int32, found (N,) bool).
+    """
+    lowest = tf.float32.min
+    below = tf.where(candidates < threshold, candidates, lowest)
+    chosen = tf.argmax(below, axis=1, output_type=tf.int32)
+    return chosen, tf.gather(below, chosen, batch_dims=1) > lowest
+
+
 def _shifted_exps(x, mask, axis, include_zero):
     """exp(x - shift) on the mask, their sum (plus exp(-shift) for the zero term), shift.
 

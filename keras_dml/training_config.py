@@ -9,6 +9,8 @@ import json
 import math
 import re
 
+from keras_dml.hyperparameters import integer_at_least
+
 # Names `keras-dml train --help` lists without importing TensorFlow; a test keeps them
 # equal to `keras_dml.datasets.available()` and `keras_dml.losses.LOSSES`.
 DATASETS = ("omniglot", "digits", "cub200", "cars196", "sop", "inshop")
@@ -79,13 +81,9 @@ class TrainConfig:
             self.samples_per_class = design[1]
         for field in ("epochs", "steps_per_epoch", "classes_per_batch", "samples_per_class",
                       "embedding_dim"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field} must be a positive integer, got {value!r}.")
-        if self.image_size is not None and (isinstance(self.image_size, bool) or not
-                                            isinstance(self.image_size, int)
-                                            or self.image_size < 8):
-            raise ValueError(f"image_size must be an integer >= 8, got {self.image_size!r}.")
+            integer_at_least(field, getattr(self, field), 1, strict=True)
+        if self.image_size is not None:
+            integer_at_least("image_size", self.image_size, 8, strict=True)
         if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0
                 and math.isfinite(self.learning_rate)):
             raise ValueError(f"learning_rate must be positive and finite, got "
@@ -94,9 +92,7 @@ class TrainConfig:
             raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got "
                              f"{self.lr_schedule!r}.")
         for field in ("memory_size", "memory_warmup"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{field} must be an integer >= 0, got {value!r}.")
+            integer_at_least(field, getattr(self, field), 0, strict=True)
         for field in ("warmup_steps", "augment_shift", "augment_rotation", "augment_scale"):
             value = getattr(self, field)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
@@ -111,8 +107,8 @@ class TrainConfig:
         elif self.backbone not in DEFAULT_WIDTHS:
             raise ValueError(f"width must not be given with {self.backbone}: it sets the "
                              f"filters of {' and '.join(DEFAULT_WIDTHS)}.")
-        elif isinstance(self.width, bool) or not isinstance(self.width, int) or self.width < 1:
-            raise ValueError(f"width must be a positive integer, got {self.width!r}.")
+        else:
+            integer_at_least("width", self.width, 1, strict=True)
         if self.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+=-]*",
                                                           self.run_name):
             raise ValueError(f"run_name must be a plain folder name (letters, digits, "

@@ -1,4 +1,4 @@
-"""Tests for keras_dml.callbacks.RecallAtK with a tiny keras.Model."""
+"""Tests for keras_dml.callbacks (RecallAtK, VerificationMetrics) with a tiny keras.Model."""
 
 import csv
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_dml.callbacks import RecallAtK
-from keras_dml.evaluation import retrieval_metrics
+from keras_dml.callbacks import RecallAtK, VerificationMetrics
+from keras_dml.evaluation import pair_scores, retrieval_metrics, verification_metrics
 
 NUM_CLASSES = 6
 
@@ -126,3 +126,20 @@ def test_bad_ks_or_metrics_fail_at_construction_not_after_an_epoch():
         RecallAtK((x, y), ks=(0,))
     with pytest.raises(ValueError, match="metrics must be"):
         RecallAtK((x, y), metrics=("accuracy",))
+
+
+def test_verification_logs_equal_verification_metrics_of_the_embedded_pairs(tmp_path):
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 5, 60)
+    x = (rng.normal(size=(5, 6))[y] + rng.normal(scale=0.5, size=(60, 6))).astype("float32")
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4)])
+    model.compile(optimizer="sgd", loss="mse")
+    callback = VerificationMetrics((x, y))
+    csv = tmp_path / "log.csv"
+    history = model.fit(x, rng.normal(size=(60, 4)), epochs=2, verbose=0,
+                        callbacks=[callback, keras.callbacks.CSVLogger(str(csv))])
+    expected = verification_metrics(*pair_scores(model.predict(x, verbose=0), y))
+    for key in ("roc_auc", "eer", "tar@far=1e-3", "best_f1_threshold"):
+        assert abs(history.history[f"val_{key}"][-1] - expected[key]) < 1e-6
+    assert "val_tar@far=1e-4" in csv.read_text().splitlines()[0]

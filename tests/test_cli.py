@@ -137,7 +137,7 @@ def test_default_run_names_never_collide(tmp_path):
     first, path = run_directory(config)
     os.makedirs(path)
     second, _ = run_directory(config)
-    assert first.startswith("omniglot-MultiSimilarity-") and second != first
+    assert first.startswith(f"omniglot-{config.loss}-") and second != first
 
 
 def test_errors_use_the_command_words(tmp_path, capsys):

@@ -69,11 +69,3 @@ def test_large_and_int64_ids_are_refused_in_fit_and_exact_in_the_pipeline(ids):
     expected = float(loss(dense, embeddings))
     assert expected > 0.5
     assert float(loss(np.unique(y, return_inverse=True)[1], embeddings)) == expected
-
-
-def test_a_proxy_loss_in_a_plain_keras_model_warns_about_frozen_proxies():
-    inputs = keras.Input((4,))
-    model = keras.Model(inputs, keras.layers.Dense(3)(inputs))
-    model.compile("adam", losses.ProxyAnchor(num_classes=4))
-    with pytest.warns(UserWarning, match="frozen random proxies"):
-        model.fit(_x(), np.repeat(np.arange(4), 2), batch_size=8, epochs=1, verbose=0)

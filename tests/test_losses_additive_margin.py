@@ -126,7 +126,7 @@ def test_modes_mixed_precision_and_degenerate(cls):
     finally:
         keras.mixed_precision.set_dtype_policy(policy)
     assert value.dtype == tf.float32
-    np.testing.assert_allclose(float(value), float(loss(labels, x)), rtol=2e-3, atol=2e-2)
+    np.testing.assert_allclose(float(value), float(loss(labels, x)), rtol=1e-3)  # float16 inputs
     for labels, x in [(np.zeros(4, "int32"), np.zeros((4, DIM), "float32")),
                       (np.array([2], "int32"), np.ones((1, DIM), "float32"))]:
         value, gradient = checks.value_and_gradient(loss, labels, x)

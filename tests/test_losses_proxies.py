@@ -1,4 +1,4 @@
-"""ProxyAnchor, ProxyNCA, SoftTriple, NormalizedSoftmax and the Proxies layer."""
+"""ProxyAnchor, ProxyNCA, SoftTriple, NormalizedSoftmax (the Proxies layer: test_proxy_layers.py)."""
 
 import keras
 import numpy as np
@@ -9,7 +9,6 @@ import reference as ref
 from keras_dml import weighting
 from keras_dml.losses import NormalizedSoftmax, ProxyAnchor, ProxyNCA, SoftTriple
 from keras_dml.models import DMLModel
-from keras_dml.proxy_layers import Proxies
 
 CLASSES = 5
 
@@ -207,53 +206,6 @@ def test_config_round_trip(loss):
     assert layer.learning_rate_multiplier == loss.trainable_layer.learning_rate_multiplier
 
 
-# -- the Proxies layer ------------------------------------------------------------------
-
-
-def test_layer_is_built_from_the_embedding_size_with_kaiming_normal():
-    layer = Proxies(2000)
-    out = layer(tf.zeros((3, 64)))
-    assert out.shape == (2000, 64) and layer.proxies.trainable
-    std = float(np.std(layer.proxies.numpy()))
-    assert abs(std - np.sqrt(2.0 / 2000)) < 0.05 * np.sqrt(2.0 / 2000)
-    with pytest.raises(ValueError, match="size 32 do not match.*64"):
-        layer(tf.zeros((3, 32)))
-    clone = Proxies.from_config(layer.get_config())
-    assert clone.get_config() == layer.get_config()
-
-
-@pytest.mark.parametrize("bad", [dict(num_classes=0), dict(num_classes=2.5),
-                                 dict(num_classes=3, learning_rate_multiplier=0.0)])
-def test_layer_rejects_bad_arguments(bad):
-    with pytest.raises(ValueError):
-        Proxies(**bad)
-
-
-def proxy_step(multiplier, optimizer):
-    """Proxies' change after one optimizer step on a fixed batch."""
-    labels, x = batch(seed=8)
-    loss = ProxyAnchor(CLASSES, proxy_lr_multiplier=multiplier)
-    before = with_proxies(loss)
-    with tf.GradientTape() as tape:
-        value = loss(labels, x)
-    grads = tape.gradient(value, [loss.proxies])
-    optimizer.apply(grads, [loss.proxies])
-    return loss.proxies.numpy() - before
-
-
-@pytest.mark.parametrize("make_optimizer", [
-    lambda: keras.optimizers.SGD(0.01),
-    lambda: keras.optimizers.SGD(0.01, momentum=0.9),
-    lambda: keras.optimizers.Adam(1e-4),
-    lambda: keras.optimizers.AdamW(1e-4, weight_decay=0.01),
-])
-def test_learning_rate_multiplier_scales_the_proxy_step(make_optimizer):
-    base = proxy_step(1.0, make_optimizer())
-    scaled = proxy_step(10.0, make_optimizer())
-    assert np.abs(base).max() > 0
-    np.testing.assert_allclose(scaled, 10.0 * base, rtol=1e-4, atol=1e-9)
-
-
 # -- with DMLModel: trained, saved, restored, excluded from the embedder ---------------
 
 
@@ -338,3 +290,41 @@ def test_learning_rate_multiplier_inside_dml_model_fit():
     np.testing.assert_allclose(proxy_10, 10.0 * proxy_1, rtol=1e-3, atol=1e-8)
     for a, b in zip(network_1, network_10):  # the network's own step is unchanged
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_proxies_train_in_a_custom_loop_that_adds_them_and_stay_fixed_in_a_plain_model():
+    """The documented contract: DMLModel (tests/test_models.py) or a loop that adds
+    `loss.trainable_layer`'s weights trains the proxies; a plain keras.Model does not,
+    and tracing the loss outside DMLModel warns nothing."""
+    import warnings
+
+    labels, x = batch(n=10, dim=4)
+    inputs = keras.Input((4,))
+    plain = keras.Model(inputs, keras.layers.Dense(3)(inputs))
+    loss = ProxyAnchor(num_classes=CLASSES)
+    plain.compile("adam", loss)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plain.fit(x, labels, batch_size=10, epochs=1, verbose=0)
+    start = loss.proxies.numpy().copy()
+    plain.fit(x, labels, batch_size=10, epochs=1, verbose=0)
+    np.testing.assert_array_equal(loss.proxies.numpy(), start)
+
+    loss = ProxyAnchor(num_classes=CLASSES)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    loss.trainable_layer.build((None, 3))
+    start = loss.proxies.numpy().copy()
+    variables = model.trainable_weights + loss.trainable_layer.trainable_weights
+    optimizer = keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            value = loss(labels, model(x))
+        optimizer.apply(tape.gradient(value, variables), variables)
+
+    with warnings.catch_warnings(record=True) as more:
+        warnings.simplefilter("always")
+        step()
+    assert np.abs(loss.proxies.numpy() - start).max() > 1e-4
+    assert not [w for w in caught + more if "prox" in str(w.message).lower()]

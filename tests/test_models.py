@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from keras_dml import losses, mining
 from keras_dml.layers import EmbeddingHead
+from keras_dml.losses.registry import ENTRIES
 from keras_dml.models import DMLModel
 
 
@@ -50,12 +51,16 @@ def test_fit_history_and_evaluate_show_the_real_loss():
     model = _model()
     model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=losses.MultiSimilarity())
     expected_first = float(losses.MultiSimilarity()(y[:24], model(x[:24])))
-    history = model.fit(_dataset(x, y), epochs=3, verbose=0)
-    assert history.history["loss"][0] > 0
+    first = {}
+    logged = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: first.setdefault(batch, logs["loss"]))
+    history = model.fit(_dataset(x, y), epochs=3, verbose=0, callbacks=[logged])
+    assert first[0] == pytest.approx(expected_first, rel=1e-5)  # the first batch's loss
     assert history.history["loss"][-1] < history.history["loss"][0]
     evaluated = model.evaluate(_dataset(x, y), verbose=0)
-    assert evaluated > 0 and np.isfinite(evaluated)
-    assert abs(expected_first - history.history["loss"][0]) < expected_first
+    halves = [float(losses.MultiSimilarity()(y[s], model(x[s])))
+              for s in (slice(0, 24), slice(24, 48))]
+    assert evaluated == pytest.approx(np.mean(halves), rel=1e-5)  # batches of equal size
 
 
 def test_compile_by_registered_name_and_jit_compile():
@@ -113,13 +118,14 @@ def _single_and_mirrored(strategy, make_loss, x, y, seed=3):
     single = build()
     single.fit(_dataset(x, y, batch=len(y)), epochs=1, verbose=0)  # builds the loss weights
     start = [w.copy() for w in single.get_weights()]
-    single.fit(_dataset(x, y, batch=len(y)), epochs=1, verbose=0)
+    single_history = single.fit(_dataset(x, y, batch=len(y)), epochs=1, verbose=0)
     with strategy.scope():
         mirrored = build()
     mirrored.fit(_dataset(x, y, batch=len(y)), epochs=1, verbose=0)
     mirrored.set_weights(start)
     history = mirrored.fit(_dataset(x, y, batch=len(y)), epochs=1, verbose=0)
-    return start, single, mirrored, history
+    return start, single, mirrored, {"single": single_history.history["loss"],
+                                     "mirrored": history.history["loss"]}
 
 
 @pytest.mark.parametrize("make_loss", [
@@ -138,40 +144,52 @@ def test_mirrored_loss_owned_weights_update_equals_single_device(make_loss, mirr
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=w.path)
 
 
-_EVERY_LOSS = {
-    "contrastive": losses.Contrastive,
-    "triplet_semihard": lambda: losses.Triplet(mining="semihard"),
-    "lifted": losses.LiftedStructure,
-    "generalized_lifted": losses.GeneralizedLiftedStructure,
-    "binomial": losses.BinomialDeviance,
-    "bin_lifted": losses.BinLifted,
-    "npair": losses.NPair,
-    "npair_mc": lambda: losses.NPair(tuples="one_per_class"),
-    "nca": losses.NCA,
-    "histogram": losses.Histogram,
-    "ice": lambda: losses.InstanceCrossEntropy(scale=16.0),
-    "proxy_nca": lambda: losses.ProxyNCA(num_classes=8),
-    "soft_triple": lambda: losses.SoftTriple(num_classes=8, centers_per_class=2),
-    "normalized_softmax": lambda: losses.NormalizedSoftmax(num_classes=8),
-    "balanced_contrastive": losses.BalancedContrastive,
-}
+def _registered(name, **kwargs):
+    entry = ENTRIES[name]
+    return lambda: entry.cls(**{**entry.example, **kwargs})
 
 
-@pytest.mark.parametrize("name", list(_EVERY_LOSS))
+# Every registered loss with its registry example, plus the code paths an example does
+# not take: a mined Triplet, N-pair-mc's reference set, a Combined of a batch-global and
+# a per-query term, and the "sum" and "mean_with_sample_weight" reductions.
+_LOSSES = {name: _registered(name) for name in sorted(ENTRIES)}
+_LOSSES.update({
+    "Triplet_semihard": _registered("Triplet", miner="SemiHardMiner"),
+    "NPair_one_per_class": _registered("NPair", tuples="one_per_class"),
+    "Combined_ms_histogram": lambda: losses.Combined(
+        [losses.MultiSimilarity(), losses.Histogram()], weights=[1.0, 0.5]),
+    "MultiSimilarity_sum": _registered("MultiSimilarity", reduction="sum"),
+    "Histogram_sum": _registered("Histogram", reduction="sum"),
+    "NCA_mean_with_sample_weight": _registered("NCA", reduction="mean_with_sample_weight"),
+})
+
+
+def _labels_for(name, n, classes, seed=0):
+    entry = ENTRIES.get(name.split("_")[0])
+    if entry is not None and entry.labels == "continuous":
+        return np.random.default_rng(seed).normal(size=(n, 2)).astype("float32")
+    return np.repeat(np.arange(classes), n // classes)
+
+
+@pytest.mark.parametrize("name", list(_LOSSES))
 def test_mirrored_update_equals_single_device_for_every_loss(name, mirrored_strategy):
-    x, y = _data(n=32, classes=8)
-    start, single, mirrored, _ = _single_and_mirrored(mirrored_strategy, _EVERY_LOSS[name], x, y)
+    x, _ = _data(n=32, classes=8)
+    y = _labels_for(name, 32, 8)
+    start, single, mirrored, history = _single_and_mirrored(mirrored_strategy, _LOSSES[name],
+                                                            x, y)
     changed = [np.abs(a - w0).max() for a, w0 in zip(single.get_weights(), start)]
     assert max(changed) > 1e-5
     for a, b, w in zip(single.get_weights(), mirrored.get_weights(), single.weights):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=w.path)
+    # the loss the replicas report is the global batch's, as on one device
+    np.testing.assert_allclose(history["mirrored"], history["single"], rtol=1e-5)
 
 
 def test_mirrored_margin_with_distance_weighted_sampling_trains_beta(mirrored_strategy):
     x, y = _data(n=32, classes=8)
     start, _, mirrored, history = _single_and_mirrored(
         mirrored_strategy, lambda: losses.Margin(miner=mining.DistanceWeighted(seed=0)), x, y)
-    assert np.isfinite(history.history["loss"][0]) and history.history["loss"][0] > 0
+    assert np.isfinite(history["mirrored"][0]) and history["mirrored"][0] > 0
     beta = mirrored.loss_layer.weights[0]
     index = [i for i, w in enumerate(mirrored.weights) if w.path == beta.path][0]
     assert mirrored.get_weights()[index] != pytest.approx(start[index])  # beta learned
@@ -253,6 +271,25 @@ def test_model_without_loss_or_labels_explains_itself():
     model.compile(optimizer="adam", loss=losses.MultiSimilarity())
     with pytest.raises(ValueError, match="labels"):
         model.fit(tf.data.Dataset.from_tensor_slices(x).batch(8), epochs=1, verbose=0)
+
+
+def test_an_unreduced_loss_is_refused_at_compile():
+    model = _model()
+    with pytest.raises(ValueError, match="reduction='none'"):
+        model.compile(optimizer="adam", loss=losses.MultiSimilarity(reduction="none"))
+    with pytest.raises(ValueError, match="reduction=None"):
+        model.compile(optimizer="adam", loss=losses.Combined(
+            [losses.MultiSimilarity(), losses.NCA(reduction=None)]))
+
+
+def test_mirrored_combined_of_mean_and_sum_terms_is_a_clear_error(mirrored_strategy):
+    x, y = _data(n=32, classes=8)
+    with mirrored_strategy.scope():
+        model = _model()
+        model.compile(optimizer="sgd", loss=losses.Combined(
+            [losses.MultiSimilarity(), losses.NCA(reduction="sum")]))
+    with pytest.raises(ValueError, match="must all be mean-reduced or all 'sum'-reduced"):
+        model.fit(_dataset(x, y, batch=32), epochs=1, verbose=0)
 
 
 def test_compile_with_a_non_dml_loss_is_a_clear_error():

@@ -188,3 +188,23 @@ def test_cosine_between_matches_autodiff_of_normalised_matmul():
         results.append([s] + tape.gradient(total, [x, k]))
     for fused, plain in zip(*results):
         np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-6)
+
+
+def test_closest_below_is_the_largest_candidate_under_the_threshold():
+    rng = np.random.default_rng(4)
+    similarity = rng.uniform(-1, 1, size=(7, 9)).astype("float32")
+    similarity[0, 3] = similarity[0, 5] = 0.25  # a tie: the first column wins
+    negative = rng.uniform(size=(7, 9)) < 0.5
+    negative[0, [3, 5]] = True
+    threshold = rng.uniform(-1, 1, size=(7, 1)).astype("float32")
+    threshold[0] = 0.3
+    threshold[1] = -2.0  # no candidate below
+    chosen, found = ops.closest_below(
+        ops.masked_fill(tf.constant(similarity), negative, tf.float32.min), threshold)
+    for a in range(7):
+        below = [j for j in range(9) if negative[a, j] and similarity[a, j] < threshold[a, 0]]
+        assert bool(found[a]) == bool(below)
+        if below:
+            best = max(similarity[a, j] for j in below)
+            assert int(chosen[a]) == min(j for j in below if similarity[a, j] == best)
+    assert int(chosen[0]) == 3 and not bool(found[1])

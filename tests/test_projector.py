@@ -21,7 +21,7 @@ def test_vectors_metadata_sprite_and_config(tmp_path):
     sprite = tf.io.decode_png(tf.io.read_file(written["sprite"])).numpy()
     assert sprite.shape == (32, 32, 3)  # 4 x 4 grid of 8-pixel thumbnails
     first = tf.image.resize(images[:1, :, :, None], (8, 8), antialias=True).numpy()[0, :, :, 0]
-    np.testing.assert_allclose(sprite[:8, :8, 0], first * 255, atol=1.5)
+    np.testing.assert_allclose(sprite[:8, :8, 0], first * 255, atol=1.0)  # two uint8 roundings
     assert (sprite[24:, 16:] == 255).all()  # cells after the last image stay white
     text = (tmp_path / "projector_config.pbtxt").read_text()
     projector = pytest.importorskip("tensorboard.plugins.projector.projector_config_pb2")

@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from keras_dml.data.bad_images import BadImageGuard
 from keras_dml.data.sources import decode_or_flag
+from keras_dml.hyperparameters import integer_at_least
 
 
 def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None):
@@ -23,8 +24,7 @@ def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None
         A finite `tf.data.Dataset` of `(images, labels)` batches: what
         `keras_dml.callbacks.RecallAtK` and `keras_dml.evaluation.embed_dataset` take.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    batch_size = integer_at_least("batch_size", batch_size, 1, strict=True)
     labels = np.asarray(split.labels, np.int32)
     if split.images is not None:
         batches = tf.data.Dataset.from_tensor_slices((split.images, labels)).batch(batch_size)

@@ -14,6 +14,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_dml.hyperparameters import integer_at_least
+
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
 _CAFFE_BGR_MEAN = (103.939, 116.779, 123.68)
@@ -132,9 +134,7 @@ class Preprocessing:
 
     def __post_init__(self):
         for field in ("image_size", "resize_size"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field} must be a positive int; got {value!r}.")
+            integer_at_least(field, getattr(self, field), 1, strict=True)
         if self.image_size > self.resize_size:
             raise ValueError(
                 f"image_size ({self.image_size}) must not exceed resize_size "

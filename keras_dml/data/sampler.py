@@ -10,6 +10,8 @@ import warnings
 
 import numpy as np
 
+from keras_dml.hyperparameters import integer_at_least
+
 
 def draw_cyclic(segment, cursor, k, rng):
     """Takes `k` distinct items from a cyclic random permutation, in place.
@@ -78,8 +80,7 @@ class ClassBalancedSampler:
             )
         for name, value in (("classes_per_batch", classes_per_batch),
                             ("samples_per_class", samples_per_class)):
-            if not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be a positive int; got {value!r}.")
+            integer_at_least(name, value, 1, strict=True)
         if small_classes not in ("replace", "drop"):
             raise ValueError(
                 f"small_classes must be 'replace' or 'drop'; got {small_classes!r}."

@@ -2,8 +2,6 @@
 
 import numpy as np
 
-from keras_dml import hyperparameters
-
 DISTANCES = ("cosine", "dot", "euclidean")
 
 
@@ -52,7 +50,3 @@ def check_distance(distance):
     if distance not in DISTANCES:
         raise ValueError(f"distance must be one of {DISTANCES}, got {distance!r}.")
     return distance
-
-
-def check_positive_int(value, name):
-    return hyperparameters.integer_at_least(name, value, 1)

@@ -28,6 +28,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from keras_dml import hyperparameters
 from keras_dml.evaluation import _inputs
 
 _SCORE_BUDGET = 2**25  # float32 scores in one chunk: 128 MB
@@ -137,7 +138,7 @@ def iter_nearest_neighbors(queries, references=None, k=1, distance="cosine", chu
     of queries starting at row `start`.
     """
     distance = _inputs.check_distance(distance)
-    k = _inputs.check_positive_int(k, "k")
+    k = hyperparameters.integer_at_least("k", k, 1)
     queries = _inputs.as_embeddings(queries, "queries")
     leave_one_out = references is None
     references = queries if leave_one_out else _inputs.as_embeddings(references, "references")
@@ -155,7 +156,7 @@ def iter_nearest_neighbors(queries, references=None, k=1, distance="cosine", chu
         )
     if chunk_size is None:
         chunk_size = max(1, _SCORE_BUDGET // n)
-    chunk_size = _inputs.check_positive_int(chunk_size, "chunk_size")
+    chunk_size = hyperparameters.integer_at_least("chunk_size", chunk_size, 1)
 
     yield from _search(queries, references, k, distance, chunk_size, leave_one_out)
 

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from keras_dml import hyperparameters
 from keras_dml.evaluation import _inputs
 from keras_dml.evaluation.knn import iter_nearest_neighbors
 
@@ -19,7 +20,7 @@ def check_metrics(metrics, ks):
     if "recall@k" in metrics:
         if not ks:
             raise ValueError("ks must name at least one k for recall@k, got ().")
-        ks = tuple(sorted({_inputs.check_positive_int(k, "every k in ks") for k in ks}))
+        ks = tuple(sorted({hyperparameters.integer_at_least("every k in ks", k, 1) for k in ks}))
     return metrics, ks
 
 

@@ -12,6 +12,7 @@ import dataclasses
 
 import numpy as np
 
+from keras_dml import hyperparameters
 from keras_dml.evaluation import _inputs
 
 FAR_TARGETS = (1e-2, 1e-3, 1e-4)
@@ -42,7 +43,7 @@ def pair_scores(embeddings, labels, metric="cosine", max_pairs=5_000_000, seed=0
     n = len(embeddings)
     if n < 2:
         raise ValueError(f"Verification needs at least 2 embeddings, got {n}.")
-    max_pairs = _inputs.check_positive_int(max_pairs, "max_pairs")
+    max_pairs = hyperparameters.integer_at_least("max_pairs", max_pairs, 1)
     if metric == "cosine":
         embeddings = embeddings / np.maximum(
             np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)

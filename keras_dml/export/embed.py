@@ -3,6 +3,8 @@
 import numpy as np
 import tensorflow as tf
 
+from keras_dml.hyperparameters import integer_at_least
+
 
 def embedding_fn(model, image_spec, l2_normalize=True):
     """`images -> float32 (batch, d)` embeddings of `model` in inference mode, and d.
@@ -66,10 +68,8 @@ def gallery_embeddings(embed, serving, images=None, embeddings=None, labels=None
         raise ValueError("Pass exactly one of reference_images and reference_embeddings.")
     if embeddings is not None:
         return embeddings, labels
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
-            or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-    embeddings, found = embed_gallery(embed, serving, images, int(batch_size))
+    batch_size = integer_at_least("batch_size", batch_size, 1, strict=True)
+    embeddings, found = embed_gallery(embed, serving, images, batch_size)
     return embeddings, found if labels is None else labels
 
 

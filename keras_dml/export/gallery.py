@@ -21,6 +21,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from keras_dml.hyperparameters import integer_at_least
+
 
 UNKNOWN_INT = -1
 UNKNOWN_STRING = b""
@@ -110,8 +112,8 @@ def search_fn(gallery, k, chunk_size=32768, threshold=None):
         variables) and the sidecar's `retrieval` section.
     """
     n = len(gallery)
-    k = _positive_int(k, "k")
-    chunk_size = _positive_int(chunk_size, "chunk_size")
+    k = integer_at_least("k", k, 1, strict=True)
+    chunk_size = integer_at_least("chunk_size", chunk_size, 1, strict=True)
     if k > n:
         raise ValueError(f"k={k} exceeds the number of references ({n}).")
     if threshold is not None:
@@ -209,9 +211,3 @@ def _check_labels(labels, n):
             isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
         return labels.astype(np.int64)
     raise ValueError(f"reference_labels must be integers or strings, got dtype {labels.dtype}.")
-
-
-def _positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)

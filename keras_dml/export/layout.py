@@ -12,6 +12,8 @@ import uuid
 
 import tensorflow as tf
 
+from keras_dml.hyperparameters import integer_at_least
+
 SIDECAR_NAME = "keras_dml_export.json"
 WARMUP_PATH = ("assets.extra", "tf_serving_warmup_requests")
 
@@ -71,11 +73,8 @@ def resolve_version(base_dir, version=None, overwrite=False):
     """
     if version is None:
         return next_version(base_dir)
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(
-            f"version must be a positive integer (TF Serving's version directories "
-            f"are integers), got {version!r}."
-        )
+    version = integer_at_least("version", version, 1, strict=True,
+                               why=" (TF Serving's version directories are integers)")
     target = version_dir(base_dir, version)
     if tf.io.gfile.exists(target) and not overwrite:
         raise FileExistsError(

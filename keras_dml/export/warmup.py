@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml.export.layout import WARMUP_PATH
+from keras_dml.hyperparameters import integer_at_least
 
 _MISSING_API = (
     "Writing TF Serving warm-up requests needs the tensorflow-serving-api package "
@@ -113,8 +114,11 @@ def _encode(image, index):
 
 
 def _check_batch_sizes(batch_sizes):
-    sizes = tuple(batch_sizes)
-    if not sizes or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1
-                        for s in sizes):
+    try:
+        sizes = tuple(integer_at_least("warmup_batch_sizes", s, 1, strict=True)
+                      for s in batch_sizes)
+    except ValueError:
+        sizes = ()
+    if not sizes:
         raise ValueError(f"warmup_batch_sizes must be positive ints, got {batch_sizes!r}.")
     return sizes

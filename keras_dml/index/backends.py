@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from keras_dml.evaluation.knn import nearest_neighbors
+from keras_dml.hyperparameters import integer_at_least
 
 BACKENDS = ("exact", "faiss_ivf", "faiss_hnsw")
 BLOCK_ROWS = 2**18  # gallery rows handed to the kNN kernel at once
@@ -97,9 +98,8 @@ class _Faiss:
             raise ValueError(f"Unknown {self.name} options {sorted(unknown)}; known: "
                              f"{sorted(self.defaults)}.")
         for key, value in options.items():
-            if value is not None and (isinstance(value, bool) or not isinstance(
-                    value, (int, np.integer)) or value < 1):
-                raise ValueError(f"{key} must be a positive integer, got {value!r}.")
+            if value is not None:
+                integer_at_least(key, value, 1, strict=True)
         return {**self.defaults, **{k: int(v) for k, v in options.items() if v is not None}}
 
 

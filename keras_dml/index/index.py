@@ -4,6 +4,7 @@ import dataclasses
 
 import numpy as np
 
+from keras_dml import hyperparameters
 from keras_dml.evaluation import _inputs
 from keras_dml.index import backends, storage
 
@@ -205,7 +206,7 @@ class Index:
     def _positions(self, queries, k):
         if not len(self):
             raise ValueError("The index is empty: add embeddings before searching.")
-        k = _inputs.check_positive_int(k, "k")
+        k = hyperparameters.integer_at_least("k", k, 1)
         if k > len(self):
             raise ValueError(f"k={k} exceeds the {len(self)} items in the index.")
         return self._backend.search(self.embeddings, self._queries(queries), k)

@@ -11,8 +11,6 @@ model so the proxies are trained and saved with the model.
 loss and returns the (N, C K) sample-to-proxy weights.
 """
 
-import warnings
-
 import numpy as np
 import tensorflow as tf
 
@@ -63,6 +61,12 @@ class ProxyLoss(PairLoss):
         metric: sample-to-proxy similarity. Defaults to "cosine".
         reduction, name, dtype: as for `keras.losses.Loss`.
 
+    The proxies are trained by `DMLModel`, which attaches `trainable_layer` to the
+    model at `compile`. A plain `keras.Model` does not train them (they are not in its
+    trainable weights: the loss then learns against fixed random proxies); in a
+    custom training loop, add `loss.trainable_layer.trainable_weights` to the
+    variables the optimizer updates.
+
     Labels outside [0, C) raise a ValueError in eager mode and an
     InvalidArgumentError in a tf.function; under XLA (`jit_compile=True`), which
     cannot raise at run time, the loss of such a batch is NaN.
@@ -101,7 +105,6 @@ class ProxyLoss(PairLoss):
 
     # -- the engine hooks -------------------------------------------------------------
     def default_reference(self, labels, embeddings):
-        _warn_if_frozen(self)
         proxies = self.trainable_layer(embeddings)
         proxy_class = tf.range(self.trainable_layer.num_proxies) // self.proxies_per_class
         return Reference(proxy_class, proxies, trainable=True)
@@ -128,18 +131,3 @@ class ProxyLoss(PairLoss):
         )
         return config
 
-
-def _warn_if_frozen(loss):
-    """A proxy loss traced into a training step of a model that does not train its
-    proxies (a plain keras.Model) learns against frozen random proxies: say so once."""
-    layer = loss.trainable_layer
-    if tf.executing_eagerly() or getattr(layer, "attached_to_model", False) \
-            or getattr(loss, "_warned_frozen", False):
-        return
-    loss._warned_frozen = True
-    warnings.warn(
-        f"{type(loss).__name__}: its proxies are not trained here (they are not in the "
-        "model's trainable weights), so training runs against frozen random proxies. "
-        "Compile it into keras_dml.models.DMLModel, or add loss.trainable_layer's weights to "
-        "the trained variables and set loss.trainable_layer.attached_to_model = True.",
-        stacklevel=2)

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import mining as mining_lib
+from keras_dml import ops
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 from keras_dml.mining import triplet as triplet_mining
@@ -113,17 +114,15 @@ def _semihard_terms_by_slots(closeness, positive, negative, margin, miner):
     """Semi-hard selection and the hinge fused in one pass per positive slot."""
     rank, _ = triplet_mining.slots(positive)
     fixed = tf.stop_gradient(closeness)
-    negatives_only = tf.where(negative, fixed, -_BIG)
+    negatives_only = ops.masked_fill(fixed, negative, tf.float32.min)
     n = tf.shape(closeness)[1]
 
     def body(slot, total, gradient, count):
         column = tf.argmax(tf.cast(slot, tf.int32), axis=1, output_type=tf.int32)
         anchor_positive = tf.gather(closeness, column, batch_dims=1)
         fixed_positive = tf.stop_gradient(anchor_positive)[:, tf.newaxis]
-        candidates = tf.where(negatives_only < fixed_positive, negatives_only, -_BIG)
-        chosen = tf.argmax(candidates, axis=1, output_type=tf.int32)
-        found = tf.gather(slot, column, batch_dims=1) & (
-            tf.gather(candidates, chosen, batch_dims=1) > -_BIG)
+        chosen, below = ops.closest_below(negatives_only, fixed_positive)
+        found = tf.gather(slot, column, batch_dims=1) & below
         anchor_negative = tf.gather(closeness, chosen, batch_dims=1)
         if miner.margin is not None:
             found &= tf.stop_gradient(anchor_negative - anchor_positive) > -miner.margin
@@ -156,7 +155,6 @@ _FAST_TERMS = {
     triplet_mining.HardMiner: _per_anchor_terms,
     triplet_mining.EasyMiner: _per_anchor_terms,
 }
-_BIG = tf.float32.max
 
 
 @register(row_local=False)

@@ -26,10 +26,6 @@ from keras_dml.mining.base import Miner
 _BIG = tf.float32.max
 
 
-def _fill(x, mask, value):
-    return tf.where(mask, x, tf.fill(tf.shape(x), value))
-
-
 # Up to this many kept positives per anchor, per-positive loops over "slots" (one
 # (N, N) pass each) beat sorting every row; beyond it the sort-based path is used.
 SLOT_LIMIT = 16
@@ -56,12 +52,12 @@ def for_each_slot(mask, body, state):
 
 
 def _semihard_by_slots(similarity, positive, negative):
+    negatives_only = ops.masked_fill(similarity, negative, tf.float32.min)
+
     def body(slot, valid, negative_index):
         anchor_positive = tf.reduce_sum(tf.where(slot, similarity, 0.0), axis=1, keepdims=True)
-        candidates = negative & (similarity < anchor_positive)
-        chosen = tf.argmax(_fill(similarity, candidates, -_BIG), axis=1, output_type=tf.int32)
-        found = tf.reduce_any(candidates, axis=1, keepdims=True)
-        return (valid | (slot & found),
+        chosen, found = ops.closest_below(negatives_only, anchor_positive)
+        return (valid | (slot & found[:, tf.newaxis]),
                 tf.where(slot, tf.broadcast_to(chosen[:, tf.newaxis], tf.shape(slot)),
                          negative_index))
 
@@ -70,7 +66,7 @@ def _semihard_by_slots(similarity, positive, negative):
 
 
 def _semihard_by_sorting(similarity, positive, negative):
-    keys = _fill(similarity, negative, _BIG)  # non-negatives sorted to the end
+    keys = ops.masked_fill(similarity, negative, _BIG)  # non-negatives sorted to the end
     order = tf.argsort(keys, axis=1, stable=True)
     ordered = tf.gather(keys, order, batch_dims=1)
     below = tf.searchsorted(ordered, similarity, side="left")  # negatives with s < s_ap
@@ -103,12 +99,12 @@ def per_anchor_choice(similarity, positive, negative, easiest_positive):
     The positive is the least similar one (batch-hard) or, with
     `easiest_positive`, the most similar one; the negative is the most similar.
     """
-    positive_keys = _fill(similarity, positive, -_BIG if easiest_positive else _BIG)
+    positive_keys = ops.masked_fill(similarity, positive, -_BIG if easiest_positive else _BIG)
     if easiest_positive:
         chosen_positive = tf.argmax(positive_keys, axis=1, output_type=tf.int32)
     else:
         chosen_positive = tf.argmin(positive_keys, axis=1, output_type=tf.int32)
-    chosen_negative = tf.argmax(_fill(similarity, negative, -_BIG), axis=1,
+    chosen_negative = tf.argmax(ops.masked_fill(similarity, negative, -_BIG), axis=1,
                                 output_type=tf.int32)
     has_both = tf.reduce_any(positive, axis=1) & tf.reduce_any(negative, axis=1)
     return chosen_positive, chosen_negative, has_both

@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 
+from keras_dml import hyperparameters
 from keras_dml.evaluation import _inputs
 from keras_dml.evaluation.knn import nearest_neighbors
 
@@ -89,8 +90,8 @@ def recall_curves(history, path="recall_curves.png", keys=None, dpi=100, steps_p
     missing = [key for key in keys if key not in logs]
     if missing:
         raise ValueError(f"history has no {missing}; it has {sorted(logs)}.")
-    scale = 1 if steps_per_epoch is None else _inputs.check_positive_int(
-        steps_per_epoch, "steps_per_epoch")
+    scale = 1 if steps_per_epoch is None else hyperparameters.integer_at_least(
+        "steps_per_epoch", steps_per_epoch, 1)
     drawn = {}
     for key in keys:
         values = np.asarray(logs[key], np.float64) * 100.0
@@ -177,8 +178,8 @@ def tsne_map(embeddings, labels, path="tsne.png", max_points=3000, perplexity=30
         raise ValueError(f"distance must be 'cosine' or 'euclidean', got {distance!r}.")
     if x.shape[0] < 3:
         raise ValueError(f"t-SNE needs at least 3 points, got {x.shape[0]}.")
-    max_points = _inputs.check_positive_int(max_points, "max_points")
-    highlight = _inputs.check_positive_int(highlight, "highlight")
+    max_points = hyperparameters.integer_at_least("max_points", max_points, 1)
+    highlight = hyperparameters.integer_at_least("highlight", highlight, 1)
     if highlight > 20:
         raise ValueError(f"highlight must be at most 20 (distinct colours), got {highlight}.")
     indices, coloured = _tsne_rows(y, max_points, highlight, seed)
@@ -257,9 +258,9 @@ def retrieval_grid(images, labels, embeddings, path="retrievals.png", queries=8,
     images = np.asarray(images)
     if images.shape[0] != x.shape[0]:
         raise ValueError(f"{images.shape[0]} images but {x.shape[0]} embeddings.")
-    k = _inputs.check_positive_int(k, "k")
+    k = hyperparameters.integer_at_least("k", k, 1)
     if isinstance(queries, (int, np.integer)):
-        count = min(_inputs.check_positive_int(queries, "queries"), x.shape[0])
+        count = min(hyperparameters.integer_at_least("queries", queries, 1), x.shape[0])
         queries = np.sort(np.random.default_rng(seed).choice(x.shape[0], count, replace=False))
     queries = np.asarray(queries, np.int64).reshape(-1)
     if queries.size == 0 or queries.min() < 0 or queries.max() >= x.shape[0]:

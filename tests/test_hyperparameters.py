@@ -32,3 +32,20 @@ def test_bad_hyperparameter_is_a_value_error_naming_it(case):
     make, name = BAD[case]
     with pytest.raises(ValueError, match=name):
         make()
+
+
+def test_integer_at_least_strict_refuses_integral_floats():
+    import numpy as np
+
+    from keras_dml.hyperparameters import integer_at_least
+
+    assert integer_at_least("bins", 2.0, 2) == 2 and type(integer_at_least("k", 3.0, 1)) is int
+    assert integer_at_least("k", np.int64(3), 1, strict=True) == 3
+    for value in (2.0, np.float32(2), True, "3", 0, None):
+        with pytest.raises(ValueError, match=r"^epochs must be a positive integer, got "):
+            integer_at_least("epochs", value, 1, strict=True)
+    for value in (2.5, True, "3", -1):
+        with pytest.raises(ValueError, match=r"^warmup must be an integer >= 0, got "):
+            integer_at_least("warmup", value, 0)
+    with pytest.raises(ValueError, match=r"version must be a positive integer \(why\), got 0"):
+        integer_at_least("version", 0, 1, strict=True, why=" (why)")
