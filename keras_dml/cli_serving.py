@@ -178,9 +178,10 @@ def run_index(args):
     output = args.output or os.path.join(args.run, "index")
     if os.path.exists(output) and not args.overwrite:
         raise FileExistsError(f"{output} exists; pass --overwrite to replace it.")
-    batches, in_memory = split_batches(run, args.dataset, args.split, args.data_dir)
+    batches, in_memory, class_names = split_batches(run, args.dataset, args.split,
+                                                    args.data_dir)
     info = {"run": os.path.abspath(args.run), "dataset": args.dataset or run.dataset,
-            "split": args.split, "in_memory_images": in_memory}
+            "split": args.split, "in_memory_images": in_memory, "class_names": class_names}
     index = Index.from_model(run.embedder, batches, backend=args.backend, info=info)
     index.save(output, overwrite=args.overwrite)
     print(f"index: {output} ({len(index)} items, dimension {index.dim}, {args.backend})")
@@ -219,13 +220,27 @@ def run_search(args):
     queries = run.embedder.predict(images, verbose=0)
     result = index.search(queries, min(args.k, len(index)))
     matches = None if threshold is None else index.match(queries, threshold)
+    named = _class_namer(index.info.get("class_names"))
     for row, path in enumerate(args.images):
-        decision = "" if matches is None else f"  match: {matches[row]}"
+        decision = "" if matches is None else f"  match: {named(matches[row])}"
         print(f"{path}{decision}")
         for rank in range(result.ids.shape[1]):
             print(f"  {rank + 1:>2}. id {result.ids[row, rank]:<8} label "
-                  f"{result.labels[row, rank]!s:<10} score {result.scores[row, rank]:.4f}")
+                  f"{named(result.labels[row, rank]):<10} score {result.scores[row, rank]:.4f}")
     return 0
+
+
+def _class_namer(class_names):
+    """`label -> "label (class name)"` when the index records its split's class names."""
+    import numpy as np
+
+    def named(label):
+        if class_names and isinstance(label, (int, np.integer)) and 0 <= label < len(
+                class_names):
+            return f"{label} ({class_names[label]})"
+        return str(label)
+
+    return named
 
 
 def run_calibrate(args):
@@ -236,7 +251,7 @@ def run_calibrate(args):
     from keras_dml.index.runs import load_run, split_batches
 
     run = load_run(args.run)
-    batches, in_memory = split_batches(run, args.dataset, args.split, args.data_dir)
+    batches, in_memory, _ = split_batches(run, args.dataset, args.split, args.data_dir)
     embeddings, labels = embed_dataset(run.embedder, batches)
     scores, same = pair_scores(embeddings, labels, max_pairs=args.max_pairs)
     target, value = (("precision", args.target_precision) if args.target_precision is not None

@@ -72,6 +72,9 @@ def test_index_search_calibrate_export(run_dir, tmp_path, capsys):
     assert printed == expected.ids[:, 0].tolist()
     matches = [int(m) for m in re.findall(r"match: (-?\d+)", out)]
     assert matches == index.match(queries, threshold).tolist()
+    first_labels = re.findall(r"^\s+1\. id \d+\s+label (\d+) \((.+?)\)", out, re.M)
+    assert first_labels == [(str(label), test.class_names[label])
+                            for label in expected.labels[:, 0]]  # the class's name, not only its id
     served = tf.saved_model.load(path).signatures["serving_default"](images=tf.constant(images))
     np.testing.assert_array_equal(served["match"].numpy(), index.match(queries, threshold))
     np.testing.assert_array_equal(served["indices"].numpy()[:, 0], expected.ids[:, 0])
