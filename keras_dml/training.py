@@ -293,10 +293,29 @@ def _backup_callback(run_dir, batches, resume):
                                            delete_checkpoint=False)
     from keras_dml.backup import TrainingBackup, complete_backups
 
-    if resume and not complete_backups(backup_dir):
-        raise FileNotFoundError(f"--resume: {backup_dir} holds no backup (the run was killed "
-                                "before its first epoch ended); start it again.")
+    if resume:
+        backups = complete_backups(backup_dir)
+        if not backups:
+            raise FileNotFoundError(f"--resume: {backup_dir} holds no backup (the run was "
+                                    "killed before its first epoch ended); start it again.")
+        _drop_history_after(os.path.join(run_dir, "history.csv"), backups[-1][0])
     return TrainingBackup(backup_dir, stream=batches)
+
+
+def _drop_history_after(path, epochs):
+    """Keep the rows of the first `epochs` epochs in `history.csv`: a run killed after
+    logging an epoch but before backing it up trains that epoch again on resume, and
+    its row must not appear twice."""
+    if not os.path.isfile(path):
+        return
+    with open(path, newline="") as f:
+        lines = f.read().splitlines(keepends=True)
+    kept = lines[:1] + [line for line in lines[1:]
+                        if line.split(",", 1)[0].strip().isdigit()
+                        and int(line.split(",", 1)[0]) < epochs]
+    if len(kept) != len(lines):
+        with open(path, "w", newline="") as f:
+            f.writelines(kept)
 
 
 def _restore_recall_history(recall, backup):

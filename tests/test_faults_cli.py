@@ -61,3 +61,14 @@ def test_skip_bad_images_on_the_command_line(tmp_path, capfd):
     assert "skipped so far" in capfd.readouterr().err
     summary = json.load(open(tmp_path / "runs" / "skipping" / "summary.json"))
     assert np.isfinite(summary["loss_history"]).all()
+
+
+def test_resume_drops_history_rows_of_epochs_not_backed_up(tmp_path):
+    from keras_dml.training import _drop_history_after
+
+    path = tmp_path / "history.csv"
+    path.write_text("epoch,loss\n0,1.5\n1,1.2\n2,1.1\n")
+    _drop_history_after(str(path), 2)  # the last backup holds 2 epochs: epoch 2 is redone
+    assert path.read_text() == "epoch,loss\n0,1.5\n1,1.2\n"
+    _drop_history_after(str(path), 2)  # nothing to drop: unchanged
+    assert path.read_text() == "epoch,loss\n0,1.5\n1,1.2\n"
