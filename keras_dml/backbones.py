@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_dml.hyperparameters import integer_at_least
+
 BACKBONES = ("convnet", "cnn3", "resnet50")
 
 
@@ -55,9 +57,8 @@ def get(name, input_shape, width=None):
             raise ValueError(f"width={width!r} applies to cnn3 and convnet, not resnet50.")
         return keras.applications.ResNet50(weights=None, include_top=False,
                                            input_shape=input_shape)
-    if width is not None and (isinstance(width, bool) or not isinstance(width, int)
-                              or width < 1):
-        raise ValueError(f"width must be a positive integer, got {width!r}.")
+    if width is not None:
+        integer_at_least("width", width, 1, strict=True)
     if name == "convnet":
         return convnet(input_shape) if width is None else convnet(
             input_shape, widths=(width, 2 * width, 4 * width))
