@@ -140,7 +140,8 @@ def omniglot_evaluate(batch_size=1024, limit=None):
 
 
 def sampler_epoch(classes_per_batch=90, samples_per_class=2, samples=59_551, classes=11_318):
-    """One epoch of C x k index batches from `ClassBalancedSampler` on SOP-sized labels."""
+    """One epoch of C x k index batches from `ClassBalancedSampler` on SOP-sized labels,
+    drawn the way `class_balanced_batches` draws them (a `tf.data` map over steps)."""
     import warnings
 
     labels = data.sop_sized_labels(samples, classes)
@@ -150,8 +151,11 @@ def sampler_epoch(classes_per_batch=90, samples_per_class=2, samples=59_551, cla
                                                       samples_per_class, seed=0)
     batches = samples // (classes_per_batch * samples_per_class)
 
+    stream = tf.data.Dataset.range(batches).map(sampler.batch,
+                                                num_parallel_calls=tf.data.AUTOTUNE)
+
     def step():
-        return [sampler.next_batch() for _ in range(batches)]
+        return list(stream.as_numpy_iterator())
 
     drawn = step()
     return step, {"batches": len(drawn), "batch_size": len(drawn[0])}

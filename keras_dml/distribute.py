@@ -124,7 +124,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         super().on_train_begin(logs)
         epoch = self.restored_epoch()
         if self.position is not None:
-            self.position.step = epoch * int(self.params.get("steps") or 0)
+            self.position.start = epoch * int(self.params.get("steps") or 0)
 
     def restored_epoch(self):
         """The epoch the last backup ends with (0 without a backup)."""

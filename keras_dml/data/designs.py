@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-from keras_dml.data.pipeline import batches_from_sampler
+from keras_dml.data.pipeline import batches_from_sampler, batches_from_stream
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.sources import make_source
 
@@ -237,6 +237,8 @@ def design_batches(source, design, *, seed=None, preprocessing=None, training=Tr
         the loss (e.g. `BalancedContrastive`).
     """
     data = make_source(source, preprocessing=preprocessing, training=training)
-    design.sampler(data.labels, seed)  # validate now
+    sampler = design.sampler(data.labels, seed)  # validates now
+    if isinstance(sampler, ClassBalancedSampler):  # step-indexed: no Python in tf.data
+        return batches_from_stream(data, sampler, seed=seed, map_fn=map_fn)
     return batches_from_sampler(data, lambda: design.sampler(data.labels, seed),
                                 design.batch_size, seed=seed, map_fn=map_fn)

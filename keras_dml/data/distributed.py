@@ -1,42 +1,33 @@
 """Class-balanced C x k batches read per worker under `tf.distribute`.
 
-Every input pipeline (one per worker) runs the same NumPy index sampler from the
-same seed, so all workers agree on the global batch of step t: exactly the batch
+Every input pipeline (one per worker) draws the global batch of step t from the
+same seed with the same step-indexed sampler, so all workers agree on it: exactly the batch
 `class_balanced_batches(..., seed=seed)` gives a single process. Each worker then
 reads and decodes only its share: the contiguous slice of the class-major batch
 that its replicas own (whole classes, `C / num_replicas` per replica). The
 replicas' slices are disjoint, so no sample is drawn twice across workers in a
 step, and the batch gathered by `DMLModel` is the single-process batch, in order.
 
-Cost per worker and step: the index draw for the whole batch (O(C k) NumPy, a few
-microseconds) and the images of its own share only.
+Cost per worker and step: the index draw for the whole batch (O(C k) stateless TF
+ops inside the pipeline) and the images of its own share only.
 """
 
-import warnings
 import weakref
 
 import numpy as np
-from keras_dml.data.pipeline import batches_from_sampler
+import tensorflow as tf
+
+from keras_dml.data.pipeline import StreamPosition, batches_from_indices
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.sources import make_source
 
 _POSITIONS = weakref.WeakKeyDictionary()
 
 
-class StreamStart:
-    """The global step at which the next iteration of a worker stream starts.
-
-    Read each time an iterator starts; `keras_dml.distribute.BackupAndRestore`
-    sets it when it restores a backup, so the stream resumes where it stopped.
-    """
-
-    def __init__(self, step=0):
-        self.step = int(step)
-
-
 def worker_stream_start(dataset):
-    """The `StreamStart` of a dataset made by `distributed_class_balanced_batches`,
-    else `None`."""
+    """The `StreamPosition` of a dataset made by `distributed_class_balanced_batches`,
+    else `None`. `keras_dml.distribute.BackupAndRestore` sets its `start` when it
+    restores a backup, so the stream resumes where it stopped."""
     try:
         return _POSITIONS.get(dataset)
     except TypeError:
@@ -54,14 +45,6 @@ def replica_slices(global_batch, num_replicas, pipeline_id, num_pipelines):
     pieces = num_replicas // num_pipelines
     start = pipeline_id * pieces * per_replica
     return start, start + pieces * per_replica, pieces
-
-
-def _sharded(sampler, start, stop, pieces, first_step):
-    """Per-replica index batches of one pipeline, from the global stream's `first_step`."""
-    for _ in range(first_step):
-        next(sampler)
-    while True:
-        yield from np.split(next(sampler)[start:stop], pieces)
 
 
 def distributed_class_balanced_batches(strategy, source, classes_per_batch,
@@ -102,28 +85,26 @@ def distributed_class_balanced_batches(strategy, source, classes_per_batch,
             f"classes_per_batch={classes_per_batch} must be divisible by the number of "
             f"replicas ({replicas}) so each replica gets whole classes.")
     data = make_source(source, preprocessing=preprocessing, training=training)
-    ClassBalancedSampler(data.labels, classes_per_batch, samples_per_class,
-                         small_classes=small_classes, seed=seed)  # validates, warns once
-    position = StreamStart(start_step)
-    global_batch = classes_per_batch * samples_per_class
+    sampler = ClassBalancedSampler(data.labels, classes_per_batch, samples_per_class,
+                                   small_classes=small_classes, seed=seed)
+    global_batch = sampler.batch_size
+    position = StreamPosition(start_step, seed, global_batch)
 
     def dataset_fn(context):
         start, stop, pieces = replica_slices(global_batch, context.num_replicas_in_sync,
                                              context.input_pipeline_id,
                                              context.num_input_pipelines)
 
-        def make_sampler():
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                sampler = ClassBalancedSampler(data.labels, classes_per_batch,
-                                               samples_per_class, small_classes, seed)
-            return _sharded(iter(sampler), start, stop, pieces, position.step)
+        def shares(step):  # this pipeline's per-replica batches of global step `step`
+            share = tf.reshape(sampler.batch(step)[start:stop], [pieces, -1])
+            return step * pieces + tf.range(pieces, dtype=tf.int64), share
 
+        indices = position.steps().map(shares, num_parallel_calls=tf.data.AUTOTUNE,
+                                       deterministic=True).unbatch()
         # Distinct augmentation seeds per pipeline.
         worker_seed = int(np.random.SeedSequence([seed, context.input_pipeline_id])
                           .generate_state(1)[0] % (2 ** 31))
-        return batches_from_sampler(data, make_sampler, global_batch // replicas,
-                                    seed=worker_seed, map_fn=map_fn)
+        return batches_from_indices(data, indices, seed=worker_seed, map_fn=map_fn)
 
     dataset = strategy.distribute_datasets_from_function(dataset_fn)
     _POSITIONS[dataset] = position

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from keras_dml import hyperparameters
 from keras_dml.data.pipeline import batches_from_sampler
-from keras_dml.data.sampler import ClassBalancedSampler, draw_cyclic
+from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.sources import make_source
 
 
@@ -56,9 +56,13 @@ class HardNegativeClassSampler(ClassBalancedSampler):
         total = len(self.counts)
         self.num_neighbors = min(total - 1, num_neighbors)
         self._usable = np.zeros(total, bool)
-        self._usable[self._class_queue] = True
+        self._usable[self.usable_classes] = True
         self._neighbors = None
         self.num_updates = 0
+        self._rng = np.random.default_rng(seed)
+        self._mined_batches = 0
+        self._appearances = np.zeros(total, np.int64)
+        self._samples_fn = tf.function(self.samples_of)
 
     def update(self, class_embeddings, chunk_size=2048):
         """Recomputes each class's nearest classes from its representative.
@@ -91,14 +95,25 @@ class HardNegativeClassSampler(ClassBalancedSampler):
         self._neighbors = (index, score)  # one assignment: safe for the reader thread
         self.num_updates += 1
 
-    def next_classes(self):
-        neighbors = self._neighbors
-        if neighbors is None:
-            return super().next_classes()
-        index, score = neighbors
-        seed_class, self._class_cursor = draw_cyclic(
-            self._class_queue, self._class_cursor, 1, self._rng)
-        first = int(seed_class[0])
+    def next_batch(self):
+        """The next batch: mined once `update` was called, else class-balanced.
+
+        A mined batch starts from the next class of the class-balanced order
+        (every class starts a batch once per epoch over classes) and its
+        classes draw their samples in passes as `ClassBalancedSampler` does.
+        """
+        if self._neighbors is None:
+            return super().next_batch()
+        classes = self._mined_classes()
+        out = self._samples_fn(tf.constant(classes), tf.constant(self._appearances[classes]))
+        self._appearances[classes] += 1
+        return out.numpy()
+
+    def _mined_classes(self):
+        index, score = self._neighbors
+        epoch, position = divmod(self._mined_batches, self.num_classes)
+        self._mined_batches += 1
+        first = int(self.classes_at(epoch, [position])[0])
         chosen = [first]
         best = np.full(len(self.counts), -np.inf, np.float32)
         taken = np.zeros(len(self.counts), bool)
@@ -187,7 +202,7 @@ class HardNegativeClassMining(keras.callbacks.Callback):
         s = self.sampler
         picks = self._rng.random((len(s.counts), self.images_per_class))
         positions = s.offsets[:, None] + (picks * s.counts[:, None]).astype(np.int64)
-        indices = s._pool[positions].reshape(-1)
+        indices = s.members[positions].reshape(-1)
         embeddings = []
         for start in range(0, len(indices), self.batch_size):
             x = self._fetch(tf.constant(indices[start:start + self.batch_size]))

@@ -1,7 +1,5 @@
 """`class_balanced_batches`: the C x k tf.data pipeline of the metric learning papers."""
 
-import dataclasses
-import warnings
 import weakref
 
 import numpy as np
@@ -20,12 +18,12 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
 
     Each batch holds exactly `classes_per_batch` distinct classes and
     `samples_per_class` distinct samples of each (see `ClassBalancedSampler`
-    for the order: classes without replacement within an epoch over classes,
-    samples likewise within a class). Indices are generated in NumPy (memory
-    O(number of samples); no per-class datasets, so SOP's 11,318 classes are
-    cheap); images are gathered (arrays) or read, decoded and augmented
-    (files) one batch per parallel `map` call with `AUTOTUNE`, then
-    prefetched.
+    for the order: every class once per epoch over classes, samples in passes
+    without replacement within a class). Batch `t` is drawn from `(seed, t)`
+    by stateless TF ops inside the pipeline (no Python generator; memory
+    O(number of samples), so SOP's 11,318 classes are cheap); images are
+    gathered (arrays) or read, decoded and augmented (files) one batch per
+    parallel `map` call with `AUTOTUNE`, then prefetched.
 
     Distribution: batches are class-major (`x[c*k:(c+1)*k]` share a class),
     so when `strategy.experimental_distribute_dataset` splits the global batch
@@ -66,8 +64,8 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
             `num_replicas_in_sync`.
         start_step: Index of the first batch delivered: the stream is
             step-indexed, so with a `seed` batch `i` is the same whether the
-            stream started at 0 or at `start_step <= i` (the sampler is replayed
-            in NumPy, cheap). `keras_dml.backup.TrainingBackup` sets it on
+            stream started at 0 or at `start_step <= i` (batches are drawn from
+            their step index: O(1) to skip). `keras_dml.backup.TrainingBackup` sets it on
             resume through `stream_position(dataset)`. Defaults to 0.
         skip_bad_images: Skip batches holding an unreadable image (counted
             on stderr) instead of stopping with an error naming it. Defaults
@@ -99,28 +97,18 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
             f"number of replicas ({num_replicas}) so each replica gets whole classes."
         )
     data = make_source(source, preprocessing=preprocessing, training=training)
-    # Validate (and warn about small classes) now, not at the first iteration.
-    ClassBalancedSampler(data.labels, classes_per_batch, samples_per_class,
-                         small_classes=small_classes, seed=seed)
-
-    def make_sampler():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ClassBalancedSampler(data.labels, classes_per_batch,
-                                        samples_per_class, small_classes, seed)
-
-    return batches_from_sampler(data, make_sampler,
-                                classes_per_batch * samples_per_class,
-                                seed=seed, map_fn=map_fn, start_step=start_step,
-                                skip_bad_images=skip_bad_images)
+    sampler = ClassBalancedSampler(data.labels, classes_per_batch, samples_per_class,
+                                   small_classes=small_classes, seed=seed)
+    return batches_from_stream(data, sampler, seed=seed, map_fn=map_fn,
+                               start_step=start_step, skip_bad_images=skip_bad_images)
 
 
-@dataclasses.dataclass
 class StreamPosition:
-    """Where a step-indexed batch stream starts; read each time iteration starts.
+    """Where a step-indexed batch stream starts; read when iteration starts.
 
     Attributes:
-        start: Index of the first batch the next iterator delivers.
+        start: Index of the first batch the next iterator delivers (settable,
+            e.g. by `keras_dml.backup.TrainingBackup` on resume).
         seed: The stream's seed (`None`: not reproducible, so a resume can
             only skip ahead, not replay the same batches).
         batch_size: Batch size, recorded to match a backup with its stream.
@@ -128,10 +116,28 @@ class StreamPosition:
             class mining): its batches cannot be regenerated from the seed.
     """
 
-    start: int = 0
-    seed: int | None = None
-    batch_size: int | None = None
-    replayable: bool = True
+    def __init__(self, start=0, seed=None, batch_size=None, replayable=True):
+        self.seed = seed
+        self.batch_size = batch_size
+        self.replayable = replayable
+        with tf.init_scope():  # a variable read by the pipeline's map, not a model's
+            self._start = tf.Variable(int(start), dtype=tf.int64, trainable=False,
+                                      name="stream_start")
+
+    @property
+    def start(self):
+        return int(self._start.numpy())
+
+    @start.setter
+    def start(self, value):
+        self._start.assign(int(value))
+
+    def steps(self):
+        """An infinite dataset of the step indices `start, start + 1, ...`, with
+        `start` read as the iterator delivers its elements (so setting `start`
+        before iteration begins moves the stream)."""
+        return tf.data.Dataset.counter(dtype=tf.int64).map(
+            lambda n: n + self._start.read_value())
 
 
 _POSITIONS = weakref.WeakKeyDictionary()
@@ -146,9 +152,35 @@ def stream_position(dataset):
         return None
 
 
+def batches_from_stream(data, sampler, seed=None, map_fn=None, start_step=0,
+                        skip_bad_images=False):
+    """Infinite `(x, y)` batches from a step-indexed sampler over a `Source`.
+
+    Args:
+        data: A `keras_dml.data.sources.Source`.
+        sampler: A `ClassBalancedSampler` (`sampler.batch(step)` in TF ops).
+        seed: Augmentation seed, and the stream's recorded seed. Defaults to `None`.
+        map_fn: Optional per-batch `map_fn(x, y) -> (x, y)`.
+        start_step: First batch index (see `StreamPosition`). Defaults to 0.
+        skip_bad_images: See `class_balanced_batches`. Defaults to False.
+    """
+    position = StreamPosition(start_step, seed, sampler.batch_size)
+    indices = position.steps().map(lambda step: (step, sampler.batch(step)),
+                                   num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = batches_from_indices(data, indices, seed=seed, map_fn=map_fn,
+                              skip_bad_images=skip_bad_images)
+    _POSITIONS[ds] = position
+    return ds
+
+
 def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
                          chunk=32, start_step=0, replayable=True, skip_bad_images=False):
-    """Infinite `(x, y)` batches from an index sampler over a `Source`.
+    """Infinite `(x, y)` batches from a Python index sampler over a `Source`.
+
+    For samplers steered while training (hard negative class mining) or
+    written in NumPy (the papers' pair designs). Prefer a step-indexed TF
+    sampler (`class_balanced_batches`): a Python generator inside `tf.data`
+    slows every training step of the process (benchmarks/README.md).
 
     Args:
         data: A `keras_dml.data.sources.Source`.
@@ -168,10 +200,7 @@ def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
     Returns:
         A `tf.data.Dataset` (see `class_balanced_batches` for bad files).
     """
-    labels = tf.constant(data.labels.astype(np.int32))
-    stream_seed = int(np.random.SeedSequence(seed).generate_state(1)[0])
-
-    position = StreamPosition(int(start_step), seed, batch_size, replayable)
+    position = StreamPosition(start_step, seed, batch_size, replayable)
 
     def generate():
         sampler = iter(make_sampler())
@@ -183,11 +212,34 @@ def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
             yield np.arange(first, first + chunk, dtype=np.int64), block
             first += chunk
 
-    ds = tf.data.Dataset.from_generator(
+    indices = tf.data.Dataset.from_generator(
         generate,
         output_signature=(tf.TensorSpec([chunk], tf.int64),
                           tf.TensorSpec([chunk, batch_size], tf.int64)),
     ).unbatch()
+    ds = batches_from_indices(data, indices, seed=seed, map_fn=map_fn,
+                              skip_bad_images=skip_bad_images)
+    _POSITIONS[ds] = position
+    return ds
+
+
+def batches_from_indices(data, indices, seed=None, map_fn=None, skip_bad_images=False):
+    """`(x, y)` batches from a dataset of `(batch_id, sample_indices)` over a `Source`.
+
+    Images are gathered (arrays) or read, decoded and augmented (files) one
+    batch per parallel `map` call, then prefetched. Augmentation is seeded
+    statelessly by `(seed, batch_id)`.
+
+    Args:
+        data: A `keras_dml.data.sources.Source`.
+        indices: `tf.data.Dataset` of `(batch_id, indices)`: scalar int64 and
+            `(batch_size,)` int64.
+        seed: Augmentation seed. Defaults to `None`.
+        map_fn: Optional per-batch `map_fn(x, y) -> (x, y)`.
+        skip_bad_images: See `class_balanced_batches`. Defaults to False.
+    """
+    labels = tf.constant(data.labels.astype(np.int32))
+    stream_seed = int(np.random.SeedSequence(seed).generate_state(1)[0])
 
     @tf.autograph.experimental.do_not_convert
     def build(batch_id, indices):
@@ -199,14 +251,12 @@ def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
             x, y = map_fn(x, y)
         return batch_id, indices, ok, x, y
 
-    ds = ds.map(build, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = indices.map(build, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if data.from_files:
         guard = BadImageGuard(data.describe, skip=skip_bad_images)
         ds = ds.filter(tf.autograph.experimental.do_not_convert(
             lambda batch_id, indices, ok, x, y: guard.keep(batch_id, indices, ok)))
-    ds = ds.map(_only_x_y).prefetch(tf.data.AUTOTUNE)
-    _POSITIONS[ds] = position
-    return ds
+    return ds.map(_only_x_y).prefetch(tf.data.AUTOTUNE)
 
 
 @tf.autograph.experimental.do_not_convert

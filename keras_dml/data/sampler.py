@@ -1,72 +1,63 @@
-"""Class-balanced index sampling in NumPy: C classes x k samples per batch.
+"""Class-balanced index sampling: C classes x k samples per batch, step-indexed.
 
-Memory is O(number of samples): one flat array holding every class's
-samples as a contiguous, shuffled segment, a cursor per class, and a queue
-of classes. No per-class datasets are built, so SOP's 11,318 classes cost
-nothing more than its 59,551 indices.
+Batch `t` is a pure function of the seed and `t`, computed with stateless TF
+random ops, so a `tf.data` pipeline draws it with no Python in the loop (a
+Python generator in `tf.data` slows every later training step: see
+benchmarks/README.md) and a resumed run regenerates batch `t` in O(1). Memory
+is O(number of samples): one flat array of every class's members, no
+per-class datasets, so SOP's 11,318 classes cost no more than its 59,551
+indices.
 """
 
 import warnings
 
 import numpy as np
+import tensorflow as tf
 
 from keras_dml.hyperparameters import integer_at_least
 
 
-def draw_cyclic(segment, cursor, k, rng):
-    """Takes `k` distinct items from a cyclic random permutation, in place.
-
-    `segment[cursor:]` are the items not yet drawn in the current pass. When
-    fewer than `k` remain, they are all taken and the rest of the batch comes
-    from a fresh shuffle of the items already drawn, which then starts the
-    next pass; so every item is drawn once before any repeats, and the `k`
-    items are always distinct.
-
-    Args:
-        segment: 1-D array view, permuted in place.
-        cursor: Number of items already drawn in the current pass.
-        k: Number of items to take, `k <= len(segment)`.
-        rng: `np.random.Generator`.
-
-    Returns:
-        `(items, new_cursor)`.
-    """
-    end = cursor + k
-    if end <= len(segment):
-        return segment[cursor:end].copy(), end
-    rest = segment[cursor:].copy()
-    used = rng.permutation(segment[:cursor])
-    need = k - len(rest)
-    segment[:need] = used[:need]
-    segment[need:] = rng.permutation(np.concatenate([used[need:], rest]))
-    return np.concatenate([rest, segment[:need]]), need
-
-
 class ClassBalancedSampler:
-    """Infinite stream of index batches with C distinct classes x k samples.
+    """Step-indexed stream of index batches with C distinct classes x k samples.
 
-    Classes are drawn uniformly without replacement within an epoch over
-    classes (every class appears before any repeats; across an epoch
-    boundary the batch still has C distinct classes). The samples of each
-    class are drawn the same way, so a batch holds k distinct samples per
-    class. Batches are class-major: indices `[c * k:(c + 1) * k]` share a
-    class.
+    Classes: the stream is a sequence of epochs over the usable classes. Each
+    epoch is a fresh random permutation cut into `ceil(L / C)` batches, so
+    every class appears once per epoch; when C does not divide L, the epoch's
+    last batch is completed with classes of its first batch (never a class
+    already in that batch). Batches are class-major: indices
+    `[c * k:(c + 1) * k]` share a class.
+
+    Samples: a class's k samples in a batch are distinct. Its appearances are
+    grouped in passes of `floor(n_c / k)` over a fresh permutation of its
+    n_c samples, so no sample repeats within a pass and all are drawn equally
+    often (the `n_c mod k` left over sit out a random pass). A class that
+    completes an epoch's last batch draws k distinct random samples for that
+    extra appearance. Classes with fewer than k samples are drawn with
+    replacement (`small_classes="replace"`) or left out (`"drop"`).
 
     Args:
         labels: Integer label per sample, shape `(N,)`.
         classes_per_batch: C, distinct classes per batch.
         samples_per_class: k, samples per class.
-        small_classes: What to do with classes that have fewer than k
-            samples: `"replace"` draws their k samples with replacement,
-            `"drop"` leaves them out. Defaults to `"replace"`. Their count is
-            `num_small_classes` (and a warning is issued).
-        seed: Seed of the NumPy generator; the same seed gives the same
-            stream. Defaults to `None` (fresh entropy).
+        small_classes: `"replace"` or `"drop"` for classes with fewer than k
+            samples; their count is `num_small_classes` (and a warning is
+            issued). Defaults to `"replace"`.
+        seed: Integer seed; the same seed gives the same stream. Defaults to
+            `None` (fresh entropy).
+
+    Attributes:
+        class_values: The sorted distinct labels; class index `c` is
+            `class_values[c]`.
+        counts, offsets, members: Class `c`'s samples are
+            `members[offsets[c]:offsets[c] + counts[c]]`.
+        batches_per_epoch: `ceil(num_classes / C)`.
 
     Examples:
 
     >>> sampler = ClassBalancedSampler(np.repeat(np.arange(10), 5), 4, 2, seed=0)
-    >>> sampler.next_batch().shape
+    >>> sampler.batch(7).shape  # batch 7, in TF ops (usable in tf.data)
+    TensorShape([8])
+    >>> sampler.next_batch().shape  # NumPy, the next batch of the stream
     (8,)
     """
 
@@ -89,18 +80,15 @@ class ClassBalancedSampler:
         self.samples_per_class = int(samples_per_class)
         self.batch_size = self.classes_per_batch * self.samples_per_class
         self.small_classes = small_classes
-        self._rng = np.random.default_rng(seed)
 
         self.class_values, inverse = np.unique(labels, return_inverse=True)
         self.counts = np.bincount(inverse).astype(np.int64)
-        self.offsets = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
-        # Shuffle within classes: sort by (class, random key).
-        self._pool = np.lexsort((self._rng.random(len(labels)), inverse))
-        self._cursor = np.zeros(len(self.counts), np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
+        self.members = np.argsort(inverse, kind="stable").astype(np.int64)
 
         small = self.counts < self.samples_per_class
         self.num_small_classes = int(small.sum())
-        eligible = np.flatnonzero(~small) if small_classes == "drop" else np.arange(
+        usable = np.flatnonzero(~small) if small_classes == "drop" else np.arange(
             len(self.counts))
         if self.num_small_classes:
             action = ("drawn with replacement" if small_classes == "replace"
@@ -111,51 +99,88 @@ class ClassBalancedSampler:
                 f"{action} (small_classes={small_classes!r}).",
                 stacklevel=2,
             )
-        if len(eligible) < self.classes_per_batch:
+        if len(usable) < self.classes_per_batch:
             raise ValueError(
                 f"classes_per_batch={self.classes_per_batch} but only "
-                f"{len(eligible)} classes are usable (of {len(self.counts)}; "
+                f"{len(usable)} classes are usable (of {len(self.counts)}; "
                 f"small_classes={small_classes!r})."
             )
-        self.num_classes = len(eligible)
-        self._class_queue = self._rng.permutation(eligible)
-        self._class_cursor = 0
+        self.usable_classes = usable.astype(np.int64)
+        self.num_classes = len(usable)
+        self.batches_per_epoch = -(-self.num_classes // self.classes_per_batch)
+        words = np.random.SeedSequence(seed).generate_state(2, np.uint32)
+        self._class_seed, self._sample_seed = (int(w) for w in words)
+        self.step = 0
+        self._batch_fn = None
 
-    def next_batch(self):
-        """The next batch of `C * k` sample indices (int64, class-major)."""
-        return self.samples_of(self.next_classes())
+    # -- TF ops: usable inside tf.data and tf.function ------------------------------
+    def batch(self, step):
+        """The `C * k` sample indices of batch `step` (int64, class-major)."""
+        step = tf.cast(step, tf.int64)
+        per_epoch = self.batches_per_epoch
+        epoch, index = step // per_epoch, step % per_epoch
+        positions = index * self.classes_per_batch + tf.range(self.classes_per_batch,
+                                                              dtype=tf.int64)
+        # The last batch of an epoch is completed with the epoch's first classes.
+        extra = positions >= self.num_classes
+        positions = tf.where(extra, positions - self.num_classes, positions)
+        classes = self.classes_at(epoch, positions)
+        appearance = tf.fill([self.classes_per_batch], epoch)
+        return self.samples_of(classes, appearance, extra)
 
-    def next_classes(self):
-        """The C distinct class indices (into `class_values`) of the next batch."""
-        classes, self._class_cursor = draw_cyclic(
-            self._class_queue, self._class_cursor, self.classes_per_batch, self._rng
-        )
-        return classes
+    def classes_at(self, epoch, positions):
+        """Class indices at `positions` of the random permutation of `epoch`."""
+        order = tf.random.experimental.stateless_shuffle(
+            tf.constant(self.usable_classes),
+            seed=tf.stack([tf.constant(self._class_seed, tf.int64),
+                           tf.cast(epoch, tf.int64)]))
+        return tf.gather(order, positions)
 
-    def samples_of(self, classes):
-        """k distinct sample indices for each of `classes`, class-major, flat."""
+    def samples_of(self, classes, appearances, extra=None):
+        """k distinct sample indices per class (class-major, flat `(len * k,)`).
+
+        Args:
+            classes: `(n,)` class indices.
+            appearances: `(n,)` the appearance number of each class (the pass is
+                `appearance // floor(n_c / k)`, the slot in it the remainder).
+            extra: `(n,)` bool, True for an extra appearance (k random samples,
+                outside the passes). Defaults to none.
+        """
+        classes = tf.cast(classes, tf.int64)
+        appearances = tf.cast(appearances, tf.int64)
+        if extra is None:
+            extra = tf.zeros_like(classes, tf.bool)
         k = self.samples_per_class
-        counts, cursors = self.counts[classes], self._cursor[classes]
-        fits = cursors + k <= counts
-        positions = np.empty((len(classes), k), np.int64)
-        starts = self.offsets[classes[fits]] + cursors[fits]
-        positions[fits] = starts[:, None] + np.arange(k)
-        out = np.empty((len(classes), k), np.int64)
-        out[fits] = self._pool[positions[fits]]
-        self._cursor[classes[fits]] += k
-        for row in np.flatnonzero(~fits):
-            out[row] = self._draw_wrapping(classes[row])
-        return out.reshape(-1)
+        counts = tf.gather(tf.constant(self.counts), classes)
+        offsets = tf.gather(tf.constant(self.offsets), classes)
+        slots_per_pass = tf.maximum(counts // k, 1)
+        passes = tf.where(extra, 2 * appearances + 1, 2 * (appearances // slots_per_pass))
+        slots = tf.where(extra, tf.zeros_like(appearances), appearances % slots_per_pass)
+        base = tf.constant(self._sample_seed, tf.int64)
 
-    def _draw_wrapping(self, cls):
-        start, count = self.offsets[cls], self.counts[cls]
-        segment = self._pool[start:start + count]
-        if count < self.samples_per_class:
-            return self._rng.choice(segment, self.samples_per_class, replace=True)
-        items, self._cursor[cls] = draw_cyclic(
-            segment, self._cursor[cls], self.samples_per_class, self._rng
-        )
-        return items
+        def draw(args):
+            cls, count, pass_, slot = args
+            seed = tf.stack([base + cls, pass_])
+            if self.num_small_classes and self.small_classes == "replace":
+                if_small = tf.random.stateless_uniform([k], seed, 0, count, tf.int64)
+            else:
+                if_small = tf.zeros([k], tf.int64)
+            order = tf.random.experimental.stateless_shuffle(tf.range(count), seed)
+            if_large = tf.slice(tf.concat([order, tf.zeros([k], tf.int64)], 0), [slot * k], [k])
+            return tf.where(count >= k, if_large, if_small)
+
+        within = tf.map_fn(draw, (classes, counts, passes, slots),
+                           fn_output_signature=tf.TensorSpec([k], tf.int64))
+        return tf.reshape(tf.gather(tf.constant(self.members), offsets[:, None] + within), [-1])
+
+    # -- NumPy ---------------------------------------------------------------------
+    def next_batch(self):
+        """Batch `self.step` as a NumPy array; advances `self.step`."""
+        if self._batch_fn is None:
+            self._batch_fn = tf.function(self.batch)
+        out = self._batch_fn(tf.constant(self.step, tf.int64)).numpy()
+        self.step += 1
+        return out
 
     def __iter__(self):
         while True:
