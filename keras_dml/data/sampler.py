@@ -156,21 +156,22 @@ class ClassBalancedSampler:
         slots_per_pass = tf.maximum(counts // k, 1)
         passes = tf.where(extra, 2 * appearances + 1, 2 * (appearances // slots_per_pass))
         slots = tf.where(extra, tf.zeros_like(appearances), appearances % slots_per_pass)
-        base = tf.constant(self._sample_seed, tf.int64)
-
-        def draw(args):
-            cls, count, pass_, slot = args
-            seed = tf.stack([base + cls, pass_])
-            if self.num_small_classes and self.small_classes == "replace":
-                if_small = tf.random.stateless_uniform([k], seed, 0, count, tf.int64)
-            else:
-                if_small = tf.zeros([k], tf.int64)
-            order = tf.random.experimental.stateless_shuffle(tf.range(count), seed)
-            if_large = tf.slice(tf.concat([order, tf.zeros([k], tf.int64)], 0), [slot * k], [k])
-            return tf.where(count >= k, if_large, if_small)
-
-        within = tf.map_fn(draw, (classes, counts, passes, slots),
-                           fn_output_signature=tf.TensorSpec([k], tf.int64))
+        # One random key per member of each class, fixed by (seed, class, pass):
+        # sorting a class's members by key is the pass's permutation of them.
+        row_keys = _hash(_hash(_hash(tf.constant(self._sample_seed, tf.uint32),
+                                     classes), passes), passes // 2 ** 32)
+        rows = tf.repeat(tf.range(tf.size(classes), dtype=tf.int64), counts)
+        row_starts = tf.cumsum(counts, exclusive=True)
+        member = tf.range(tf.reduce_sum(counts), dtype=tf.int64) - tf.gather(row_starts, rows)
+        keys = tf.cast(_hash(tf.gather(row_keys, rows), member), tf.int64)
+        order = tf.argsort(rows * 2 ** 32 + keys)  # rows stay in place, members shuffled
+        order = tf.cast(order, tf.int64)
+        picks = (row_starts + slots * k)[:, None] + tf.range(k, dtype=tf.int64)
+        picks = tf.minimum(picks, (row_starts + counts - 1)[:, None])  # small classes
+        within = tf.gather(order, picks) - row_starts[:, None]  # (n, k) in [0, count)
+        if self.num_small_classes and self.small_classes == "replace":
+            draws = tf.cast(_hash(row_keys[:, None], tf.range(k, dtype=tf.int64)), tf.int64)
+            within = tf.where((counts < k)[:, None], draws % counts[:, None], within)
         return tf.reshape(tf.gather(tf.constant(self.members), offsets[:, None] + within), [-1])
 
     # -- NumPy ---------------------------------------------------------------------
@@ -185,3 +186,14 @@ class ClassBalancedSampler:
     def __iter__(self):
         while True:
             yield self.next_batch()
+
+
+def _hash(seed, values):
+    """A 32-bit hash of `(seed, values)` (uint32 `seed` broadcast against int64
+    `values`; only their low 32 bits count): stateless per-element randomness."""
+    x = tf.bitwise.bitwise_xor(tf.cast(seed, tf.uint32),
+                               tf.cast(values, tf.uint32) * tf.constant(0x9E3779B9, tf.uint32))
+    for shift, multiplier in ((16, 0x7FEB352D), (15, 0x846CA68B)):  # lowbias32 (Wellons)
+        x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(shift, tf.uint32)))
+        x = x * tf.constant(multiplier, tf.uint32)
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(16, tf.uint32)))
