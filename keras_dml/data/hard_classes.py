@@ -1,7 +1,7 @@
 """Hard negative class mining for N-pair-mc batches (Sohn, 2016).
 
-A batch starts from one class drawn uniformly (without replacement within
-an epoch over classes) and grows greedily: the next class is the one whose
+A batch starts from the next class of a class-balanced order (every class once
+per epoch over classes) and grows greedily: the next class is the one whose
 representative embedding is closest to any class already chosen, i.e. the
 negative class that violates the triplet constraint the most for the
 anchors in the batch. Representatives come from the current model and are
