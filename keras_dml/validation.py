@@ -1,4 +1,8 @@
-"""Input checks shared by losses and models: clear errors before TensorFlow sees bad data."""
+"""Input checks: clear errors before TensorFlow sees bad data.
+
+Tensors for losses and models; NumPy arrays (the `*_array` functions) for
+evaluation, the index and the plots.
+"""
 
 import numpy as np
 import tensorflow as tf
@@ -147,3 +151,55 @@ def check_no_overflow(value, embeddings, loss_name):
             f"|value| {largest:.3g}); normalize or scale them down (e.g. an "
             "l2-normalized EmbeddingHead).")
     return value
+
+
+# -- NumPy arrays: evaluation, index, plots ----------------------------------------
+SEARCH_DISTANCES = ("cosine", "dot", "euclidean")  # of kNN search and the index
+
+
+def embedding_array(embeddings, name="embeddings"):
+    """Return `embeddings` as a finite float32 NumPy array of shape (N, d)."""
+    if hasattr(embeddings, "numpy"):
+        embeddings = embeddings.numpy()
+    array = np.asarray(embeddings)
+    if array.dtype == object or not (
+        np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
+    ):
+        raise ValueError(f"{name} must be a numeric array, got dtype {array.dtype}.")
+    if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
+        raise ValueError(
+            f"{name} must have shape (num_samples, dim) with both > 0, got shape {array.shape}."
+        )
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    finite = np.isfinite(array)
+    if not finite.all():
+        rows = np.flatnonzero(~finite.all(axis=1))
+        raise ValueError(
+            f"{name} contain NaN or Inf in {rows.size} rows (first rows: {rows[:5].tolist()})."
+        )
+    return array
+
+
+def label_array(labels, num_samples, name="labels"):
+    """Return `labels` as a 1-D NumPy array of length `num_samples`."""
+    if hasattr(labels, "numpy"):
+        labels = labels.numpy()
+    array = np.asarray(labels)
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array[:, 0]
+    if array.ndim != 1:
+        raise ValueError(f"{name} must have shape (N,) or (N, 1), got shape {array.shape}.")
+    if array.shape[0] != num_samples:
+        raise ValueError(
+            f"{name} has {array.shape[0]} entries but the embeddings have {num_samples} rows."
+        )
+    if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
+        raise ValueError(f"{name} contain NaN or Inf.")
+    return array
+
+
+def check_search_distance(distance):
+    """`distance` if it is one of `SEARCH_DISTANCES`, else a ValueError."""
+    if distance not in SEARCH_DISTANCES:
+        raise ValueError(f"distance must be one of {SEARCH_DISTANCES}, got {distance!r}.")
+    return distance

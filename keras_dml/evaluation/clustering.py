@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from keras_dml.evaluation import _inputs
+from keras_dml import validation
 
 
 def nmi(embeddings, labels, seed=0, n_init=1, normalize=True):
@@ -34,8 +34,8 @@ def nmi(embeddings, labels, seed=0, n_init=1, normalize=True):
     from sklearn.cluster import KMeans
     from sklearn.metrics import normalized_mutual_info_score
 
-    x = _inputs.as_embeddings(embeddings)
-    y = _inputs.as_labels(labels, x.shape[0])
+    x = validation.embedding_array(embeddings)
+    y = validation.label_array(labels, x.shape[0])
     num_classes = len(np.unique(y))
     if num_classes < 2:
         raise ValueError(f"nmi needs at least 2 classes, got {num_classes}.")

@@ -28,8 +28,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from keras_dml import hyperparameters
-from keras_dml.evaluation import _inputs
+from keras_dml import hyperparameters, validation
 
 _SCORE_BUDGET = 2**25  # float32 scores in one chunk: 128 MB
 _NEG = float(-np.finfo(np.float32).max)  # score of padding and of the query itself
@@ -137,11 +136,11 @@ def iter_nearest_neighbors(queries, references=None, k=1, distance="cosine", chu
     results is alive at a time; `indices` and `scores` are tensors of the chunk
     of queries starting at row `start`.
     """
-    distance = _inputs.check_distance(distance)
+    distance = validation.check_search_distance(distance)
     k = hyperparameters.integer_at_least("k", k, 1)
-    queries = _inputs.as_embeddings(queries, "queries")
+    queries = validation.embedding_array(queries, "queries")
     leave_one_out = references is None
-    references = queries if leave_one_out else _inputs.as_embeddings(references, "references")
+    references = queries if leave_one_out else validation.embedding_array(references, "references")
     if references.shape[1] != queries.shape[1]:
         raise ValueError(
             f"queries have dimension {queries.shape[1]} but references have dimension "

@@ -2,12 +2,11 @@
 
 import numpy as np
 
-from keras_dml import hyperparameters
-from keras_dml.evaluation import _inputs
+from keras_dml import hyperparameters, validation
 from keras_dml.evaluation.knn import iter_nearest_neighbors
 
 METRICS = ("recall@k", "precision@1", "r_precision", "map@r")
-DISTANCES = _inputs.DISTANCES  # the `distance=` values of the kNN search
+DISTANCES = validation.SEARCH_DISTANCES  # the `distance=` values of the kNN search
 
 
 def check_metrics(metrics, ks):
@@ -133,8 +132,8 @@ def retrieval_metrics(
         Musgrave et al., "A Metric Learning Reality Check", ECCV 2020.
     """
     metrics, ks = check_metrics(metrics, ks)
-    queries = _inputs.as_embeddings(query_embeddings, "query_embeddings")
-    q_labels = _inputs.as_labels(query_labels, queries.shape[0], "query_labels")
+    queries = validation.embedding_array(query_embeddings, "query_embeddings")
+    q_labels = validation.label_array(query_labels, queries.shape[0], "query_labels")
     leave_one_out = reference_embeddings is None
     if leave_one_out:
         if reference_labels is not None:
@@ -143,8 +142,8 @@ def retrieval_metrics(
     else:
         if reference_labels is None:
             raise ValueError("reference_embeddings given without reference_labels.")
-        references = _inputs.as_embeddings(reference_embeddings, "reference_embeddings")
-        r_labels = _inputs.as_labels(reference_labels, references.shape[0], "reference_labels")
+        references = validation.embedding_array(reference_embeddings, "reference_embeddings")
+        r_labels = validation.label_array(reference_labels, references.shape[0], "reference_labels")
 
     q_ids, r_ids, num_classes = _class_ids(q_labels, r_labels)
     r_per_query = np.bincount(r_ids, minlength=num_classes)[q_ids] - int(leave_one_out)

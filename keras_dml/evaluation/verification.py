@@ -12,8 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from keras_dml import hyperparameters
-from keras_dml.evaluation import _inputs
+from keras_dml import hyperparameters, validation
 
 FAR_TARGETS = (1e-2, 1e-3, 1e-4)
 TARGETS = ("precision", "far")
@@ -37,9 +36,9 @@ def pair_scores(embeddings, labels, metric="cosine", max_pairs=5_000_000, seed=0
     Returns:
         `(scores, same)`: float32 `(P,)` and bool `(P,)`.
     """
-    metric = _inputs.check_distance(metric)
-    embeddings = _inputs.as_embeddings(embeddings)
-    labels = _inputs.as_labels(labels, len(embeddings))
+    metric = validation.check_search_distance(metric)
+    embeddings = validation.embedding_array(embeddings)
+    labels = validation.label_array(labels, len(embeddings))
     n = len(embeddings)
     if n < 2:
         raise ValueError(f"Verification needs at least 2 embeddings, got {n}.")

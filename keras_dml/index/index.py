@@ -4,8 +4,7 @@ import dataclasses
 
 import numpy as np
 
-from keras_dml import hyperparameters
-from keras_dml.evaluation import _inputs
+from keras_dml import hyperparameters, validation
 from keras_dml.index import backends, storage
 
 METRICS = ("cosine", "dot", "euclidean")
@@ -128,7 +127,7 @@ class Index:
                 running integers after the largest id used so far.
             metadata: A list of n JSON-serialisable values. Defaults to None.
         """
-        embeddings = _inputs.as_embeddings(embeddings, "embeddings")
+        embeddings = validation.embedding_array(embeddings, "embeddings")
         n = len(embeddings)
         if self.dim is not None and embeddings.shape[1] != self.dim:
             raise ValueError(f"embeddings have dimension {embeddings.shape[1]} but the index "
@@ -197,7 +196,7 @@ class Index:
         return float(np.mean(found) / k)
 
     def _queries(self, queries):
-        queries = _inputs.as_embeddings(queries, "queries")
+        queries = validation.embedding_array(queries, "queries")
         if queries.shape[1] != self.dim:
             raise ValueError(f"queries have dimension {queries.shape[1]} but the index holds "
                              f"dimension {self.dim}.")
@@ -223,7 +222,7 @@ class Index:
         if labels is None:
             return np.full(n, UNKNOWN_STRING if string_index else UNKNOWN_INT,
                            dtype=str if string_index else np.int64)
-        labels = _inputs.as_labels(labels, n, "labels")
+        labels = validation.label_array(labels, n, "labels")
         if labels.dtype.kind == "f":
             if not np.all(labels == np.round(labels)):
                 raise ValueError("labels must be integers or strings, got fractional floats.")

@@ -7,8 +7,7 @@ import re
 
 import numpy as np
 
-from keras_dml import hyperparameters
-from keras_dml.evaluation import _inputs
+from keras_dml import hyperparameters, validation
 from keras_dml.evaluation.knn import nearest_neighbors
 
 _RECALL_KEY = re.compile(r"recall@(\d+)$")
@@ -172,8 +171,8 @@ def tsne_map(embeddings, labels, path="tsne.png", max_points=3000, perplexity=30
     from sklearn.manifold import TSNE
     from threadpoolctl import threadpool_limits
 
-    x = _inputs.as_embeddings(embeddings)
-    y = _inputs.as_labels(labels, x.shape[0])
+    x = validation.embedding_array(embeddings)
+    y = validation.label_array(labels, x.shape[0])
     if distance not in ("cosine", "euclidean"):
         raise ValueError(f"distance must be 'cosine' or 'euclidean', got {distance!r}.")
     if x.shape[0] < 3:
@@ -253,8 +252,8 @@ def retrieval_grid(images, labels, embeddings, path="retrievals.png", queries=8,
         dict with "queries" (q,) row indices, "neighbors" (q, k) row indices
         nearest first, "correct" (q, k) bool (green frames).
     """
-    x = _inputs.as_embeddings(embeddings)
-    y = _inputs.as_labels(labels, x.shape[0])
+    x = validation.embedding_array(embeddings)
+    y = validation.label_array(labels, x.shape[0])
     images = np.asarray(images)
     if images.shape[0] != x.shape[0]:
         raise ValueError(f"{images.shape[0]} images but {x.shape[0]} embeddings.")
