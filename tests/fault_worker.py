@@ -6,6 +6,10 @@
         With KILL_EPOCH / KILL_BATCH it SIGKILLs itself after that batch.
     python fault_worker.py save-forever BACKUP_DIR
         Saves a backup in a loop (prints "ready" first) until it is killed.
+    python fault_worker.py cli-killed-before-backup EPOCH ARG...
+        Runs `keras-dml ARG...` and SIGKILLs itself when the backup of EPOCH epochs is
+        about to be written (after that epoch is logged to history.csv): the kill lands
+        at the same point on a fast or a slow machine.
 """
 
 import json
@@ -71,9 +75,25 @@ def save_forever(backup_dir):
         backup.save(epoch)
 
 
+def cli_killed_before_backup(epoch, args):
+    from keras_dml import cli
+
+    save = TrainingBackup.save
+
+    def save_or_die(self, epochs_done):
+        if epochs_done == epoch:
+            os.kill(os.getpid(), signal.SIGKILL)
+        save(self, epochs_done)
+
+    TrainingBackup.save = save_or_die
+    sys.exit(cli.main(args))
+
+
 if __name__ == "__main__":
     command, backup_dir = sys.argv[1], sys.argv[2]
-    if command == "train":
+    if command == "cli-killed-before-backup":
+        cli_killed_before_backup(int(sys.argv[2]), sys.argv[3:])
+    elif command == "train":
         kill = tuple(int(v) for v in sys.argv[5:7]) or None
         train(backup_dir, sys.argv[3], int(sys.argv[4]), kill)
     else:
