@@ -54,6 +54,30 @@ def test_modes_agree_and_weights_are_exact(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_pair_weights_are_the_signed_derivative_on_pairs_only(name):
+    """`weighting.pair_weights` works for every loss: finite, one row per query, zero
+    off the positive and negative pairs, and (for exact W) the derivative of the mean
+    batch value with the sign of the unified view (>= 0 where the loss pulls/pushes)."""
+    labels, x = _batch(name)
+    loss = _built(_make(name), x)
+    weights = weighting.pair_weights(loss, labels, x)
+    assert weights.shape[0] == len(x) and np.all(np.isfinite(weights))
+    assert np.abs(weights).sum() > 0
+    terms = loss.terms(labels, x)
+    if terms.reference is None or terms.reference.rows is None:  # keys not drawn from rows
+        on_pairs = np.asarray(terms.positive) | np.asarray(terms.negative)
+        assert np.all(weights[~on_pairs] == 0)
+        if ENTRIES[name].exact_weights:
+            autodiff, _ = weighting.autodiff_weights(loss, labels, x)
+            if np.ndim(terms.value) == 1:
+                autodiff = autodiff / len(x)
+            sign = np.where(np.asarray(terms.positive), 1.0, -1.0)
+            sign = sign if terms.is_distance else -sign
+            np.testing.assert_allclose(weights[on_pairs], (sign * autodiff)[on_pairs],
+                                       rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_reference_set_form_equals_the_batch_form(name):
     """The batch as an explicit key set (own copies excluded) gives the same value and
     gradient as the default in-batch form; a frozen key set gets no gradient."""

@@ -64,7 +64,7 @@ def ntxent_terms(logits, positive, negative):
 class _TemperatureLoss(PairLoss):
     """A loss on in-batch cosines divided by a temperature (not for direct use)."""
 
-    terms = None
+    logit_terms = None  # (logits, positive, negative) -> (value, d value / d logits)
 
     def __init__(self, temperature, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name=None, dtype=None):
@@ -75,7 +75,7 @@ class _TemperatureLoss(PairLoss):
     def compute_terms(self, matrix, pairs):
         positive, negative = pairs.positive, pairs.negative
         sign = -1.0 if self.is_distance else 1.0
-        value, weights = type(self).terms(sign * matrix / self.temperature, positive, negative)
+        value, weights = type(self).logit_terms(sign * matrix / self.temperature, positive, negative)
         return value, weights * (sign / self.temperature)
 
     def get_config(self):
@@ -112,7 +112,7 @@ class SupervisedContrastive(_TemperatureLoss):
         Khosla et al., "Supervised Contrastive Learning", NeurIPS 2020.
     """
 
-    terms = staticmethod(supcon_terms)
+    logit_terms = staticmethod(supcon_terms)
 
     def __init__(self, temperature=0.1, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name="supervised_contrastive", dtype=None):
@@ -156,7 +156,7 @@ class NTXent(_TemperatureLoss):
         "Representation Learning with Contrastive Predictive Coding", 2018.
     """
 
-    terms = staticmethod(ntxent_terms)
+    logit_terms = staticmethod(ntxent_terms)
 
     def __init__(self, temperature=0.07, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name="ntxent", dtype=None):
