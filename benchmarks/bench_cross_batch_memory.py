@@ -4,8 +4,11 @@ A step = enqueue a batch of N embeddings into a full memory of M entries, the
 MultiSimilarity loss of the batch against the memory (mining off on both sides)
 and its gradient w.r.t. the batch. Each (system, M, d) runs in its own process
 with the same intra-op thread count; after a warm-up, `--repeats` steps are timed
-and the median and the spread (min-max) reported, with the process's peak RSS
-above its RSS before the memory was built.
+and the median and the spread (min-max) reported, with two memory figures: the
+process's peak RSS above its RSS before the memory was built ("total": the memory
+itself, graph tracing and allocator pools included), and the peak of the timed
+steps above the RSS just before them ("a step": what a training step adds once
+everything is built; the peak is reset through /proc/self/clear_refs).
 
     nice -n 10 python benchmarks/bench_cross_batch_memory.py            # full grid
     python benchmarks/bench_cross_batch_memory.py --quick               # one small cell
@@ -14,22 +17,23 @@ above its RSS before the memory was built.
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.worker import memory_kb, reset_peak  # noqa: E402
+
 N = 128
 
 
 def _rss_mb():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+    return memory_kb("VmRSS") / 1024
 
 
 def _peak_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return memory_kb("VmHWM") / 1024
 
 
 def _batches(count, d, seed=0):
@@ -104,15 +108,22 @@ def worker(system, memory, d, repeats, threads):
     fill = 3  # warm-up steps
     for i in range(fill):
         step(i)
+    total_peak = _peak_mb() - baseline
+    before_steps = _rss_mb() if reset_peak() else None
     times = []
     for i in range(repeats):
         start = time.perf_counter()
         step(fill + i)
         times.append(time.perf_counter() - start)
+    step_peak = None if before_steps is None else _peak_mb() - before_steps
     return {"system": system, "memory": memory, "d": d,
             "median_ms": 1e3 * statistics.median(times),
             "min_ms": 1e3 * min(times), "max_ms": 1e3 * max(times),
-            "peak_mb": _peak_mb() - baseline}
+            "peak_mb": max(total_peak, _peak_mb() - baseline), "step_mb": step_peak}
+
+
+def _mb(value):
+    return "n/a" if value is None else f"{value:.0f}"
 
 
 def main(argv=None):
@@ -142,14 +153,17 @@ def main(argv=None):
         ours, theirs = cell["keras_dml"], cell["pml"]
         rows.append(ours | {"pml_median_ms": theirs["median_ms"],
                             "pml_peak_mb": theirs["peak_mb"],
+                            "pml_step_mb": theirs["step_mb"],
                             "time_ratio": ours["median_ms"] / theirs["median_ms"]})
     print(f"N={N}, {args.threads} threads, {repeats} timed steps, load {os.getloadavg()[0]:.1f}")
-    print("| memory | d | keras_dml ms (min-max) | PML ms | ratio | keras_dml MB | PML MB |")
+    print("| memory | d | keras_dml ms (min-max) | PML ms | time ratio | MB total, keras_dml "
+          "/ PML | MB a step, keras_dml / PML |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['memory']} | {r['d']} | {r['median_ms']:.1f} ({r['min_ms']:.1f}-"
               f"{r['max_ms']:.1f}) | {r['pml_median_ms']:.1f} | {r['time_ratio']:.2f} | "
-              f"{r['peak_mb']:.0f} | {r['pml_peak_mb']:.0f} |")
+              f"{r['peak_mb']:.0f} / {r['pml_peak_mb']:.0f} | {_mb(r['step_mb'])} / "
+              f"{_mb(r['pml_step_mb'])} |")
     return 0
 
 

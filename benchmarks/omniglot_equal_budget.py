@@ -10,7 +10,9 @@ table is printed from that file:
     python benchmarks/omniglot_equal_budget.py --table-only --out runs/equal_budget.jsonl
 
 Runs go in priority order: both libraries' defaults first, then the papers'
-recommended settings where they differ from a default.
+recommended settings where they differ from a default, then the losses beyond the
+papers. `--rows NAME ...` runs (and tabulates) only the rows whose name starts with
+one of these.
 """
 
 import argparse
@@ -39,6 +41,12 @@ RUNS = [
     ("Contrastive, PML with keras_dml's margins", None, {}, "Contrastive", "paper"),
     ("Triplet (semi-hard), PML with margin 0.1 cosine", None, {}, "Triplet", "paper"),
     ("NCA, PML with softmax_scale 0.5", None, {}, "NCA", "paper"),
+    # the losses beyond the papers, with the same defaults on both sides
+    ("ArcFace", "ArcFace", {}, "ArcFace", "default"),
+    ("CosFace", "CosFace", {}, "CosFace", "default"),
+    ("SupervisedContrastive", "SupervisedContrastive", {}, "SupervisedContrastive", "default"),
+    ("Circle", "Circle", {}, "Circle", "default"),
+    ("SmoothAP", "SmoothAP", {}, "SmoothAP", "default"),
 ]
 
 
@@ -55,11 +63,15 @@ def _done(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def _selected(rows):
+    return [run for run in RUNS if not rows or run[0].startswith(tuple(rows))]
+
+
 def commands(args):
-    """(key, command) of every run, in priority order."""
+    """(key, command) of every run of the selected rows, in priority order."""
     common = ["--steps", str(args.steps), "--seed", str(args.seed), "--threads",
               str(args.threads), "--out", args.out]
-    for _, loss, loss_args, pml_loss, variant in RUNS:
+    for _, loss, loss_args, pml_loss, variant in _selected(args.rows):
         if loss is not None:
             yield (("keras_dml", loss, json.dumps(loss_args, sort_keys=True), None, args.steps,
                     args.seed),
@@ -70,12 +82,12 @@ def commands(args):
                    [sys.executable, PML, "--loss", pml_loss, "--variant", variant] + common)
 
 
-def table(rows, steps, seed):
-    """Markdown: one line per RUNS entry, keras_dml and PML side by side."""
+def table(rows, steps, seed, names=None):
+    """Markdown: one line per selected RUNS entry, keras_dml and PML side by side."""
     by_key = {_key(r): r for r in rows}
     lines = ["| loss | keras_dml R@1 | R@8 | MAP@R | train s | PML R@1 | R@8 | MAP@R | "
              "train s | keras - PML |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for name, loss, loss_args, pml_loss, variant in RUNS:
+    for name, loss, loss_args, pml_loss, variant in _selected(names):
         keras_row = by_key.get(("keras_dml", loss, json.dumps(loss_args, sort_keys=True), None,
                                 steps, seed)) if loss else None
         pml_row = by_key.get(("pml", pml_loss, "{}", variant, steps, seed)) \
@@ -100,6 +112,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", required=True, help="JSON-lines file of results")
     parser.add_argument("--table-only", action="store_true")
+    parser.add_argument("--rows", nargs="+", default=None, metavar="NAME",
+                        help="only the table rows whose name starts with one of these")
     args = parser.parse_args(argv)
     if not args.table_only:
         for key, command in commands(args):
@@ -107,7 +121,7 @@ def main(argv=None):
                 continue
             print(" ".join(command[1:]), flush=True)
             subprocess.run(command, check=False)
-    print(table(_done(args.out), args.steps, args.seed))
+    print(table(_done(args.out), args.steps, args.seed, args.rows))
 
 
 if __name__ == "__main__":

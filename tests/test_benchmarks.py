@@ -125,6 +125,9 @@ def test_cross_batch_memory_quick_mode():
     cells = [cell.strip() for cell in rows[0].strip("|").split("|")]
     ours, theirs, ratio = float(cells[2].split()[0]), float(cells[3]), float(cells[4])
     assert ours > 0 and theirs > 0 and ratio > 0  # times in ms (one decimal), ratio
+    totals = [float(v) for v in cells[5].split(" / ")]  # MB: total and a step, both sides
+    assert len(totals) == 2 and all(v >= 0 for v in totals)
+    assert len(cells[6].split(" / ")) == 2
 
 
 def test_command_writes_json_and_markdown(tmp_path):
@@ -150,3 +153,26 @@ def test_unknown_case_is_named():
 
     with pytest.raises(SystemExit):
         main(["--only", "no-such-case"])
+
+
+def test_equal_budget_runs_the_selected_rows_and_tabulates_both_sides():
+    """benchmarks/omniglot_equal_budget.py: --rows picks table rows, each row runs
+    keras_dml and PML in their own command, and the table pairs their results."""
+    import argparse
+
+    from benchmarks import omniglot_equal_budget as budget
+
+    args = argparse.Namespace(steps=10, seed=0, threads=1, out="results.jsonl",
+                              rows=["ArcFace"])
+    runs = list(budget.commands(args))
+    assert [key[:2] for key, _ in runs] == [("keras_dml", "ArcFace"), ("pml", "ArcFace")]
+    assert runs[0][1][1].endswith("omniglot_protocol.py")
+    assert runs[1][1][1].endswith("pml_omniglot.py")
+    results = [
+        {"system": "keras_dml 0.1", "loss": "ArcFace", "loss_args": {}, "steps": 10,
+         "seed": 0, "R@1": 61.25, "R@8": 90.0, "MAP@R": 25.0, "train_seconds": 30.0},
+        {"system": "pml 2.9", "loss": "ArcFace", "variant": "default", "steps": 10,
+         "seed": 0, "R@1": 60.0, "R@8": 89.0, "MAP@R": 24.0, "train_seconds": 20.0}]
+    lines = budget.table(results, 10, 0, ["ArcFace"]).splitlines()
+    assert lines[2] == "| ArcFace | 61.2 | 90.0 | 25.0 | 30 | 60.0 | 89.0 | 24.0 | 20 | +1.2 |"
+    assert len(lines) == 3  # header, rule, the one selected row
