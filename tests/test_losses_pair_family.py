@@ -89,6 +89,8 @@ def test_circle_value_equals_keras_circle_on_normalised_embeddings():
 
 
 def test_smooth_ap_gathers_positives_instead_of_a_cubic_tensor():
+    """No (N, ., N) tensor in the forward + backward graph; XLA compiles the same graph
+    (one loop over positive slots, no static-shape special case)."""
     labels, x = checks.batch(classes=32, k=2, dim=4, seed=0)
     n = len(labels)
     shapes = checks.traced_tensor_shapes(SmoothAP(), labels, x)
@@ -155,7 +157,7 @@ ALL = [Circle, SupervisedContrastive, NTXent, SmoothAP]
 @pytest.mark.parametrize("make", ALL + [lambda: MultipleNegativesRanking(symmetric=True)])
 def test_eager_function_and_xla_agree(make):
     labels, x = checks.batch(classes=4, k=3, dim=6, seed=4)
-    if make is SmoothAP:  # the XLA path pads the positives to N slots
+    if make is SmoothAP:  # unsorted, uneven classes: the loop over positive slots
         labels = UNSORTED
         x = np.random.default_rng(1).normal(size=(len(labels), 6)).astype("float32")
     checks.assert_modes_agree(make(), labels, x)

@@ -4,24 +4,8 @@ import keras
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
-from keras_dml import ops
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
-
-
-def _positive_slots(positive):
-    """Column indices (N, P) of each row's positives, padded, and which slots hold one.
-
-    P is the largest row count (N under XLA, which needs a static shape)."""
-    n = tf.shape(positive)[1]
-    counts = tf.reduce_sum(tf.cast(positive, tf.int32), axis=1)
-    slots = n if ops.in_xla_context() else tf.maximum(tf.reduce_max(counts), 1)
-    # top_k of the mask lists each row's positives first, lowest index first
-    marks = tf.cast(positive, tf.float32) * 2.0 - tf.cast(tf.range(n), tf.float32)[None] / (
-        tf.cast(n, tf.float32) + 1.0)
-    _, index = tf.math.top_k(marks, k=slots)
-    valid = tf.range(slots)[tf.newaxis, :] < counts[:, tf.newaxis]
-    return index, valid, counts
 
 
 def smooth_ap_terms(matrix, positive, negative, temperature):
@@ -33,33 +17,39 @@ def smooth_ap_terms(matrix, positive, negative, temperature):
         R+(r) = 1 + sum_{b in P, b != r} G(D_rb),   R(r) = 1 + sum_{b in A, b != r} G(D_rb)
         AP_q  = 1/|P| sum_{r in P} R+(r) / R(r),     L_q = 1 - AP_q
 
-    The work is |P| N per anchor (no N^3 tensor). Anchors without a positive give 0.
+    The j-th positive r of every anchor is handled in one (N, M) step of a loop over
+    j < max |P|, which also accumulates the derivative
+        d AP / d s_qb = sum_r G'_rb (c_r [b in P] - e_r [b in A]) - [b = r] sum_b' (...)
+    with c_r = 1 / (|P| R(r)) and e_r = R+(r) / (|P| R(r)^2): |P| N work per anchor
+    and (N, M) memory, with no N^3 tensor in graph mode or under XLA. Anchors without
+    a positive give 0.
     """
-    index, valid, counts = _positive_slots(positive)
-    shape = tf.shape(matrix)
-    n, m = shape[0], shape[1]
-    retrieval = tf.cast(tf.logical_or(positive, negative), tf.float32)[:, tf.newaxis, :]
-    in_positive = tf.cast(positive, tf.float32)[:, tf.newaxis, :]
-    ranked = tf.gather(matrix, index, batch_dims=1)  # s_qr, (N, P)
-    not_self = tf.cast(tf.not_equal(index[:, :, tf.newaxis], tf.range(m)[None, None]),
-                       tf.float32)
-    sig = tf.sigmoid((matrix[:, tf.newaxis, :] - ranked[:, :, tf.newaxis]) / temperature)
-    sig = sig * not_self  # (N, P, M)
-    rank_positive = 1.0 + tf.reduce_sum(sig * in_positive, axis=2)
-    rank_all = 1.0 + tf.reduce_sum(sig * retrieval, axis=2)
-    inverse_count = tf.where(counts > 0, 1.0 / tf.cast(tf.maximum(counts, 1), tf.float32), 0.0)
-    slot = tf.cast(valid, tf.float32) * inverse_count[:, tf.newaxis]
-    value = tf.where(counts > 0, 1.0 - tf.reduce_sum(slot * rank_positive / rank_all, axis=1),
-                     tf.zeros_like(inverse_count))
-    # d AP / d s_qb = sum_r G'_rb (c_r [b in P] - e_r [b in A]) - [b = r] sum_b' (...)
-    c = slot / rank_all
-    e = slot * rank_positive / tf.square(rank_all)
-    slope = sig * (1.0 - sig) / temperature
-    part = slope * (c[:, :, tf.newaxis] * in_positive - e[:, :, tf.newaxis] * retrieval)
-    rows = tf.broadcast_to(tf.range(n)[:, tf.newaxis], tf.shape(index))
-    scatter = tf.stack([tf.reshape(rows, [-1]), tf.reshape(index, [-1])], axis=1)
-    own = tf.scatter_nd(scatter, tf.reshape(tf.reduce_sum(part, axis=2), [-1]), shape)
-    return value, own - tf.reduce_sum(part, axis=1)
+    in_positive = tf.cast(positive, tf.float32)
+    retrieval = tf.cast(tf.logical_or(positive, negative), tf.float32)
+    counts = tf.reduce_sum(in_positive, axis=1)
+    inverse_count = tf.where(counts > 0, 1.0 / tf.maximum(counts, 1.0), 0.0)
+    order = tf.cumsum(in_positive, axis=1) * in_positive  # the j-th positive has j + 1
+
+    def add_slot(j, precision, derivative):
+        at_r = tf.cast(tf.equal(order, tf.cast(j + 1, tf.float32)), tf.float32)  # one-hot r
+        share = tf.cast(counts > tf.cast(j, tf.float32), tf.float32) * inverse_count
+        ranked = tf.reduce_sum(matrix * at_r, axis=1, keepdims=True)  # s_qr, (N, 1)
+        sig = tf.sigmoid((matrix - ranked) / temperature) * (1.0 - at_r)  # b != r
+        rank_positive = 1.0 + tf.reduce_sum(sig * in_positive, axis=1)
+        rank_all = 1.0 + tf.reduce_sum(sig * retrieval, axis=1)
+        c = share / rank_all
+        e = share * rank_positive / tf.square(rank_all)
+        part = sig * (1.0 - sig) / temperature * (
+            c[:, tf.newaxis] * in_positive - e[:, tf.newaxis] * retrieval)
+        derivative += at_r * tf.reduce_sum(part, axis=1, keepdims=True) - part
+        return j + 1, precision + share * rank_positive / rank_all, derivative
+
+    slots = tf.cast(tf.reduce_max(tf.concat([counts, [0.0]], axis=0)), tf.int32)
+    _, precision, derivative = tf.while_loop(
+        lambda j, *_: j < slots, add_slot,
+        (tf.constant(0), tf.zeros_like(counts), tf.zeros_like(matrix)))
+    value = tf.where(counts > 0, 1.0 - precision, tf.zeros_like(counts))
+    return value, derivative
 
 
 @register(row_local=False)
