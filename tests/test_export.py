@@ -475,6 +475,26 @@ def test_sidecar_describes_the_export(served):
     retrieval = export.read_export_info(served["paths"]["retriever"])["retrieval"]
     assert retrieval["gallery_size"] == 7 and retrieval["k"] == 3
     assert retrieval["num_chunks"] == 4 and retrieval["label_dtype"] == "string"
+    assert retrieval["threshold"] is None and retrieval["unknown_label"] == ""
+
+
+def test_readme_sidecar_table_lists_every_key_written(served):
+    """savedmodels/README.md's sidecar table names each key of every export's sidecar,
+    and each key of the sections that have their own row."""
+    section = README.read_text().split("## The sidecar `keras_dml_export.json`", 1)[1]
+    rows = {}
+    for line in section.split("\n## ", 1)[0].splitlines():
+        if line.startswith("| `"):
+            key_cell, content = line.split("|")[1:3]
+            for key in re.findall(r"`(\w+)`", key_cell):
+                rows[key] = set(re.findall(r"`(\w+)`", content))
+    for path in served["paths"].values():
+        info = export.read_export_info(path)
+        assert set(info) <= set(rows), f"{path}: {sorted(set(info) - set(rows))} not in the table"
+        for name in ("retrieval", "saved_variables", "warmup"):
+            if info.get(name):
+                missing = set(info[name]) - rows[name]
+                assert not missing, f"{path}: {name} keys {sorted(missing)} not in the table"
 
 
 def _tensor_info(output, kind, name):
