@@ -84,6 +84,34 @@ def test_import_keras_dml_registers_every_serializable_class(tmp_path):
     assert modules.split() == [], "add these modules' packages to keras_dml._SUBMODULES"
 
 
+def _assert_projector_files(run_dir, summary):
+    """The run's TensorBoard projector files describe the evaluation set (digits 5-9)."""
+    import math
+
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_dml
+
+    log_dir = run_dir / "tensorboard"
+    assert summary["projector"] == str(log_dir / "projector_config.pbtxt")
+    test = keras_dml.datasets.load("digits").test
+    n, dim = len(test.labels), int(TINY[TINY.index("--embedding-dim") + 1])
+    vectors = np.loadtxt(log_dir / "vectors.tsv", delimiter="\t")
+    assert vectors.shape == (n, dim)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+    rows = (log_dir / "metadata.tsv").read_text().splitlines()
+    assert rows[0] == "label\tclass"
+    assert rows[1:] == [f"{label}\t{test.class_names[label]}" for label in test.labels]
+    config = (log_dir / "projector_config.pbtxt").read_text()
+    assert f"tensor_shape: {n}\n  tensor_shape: {dim}\n" in config
+    assert 'tensor_path: "vectors.tsv"' in config and 'metadata_path: "metadata.tsv"' in config
+    assert 'image_path: "sprite.png"' in config
+    side = int(re.search(r"single_image_dim: (\d+)", config).group(1))
+    sprite = tf.io.decode_png(tf.io.read_file(str(log_dir / "sprite.png"))).numpy()
+    assert sprite.shape[:2] == (math.ceil(math.sqrt(n)) * side,) * 2
+
+
 def test_train_prints_recall_saves_and_exports(tmp_path, capsys):
     runs, exports = tmp_path / "runs", tmp_path / "savedmodels"
     code = cli.main(["train", *TINY, "--runs-dir", str(runs), "--export-dir", str(exports),
@@ -98,6 +126,7 @@ def test_train_prints_recall_saves_and_exports(tmp_path, capsys):
                                  "preprocessing": None}
     assert os.path.exists(runs / "smoke" / "model.keras")
     assert os.path.exists(exports / "smoke" / "1" / "saved_model.pb")
+    _assert_projector_files(runs / "smoke", summary)
 
     # The same run name again: refused, naming the ways out, before any work.
     code = cli.main(["train", *TINY, "--runs-dir", str(runs), "--export-dir", str(exports),

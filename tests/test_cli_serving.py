@@ -1,18 +1,24 @@
 """`keras-dml index`, `search` and `calibrate` end to end on a small digits run."""
 
 import json
+import os
+import pathlib
 import re
+import subprocess
+import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_dml import cli, datasets
+from keras_dml import cli, datasets, export
 from keras_dml.evaluation import pair_scores
 from keras_dml.index import Index
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
+
+EMULATOR = pathlib.Path(__file__).resolve().parent / "reference_export.py"
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +35,20 @@ def run_dir(tmp_path_factory):
     model.save(root / "model.keras")
     (root / "summary.json").write_text(json.dumps({"config": {"dataset": "digits"}}))
     return root
+
+
+def _served_outputs(export_dir, images, workdir):
+    """The columnar REST answer of `export_dir` to `images`, from tests/reference_export.py:
+    TensorFlow alone, with `import keras_dml` blocked."""
+    jobs, results = workdir / "jobs.json", workdir / "results.json"
+    jobs.write_text(json.dumps([{"id": "decide", "export_dir": str(export_dir), "type": "rest",
+                                 "body": json.dumps({"inputs": images.tolist()})}]))
+    subprocess.run([sys.executable, str(EMULATOR), str(jobs), str(results)], check=True,
+                   timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    answer = json.loads(results.read_text())
+    assert answer["_modules"] == [] and "error" not in answer["decide"], answer
+    return {name: np.asarray(value)
+            for name, value in json.loads(answer["decide"]["body"])["outputs"].items()}
 
 
 def _main(argv, capsys):
@@ -66,7 +86,8 @@ def test_index_search_calibrate_export(run_dir, tmp_path, capsys):
     out = _main(["search", run_dir / "index", *paths, "--k", "2", "--threshold", "calibrated"],
                 capsys)
     images = np.stack([np.round(test.images[i] * 255) / 255 for i in (0, 7)]).astype(np.float32)
-    queries = keras.saving.load_model(run_dir / "model.keras").predict(images, verbose=0)
+    model = keras.saving.load_model(run_dir / "model.keras")
+    queries = model.predict(images, verbose=0)
     expected = index.search(queries, 2)
     printed = [int(m) for m in re.findall(r"^\s+1\. id (\d+)", out, re.M)]
     assert printed == expected.ids[:, 0].tolist()
@@ -75,6 +96,30 @@ def test_index_search_calibrate_export(run_dir, tmp_path, capsys):
     first_labels = re.findall(r"^\s+1\. id \d+\s+label (\d+) \((.+?)\)", out, re.M)
     assert first_labels == [(str(label), test.class_names[label])
                             for label in expected.labels[:, 0]]  # the class's name, not only its id
-    served = tf.saved_model.load(path).signatures["serving_default"](images=tf.constant(images))
-    np.testing.assert_array_equal(served["match"].numpy(), index.match(queries, threshold))
-    np.testing.assert_array_equal(served["indices"].numpy()[:, 0], expected.ids[:, 0])
+    assert export.read_export_info(path)["retrieval"]["threshold"] == threshold
+
+    # The calibrated retriever, served by a process without keras_dml: its signature
+    # returns the decision, equal to Index.match at the calibrated threshold. Held-out
+    # copies of the gallery and images of the training digits (not in the gallery).
+    train = datasets.load("digits").train
+    served_images = np.concatenate([images, train.images[:6]]).astype(np.float32)
+    served_queries = model.predict(served_images, verbose=0)
+    outputs = _served_outputs(path, served_images, tmp_path)
+    assert sorted(outputs) == ["indices", "is_match", "labels", "match", "scores"]
+    # The untrained embedder scores everything near 1, so neighbours can tie within float
+    # error: the served top-3 is checked as a top-3 (its scores are the exact search's and
+    # the similarities of the rows it names), not id by id.
+    top = index.search(served_queries, 3)
+    np.testing.assert_allclose(outputs["scores"], top.scores, atol=1e-6)
+    similarity = served_queries @ index.embeddings.T
+    np.testing.assert_allclose(outputs["scores"],
+                               np.take_along_axis(similarity, outputs["indices"], 1), atol=1e-6)
+    np.testing.assert_array_equal(outputs["labels"], index.labels[outputs["indices"]])
+    best = outputs["scores"][:, 0].astype(np.float32)  # compared in float32, as in the graph
+    threshold = np.float32(threshold)
+    np.testing.assert_array_equal(outputs["is_match"], best >= threshold)
+    np.testing.assert_array_equal(outputs["match"],
+                                  np.where(best >= threshold, outputs["labels"][:, 0], -1))
+    clear = np.abs(top.scores[:, 0] - threshold) > 1e-6  # no float-error side of the threshold
+    np.testing.assert_array_equal(outputs["match"][clear],
+                                  index.match(served_queries, threshold)[clear])

@@ -260,7 +260,8 @@ def served(model, encoded, tmp_path_factory):
     cli = {name: subprocess.Popen(["saved_model_cli", "show", "--dir", str(path), "--all"],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                   env=env)
-           for name, path in (("embedder", emb_bytes), ("retriever", retriever))}
+           for name, path in (("embedder", emb_bytes), ("retriever", retriever),
+                              ("decider", decider))}
     subprocess.run([sys.executable, str(EMULATOR), str(jobs_path), str(results_path)],
                    check=True, cwd=root, timeout=300, env=env)
     results = json.loads(results_path.read_text())
@@ -416,6 +417,7 @@ def test_non_finite_float_images_are_rejected_by_index(served):
 
 def test_retriever_with_threshold_returns_the_match_decision(served):
     outputs = _response(served, "decide").outputs
+    assert sorted(outputs) == ["indices", "is_match", "labels", "match", "scores"]
     match = tf.make_ndarray(outputs["match"])
     is_match = tf.make_ndarray(outputs["is_match"])
     scores = tf.make_ndarray(outputs["scores"])
@@ -473,6 +475,26 @@ def test_sidecar_describes_the_export(served):
     retrieval = export.read_export_info(served["paths"]["retriever"])["retrieval"]
     assert retrieval["gallery_size"] == 7 and retrieval["k"] == 3
     assert retrieval["num_chunks"] == 4 and retrieval["label_dtype"] == "string"
+    assert retrieval["threshold"] is None and retrieval["unknown_label"] == ""
+
+
+def test_readme_sidecar_table_lists_every_key_written(served):
+    """savedmodels/README.md's sidecar table names each key of every export's sidecar,
+    and each key of the sections that have their own row."""
+    section = README.read_text().split("## The sidecar `keras_dml_export.json`", 1)[1]
+    rows = {}
+    for line in section.split("\n## ", 1)[0].splitlines():
+        if line.startswith("| `"):
+            key_cell, content = line.split("|")[1:3]
+            for key in re.findall(r"`(\w+)`", key_cell):
+                rows[key] = set(re.findall(r"`(\w+)`", content))
+    for path in served["paths"].values():
+        info = export.read_export_info(path)
+        assert set(info) <= set(rows), f"{path}: {sorted(set(info) - set(rows))} not in the table"
+        for name in ("retrieval", "saved_variables", "warmup"):
+            if info.get(name):
+                missing = set(info[name]) - rows[name]
+                assert not missing, f"{path}: {name} keys {sorted(missing)} not in the table"
 
 
 def _tensor_info(output, kind, name):
@@ -480,6 +502,13 @@ def _tensor_info(output, kind, name):
                       output)
     assert match, f"saved_model_cli lists no {kind} {name!r}"
     return match.groups()
+
+
+def _output_names(output):
+    """The output names saved_model_cli lists for `serving_default`."""
+    signature = output.split("signature_def['serving_default']", 1)[1]
+    signature = signature.split("Method name is:", 1)[0]
+    return sorted(re.findall(r"outputs\['(\w+)'\] tensor_info", signature))
 
 
 def test_saved_model_cli_lists_documented_signatures(served):
@@ -492,6 +521,18 @@ def test_saved_model_cli_lists_documented_signatures(served):
     assert _tensor_info(retriever, "outputs", "indices") == ("DT_INT64", "(-1, 3)")
     assert _tensor_info(retriever, "outputs", "labels") == ("DT_STRING", "(-1, 3)")
     assert _tensor_info(retriever, "outputs", "scores") == ("DT_FLOAT", "(-1, 3)")
+    assert _output_names(retriever) == ["indices", "labels", "scores"]
+    # The retriever exported with a threshold (integer labels, k=2, float images) also
+    # returns the decision: match (the top label or -1) and is_match.
+    decider = served["cli"]["decider"]
+    assert "signature_def['serving_default']" in decider
+    assert _tensor_info(decider, "inputs", "images") == ("DT_FLOAT", "(-1, 32, 32, 3)")
+    assert _output_names(decider) == ["indices", "is_match", "labels", "match", "scores"]
+    assert _tensor_info(decider, "outputs", "indices") == ("DT_INT64", "(-1, 2)")
+    assert _tensor_info(decider, "outputs", "labels") == ("DT_INT64", "(-1, 2)")
+    assert _tensor_info(decider, "outputs", "scores") == ("DT_FLOAT", "(-1, 2)")
+    assert _tensor_info(decider, "outputs", "match") == ("DT_INT64", "(-1)")
+    assert _tensor_info(decider, "outputs", "is_match") == ("DT_BOOL", "(-1)")
 
 
 def _graph_ops(export_dir):
