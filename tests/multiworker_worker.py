@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_dml import data, losses  # noqa: E402
-from keras_dml.distribute import BackupAndRestore  # noqa: E402
+from keras_dml.distribute import BackupAndRestore, task_name  # noqa: E402
 from keras_dml.layers import EmbeddingHead  # noqa: E402
 from keras_dml.models import DMLModel  # noqa: E402
 
@@ -59,8 +59,11 @@ class KillAt(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def train(loss, epochs, steps, strategy=None, backup=None, kill_at=None):
-    """(model, history) of a run; single-process when `strategy` is None."""
+def train(loss, epochs, steps, strategy=None, backup=None, kill_at=None, checkpoint=None):
+    """(model, history) of a run; single-process when `strategy` is None.
+
+    `checkpoint`: a folder where `keras.callbacks.ModelCheckpoint` saves the model
+    after every epoch, to `<task>-<epoch>.keras` (each worker its own file)."""
     if strategy is None:
         model = build(loss)
         stream = data.class_balanced_batches(source(), C, K, seed=SEED)
@@ -72,6 +75,9 @@ def train(loss, epochs, steps, strategy=None, backup=None, kill_at=None):
         callbacks = [] if backup is None else [BackupAndRestore(backup, stream=stream)]
     if kill_at:
         callbacks.append(KillAt(kill_at))
+    if checkpoint:
+        callbacks.append(keras.callbacks.ModelCheckpoint(
+            os.path.join(checkpoint, task_name() + "-{epoch}.keras")))
     history = model.fit(stream, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks,
                         verbose=0)
     return model, history
@@ -85,10 +91,11 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--backup", default=None)
     parser.add_argument("--kill-at", type=int, default=None)
+    parser.add_argument("--checkpoint", default=None)
     args = parser.parse_args(argv)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     model, history = train(args.loss, args.epochs, args.steps, strategy, args.backup,
-                           args.kill_at)
+                           args.kill_at, args.checkpoint)
     np.savez(args.out, *model.get_weights())
     with open(args.out + ".json", "w") as f:
         json.dump({"epochs_trained": len(history.history["loss"]),

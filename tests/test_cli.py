@@ -1,6 +1,7 @@
 """The `keras-dml` command: short runs on the bundled digits, help, errors, run folders."""
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -200,6 +201,61 @@ def test_proxy_loss_gets_the_training_class_count(tmp_path, capsys):
     assert training.make_loss("ProxyNCA", num_classes=5).num_classes == 5
     assert training.make_loss("ProxyNCA", {"num_classes": 3}, num_classes=5).num_classes == 3
     assert training.make_loss("Margin", num_classes=5).num_classes is None  # optional: global
+
+
+def test_memory_size_wraps_the_loss_in_a_cross_batch_memory(tmp_path, capsys):
+    code = cli.main(["train", *TINY, "--memory-size", "64", "--runs-dir", str(tmp_path),
+                     "--run-name", "xbm", "--no-export", "--no-plots"])
+    assert code == 0, capsys.readouterr().err
+    run = tmp_path / "xbm"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["config"]["memory_size"] == 64 and summary["config"]["memory_warmup"] == 0
+    assert json.loads((run / "config.json").read_text())["memory_size"] == 64
+    import keras
+
+    from keras_dml import losses
+
+    model = keras.models.load_model(run / "model.keras")
+    assert isinstance(model.dml_loss, losses.CrossBatchMemory)
+    assert type(model.dml_loss.loss).__name__ == summary["config"]["loss"]
+    assert model.dml_loss.memory_size == 64
+    # 2 steps of 5 x 4 went into the memory (evaluations read it without writing)
+    assert int(model.loss_layer.steps) == 2 and int(model.loss_layer.filled) == 40
+    # a loss without a memory form is refused before the run folder is made
+    code = cli.main(["train", *TINY, "--loss", "ProxyAnchor", "--memory-size", "64",
+                     "--runs-dir", str(tmp_path), "--run-name", "refused", "--no-export",
+                     "--no-plots"])
+    assert code == 2 and "pair loss" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+
+
+def test_strategy_mirrored_trains_on_two_replicas(tmp_path, capsys, monkeypatch,
+                                                 mirrored_strategy):
+    """`--strategy mirrored` over the two logical CPUs of conftest. `make_strategy` runs
+    as the CLI calls it; the MirroredStrategy it builds is the session's (the same
+    devices): a second strategy in one process would restart TensorFlow's collective
+    keys (see conftest)."""
+    import tensorflow as tf
+
+    built = []
+
+    def session_strategy(*args, **kwargs):
+        built.append((args, kwargs))
+        return mirrored_strategy
+
+    monkeypatch.setattr(tf.distribute, "MirroredStrategy", session_strategy)
+    code = cli.main(["train", *TINY, "--classes-per-batch", "4", "--strategy", "mirrored",
+                     "--runs-dir", str(tmp_path), "--run-name", "mirrored", "--no-export",
+                     "--no-plots"])
+    assert code == 0, capsys.readouterr().err
+    assert built == [((), {})]  # MirroredStrategy() over this machine's devices
+    assert mirrored_strategy.num_replicas_in_sync == 2
+    summary = json.loads((tmp_path / "mirrored" / "summary.json").read_text())
+    assert summary["config"]["strategy"] == "mirrored"
+    assert summary["config"]["classes_per_batch"] == 4  # 2 whole classes per replica
+    assert len(summary["loss_history"]) == 1 and math.isfinite(summary["loss_history"][0])
+    assert 0.0 <= summary["recall_after"]["recall@1"] <= 1.0
+    assert os.path.exists(tmp_path / "mirrored" / "model.keras")
 
 
 @pytest.mark.parametrize("args, message", [

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -74,7 +75,9 @@ def _assert_same(a, b, atol=1e-5):
 
 
 def test_two_workers_train_like_one_process_on_the_global_batch(tmp_path):
-    procs = _start_workers(tmp_path, "ms", ["--epochs", "2", "--steps", "2"])
+    checkpoints = tmp_path / "checkpoints"
+    procs = _start_workers(tmp_path, "ms", ["--epochs", "2", "--steps", "2",
+                                            "--checkpoint", str(checkpoints)])
     expected, expected_loss = _single_process("multi_similarity", 2, 2)
     (w0, info0), (w1, info1) = _wait(procs)
     assert info0["replicas"] == 2
@@ -83,6 +86,13 @@ def test_two_workers_train_like_one_process_on_the_global_batch(tmp_path):
     np.testing.assert_allclose(info0["loss"], expected_loss, rtol=1e-5)
     start = worker.build("multi_similarity").get_weights()
     assert max(np.abs(a - b).max() for a, b in zip(expected, start)) > 1e-3  # it learned
+    # keras.callbacks.ModelCheckpoint under the multi-worker strategy: each worker saved
+    # every epoch to its own file; the last one loads with the trained weights.
+    assert sorted(os.listdir(checkpoints)) == [f"worker-{i}-{e}.keras"
+                                               for i in range(2) for e in (1, 2)]
+    for index, weights in enumerate((w0, w1)):
+        saved = keras.models.load_model(checkpoints / f"worker-{index}-2.keras")
+        _assert_same(saved.get_weights(), weights, atol=0)
 
 
 def test_killed_worker_resumes_from_the_backup_with_proxies_optimizer_and_stream(tmp_path):

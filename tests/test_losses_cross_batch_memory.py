@@ -98,7 +98,8 @@ def test_paper_form_adds_the_weighted_memory_loss_to_the_batch_loss():
 
 @pytest.mark.parametrize("make", [losses.BinomialDeviance, losses.GeneralizedLiftedStructure,
                                   losses.NCA, losses.MultiSimilarity,
-                                  lambda: losses.InstanceCrossEntropy(scale=16.0)])
+                                  lambda: losses.InstanceCrossEntropy(scale=16.0),
+                                  losses.Triplet, losses.Margin])
 def test_wrapped_losses_are_finite_with_xla_and_empty_slots(make):
     loss = losses.CrossBatchMemory(make(), memory_size=64)
     call = tf.function(lambda y, e: loss(y, e), jit_compile=True)
@@ -144,8 +145,38 @@ def test_fit_fills_evaluate_does_not_and_the_memory_is_saved_with_the_model(tmp_
     assert int(restored.loss_layer.filled) == 40  # training continues into the same memory
 
 
+def test_wrapped_loss_weights_are_trained_and_saved_with_the_model(tmp_path):
+    """XBM(Margin): Margin's learnable beta is in the model's weights, trained by fit,
+    and restored from a .keras file, as it is without the wrapper."""
+    rng = np.random.default_rng(6)
+    x, y = rng.normal(size=(32, 8)).astype("float32"), np.repeat(np.arange(8), 4)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    model = _model()
+    model.compile(optimizer=keras.optimizers.Adam(0.05),
+                  loss=losses.CrossBatchMemory(losses.Margin(), memory_size=48))
+    beta = model.dml_loss.loss.trainable_layer.beta
+    assert any(w is beta for w in model.trainable_weights)
+    assert not any(w is beta for w in model.encoder_variables())
+    model.fit(data, epochs=2, verbose=0)
+    trained = beta.numpy().copy()
+    assert abs(float(trained[0]) - 1.2) > 1e-3  # beta learned (it starts at 1.2)
+    assert int(model.loss_layer.filled) == 48 and int(model.loss_layer.steps) == 4
+    path = tmp_path / "xbm_margin.keras"
+    model.save(path)
+    restored = keras.models.load_model(path)
+    restored_beta = restored.dml_loss.loss.trainable_layer.beta
+    np.testing.assert_allclose(restored_beta.numpy(), trained)
+    assert any(w is restored_beta for w in restored.trainable_weights)
+    np.testing.assert_array_equal(restored.loss_layer.labels.numpy(),
+                                  model.loss_layer.labels.numpy())
+    restored.fit(data, epochs=1, verbose=0)
+    assert float(restored_beta.numpy()[0]) != pytest.approx(float(trained[0]), abs=1e-6)
+
+
+@pytest.mark.parametrize("wrapped", [lambda: losses.MultiSimilarity(mining=False),
+                                     losses.Margin], ids=["multi_similarity", "margin"])
 def test_mirrored_replicas_enqueue_the_gathered_batch_and_train_like_one_device(
-        mirrored_strategy):
+        mirrored_strategy, wrapped):
     rng = np.random.default_rng(2)
     x, y = rng.normal(size=(32, 8)).astype("float32"), np.repeat(np.arange(8), 4)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
@@ -154,7 +185,7 @@ def test_mirrored_replicas_enqueue_the_gathered_batch_and_train_like_one_device(
         keras.utils.set_random_seed(4)
         model = _model()
         model.compile(optimizer=keras.optimizers.SGD(0.5), loss=losses.CrossBatchMemory(
-            losses.MultiSimilarity(mining=False), memory_size=24))
+            wrapped(), memory_size=24))
         return model
 
     single = build()
@@ -169,6 +200,11 @@ def test_mirrored_replicas_enqueue_the_gathered_batch_and_train_like_one_device(
     labels = [v.numpy() for v in mirrored_strategy.experimental_local_results(per_replica)]
     np.testing.assert_array_equal(labels[0], labels[1])
     np.testing.assert_array_equal(labels[0], single.loss_layer.labels.numpy())
+    # the wrapped loss's own weights (Margin's beta) are among the compared weights
+    owned = len(single.loss_layer.trainable_weights)
+    assert owned == (1 if isinstance(single.dml_loss.loss, losses.Margin) else 0)
+    if owned:  # beta moved, by the same step on two replicas as on one device
+        assert abs(float(single.loss_layer.trainable_weights[0].numpy()[0]) - 1.2) > 1e-3
 
 
 def test_momentum_encoder_fills_the_memory_with_its_keys_and_is_saved(tmp_path):

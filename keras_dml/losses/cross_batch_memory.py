@@ -26,13 +26,22 @@ class MemoryBank(keras.layers.Layer):
     calls seen). Under `tf.distribute` the variables are written once per step
     from the first replica's value; every replica computes the same update
     (the loss sees the gathered global batch), so the memories stay identical.
+
+    `wrapped_layer` is the wrapped loss's own `trainable_layer` (Margin's learnable
+    beta), or None. The bank tracks it as a sub-layer, so its weights are among the
+    bank's `trainable_weights` and `weights`: a model that attaches the bank trains,
+    saves and restores them. It is not part of the config: the wrapped loss
+    rebuilds it.
     """
 
-    def __init__(self, memory_size, **kwargs):
+    def __init__(self, memory_size, wrapped_layer=None, **kwargs):
         super().__init__(**kwargs)
         self.memory_size = memory_size
+        self.wrapped_layer = wrapped_layer
 
     def build(self, input_shape):
+        if self.wrapped_layer is not None and not self.wrapped_layer.built:
+            self.wrapped_layer.build(input_shape)
         dim = int(input_shape[-1])
         add = dict(trainable=False, aggregation="only_first_replica")
         self.embeddings = self.add_weight(shape=(self.memory_size, dim), initializer="zeros",
@@ -91,7 +100,10 @@ class CrossBatchMemory(keras.losses.Loss):
     embedding has settled: XBM section 4.2).
 
     The memory is a `MemoryBank` layer, exposed as `trainable_layer`, so a
-    `DMLModel` compiled with this loss tracks, saves and restores it. It fills in
+    `DMLModel` compiled with this loss tracks, saves and restores it. The bank
+    also tracks the wrapped loss's own `trainable_layer` (Margin's learnable beta)
+    as a sub-layer, so those weights are trained and saved with the model as
+    they are without the wrapper. It fills in
     training steps only: `DMLModel.evaluate` / `predict` read it without writing.
     Called directly (outside `fit`), each call is a training call and enqueues,
     as pytorch-metric-learning's `CrossBatchMemory` does. Under `tf.distribute`,
@@ -148,7 +160,9 @@ class CrossBatchMemory(keras.losses.Loss):
         self.momentum = None if momentum is None else _hyper.finite("momentum", momentum)
         if self.momentum is not None and not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1) or None, got {momentum!r}.")
-        self.trainable_layer = MemoryBank(self.memory_size, name="cross_batch_memory")
+        self.trainable_layer = MemoryBank(
+            self.memory_size, wrapped_layer=getattr(loss, "trainable_layer", None),
+            name="cross_batch_memory")
         self._enqueue, self._keys = True, None
 
     @property
