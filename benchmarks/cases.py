@@ -123,7 +123,7 @@ CASES = [
                same_value=False, slow_peer=True,
                sizes={"full": {"n": 256}, "quick": {"n": 256}, "smoke": {"n": 32, "d": 16}}),
     _loss_case("GeneralizedLiftedStructure", ("GeneralizedLiftedStructure",
-                                              {"distance": "euclidean"}),
+                                              {"metric": "euclidean"}),
                ("GeneralizedLiftedStructureLoss", {"neg_margin": 1.0, "pos_margin": 0.0},
                 None, None), 0.7, same_value=False),
     _loss_case("NCA", ("NCA", {"scale": 2.0}), ("NCALoss", {"softmax_scale": 1}, None, None),

@@ -78,7 +78,7 @@ def nearest_neighbors(n=20000, d=512, k=101, leave_one_out=False, classes=5000):
     references = None if leave_one_out else x
 
     def step():
-        return evaluation.nearest_neighbors(x, references, k=k, distance="dot")
+        return evaluation.nearest_neighbors(x, references, k=k, metric="dot")
 
     indices, _ = step()
     return step, {"first_neighbours": indices[:20, :10].tolist()}

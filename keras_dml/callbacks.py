@@ -7,9 +7,9 @@ import warnings
 import keras
 import numpy as np
 
-from keras_dml import hyperparameters
+from keras_dml import hyperparameters, validation
 from keras_dml.evaluation.embedding import as_dataset, embed_with, inference_function
-from keras_dml.evaluation.retrieval import DISTANCES, METRICS, check_metrics, retrieval_metrics
+from keras_dml.evaluation.retrieval import METRICS, check_metrics, retrieval_metrics
 from keras_dml.evaluation.verification import FAR_TARGETS, pair_scores, verification_metrics
 
 _COUNTS = ("num_queries", "num_excluded_queries")
@@ -69,7 +69,8 @@ class RecallAtK(_EmbeddingCallback):
             first epoch, so keep 1 when logging to CSV).
         seen_classes: class ids of the training classes, to split the report.
             Defaults to None (no split).
-        distance: "cosine", "dot" or "euclidean". Defaults to "cosine".
+        metric: "cosine", "dot" or "euclidean": the similarity of the search.
+            Defaults to "cosine". (`distance=` is its deprecated name.)
         batch_size: batch size for array inputs. Defaults to 256.
         chunk_size: queries per kNN chunk. Defaults to None (automatic).
         prefix: prefix of the log keys. Defaults to "val_".
@@ -96,6 +97,7 @@ class RecallAtK(_EmbeddingCallback):
         al., "A Metric Learning Reality Check", ECCV 2020.
     """
 
+    @hyperparameters.renamed_keywords(distance="metric")
     def __init__(
         self,
         validation_data,
@@ -105,7 +107,7 @@ class RecallAtK(_EmbeddingCallback):
         embedding_model=None,
         every_n_epochs=1,
         seen_classes=None,
-        distance="cosine",
+        metric="cosine",
         batch_size=256,
         chunk_size=None,
         prefix="val_",
@@ -119,7 +121,7 @@ class RecallAtK(_EmbeddingCallback):
         # checked now, not after the first epoch of training
         self.metrics, self.ks = check_metrics(metrics, ks)
         self.seen_classes = None if seen_classes is None else np.unique(np.asarray(seen_classes))
-        self.distance = hyperparameters.one_of("distance", distance, DISTANCES)
+        self.metric = validation.check_search_metric(metric)
         self.batch_size = batch_size
         self.chunk_size = chunk_size
         self.verbose = verbose
@@ -129,7 +131,7 @@ class RecallAtK(_EmbeddingCallback):
     def _metrics(self, embeddings, labels, references=None, reference_labels=None):
         result = retrieval_metrics(
             embeddings, labels, references, reference_labels, self.ks, self.metrics,
-            self.distance, self.chunk_size,
+            self.metric, self.chunk_size,
         )
         return {key: value for key, value in result.items() if key not in _COUNTS}
 

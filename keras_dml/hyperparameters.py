@@ -1,5 +1,6 @@
 """Hyperparameter checks shared by losses, miners and layers: a clear ValueError, never a NaN later."""
 
+import functools
 import math
 import numbers
 import warnings
@@ -65,3 +66,19 @@ def renamed(old_name, old_value, new_name, new_value, default=None):
     warnings.warn(f"{old_name}= is deprecated: use {new_name}={old_value!r}.",
                   DeprecationWarning, stacklevel=3)
     return old_value
+
+
+def renamed_keywords(**new_names):
+    """Decorator for a function (or `__init__`) whose keyword `old` is now
+    `new_names[old]`: `old=` keeps working for a release, through `renamed` (a
+    DeprecationWarning that names the new keyword; a ValueError if both are given
+    and differ)."""
+    def decorate(function):
+        @functools.wraps(function)
+        def accepting_old_names(*args, **kwargs):
+            for old, new in new_names.items():
+                if old in kwargs:
+                    kwargs[new] = renamed(old, kwargs.pop(old), new, kwargs.get(new))
+            return function(*args, **kwargs)
+        return accepting_old_names
+    return decorate

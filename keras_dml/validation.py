@@ -154,7 +154,7 @@ def check_no_overflow(value, embeddings, loss_name):
 
 
 # -- NumPy arrays: evaluation, index, plots ----------------------------------------
-SEARCH_DISTANCES = ("cosine", "dot", "euclidean")  # of kNN search and the index
+SEARCH_METRICS = ("cosine", "dot", "euclidean")  # the `metric=` of kNN search and the index
 
 
 def embedding_array(embeddings, name="embeddings"):
@@ -198,8 +198,8 @@ def label_array(labels, num_samples, name="labels"):
     return array
 
 
-def check_search_distance(distance):
-    """`distance` if it is one of `SEARCH_DISTANCES`, else a ValueError."""
-    if distance not in SEARCH_DISTANCES:
-        raise ValueError(f"distance must be one of {SEARCH_DISTANCES}, got {distance!r}.")
-    return distance
+def check_search_metric(metric):
+    """`metric` if it is one of `SEARCH_METRICS`, else a ValueError."""
+    if metric not in SEARCH_METRICS:
+        raise ValueError(f"metric must be one of {SEARCH_METRICS}, got {metric!r}.")
+    return metric

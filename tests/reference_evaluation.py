@@ -3,13 +3,13 @@
 import numpy as np
 
 
-def similarity(queries, references, distance):
+def similarity(queries, references, metric):
     q = np.asarray(queries, np.float64)
     r = np.asarray(references, np.float64)
-    if distance == "cosine":
+    if metric == "cosine":
         q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
         r = r / np.maximum(np.linalg.norm(r, axis=1, keepdims=True), 1e-12)
-    if distance == "euclidean":
+    if metric == "euclidean":
         return -((q[:, None, :] - r[None, :, :]) ** 2).sum(-1)
     return q @ r.T
 
@@ -21,13 +21,13 @@ def ranking(scores_row, exclude=None):
 
 
 def retrieval_metrics(queries, query_labels, references=None, reference_labels=None,
-                      ks=(1, 2, 4, 8), distance="cosine"):
+                      ks=(1, 2, 4, 8), metric="cosine"):
     loo = references is None
     if loo:
         references, reference_labels = queries, query_labels
     query_labels = list(np.asarray(query_labels).reshape(-1))
     reference_labels = list(np.asarray(reference_labels).reshape(-1))
-    scores = similarity(queries, references, distance)
+    scores = similarity(queries, references, metric)
     sums = {f"recall@{k}": 0.0 for k in ks}
     sums.update({"precision@1": 0.0, "r_precision": 0.0, "map@r": 0.0})
     counted = excluded = 0
@@ -54,7 +54,7 @@ def retrieval_metrics(queries, query_labels, references=None, reference_labels=N
     return result
 
 
-def nearest_neighbors(queries, references=None, k=1, distance="cosine"):
+def nearest_neighbors(queries, references=None, k=1, metric="cosine"):
     loo = references is None
-    scores = similarity(queries, queries if loo else references, distance)
+    scores = similarity(queries, queries if loo else references, metric)
     return np.stack([ranking(scores[i], i if loo else None)[:k] for i in range(len(queries))])

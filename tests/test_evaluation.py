@@ -15,7 +15,7 @@ from keras_dml.evaluation import (
     retrieval_metrics,
 )
 
-DISTANCES = ("cosine", "dot", "euclidean")
+SEARCH_METRICS = ("cosine", "dot", "euclidean")
 PML_NAMES = {
     "precision@1": "precision_at_1",
     "r_precision": "r_precision",
@@ -60,28 +60,28 @@ def assert_metrics_close(ours, expected, keys=None):
 # ---------------------------------------------------------------- nearest neighbours
 
 
-@pytest.mark.parametrize("distance", DISTANCES)
+@pytest.mark.parametrize("metric", SEARCH_METRICS)
 @pytest.mark.parametrize("k, chunk_size", [(1, 64), (9, 1000), (40, 64), (40, 1000)])
-def test_nearest_neighbors_match_reference(distance, k, chunk_size):
-    x, _ = tied_data(500) if distance != "cosine" else unit_tied_data(500)
-    expected = reference.nearest_neighbors(x, None, k, distance)
-    indices, _ = nearest_neighbors(x, k=k, distance=distance, chunk_size=chunk_size)
+def test_nearest_neighbors_match_reference(metric, k, chunk_size):
+    x, _ = tied_data(500) if metric != "cosine" else unit_tied_data(500)
+    expected = reference.nearest_neighbors(x, None, k, metric)
+    indices, _ = nearest_neighbors(x, k=k, metric=metric, chunk_size=chunk_size)
     np.testing.assert_array_equal(indices, expected)
-    expected = reference.nearest_neighbors(x[:70], x[70:], k, distance)
-    indices, _ = nearest_neighbors(x[:70], x[70:], k=k, distance=distance, chunk_size=chunk_size)
+    expected = reference.nearest_neighbors(x[:70], x[70:], k, metric)
+    indices, _ = nearest_neighbors(x[:70], x[70:], k=k, metric=metric, chunk_size=chunk_size)
     np.testing.assert_array_equal(indices, expected)
 
 
-@pytest.mark.parametrize("distance", DISTANCES)
-def test_two_stage_and_plain_top_k_agree_on_ties_and_duplicates(distance, monkeypatch):
-    x, _ = unit_tied_data(600) if distance == "cosine" else tied_data(600)
+@pytest.mark.parametrize("metric", SEARCH_METRICS)
+def test_two_stage_and_plain_top_k_agree_on_ties_and_duplicates(metric, monkeypatch):
+    x, _ = unit_tied_data(600) if metric == "cosine" else tied_data(600)
     x = np.concatenate([x, x[:50]])  # 650 rows: the blocks need padding
     k = 12
     assert knn._group_size(len(x), k) == 7  # the two-stage top-k is exercised
-    expected = reference.nearest_neighbors(x, None, k, distance)
-    np.testing.assert_array_equal(nearest_neighbors(x, k=k, distance=distance)[0], expected)
+    expected = reference.nearest_neighbors(x, None, k, metric)
+    np.testing.assert_array_equal(nearest_neighbors(x, k=k, metric=metric)[0], expected)
     monkeypatch.setattr(knn, "_group_size", lambda width, k: 1)  # plain tf.math.top_k
-    np.testing.assert_array_equal(nearest_neighbors(x, k=k, distance=distance)[0], expected)
+    np.testing.assert_array_equal(nearest_neighbors(x, k=k, metric=metric)[0], expected)
 
 
 def test_block_order_is_a_permutation_with_its_inverse():
@@ -101,10 +101,10 @@ def test_leave_one_out_excludes_self_by_index_not_by_distance():
 
 def test_scores_are_the_distances():
     x, _ = random_data(120)
-    _, scores = nearest_neighbors(x[:20], x[20:], k=5, distance="euclidean")
+    _, scores = nearest_neighbors(x[:20], x[20:], k=5, metric="euclidean")
     full = reference.similarity(x[:20], x[20:], "euclidean")
     np.testing.assert_allclose(scores, -np.sort(-full, axis=1)[:, :5], rtol=1e-4, atol=1e-4)
-    _, scores = nearest_neighbors(x, k=3, distance="cosine")
+    _, scores = nearest_neighbors(x, k=3, metric="cosine")
     assert scores.dtype == np.float32 and np.all(scores <= 1.0 + 1e-6)
 
 
@@ -130,7 +130,7 @@ def test_accepts_tensors():
         ({"queries": np.ones((4, 2)), "references": np.ones((4, 3))}, "dimension 3"),
         ({"queries": np.ones((4, 2)), "k": 4}, "k=4 exceeds the 3"),
         ({"queries": np.ones((4, 2)), "k": 0}, "k must be a positive integer"),
-        ({"queries": np.ones((4, 2)), "distance": "l1"}, "'l1'"),
+        ({"queries": np.ones((4, 2)), "metric": "l1"}, "'l1'"),
         ({"queries": np.ones((4, 2)), "chunk_size": -1}, "chunk_size"),
     ],
 )
@@ -143,19 +143,33 @@ def test_nearest_neighbors_errors(kwargs, message):
 
 
 @pytest.mark.parametrize("data", [random_data, tied_data, duplicated_data, unit_tied_data])
-@pytest.mark.parametrize("distance", ["cosine", "euclidean"])
-def test_metrics_match_numpy_reference(data, distance):
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_metrics_match_numpy_reference(data, metric):
     x, y = data()
-    if data in (tied_data, unit_tied_data) and distance == "cosine":
+    if data in (tied_data, unit_tied_data) and metric == "cosine":
         x, y = unit_tied_data()  # cosine ties are exact only for exactly unit vectors
-    assert_metrics_close(retrieval_metrics(x, y, distance=distance, chunk_size=100),
-                         reference.retrieval_metrics(x, y, distance=distance))
+    assert_metrics_close(retrieval_metrics(x, y, metric=metric, chunk_size=100),
+                         reference.retrieval_metrics(x, y, metric=metric))
     queries, references = slice(0, 100), slice(100, None)
     ours = retrieval_metrics(x[queries], y[queries], x[references], y[references],
-                             ks=(1, 3, 10), distance=distance)
+                             ks=(1, 3, 10), metric=metric)
     expected = reference.retrieval_metrics(x[queries], y[queries], x[references],
-                                           y[references], ks=(1, 3, 10), distance=distance)
+                                           y[references], ks=(1, 3, 10), metric=metric)
     assert_metrics_close(ours, expected)
+
+
+def test_deprecated_distance_keyword_warns_and_gives_the_metric_result():
+    x, y = random_data(120)
+    with pytest.warns(DeprecationWarning, match="use metric='euclidean'"):
+        old = nearest_neighbors(x, k=3, distance="euclidean")
+    new = nearest_neighbors(x, k=3, metric="euclidean")
+    np.testing.assert_array_equal(old[0], new[0])
+    np.testing.assert_array_equal(old[1], new[1])
+    with pytest.warns(DeprecationWarning, match="use metric='dot'"):
+        old = retrieval_metrics(x, y, distance="dot")
+    assert old == retrieval_metrics(x, y, metric="dot")
+    with pytest.raises(ValueError, match="Give metric= only"):
+        nearest_neighbors(x, k=3, metric="cosine", distance="euclidean")
 
 
 @pytest.mark.parametrize("data", [random_data, tied_data, duplicated_data])
@@ -166,11 +180,11 @@ def test_metrics_match_pytorch_metric_learning(data):
         include=tuple(PML_NAMES.values()), k="max_bin_count"
     )
     x, y = data()
-    ours = retrieval_metrics(x, y, distance="euclidean")
+    ours = retrieval_metrics(x, y, metric="euclidean")
     theirs = calculator.get_accuracy(x, y)
     for name, pml_name in PML_NAMES.items():
         assert ours[name] == pytest.approx(theirs[pml_name], abs=1e-9), name
-    ours = retrieval_metrics(x[:120], y[:120], x[120:], y[120:], distance="euclidean")
+    ours = retrieval_metrics(x[:120], y[:120], x[120:], y[120:], metric="euclidean")
     theirs = calculator.get_accuracy(x[:120], y[:120], x[120:], y[120:])
     for name, pml_name in PML_NAMES.items():
         assert ours[name] == pytest.approx(theirs[pml_name], abs=1e-9), name

@@ -61,7 +61,7 @@ def test_tsne_map_separates_classes(tmp_path):
     np.testing.assert_array_equal(drawn["labels"], y[drawn["indices"]])
     # Well separated classes stay separated on the map: each point's 2-D nearest
     # neighbour shares its class.
-    nearest, _ = nearest_neighbors(drawn["points"].astype("float32"), k=1, distance="euclidean")
+    nearest, _ = nearest_neighbors(drawn["points"].astype("float32"), k=1, metric="euclidean")
     assert np.mean(drawn["labels"][nearest[:, 0]] == drawn["labels"]) > 0.95
     with pytest.raises(ValueError, match="at least 3 points"):
         plots.tsne_map(x[:2], y[:2], path=tmp_path / "u.png")

@@ -66,7 +66,7 @@ def test_gradient_reaches_both_embeddings_of_every_pair_through_normalisation():
     losses.MultiSimilarity(alpha=5.0, beta=20.0, base=0.2, epsilon=0.3),
     losses.Contrastive(),
     losses.Contrastive(pos_margin=0.7, neg_margin=0.1),
-    losses.Contrastive(distance="euclidean", neg_margin=1.5),
+    losses.Contrastive(metric="euclidean", neg_margin=1.5),
 ], ids=lambda l: f"{type(l).__name__}-{id(l) % 1000}")
 def test_weights_are_the_exact_derivative_of_the_value(loss):
     for seed in range(3):
@@ -89,13 +89,13 @@ def test_pair_weights_follow_the_unified_view_sign_convention():
 
 def test_pair_weights_are_non_negative_for_distance_losses_too():
     labels, x = _batch()
-    w = weighting.pair_weights(losses.Contrastive(distance="euclidean", neg_margin=10.0),
+    w = weighting.pair_weights(losses.Contrastive(metric="euclidean", neg_margin=10.0),
                                labels, x)
     assert (w >= 0).all() and (w > 0).any()
 
 
 @pytest.mark.parametrize("loss", [losses.MultiSimilarity(), losses.Contrastive(),
-                                  losses.Contrastive(distance="euclidean")],
+                                  losses.Contrastive(metric="euclidean")],
                          ids=lambda l: type(l).__name__)
 @pytest.mark.parametrize("labels", [np.arange(6), np.zeros(6), np.array([0, 0, 1, 1, 2, 3])],
                          ids=["no-positives", "one-class", "k=1-mixed"])

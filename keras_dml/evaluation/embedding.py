@@ -5,6 +5,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+from keras_dml import hyperparameters
 from keras_dml.evaluation.retrieval import METRICS, retrieval_metrics
 
 
@@ -80,13 +81,14 @@ def embed_with(forward, data, batch_size=256, progress=False):
     return np.concatenate(embeddings), np.concatenate(labels)
 
 
+@hyperparameters.renamed_keywords(distance="metric")
 def evaluate_retrieval(
     model,
     dataset,
     reference_dataset=None,
     ks=(1, 2, 4, 8),
     metrics=METRICS,
-    distance="cosine",
+    metric="cosine",
     chunk_size=None,
     batch_size=256,
 ):
@@ -98,7 +100,8 @@ def evaluate_retrieval(
             tuple of arrays.
         reference_dataset: references in the same form. Defaults to None:
             leave-one-out on the queries.
-        ks, metrics, distance, chunk_size: see `retrieval_metrics`.
+        ks, metrics, metric, chunk_size: see `retrieval_metrics`. (`distance=`
+            is the deprecated name of `metric=`.)
         batch_size: batch size for array inputs. Defaults to 256.
 
     Returns:
@@ -113,5 +116,5 @@ def evaluate_retrieval(
     if reference_dataset is not None:
         references, reference_labels = embed_dataset(model, reference_dataset, batch_size)
     return retrieval_metrics(
-        queries, query_labels, references, reference_labels, ks, metrics, distance, chunk_size
+        queries, query_labels, references, reference_labels, ks, metrics, metric, chunk_size
     )

@@ -81,7 +81,7 @@ def _chunk(queries, references, own_columns, k, group):
     return _top_k(scores, k, group)
 
 
-def _augment(x, distance, padded_rows, query_side):
+def _augment(x, metric, padded_rows, query_side):
     """Embeddings with extra columns so that `query_row . reference_row` is the score.
 
     cosine/dot: query [x, 1], reference [x, bias]; euclidean: query
@@ -89,13 +89,13 @@ def _augment(x, distance, padded_rows, query_side):
     `bias` is 0 on real rows and a huge negative on padding rows.
     """
     n, d = x.shape
-    if distance == "cosine":
+    if metric == "cosine":
         x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-    extra = 2 if distance == "euclidean" else 1
+    extra = 2 if metric == "euclidean" else 1
     out = np.zeros((n + padded_rows, d + extra), np.float32)
     bias = np.zeros(n + padded_rows, np.float32)
     bias[n:] = _NEG
-    if distance == "euclidean":
+    if metric == "euclidean":
         squared = np.zeros(n + padded_rows, np.float32)
         squared[:n] = np.einsum("ij,ij->i", x, x)
         if query_side:
@@ -110,14 +110,14 @@ def _augment(x, distance, padded_rows, query_side):
     return out
 
 
-def _search(queries, references, k, distance, chunk_size, leave_one_out):
+def _search(queries, references, k, metric, chunk_size, leave_one_out):
     """Yield (start, indices, scores) for chunks of queries against all references."""
     n = references.shape[0]
     group = _group_size(n, k)
     total = n + (-n) % group
-    stored = _augment(references, distance, total - n, query_side=False)
+    stored = _augment(references, metric, total - n, query_side=False)
     ref = tf.constant(stored[_block_order(total, group)])
-    qry = tf.constant(_augment(queries, distance, 0, query_side=True))
+    qry = tf.constant(_augment(queries, metric, 0, query_side=True))
     own = None
     if leave_one_out:
         own = tf.constant(_stored_position(np.arange(n), total, group).astype(np.int32))
@@ -129,14 +129,15 @@ def _search(queries, references, k, distance, chunk_size, leave_one_out):
         yield start, indices, values
 
 
-def iter_nearest_neighbors(queries, references=None, k=1, distance="cosine", chunk_size=None):
+@hyperparameters.renamed_keywords(distance="metric")
+def iter_nearest_neighbors(queries, references=None, k=1, metric="cosine", chunk_size=None):
     """Yield `(start, indices, scores)` for consecutive chunks of queries.
 
     Same arguments and results as `nearest_neighbors`, but only one chunk of
     results is alive at a time; `indices` and `scores` are tensors of the chunk
     of queries starting at row `start`.
     """
-    distance = validation.check_search_distance(distance)
+    metric = validation.check_search_metric(metric)
     k = hyperparameters.integer_at_least("k", k, 1)
     queries = validation.embedding_array(queries, "queries")
     leave_one_out = references is None
@@ -157,10 +158,11 @@ def iter_nearest_neighbors(queries, references=None, k=1, distance="cosine", chu
         chunk_size = max(1, _SCORE_BUDGET // n)
     chunk_size = hyperparameters.integer_at_least("chunk_size", chunk_size, 1)
 
-    yield from _search(queries, references, k, distance, chunk_size, leave_one_out)
+    yield from _search(queries, references, k, metric, chunk_size, leave_one_out)
 
 
-def nearest_neighbors(queries, references=None, k=1, distance="cosine", chunk_size=None):
+@hyperparameters.renamed_keywords(distance="metric")
+def nearest_neighbors(queries, references=None, k=1, metric="cosine", chunk_size=None):
     """Exact k nearest references of every query, computed chunk by chunk.
 
     Scores are computed on the default TensorFlow device (the GPU when there is
@@ -174,8 +176,8 @@ def nearest_neighbors(queries, references=None, k=1, distance="cosine", chunk_si
             leave-one-out (each query's own row is excluded by index, so exact
             duplicates of a query are still found).
         k: number of neighbours per query. Defaults to 1.
-        distance: "cosine", "dot" (inner product) or "euclidean". Defaults to
-            "cosine".
+        metric: "cosine", "dot" (inner product) or "euclidean". Defaults to
+            "cosine". (`distance=` is its deprecated name.)
         chunk_size: queries per chunk. Defaults to None: 2**25 / N (a 128 MB
             score buffer).
 
@@ -189,7 +191,7 @@ def nearest_neighbors(queries, references=None, k=1, distance="cosine", chunk_si
         array([[1, 2], [0, 2], [0, 1]], dtype=int32)
     """
     indices, scores = [], []
-    for _, idx, sc in iter_nearest_neighbors(queries, references, k, distance, chunk_size):
+    for _, idx, sc in iter_nearest_neighbors(queries, references, k, metric, chunk_size):
         indices.append(idx.numpy())
         scores.append(sc.numpy())
     return np.concatenate(indices), np.concatenate(scores)

@@ -6,7 +6,6 @@ from keras_dml import hyperparameters, validation
 from keras_dml.evaluation.knn import iter_nearest_neighbors
 
 METRICS = ("recall@k", "precision@1", "r_precision", "map@r")
-DISTANCES = validation.SEARCH_DISTANCES  # the `distance=` values of the kNN search
 
 
 def check_metrics(metrics, ks):
@@ -81,6 +80,7 @@ class _Accumulator:
         return {key: value / count for key, value in self.sums.items()}
 
 
+@hyperparameters.renamed_keywords(distance="metric")
 def retrieval_metrics(
     query_embeddings,
     query_labels,
@@ -88,7 +88,7 @@ def retrieval_metrics(
     reference_labels=None,
     ks=(1, 2, 4, 8),
     metrics=METRICS,
-    distance="cosine",
+    metric="cosine",
     chunk_size=None,
 ):
     """Recall@K, Precision@1, R-Precision and MAP@R by exact nearest-neighbour search.
@@ -115,7 +115,8 @@ def retrieval_metrics(
         ks: the K of Recall@K. Defaults to (1, 2, 4, 8).
         metrics: subset of ("recall@k", "precision@1", "r_precision", "map@r").
             Defaults to all four.
-        distance: "cosine", "dot" or "euclidean". Defaults to "cosine".
+        metric: "cosine", "dot" or "euclidean": the similarity of the search.
+            Defaults to "cosine". (`distance=` is its deprecated name.)
         chunk_size: queries per search chunk. Defaults to None (automatic).
 
     Returns:
@@ -160,7 +161,7 @@ def retrieval_metrics(
     accumulator = _Accumulator(metrics, ks)
     # Leave-one-out searches every row (excluded rows are still references of others).
     search = iter_nearest_neighbors(
-        queries if leave_one_out else queries[selected], references, k, distance, chunk_size
+        queries if leave_one_out else queries[selected], references, k, metric, chunk_size
     )
     for start, indices, _ in search:
         indices = indices.numpy()

@@ -36,7 +36,7 @@ def pair_scores(embeddings, labels, metric="cosine", max_pairs=5_000_000, seed=0
     Returns:
         `(scores, same)`: float32 `(P,)` and bool `(P,)`.
     """
-    metric = validation.check_search_distance(metric)
+    metric = validation.check_search_metric(metric)
     embeddings = validation.embedding_array(embeddings)
     labels = validation.label_array(labels, len(embeddings))
     n = len(embeddings)

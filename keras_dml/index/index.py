@@ -7,7 +7,7 @@ import numpy as np
 from keras_dml import hyperparameters, validation
 from keras_dml.index import backends, storage
 
-METRICS = ("cosine", "dot", "euclidean")
+METRICS = validation.SEARCH_METRICS
 UNKNOWN_INT = -1
 UNKNOWN_STRING = ""
 
@@ -64,9 +64,7 @@ class Index:
     """
 
     def __init__(self, metric="cosine", backend="exact", info=None, **backend_options):
-        if metric not in METRICS:
-            raise ValueError(f"metric must be one of {METRICS}, got {metric!r}.")
-        self.metric = metric
+        self.metric = validation.check_search_metric(metric)
         self.info = storage.check_info(info)
         self._backend = backends.make(backend, metric, backend_options)
         self._chunks = []  # embeddings added since the last consolidation

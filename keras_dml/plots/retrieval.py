@@ -134,8 +134,9 @@ def _tsne_rows(labels, max_points, highlight, seed):
     return np.sort(rows).astype(np.int64), coloured
 
 
+@hyperparameters.renamed_keywords(distance="metric")
 def tsne_map(embeddings, labels, path="tsne.png", max_points=3000, perplexity=30.0,
-             distance="cosine", seed=0, threads=None, dpi=100, highlight=20,
+             metric="cosine", seed=0, threads=None, dpi=100, highlight=20,
              class_names=None):
     """A t-SNE map of embeddings, up to `highlight` classes in colour (ICE supp. Figs. 2-4).
 
@@ -151,8 +152,8 @@ def tsne_map(embeddings, labels, path="tsne.png", max_points=3000, perplexity=30
             to 3000.
         perplexity: t-SNE perplexity (clipped below the number of points).
             Defaults to 30.0.
-        distance: "cosine" or "euclidean" geometry for t-SNE. Defaults to
-            "cosine".
+        metric: "cosine" or "euclidean" geometry for t-SNE. Defaults to
+            "cosine". (`distance=` is its deprecated name.)
         seed: subset and t-SNE random state. Defaults to 0.
         threads: OpenMP threads for t-SNE's gradient. Defaults to None (all);
             1 is much faster on a machine already busy with other work.
@@ -173,8 +174,8 @@ def tsne_map(embeddings, labels, path="tsne.png", max_points=3000, perplexity=30
 
     x = validation.embedding_array(embeddings)
     y = validation.label_array(labels, x.shape[0])
-    if distance not in ("cosine", "euclidean"):
-        raise ValueError(f"distance must be 'cosine' or 'euclidean', got {distance!r}.")
+    if metric not in ("cosine", "euclidean"):
+        raise ValueError(f"metric must be 'cosine' or 'euclidean', got {metric!r}.")
     if x.shape[0] < 3:
         raise ValueError(f"t-SNE needs at least 3 points, got {x.shape[0]}.")
     max_points = hyperparameters.integer_at_least("max_points", max_points, 1)
@@ -184,7 +185,7 @@ def tsne_map(embeddings, labels, path="tsne.png", max_points=3000, perplexity=30
     indices, coloured = _tsne_rows(y, max_points, highlight, seed)
     x, y = x[indices], y[indices]
     tsne = TSNE(n_components=2, perplexity=min(perplexity, (len(x) - 1) / 3.0),
-                metric=distance, init="pca", random_state=seed)
+                metric=metric, init="pca", random_state=seed)
     with threadpool_limits(limits=threads, user_api="openmp"):
         points = tsne.fit_transform(x.astype(np.float64))
     figure = _figure(7.5, 6.0)
@@ -226,8 +227,9 @@ def _displayable(image):
     return image
 
 
+@hyperparameters.renamed_keywords(distance="metric")
 def retrieval_grid(images, labels, embeddings, path="retrievals.png", queries=8, k=5,
-                   distance="cosine", seed=0, dpi=100, class_names=None):
+                   metric="cosine", seed=0, dpi=100, class_names=None):
     """Query images with their top-k retrievals, framed green (same class) or red, with a legend.
 
     Retrieval is leave-one-out among `embeddings` (the query itself excluded),
@@ -242,7 +244,8 @@ def retrieval_grid(images, labels, embeddings, path="retrievals.png", queries=8,
         queries: number of random queries, or a list of row indices. Defaults
             to 8.
         k: retrievals per query. Defaults to 5.
-        distance: "cosine", "dot" or "euclidean". Defaults to "cosine".
+        metric: "cosine", "dot" or "euclidean". Defaults to "cosine".
+            (`distance=` is its deprecated name.)
         seed: random choice of queries. Defaults to 0.
         dpi: resolution. Defaults to 100.
         class_names: optional names indexed by label: each row is labelled with
@@ -267,7 +270,7 @@ def retrieval_grid(images, labels, embeddings, path="retrievals.png", queries=8,
     if k >= x.shape[0]:
         raise ValueError(f"k={k} needs more than {x.shape[0]} embeddings.")
     # Queries against everything, one extra neighbour, then the query's own row removed.
-    found, _ = nearest_neighbors(x[queries], x, k=k + 1, distance=distance)
+    found, _ = nearest_neighbors(x[queries], x, k=k + 1, metric=metric)
     neighbors = np.stack([
         [n for n in row if n != query][:k] for row, query in zip(found.astype(np.int64), queries)
     ])
