@@ -82,7 +82,7 @@ def _variants():
                       "NCA(scale=1) on cosine",
                       lambda: (losses.NCALoss(softmax_scale=0.5), None, 1)),
         },
-        # issue 18: the same defaults on both sides
+        # margin-softmax and pair-family losses: PML's defaults, the same as keras_dml's
         "ArcFace": {"default": ("ArcFaceLoss(964, 128) (margin 28.6 degrees, scale 64)",
                                 lambda: (losses.ArcFaceLoss(NUM_CLASSES, DIM), None, 1))},
         "CosFace": {"default": ("CosFaceLoss(964, 128) (margin 0.35, scale 64)",

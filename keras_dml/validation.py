@@ -8,10 +8,6 @@ import numpy as np
 import tensorflow as tf
 
 
-def _static_rank(x):
-    return len(x.shape) if hasattr(x, "shape") else np.ndim(x)
-
-
 def check_class_labels(labels, batch_size=None, name="labels"):
     """Validate integer class labels of shape (N,) or (N, 1); return int32 (N,).
 

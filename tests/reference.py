@@ -7,8 +7,10 @@ otherwise); some also return the paper's stated weights or gradient.
 
 Sections: pair and triplet losses (unified view, weighted contrastive); N-pair,
 NCA, histogram, margin and balanced contrastive; instance cross entropy; proxy
-losses and log-ratio. Data pipelines, retrieval metrics and export have their own
-reference_*.py.
+losses and log-ratio. The margin-softmax (ArcFace, CosFace) and pair-family
+(Circle, SupCon, NT-Xent, Smooth-AP, multiple-negatives ranking) losses are in
+reference_margin_softmax_and_pair_family.py; data pipelines, retrieval metrics and
+export have their own reference_*.py.
 """
 
 import math

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import loss_checks as checks
-import reference_issue18 as ref
+import reference_margin_softmax_and_pair_family as ref
 from keras_dml.losses import (Circle, MultipleNegativesRanking, NTXent, SmoothAP,
                               SupervisedContrastive)
 

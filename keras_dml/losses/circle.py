@@ -1,6 +1,5 @@
 """Circle loss (Sun et al. CVPR 2020), pair form."""
 
-import keras
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper

@@ -1,6 +1,5 @@
 """Multiple-negatives ranking loss: (query, positive) pairs with in-batch negatives."""
 
-import keras
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper

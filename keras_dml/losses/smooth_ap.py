@@ -1,6 +1,5 @@
 """Smooth-AP (Brown et al. ECCV 2020): a smoothed average precision per anchor."""
 
-import keras
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper

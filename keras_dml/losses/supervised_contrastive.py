@@ -1,6 +1,5 @@
 """Supervised contrastive (SupCon) and NT-Xent / InfoNCE losses."""
 
-import keras
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
