@@ -417,6 +417,30 @@ def masked_softmax_parts(x, mask, axis=-1, include_zero=False, rows=None):
     return tf.squeeze(lse, axis=axis), exps / _softmax_divisor(total, non_empty), non_empty
 
 
+def logaddexp(a, b):
+    """log(exp(a) + exp(b)) elementwise, stable; finite where both are float32.min."""
+    high = tf.maximum(a, b)
+    high = tf.where(tf.math.is_finite(high), high, tf.zeros_like(high))
+    return high + tf.math.log(tf.exp(a - high) + tf.exp(b - high))
+
+
+def grouped_softplus_lse(x, groups, num_groups):
+    """log(1 + sum_{i in g} exp(x_i)) for each group g, and each x_i's share of it.
+
+    The per-group form of `masked_logsumexp(..., include_zero=True)` and its
+    softmax for a one-hot mask (each x_i in exactly one group): O(N) work instead of O(N C).
+    Empty groups give 0.
+
+    Returns:
+        (values (num_groups,), shares (N,) = exp(x_i) / (1 + sum_{j in g_i} exp(x_j))).
+    """
+    peak = tf.math.unsorted_segment_max(x, groups, num_groups)  # empty: float32.min
+    shift = tf.stop_gradient(tf.maximum(peak, 0.0))
+    exps = tf.exp(x - tf.gather(shift, groups))
+    total = tf.math.unsorted_segment_sum(exps, groups, num_groups) + tf.exp(-shift)
+    return tf.math.log(total) + shift, exps / tf.gather(total, groups)
+
+
 def _log_of_sum(total, shift, non_empty, empty_value=0.0):
     """log(total) + shift on non-empty rows (a non-empty row's largest term is
     exp(0) = 1, so its total is >= 1), `empty_value` elsewhere."""

@@ -152,6 +152,25 @@ def test_masked_softmax_parts_match_numpy_and_drop_excluded_rows():
     np.testing.assert_allclose(softmax.numpy(), ops.masked_softmax(x, mask).numpy(), rtol=1e-6)
 
 
+def test_logaddexp_matches_numpy_and_is_finite_on_two_lowest_floats():
+    a = np.array([0.0, 1000.0, -3.0, -1e4], "float32")
+    b = np.array([0.0, 999.0, 2.0, -1e4], "float32")
+    np.testing.assert_allclose(ops.logaddexp(a, b).numpy(), np.logaddexp(a, b), rtol=1e-6)
+    lowest = np.full(2, np.finfo("float32").min, "float32")
+    assert np.isfinite(ops.logaddexp(lowest, lowest).numpy()).all()
+
+
+def test_grouped_softplus_lse_is_the_per_group_log_one_plus_sum_exp_and_shares():
+    x = np.array([2.0, -1.0, 90.0, 0.5, 3.0], "float32")
+    groups = np.array([0, 0, 2, 2, 0], "int32")
+    values, shares = ops.grouped_softplus_lse(x, groups, 4)  # group 1 and 3 are empty
+    totals = [1.0 + np.exp(x[groups == g].astype("float64")).sum() for g in range(4)]
+    np.testing.assert_allclose(values.numpy(), np.log(totals), rtol=1e-6)
+    np.testing.assert_allclose(shares.numpy(),
+                               np.exp(x.astype("float64")) / np.take(totals, groups), rtol=1e-6,
+                               atol=1e-30)  # exp(0.5 - 90) underflows float32
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_reductions_are_float32_for_half_precision_inputs(dtype):
     x = tf.cast(tf.constant([[60000.0, 1.0], [2.0, 3.0]]), dtype)

@@ -76,14 +76,11 @@ def margin_softmax_terms(matrix, labels, scale, target_fn):
         target_fn: `cosine -> (phi, phi')` (`arcface_target`, `cosface_target`).
     """
     own = own_entries(labels)
-    target = tf.gather_nd(matrix, own)
-    phi, slope = target_fn(target)
-    logits = scale * tf.tensor_scatter_nd_update(matrix, own, phi)
-    value = tf.reduce_logsumexp(logits, axis=1) - scale * phi
-    softmax = tf.nn.softmax(logits)
-    own_grad = (tf.gather_nd(softmax, own) - 1.0) * slope
-    weights = scale * tf.tensor_scatter_nd_update(softmax, own, own_grad)
-    return value, weights
+    phi, slope = target_fn(tf.gather_nd(matrix, own))
+    value, d_logits = ops.softmax_cross_entropy(
+        scale * tf.tensor_scatter_nd_update(matrix, own, phi), labels)
+    own_grad = tf.gather_nd(d_logits, own) * slope  # (p_iy - 1) phi'
+    return value, scale * tf.tensor_scatter_nd_update(d_logits, own, own_grad)
 
 
 def _default_initializer():

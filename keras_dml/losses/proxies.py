@@ -24,23 +24,6 @@ def own_entries(labels):
     return tf.stack([tf.range(tf.shape(labels)[0]), labels], axis=1)
 
 
-def grouped_softplus_lse(x, groups, num_groups):
-    """log(1 + sum_{i in g} exp(x_i)) for each group g, and each x_i's share of it.
-
-    The per-group form of `ops.masked_logsumexp(..., include_zero=True)` and its
-    softmax for a one-hot mask (each x_i in exactly one group): O(N) work instead of O(N C).
-    Empty groups give 0.
-
-    Returns:
-        (values (num_groups,), shares (N,) = exp(x_i) / (1 + sum_{j in g_i} exp(x_j))).
-    """
-    peak = tf.math.unsorted_segment_max(x, groups, num_groups)  # empty: float32.min
-    shift = tf.stop_gradient(tf.maximum(peak, 0.0))
-    exps = tf.exp(x - tf.gather(shift, groups))
-    total = tf.math.unsorted_segment_sum(exps, groups, num_groups) + tf.exp(-shift)
-    return tf.math.log(total) + shift, exps / tf.gather(total, groups)
-
-
 class ProxyLoss(PairLoss):
     """Base class of losses on a samples x proxies similarity matrix.
 

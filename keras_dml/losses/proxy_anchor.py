@@ -3,7 +3,8 @@
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
-from keras_dml.losses.proxies import ProxyLoss, grouped_softplus_lse, own_entries
+from keras_dml import ops
+from keras_dml.losses.proxies import ProxyLoss, own_entries
 from keras_dml.losses.registry import register
 
 
@@ -70,7 +71,7 @@ class ProxyAnchor(ProxyLoss):
         own_index = own_entries(labels)
         # [positives] one own proxy per sample: an O(N) problem grouped by proxy
         own = tf.gather_nd(matrix, own_index)
-        pull_terms, pull_share = grouped_softplus_lse(
+        pull_terms, pull_share = ops.grouped_softplus_lse(
             -self.alpha * (own - self.delta), labels, num_proxies
         )
         members = tf.math.unsorted_segment_sum(tf.ones_like(own), labels, num_proxies)

@@ -27,12 +27,6 @@ def supcon_terms(logits, positive, negative):
     return pool_lse - mean_positive, pool_softmax - share
 
 
-def _logaddexp(a, b):
-    high = tf.maximum(a, b)
-    high = tf.where(tf.math.is_finite(high), high, tf.zeros_like(high))
-    return high + tf.math.log(tf.exp(a - high) + tf.exp(b - high))
-
-
 def ntxent_terms(logits, positive, negative):
     """Per-anchor NT-Xent value on logits z = s / tau and d value / d z.
 
@@ -51,7 +45,7 @@ def ntxent_terms(logits, positive, negative):
     negative_lse, negative_softmax, has_negative = ops.masked_softmax_parts(logits, negative)
     lowest = tf.float32.min
     negative_lse = tf.where(has_negative, negative_lse[:, tf.newaxis], lowest)
-    pair_lse = _logaddexp(logits, negative_lse)  # D_ip, (N, M)
+    pair_lse = ops.logaddexp(logits, negative_lse)  # D_ip, (N, M)
     share = tf.where(positive, 1.0 / tf.maximum(count, 1.0), 0.0)
     value = tf.reduce_sum(share * (pair_lse - logits), axis=1)
     positive_weights = share * (tf.exp(tf.minimum(logits - pair_lse, 0.0)) - 1.0)
