@@ -3,7 +3,8 @@
 A loss added with `@register(...)` is tested here without touching this file: its
 entry gives the constructor arguments of a small instance, whether W is exact, its
 kind of labels and whether it takes an explicit reference set. The values against
-the papers' NumPy loops are in each loss's own test file (tests/reference.py).
+the papers' NumPy loops are in each loss's own test file (tests/reference.py). The
+last test checks the package's exports.
 """
 
 import keras
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import keras_dml
 import loss_checks as checks
 from keras_dml import weighting
 from keras_dml.losses import Reference
@@ -165,3 +167,12 @@ def test_mixed_precision_is_float32(name):
         keras.mixed_precision.set_global_policy(previous)
     assert value.dtype == tf.float32
     np.testing.assert_allclose(float(value), expected, rtol=1e-5, atol=1e-6)
+
+
+# -- the package's exports ------------------------------------------------------------
+
+
+def test_losses_are_exported():
+    for name in ("Contrastive", "Triplet", "LiftedStructure", "GeneralizedLiftedStructure",
+                 "BinomialDeviance", "BinLifted", "RelativeAbsoluteWeighting"):
+        assert hasattr(keras_dml.losses, name)

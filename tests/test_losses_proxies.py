@@ -1,85 +1,20 @@
-"""ProxyAnchor, ProxyNCA, SoftTriple, NormalizedSoftmax (the Proxies layer: test_proxy_layers.py)."""
+"""The ProxyLoss base (keras_dml/losses/proxies.py) through its four losses: gradients to
+the proxies, the label range, degenerate batches, the (N, C) matrix, mixed precision,
+the config, and the proxies trained, saved and resumed in DMLModel or a custom loop.
+Each loss's values: test_losses_proxy_anchor.py, test_losses_proxy_nca.py,
+test_losses_normalized_softmax.py, test_losses_soft_triple.py; the Proxies layer:
+test_proxy_layers.py."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import reference as ref
-from keras_dml import weighting
 from keras_dml.losses import NormalizedSoftmax, ProxyAnchor, ProxyNCA, SoftTriple
 from keras_dml.models import DMLModel
+from proxy_checks import CLASSES, batch, with_proxies
 
-CLASSES = 5
-
-
-def batch(n=12, dim=8, classes=CLASSES, seed=0):
-    rng = np.random.default_rng(seed)
-    labels = (np.arange(n) % classes).astype("int32")
-    return labels, rng.normal(size=(n, dim)).astype("float32")
-
-
-def with_proxies(loss, dim=8, seed=1):
-    """Build the loss's proxies and set them to known random values."""
-    loss.trainable_layer.build((None, dim))
-    shape = loss.proxies.shape
-    values = np.random.default_rng(seed).normal(size=shape).astype("float32")
-    loss.proxies.assign(values)
-    return values
-
-
-def reference_value(loss, labels, x, proxies):
-    if isinstance(loss, ProxyAnchor):
-        return ref.proxy_anchor(x, labels, proxies, loss.alpha, loss.delta)[0]
-    if isinstance(loss, ProxyNCA):
-        return ref.proxy_nca(x, labels, proxies, loss.scale)
-    if isinstance(loss, NormalizedSoftmax):
-        return ref.normalized_softmax(x, labels, proxies, loss.temperature)
-    return ref.soft_triple(x, labels, proxies, loss.proxies_per_class, loss.la, loss.gamma,
-                           loss.tau, loss.margin)
-
-
-SETTINGS = [
-    lambda: ProxyAnchor(CLASSES),
-    lambda: ProxyAnchor(CLASSES, alpha=16.0, delta=0.2),
-    lambda: ProxyAnchor(CLASSES, alpha=4.0, delta=0.0),
-    lambda: ProxyNCA(CLASSES),
-    lambda: ProxyNCA(CLASSES, scale=9.0),
-    lambda: NormalizedSoftmax(CLASSES),
-    lambda: NormalizedSoftmax(CLASSES, temperature=0.5),
-    lambda: SoftTriple(CLASSES),
-    lambda: SoftTriple(CLASSES, centers_per_class=3, la=10.0, gamma=0.5, tau=0.5, margin=0.1),
-    lambda: SoftTriple(CLASSES, centers_per_class=1, tau=0.2),
-]
 LOSSES = [ProxyAnchor, ProxyNCA, NormalizedSoftmax, SoftTriple]
-
-
-@pytest.mark.parametrize("make", SETTINGS)
-def test_matches_numpy_reference_and_autodiff(make):
-    loss = make()
-    labels, x = batch(seed=3)
-    proxies = with_proxies(loss)
-    np.testing.assert_allclose(float(loss(labels, x)), reference_value(loss, labels, x, proxies),
-                               rtol=1e-5, atol=1e-5)
-    autodiff, weights = weighting.autodiff_weights(loss, labels, x)
-    np.testing.assert_allclose(weights, autodiff, rtol=1e-5, atol=2e-6)
-
-
-@pytest.mark.parametrize("alpha, delta", [(32.0, 0.1), (8.0, 0.3)])
-def test_proxy_anchor_gradient_is_the_slides_hardness_formula(alpha, delta):
-    loss = ProxyAnchor(CLASSES, alpha=alpha, delta=delta)
-    labels, x = batch(n=9, seed=4)
-    labels[labels == 4] = 0  # class 4 has no positive in the batch: |P+| = 4
-    proxies = with_proxies(loss)
-    _, slides = ref.proxy_anchor(x, labels, proxies, alpha, delta)
-    terms = loss.terms(labels, x)
-    np.testing.assert_allclose(terms.weights, slides, rtol=1e-5, atol=1e-7)
-    # pair_weights: the hardness weights as non-negative (N, C) sample-to-proxy weights.
-    weights = weighting.pair_weights(loss, labels, x)
-    assert weights.shape == (9, CLASSES)
-    np.testing.assert_allclose(weights, np.abs(slides), rtol=1e-5, atol=1e-7)
-    own = np.eye(CLASSES, dtype=bool)[labels]
-    np.testing.assert_array_equal(np.asarray(terms.positive), own)
 
 
 def test_custom_gradient_reaches_embeddings_and_proxies_like_autodiff():
@@ -105,17 +40,6 @@ def test_custom_gradient_reaches_embeddings_and_proxies_like_autodiff():
     np.testing.assert_allclose(float(value), float(plain), rtol=1e-5)
     for got, want in zip(grads, expected):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
-
-
-@pytest.mark.parametrize("cls", LOSSES)
-def test_eager_function_and_xla_agree(cls):
-    loss = cls(CLASSES)
-    labels, x = batch(seed=6)
-    with_proxies(loss)
-    eager = float(loss(labels, x))
-    graph = float(tf.function(loss)(labels, x))
-    xla = float(tf.function(loss, jit_compile=True)(labels, x))
-    np.testing.assert_allclose([graph, xla], [eager, eager], rtol=1e-5)
 
 
 @pytest.mark.parametrize("cls", LOSSES)
@@ -147,16 +71,6 @@ def test_degenerate_batches_are_finite(cls):
         grads = tape.gradient(value, [x_var, loss.proxies])
         assert np.isfinite(float(value))
         assert all(np.all(np.isfinite(g)) for g in grads)
-
-
-def test_single_class_problem_matches_reference():
-    loss = ProxyNCA(1, scale=2.0)
-    labels, x = np.zeros(4, "int32"), np.random.default_rng(0).normal(size=(4, 8)).astype("f")
-    proxies = with_proxies(loss)
-    np.testing.assert_allclose(float(loss(labels, x)), ref.proxy_nca(x, labels, proxies, 2.0),
-                               rtol=1e-5)
-    autodiff, weights = weighting.autodiff_weights(loss, labels, x)
-    np.testing.assert_allclose(weights, autodiff, rtol=1e-5, atol=1e-6)
 
 
 def test_many_classes_matrix_is_n_by_c():

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from keras_dml.losses import ProxyAnchor
 from keras_dml.proxy_layers import Proxies
-from test_losses_proxies import CLASSES, batch, with_proxies
+from proxy_checks import CLASSES, batch, with_proxies
 
 
 def test_layer_is_built_from_the_embedding_size_with_kaiming_normal():

@@ -1,0 +1,36 @@
+"""ProxyNCA (keras_dml/losses/proxy_nca.py): the NumPy loop, exact weights, a single
+class and eager / tf.function / XLA (the ProxyLoss base: test_losses_proxies.py)."""
+
+import numpy as np
+import pytest
+
+import proxy_checks
+import reference as ref
+from keras_dml import weighting
+from keras_dml.losses import ProxyNCA
+from proxy_checks import CLASSES, with_proxies
+
+SETTINGS = [
+    lambda: ProxyNCA(CLASSES),
+    lambda: ProxyNCA(CLASSES, scale=9.0),
+]
+
+
+@pytest.mark.parametrize("make", SETTINGS)
+def test_matches_numpy_reference_and_autodiff(make):
+    proxy_checks.assert_matches_numpy_reference_and_autodiff(make)
+
+
+@pytest.mark.parametrize("cls", [ProxyNCA])
+def test_eager_function_and_xla_agree(cls):
+    proxy_checks.assert_eager_function_and_xla_agree(cls)
+
+
+def test_single_class_problem_matches_reference():
+    loss = ProxyNCA(1, scale=2.0)
+    labels, x = np.zeros(4, "int32"), np.random.default_rng(0).normal(size=(4, 8)).astype("f")
+    proxies = with_proxies(loss)
+    np.testing.assert_allclose(float(loss(labels, x)), ref.proxy_nca(x, labels, proxies, 2.0),
+                               rtol=1e-5)
+    autodiff, weights = weighting.autodiff_weights(loss, labels, x)
+    np.testing.assert_allclose(weights, autodiff, rtol=1e-5, atol=1e-6)
