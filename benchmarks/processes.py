@@ -25,11 +25,12 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def thread_env(threads, device="cpu"):
+def thread_env(threads, device="cpu", root=ROOT):
     """Environment variables that give every framework `threads` threads.
 
     `device` "cpu" hides any GPU from every worker; "gpu" lets TensorFlow place
-    ops on it (its default) and tells the torch systems to use CUDA.
+    ops on it (its default) and tells the torch systems to use CUDA. `root` is
+    the source tree the worker imports first (`keras_dml` and `benchmarks`).
     """
     value = str(threads)
     env = dict(os.environ)
@@ -41,19 +42,19 @@ def thread_env(threads, device="cpu"):
         env[name] = value
     env["TF_NUM_INTEROP_THREADS"] = "1" if threads == 1 else "2"
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
 class Worker:
     """A `benchmarks.worker` process running one system."""
 
-    def __init__(self, factory, kwargs, threads, device="cpu"):
+    def __init__(self, factory, kwargs, threads, device="cpu", root=ROOT):
         spec = json.dumps({"factory": factory, "kwargs": kwargs})
         self.log = tempfile.TemporaryFile("w+")  # a pipe could fill and block the worker
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.worker", spec], cwd=ROOT,
-            env=thread_env(threads, device), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-m", "benchmarks.worker", spec], cwd=root,
+            env=thread_env(threads, device, root), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.log, text=True)
         self.facts = None
 
@@ -113,7 +114,8 @@ def _measure(workers, repeats, warmup, inner, seed):
             for name in samples}
 
 
-def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0, device="cpu"):
+def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0, device="cpu",
+            roots=None):
     """Time each system in its own process, rounds interleaved.
 
     Args:
@@ -123,6 +125,8 @@ def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0, device="cp
         inner: runs per sample (the sample is their median), for short units.
         threads: thread count for every framework.
         device: "cpu" or "gpu" (see `thread_env`).
+        roots: {name: source tree} for systems that import another tree than this
+            one (see `benchmarks.compare_revisions`).
 
     Returns:
         {name: {"median", "min", "max", "q1", "q3", "n", "samples", "memory", "facts"}}.
@@ -130,7 +134,8 @@ def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0, device="cp
     workers = {}
     try:
         for name, (factory, kwargs) in systems.items():
-            workers[name] = Worker(factory, kwargs, threads, device)
+            root = (roots or {}).get(name, ROOT)
+            workers[name] = Worker(factory, kwargs, threads, device, root)
         for worker in workers.values():  # set-ups run side by side, untimed
             worker.wait_ready()
         return _measure(workers, repeats, warmup, inner, seed)

@@ -176,3 +176,26 @@ def test_equal_budget_runs_the_selected_rows_and_tabulates_both_sides():
     lines = budget.table(results, 10, 0, ["ArcFace"]).splitlines()
     assert lines[2] == "| ArcFace | 61.2 | 90.0 | 25.0 | 30 | 60.0 | 89.0 | 24.0 | 20 | +1.2 |"
     assert len(lines) == 3  # header, rule, the one selected row
+
+
+def test_compare_revisions_times_both_trees_and_names_a_failing_case(tmp_path):
+    """benchmarks.compare_revisions: each side imports keras_dml from its own tree
+    (a revision extracted with git archive); a case a tree cannot run is reported."""
+    from benchmarks import compare_revisions
+
+    try:
+        before = compare_revisions.materialise("HEAD", str(tmp_path / "before"))
+    except (OSError, subprocess.CalledProcessError) as error:
+        pytest.skip(f"no git checkout here: {error}")
+    assert os.path.isfile(os.path.join(before, "keras_dml", "losses", "base.py"))
+    roots = {"before": before, "after": ROOT}
+    (nca,) = [case for case in cases.CASES if case.key == "losses/NCA"]
+    row = compare_revisions.compare_case(nca, "smoke", roots, threads=1)
+    assert row["before"]["n"] == row["after"]["n"] >= 1
+    assert row["ratio"] > 0
+    missing = cases.Case("losses", "missing", {"keras_dml": (
+        "benchmarks.tf_systems:loss_step", {"loss": "NoSuchLoss"})}, {"smoke": {"n": 8}})
+    failed = compare_revisions.compare_case(missing, "smoke", roots, threads=1)
+    assert "NoSuchLoss" in failed["error"]
+    table = compare_revisions.markdown([("NCA", row), ("missing", failed)], "HEAD", "here")
+    assert "| NCA |" in table and "| missing | fails: " in table
