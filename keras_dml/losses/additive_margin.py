@@ -50,13 +50,20 @@ def cosface_target(cosine, margin):
 def sub_center_cosines(matrix, sub_centers):
     """Per-class max over the sub-centres of an (N, C K) class-major cosine matrix.
 
-    Returns (cosines (N, C), flat index (N, C) of each class's closest sub-centre).
+    Returns (cosines (N, C), float32 (N, K, C): 1 at each class's closest
+    sub-centre, the first of ties). The max runs over the middle axis of an
+    (N, K, C) copy: TensorFlow's max over a short innermost axis, and its argmax
+    over any axis, are several times slower than the transpose.
     """
     n = tf.shape(matrix)[0]
-    grouped = tf.reshape(matrix, [n, -1, sub_centers])
-    best = tf.argmax(grouped, axis=2, output_type=tf.int32)
-    classes = tf.range(tf.shape(grouped)[1])
-    return tf.reduce_max(grouped, axis=2), classes[tf.newaxis, :] * sub_centers + best
+    by_center = tf.transpose(tf.reshape(matrix, [n, -1, sub_centers]), [0, 2, 1])
+    closest = tf.reduce_max(by_center, axis=1)
+    taken, hits = tf.zeros_like(closest, tf.bool), []
+    for cosines in tf.unstack(by_center, num=sub_centers, axis=1):
+        hit = tf.equal(cosines, closest) & ~taken
+        hits.append(hit)
+        taken |= hit
+    return closest, tf.cast(tf.stack(hits, axis=1), tf.float32)
 
 
 def margin_softmax_terms(matrix, labels, scale, target_fn):
@@ -122,11 +129,9 @@ class MarginSoftmax(ProxyLoss):
             return margin_softmax_terms(matrix, labels, self.scale, self.target)
         cosines, closest = sub_center_cosines(matrix, k)
         value, weights = margin_softmax_terms(cosines, labels, self.scale, self.target)
-        n = tf.shape(matrix)[0]
-        rows = tf.broadcast_to(tf.range(n)[:, tf.newaxis], tf.shape(closest))
-        index = tf.stack([tf.reshape(rows, [-1]), tf.reshape(closest, [-1])], axis=1)
-        spread = tf.scatter_nd(index, tf.reshape(weights, [-1]), tf.shape(matrix))
-        return value, spread
+        # each class's weight goes to its closest sub-centre's column (class-major)
+        spread = tf.transpose(weights[:, tf.newaxis, :] * closest, [0, 2, 1])
+        return value, tf.reshape(spread, tf.shape(matrix))
 
     def class_cosines(self, embeddings):
         """Cosines (N, C) of embeddings to each class (its closest sub-centre)."""

@@ -5,8 +5,21 @@ import tensorflow as tf
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.losses.base import PairLoss, Pairs, Reference
-from keras_dml.losses.nca import nca_terms
 from keras_dml.losses.registry import register
+
+
+def ranking_terms(logits, negative):
+    """Per query, -log softmax of its own (diagonal) logit against itself and its
+    negatives, and the exact derivative d value / d logits: softmax - [j = i].
+
+    NCA's terms (`keras_dml.losses.nca.nca_terms`) with one positive per row, the
+    diagonal: its log-sum-exp over the positives is the diagonal logit itself, so
+    one masked softmax serves.
+    """
+    pool = tf.linalg.set_diag(negative, tf.ones_like(tf.linalg.diag_part(negative)))
+    lse, softmax = ops.masked_logsumexp_and_softmax(logits, pool)
+    return (lse - tf.linalg.diag_part(logits),
+            tf.linalg.set_diag(softmax, tf.linalg.diag_part(softmax) - 1.0))
 
 
 @register(reference="batch")
@@ -81,12 +94,11 @@ class MultipleNegativesRanking(PairLoss):
         return Pairs(labels, reference.labels, positive, tf.logical_not(same))
 
     def compute_terms(self, matrix, pairs):
-        positive, negative = pairs.positive, pairs.negative
-        value, weights = nca_terms(self.scale * matrix, positive, negative)
+        value, weights = ranking_terms(self.scale * matrix, pairs.negative)
         if not self.symmetric:
             return value, self.scale * weights
-        back_value, back_weights = nca_terms(self.scale * tf.transpose(matrix),
-                                             tf.transpose(positive), tf.transpose(negative))
+        back_value, back_weights = ranking_terms(self.scale * tf.transpose(matrix),
+                                                 tf.transpose(pairs.negative))
         count = 2.0 * tf.cast(tf.shape(matrix)[0], tf.float32)
         total = (tf.reduce_sum(value) + tf.reduce_sum(back_value)) / count
         return total, self.scale * (weights + tf.transpose(back_weights)) / count
