@@ -43,8 +43,10 @@ _LOSS_SIZES = {"full": {"n": 1024}, "quick": {"n": 1024}, "smoke": {"n": 32, "d"
 def _loss_case(name, ours, peer, target, floor=False, same_value=True, sizes=None,
                slow_peer=False, **common):
     """`ours` = (loss, config[, miner, miner_config]), `peer` = (PML loss, config, miner,
-    miner_config); `sizes` replaces the default N = 1024; `slow_peer`: one call per
-    round and fewer rounds (a peer call of seconds); `common` goes to both sides."""
+    miner_config); `floor`: time the bare similarity matmul too (True, or the
+    `matmul_floor` kwargs); `sizes` replaces the default N = 1024; `slow_peer`: one
+    call per round and fewer rounds (a peer call of seconds); `common` goes to both
+    sides."""
     loss, config, *mined = ours
     pml_loss, pml_config, miner, miner_config = peer
     systems = {
@@ -55,19 +57,20 @@ def _loss_case(name, ours, peer, target, floor=False, same_value=True, sizes=Non
                                         **common}),
     }
     if floor:
-        systems["floor"] = (f"{TF}:matmul_floor", {})
+        systems["floor"] = (f"{TF}:matmul_floor",
+                            {**common, **(floor if isinstance(floor, dict) else {})})
     return Case("losses", name, systems, sizes or _LOSS_SIZES, target,
                 inner=1 if slow_peer else 3, per_call="forward + backward, d = 512, C x 4",
                 repeats={"full": 5, "quick": 3} if slow_peer else {"full": 15, "quick": 7},
                 same_value=same_value)
 
 
-def _proxy_case(name, ours, peer, same_value=False):
+def _proxy_case(name, ours, peer, same_value=False, floor=False):
     """A proxy loss with C = 100 classes: gradients w.r.t. the embeddings and the proxies
     on both sides; random proxies on each side, so the values differ."""
     return _loss_case(f"{name} (C = 100)", (ours[0], {"num_classes": 100, **ours[1]}),
                       (peer[0], {"num_classes": 100, **peer[1]}, None, None), 0.7,
-                      same_value=same_value, classes=100)
+                      same_value=same_value, classes=100, floor=floor and {"keys": 100})
 
 
 def _sampler_case(classes_per_batch, samples_per_class):
@@ -146,7 +149,7 @@ CASES = [
     # tau = 0 is the like-for-like row.
     _proxy_case("ProxyAnchor", ("ProxyAnchor", {}),
                 ("ProxyAnchorLoss", {"margin": 0.1, "alpha": 32})),
-    _proxy_case("ProxyNCA", ("ProxyNCA", {}), ("ProxyNCALoss", {})),
+    _proxy_case("ProxyNCA", ("ProxyNCA", {}), ("ProxyNCALoss", {}), floor=True),
     _proxy_case("SoftTriple, 10 centres", ("SoftTriple", {"centers_per_class": 10}),
                 ("SoftTripleLoss", {"centers_per_class": 10, "la": 20, "gamma": 0.1,
                                     "margin": 0.01})),
@@ -159,12 +162,14 @@ CASES = [
     # The ArcFace family: gradients w.r.t. the embeddings and the class weights
     # on both sides; C = 256 classes, random weights on both sides (values differ).
     _loss_case("ArcFace", ("ArcFace", {"num_classes": 256}),
-               ("ArcFaceLoss", {"num_classes": 256}, None, None), 0.7, same_value=False),
+               ("ArcFaceLoss", {"num_classes": 256}, None, None), 0.7, same_value=False,
+               floor={"keys": 256}),
     _loss_case("CosFace", ("CosFace", {"num_classes": 256}),
-               ("CosFaceLoss", {"num_classes": 256}, None, None), 0.7, same_value=False),
+               ("CosFaceLoss", {"num_classes": 256}, None, None), 0.7, same_value=False,
+               floor={"keys": 256}),
     _loss_case("SubCenterArcFace (3 sub-centres)", ("SubCenterArcFace", {"num_classes": 256}),
                ("SubCenterArcFaceLoss", {"num_classes": 256}, None, None), 0.7,
-               same_value=False),
+               same_value=False, floor={"keys": 768}),
     _loss_case("Circle", ("Circle", None), ("CircleLoss", None, None, None), 0.7),
     _loss_case("SupervisedContrastive", ("SupervisedContrastive", None),
                ("SupConLoss", None, None, None), 0.7),
@@ -184,7 +189,8 @@ CASES = [
     Case("losses", "MultipleNegativesRanking vs the torch two-liner",
          {"keras_dml": (f"{TF}:loss_step", {"loss": "MultipleNegativesRanking",
                                             "samples_per_class": 1}),
-          "peer": (f"{TORCH}:multiple_negatives_ranking", {"samples_per_class": 1})},
+          "peer": (f"{TORCH}:multiple_negatives_ranking", {"samples_per_class": 1}),
+          "floor": (f"{TF}:matmul_floor", {"samples_per_class": 1, "halves": True})},
          _LOSS_SIZES, 0.7, inner=3, per_call="forward + backward, N (query | positive) rows",
          repeats={"full": 15, "quick": 7}, same_value=True),
     _sampler_case(90, 2),

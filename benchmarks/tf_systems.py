@@ -59,15 +59,32 @@ def loss_step(loss, config=None, miner=None, miner_config=None, n=1024, d=512,
         "value": float(value), "finite": bool(np.isfinite(gradient.numpy()).all())}
 
 
-def matmul_floor(n=1024, d=512, samples_per_class=4):
-    """Forward + backward of the bare n x n similarity matmul: the floor of a pair loss."""
-    x = tf.Variable(data.batch(n, d, samples_per_class)[0])
+def matmul_floor(n=1024, d=512, samples_per_class=4, classes=None, keys=None, halves=False):
+    """Forward + backward of the bare similarity matmul a loss of the case needs: the
+    floor of that loss in TensorFlow.
+
+    The n x n self-similarity by default; `keys`: against (keys, d) weights, with
+    the gradient to both sides (a proxy or class-weight loss); `halves`: each
+    row's first half against every row's second half (multiple-negatives ranking).
+    """
+    x = tf.Variable(data.batch(n, d, samples_per_class, classes=classes)[0])
+    sources = [x]
+    if keys:
+        sources.append(tf.Variable(data.batch(keys, d, 1)[0]))
+
+    def product():
+        if keys:
+            return tf.matmul(x, sources[1], transpose_b=True)
+        if halves:
+            queries, documents = tf.split(x, 2, axis=1)
+            return tf.matmul(queries, documents, transpose_b=True)
+        return tf.matmul(x, x, transpose_b=True)
 
     @tf.function
     def step():
         with tf.GradientTape() as tape:
-            value = tf.reduce_sum(tf.matmul(x, x, transpose_b=True))
-        return value, tape.gradient(value, x)
+            value = tf.reduce_sum(product())
+        return [value] + tape.gradient(value, sources)
 
     return lambda: [t.numpy() for t in step()]
 

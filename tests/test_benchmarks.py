@@ -71,6 +71,32 @@ def test_loss_case_runs_on_both_sides_and_agrees_where_it_should(case):
         assert ours["value"] == pytest.approx(theirs["value"], rel=1e-3, abs=1e-5)
 
 
+@pytest.mark.parametrize("case", [c for c in cases.CASES if "floor" in c.systems],
+                         ids=lambda c: c.name[:40])
+def test_matmul_floor_computes_the_product_the_loss_needs(case):
+    """A case's floor is the similarity matmul of the loss's own shapes: its forward
+    value is the sum of that product, its gradients reach every side the loss's do."""
+    import importlib
+
+    import numpy as np
+
+    from benchmarks import data
+
+    factory, kwargs = case.systems_for("smoke")["floor"]
+    module, function = factory.split(":")
+    value, *gradients = getattr(importlib.import_module(module), function)(**kwargs)()
+    n, d = kwargs["n"], kwargs.get("d", 512)
+    x = data.batch(n, d, kwargs.get("samples_per_class", 4), classes=kwargs.get("classes"))[0]
+    if kwargs.get("keys"):
+        product = x @ data.batch(kwargs["keys"], d, 1)[0].T
+        assert [g.shape for g in gradients] == [(n, d), (kwargs["keys"], d)]
+    elif kwargs.get("halves"):
+        product = x[:, :d // 2] @ x[:, d // 2:].T
+    else:
+        product = x @ x.T
+    assert value == pytest.approx(float(np.sum(product, dtype=np.float64)), rel=1e-4, abs=1e-3)
+
+
 def test_value_checks_cover_the_losses_that_meet_pml():
     """The like-for-like loss cases keep their value check (a regression guard)."""
     checked = {c.name for c in cases.CASES if c.group == "losses" and c.same_value}
