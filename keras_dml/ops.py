@@ -6,6 +6,7 @@ All reductions here are computed in float32, so they stay finite under
 `mixed_float16` / `mixed_bfloat16` policies, and none of them casts to float64.
 """
 
+import numpy as np
 import tensorflow as tf
 
 SIMILARITIES = ("cosine", "dot")
@@ -57,6 +58,13 @@ def l2_normalize(x, axis=-1, epsilon=NORM_EPSILON):
         return x * scale, grad
 
     return unit(tf.convert_to_tensor(x))
+
+
+def unit_rows(x):
+    """NumPy twin of `l2_normalize` over the rows of a 2-D array, same epsilon: rows
+    with a squared norm below `NORM_EPSILON` are divided by its square root."""
+    x = np.asarray(x)
+    return x / np.sqrt(np.maximum(np.sum(np.square(x), axis=1, keepdims=True), NORM_EPSILON))
 
 
 def inverse_norms(x, axis=-1, epsilon=NORM_EPSILON, keepdims=False):

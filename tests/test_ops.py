@@ -227,3 +227,10 @@ def test_closest_below_is_the_largest_candidate_under_the_threshold():
             best = max(similarity[a, j] for j in below)
             assert int(chosen[a]) == min(j for j in below if similarity[a, j] == best)
     assert int(chosen[0]) == 3 and not bool(found[1])
+
+
+def test_unit_rows_is_the_numpy_twin_of_l2_normalize():
+    x = np.array([[3.0, 4.0], [0.0, 0.0], [1e-8, 0.0], [-2.0, 0.5]], np.float32)
+    np.testing.assert_allclose(ops.unit_rows(x), ops.l2_normalize(x).numpy(), rtol=1e-6,
+                               atol=0)
+    assert np.all(ops.unit_rows(x)[1] == 0.0)

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_dml import hyperparameters
+from keras_dml import hyperparameters, ops
 from keras_dml.data.pipeline import batches_from_sampler
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.sources import make_source
@@ -80,7 +80,7 @@ class HardNegativeClassSampler(ClassBalancedSampler):
                 f"{reps.shape}.")
         if not np.isfinite(reps).all():
             raise ValueError("class_embeddings contain NaN or inf.")
-        reps = reps / np.maximum(np.linalg.norm(reps, axis=1, keepdims=True), 1e-12)
+        reps = ops.unit_rows(reps)
         k = self.num_neighbors
         index = np.empty((len(reps), k), np.int64)
         score = np.empty((len(reps), k), np.float32)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from keras_dml import validation
+from keras_dml import ops, validation
 
 
 def nmi(embeddings, labels, seed=0, n_init=1, normalize=True):
@@ -40,6 +40,6 @@ def nmi(embeddings, labels, seed=0, n_init=1, normalize=True):
     if num_classes < 2:
         raise ValueError(f"nmi needs at least 2 classes, got {num_classes}.")
     if normalize:
-        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        x = ops.unit_rows(x)
     clusters = KMeans(n_clusters=num_classes, n_init=n_init, random_state=seed).fit_predict(x)
     return float(normalized_mutual_info_score(y, clusters))

@@ -28,7 +28,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from keras_dml import hyperparameters, validation
+from keras_dml import hyperparameters, ops, validation
 
 _SCORE_BUDGET = 2**25  # float32 scores in one chunk: 128 MB
 _NEG = float(-np.finfo(np.float32).max)  # score of padding and of the query itself
@@ -90,7 +90,7 @@ def _augment(x, metric, padded_rows, query_side):
     """
     n, d = x.shape
     if metric == "cosine":
-        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        x = ops.unit_rows(x)
     extra = 2 if metric == "euclidean" else 1
     out = np.zeros((n + padded_rows, d + extra), np.float32)
     bias = np.zeros(n + padded_rows, np.float32)

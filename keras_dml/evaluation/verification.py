@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from keras_dml import hyperparameters, validation
+from keras_dml import hyperparameters, ops, validation
 
 FAR_TARGETS = (1e-2, 1e-3, 1e-4)
 TARGETS = ("precision", "far")
@@ -44,8 +44,7 @@ def pair_scores(embeddings, labels, metric="cosine", max_pairs=5_000_000, seed=0
         raise ValueError(f"Verification needs at least 2 embeddings, got {n}.")
     max_pairs = hyperparameters.integer_at_least("max_pairs", max_pairs, 1)
     if metric == "cosine":
-        embeddings = embeddings / np.maximum(
-            np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
+        embeddings = ops.unit_rows(embeddings)
     if n * (n - 1) // 2 <= max_pairs:
         first, second = np.triu_indices(n, k=1)
     else:

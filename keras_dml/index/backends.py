@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from keras_dml import ops
 from keras_dml.evaluation.knn import nearest_neighbors
 from keras_dml.hyperparameters import integer_at_least
 
@@ -75,7 +76,7 @@ class _Faiss:
     def _prepare(self, x):
         x = np.ascontiguousarray(x, dtype=np.float32)
         if self.metric == "cosine":
-            x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+            x = ops.unit_rows(x)
         return x
 
     def _faiss_metric(self):
