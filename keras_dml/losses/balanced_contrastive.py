@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
+from keras_dml import validation
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
@@ -169,13 +170,11 @@ class BalancedContrastive(PairLoss):
 
     def check(self, labels, embeddings):
         labels, embeddings = super().check(labels, embeddings)
-        if self.class_counts is not None and tf.executing_eagerly() and tf.size(labels) > 0:
-            values, size = labels.numpy(), len(self.class_counts)
-            if values.min() < 0 or values.max() >= size:
-                raise ValueError(f"labels range over [{values.min()}, {values.max()}] but "
-                                 f"class_counts has {size} classes: labels must lie in "
-                                 f"[0, {size}).")
-            empty = sorted({int(v) for v in values if self.class_counts[v] == 0})
+        if self.class_counts is not None and tf.executing_eagerly():
+            size = len(self.class_counts)
+            validation.check_label_range(labels, size, bound="len(class_counts)",
+                                         name=f"labels (class_counts has {size} classes)")
+            empty = sorted({int(v) for v in labels.numpy() if self.class_counts[v] == 0})
             if empty:
                 raise ValueError(f"labels {empty[:5]} have class_counts 0: a batch cannot "
                                  "hold a class the training set does not.")

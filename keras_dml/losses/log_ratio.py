@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_dml import hyperparameters as _hyper
 from keras_dml import ops, validation
 from keras_dml.losses.base import PairLoss, Pairs
 from keras_dml.losses.registry import register
@@ -106,17 +107,10 @@ class LogRatio(PairLoss):
                 f"label_distance must be one of {_LABEL_METRICS}, a function or an (M, M) "
                 f"matrix, got {label_distance!r}."
             )
-        if max_triplets_per_anchor is not None and not max_triplets_per_anchor >= 1:
-            raise ValueError(
-                f"max_triplets_per_anchor must be >= 1 or None, got {max_triplets_per_anchor!r}."
-            )
-        if not epsilon > 0:
-            raise ValueError(f"epsilon must be positive, got {epsilon!r}.")
         self.label_distance = label_distance
-        self.max_triplets_per_anchor = (
-            None if max_triplets_per_anchor is None else int(max_triplets_per_anchor)
-        )
-        self.epsilon = float(epsilon)
+        self.max_triplets_per_anchor = None if max_triplets_per_anchor is None else (
+            _hyper.integer_at_least("max_triplets_per_anchor", max_triplets_per_anchor, 1))
+        self.epsilon = _hyper.positive("epsilon", epsilon)
 
     @property
     def precomputed(self):
@@ -164,8 +158,7 @@ class LogRatio(PairLoss):
         return ops.to_float32(labels), embeddings
 
     def check_reference(self, reference, embeddings):
-        labels, _ = self.check(reference.labels, reference.embeddings)
-        keys = validation.check_embeddings(reference.embeddings, name="reference embeddings")
+        labels, keys = self.check(reference.labels, reference.embeddings)
         return reference._replace(labels=labels, embeddings=keys)
 
     # -- the engine hooks -------------------------------------------------------------

@@ -58,11 +58,10 @@ class ProxyAnchor(ProxyLoss):
     def __init__(self, num_classes, alpha=32.0, delta=0.1, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, reduction="sum_over_batch_size",
                  name="proxy_anchor", dtype=None):
-        alpha, delta = _hyper.positive("alpha", alpha), _hyper.finite("delta", delta)
         super().__init__(num_classes, proxy_lr_multiplier=proxy_lr_multiplier,
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)
-        self.alpha, self.delta = float(alpha), float(delta)
+        self.alpha, self.delta = _hyper.positive("alpha", alpha), _hyper.finite("delta", delta)
 
     def compute_terms(self, matrix, pairs):
         labels = pairs.labels

@@ -46,11 +46,10 @@ class ProxyNCA(ProxyLoss):
     def __init__(self, num_classes, scale=1.0, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, reduction="sum_over_batch_size", name="proxy_nca",
                  dtype=None):
-        scale = _hyper.positive("scale", scale)
         super().__init__(num_classes, proxy_lr_multiplier=proxy_lr_multiplier,
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)
-        self.scale = float(scale)
+        self.scale = _hyper.positive("scale", scale)
 
     def compute_terms(self, matrix, pairs):
         labels = pairs.labels
