@@ -125,10 +125,13 @@ class BalancedContrastive(PairLoss):
         eq. 4-5, 10, 15-16, 23-25.
     """
 
+    metrics = ("euclidean",)
+    default_metric = "euclidean"
+    config_keys = ("miner", "class_counts", "lam", "margin")
+
     def __init__(self, class_counts=None, design=None, lam=256.0, margin=1.0, miner=None,
                  reduction="sum_over_batch_size", name="balanced_contrastive", dtype=None):
-        super().__init__(miner=miner, reduction=reduction, name=name,
-                         dtype=dtype)
+        super().__init__(miner=miner, reduction=reduction, name=name, dtype=dtype)
         self.class_counts = _class_counts(class_counts)
         self.design = _design(design)
         if self.design is not None and self.class_counts is None:
@@ -136,9 +139,6 @@ class BalancedContrastive(PairLoss):
                              "BalancedContrastive(class_counts=..., design=...).")
         self.lam = _hyper.positive("lam", lam)
         self.margin = _hyper.positive("margin", margin)
-
-    metrics = ("euclidean",)
-    default_metric = "euclidean"
 
     # -- eq. 16 and eq. 24-25 from the labels -------------------------------------------
     def negative_weights(self, labels, reference_labels=None):
@@ -193,12 +193,6 @@ class BalancedContrastive(PairLoss):
                                           importance, self.margin)
 
     def get_config(self):
-        config = super().get_config()
-        config.pop("metric")
-        design = None
-        if self.design is not None:
-            design = {"class_name": type(self.design).__name__,
-                      "config": dataclasses.asdict(self.design)}
-        config.update(class_counts=self.class_counts, design=design, lam=self.lam,
-                      margin=self.margin)
-        return config
+        design = None if self.design is None else {
+            "class_name": type(self.design).__name__, "config": dataclasses.asdict(self.design)}
+        return {**super().get_config(), "design": design}

@@ -12,6 +12,7 @@ class _ScaledPairLoss(PairLoss):
     """Shared constructor of the losses with scales alpha, beta and threshold base."""
 
     metrics = ("cosine", "dot")
+    config_keys = PairLoss.config_keys + ("alpha", "beta", "base")
 
     def __init__(self, alpha, beta, base, miner, metric, reduction, name, dtype):
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
@@ -31,11 +32,6 @@ class _ScaledPairLoss(PairLoss):
         slopes = (tf.where(positive, tf.sigmoid(pull), zero),
                   tf.where(negative, tf.sigmoid(push), zero))
         return values, slopes
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(alpha=self.alpha, beta=self.beta, base=self.base)
-        return config
 
 
 @register()

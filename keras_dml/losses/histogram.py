@@ -94,6 +94,8 @@ class Histogram(PairLoss):
         NeurIPS 2016; MS supplementary eq. 3-9.
     """
 
+    config_keys = ("miner", "bins")
+
     def __init__(self, bins=101, miner=None, reduction="sum_over_batch_size",
                  name="histogram", dtype=None):
         super().__init__(metric="cosine", miner=miner, reduction=reduction, name=name,
@@ -102,9 +104,3 @@ class Histogram(PairLoss):
 
     def compute_terms(self, matrix, pairs):
         return histogram_terms(matrix, pairs.positive, pairs.negative, self.bins)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("metric")
-        config.update(bins=self.bins)
-        return config

@@ -116,6 +116,7 @@ class InstanceCrossEntropy(PairLoss):
     """
 
     metrics = ("cosine", "dot")
+    config_keys = PairLoss.config_keys + ("scale",)
 
     def __init__(self, scale=64.0, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name="instance_cross_entropy", dtype=None):
@@ -125,8 +126,3 @@ class InstanceCrossEntropy(PairLoss):
 
     def compute_terms(self, matrix, pairs):
         return instance_cross_entropy_terms(matrix, pairs.positive, pairs.negative, self.scale)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(scale=self.scale)
-        return config

@@ -15,17 +15,13 @@ class _MarginAndMetric(PairLoss):
     """What both lifted losses share: a finite margin and a cosine/euclidean metric."""
 
     metrics = ("cosine", "euclidean")
+    config_keys = PairLoss.config_keys + ("margin",)
 
     def __init__(self, margin, metric, distance, miner, reduction, name, dtype):
         metric = _hyper.renamed("distance", distance, "metric", metric, self.default_metric)
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
         self.margin = _hyper.finite("margin", margin)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(margin=self.margin)
-        return config
 
 
 @register(reference="batch", row_local=False)

@@ -88,6 +88,7 @@ class LogRatio(PairLoss):
     continuous_labels = True  # DMLModel: do not validate y as class ids
     metrics = ("squared_euclidean",)
     default_metric = "squared_euclidean"
+    config_keys = ("max_triplets_per_anchor", "epsilon")
 
     def __init__(self, label_distance="squared_euclidean", max_triplets_per_anchor=None,
                  epsilon=1e-6, reduction="sum_over_batch_size", name="log_ratio", dtype=None):
@@ -240,15 +241,9 @@ class LogRatio(PairLoss):
                               negative=partners & (terms.weights < 0))
 
     def get_config(self):
-        config = super().get_config()
-        for key in ("metric", "miner"):
-            config.pop(key)
         distance = self.label_distance
         if self.precomputed:
             distance = distance.tolist()
         elif callable(distance):
             distance = keras.saving.serialize_keras_object(distance)
-        config.update(label_distance=distance,
-                      max_triplets_per_anchor=self.max_triplets_per_anchor,
-                      epsilon=self.epsilon)
-        return config
+        return {**super().get_config(), "label_distance": distance}

@@ -142,11 +142,13 @@ class Margin(PairLoss):
         Learning", ICCV 2017; weighted contrastive paper eq. 3.
     """
 
+    metrics = ("cosine",)
+    config_keys = ("miner", "alpha", "beta", "learn_beta", "num_classes", "nu", "average")
+
     def __init__(self, alpha=0.2, beta=1.2, learn_beta=True, num_classes=None, nu=0.0,
                  average="pairs", miner=None, reduction="sum_over_batch_size", name="margin",
                  dtype=None):
-        super().__init__(miner=miner, reduction=reduction, name=name,
-                         dtype=dtype)
+        super().__init__(miner=miner, reduction=reduction, name=name, dtype=dtype)
         self.alpha = _hyper.non_negative("alpha", alpha)
         self.nu = _hyper.non_negative("nu", nu)
         self.average = _hyper.one_of("average", average, _AVERAGES)
@@ -156,15 +158,15 @@ class Margin(PairLoss):
         self._beta_layer = beta_layer
         self.trainable_layer = beta_layer if self.learn_beta else None
 
-    metrics = ("cosine",)
-
     # -- beta: the one differentiable input besides the matrix ----------------------------
+    def _built_beta_layer(self):
+        if not self._beta_layer.built:
+            self._beta_layer.build()
+        return self._beta_layer
+
     def parameters(self, pairs):
         """beta_i of every anchor: the layer's current weights (built on first use)."""
-        layer = self._beta_layer
-        if not layer.built:
-            layer.build()
-        beta = layer(pairs.labels)
+        beta = self._built_beta_layer()(pairs.labels)
         return (beta if self.learn_beta else tf.stop_gradient(beta),)
 
     def compute_terms(self, matrix, pairs, anchor_beta):
@@ -172,13 +174,6 @@ class Margin(PairLoss):
             matrix, pairs.positive, pairs.negative, anchor_beta, self.alpha, self.nu,
             self.average)
         return value, weights, (beta_gradient,)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("metric")
-        config.update(alpha=self.alpha, beta=self.beta, learn_beta=self.learn_beta,
-                      num_classes=self.num_classes, nu=self.nu, average=self.average)
-        return config
 
     @property
     def beta_values(self):

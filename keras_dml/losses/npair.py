@@ -104,6 +104,7 @@ class NPair(PairLoss):
 
     metrics = ("dot", "cosine")
     default_metric = "dot"
+    config_keys = PairLoss.config_keys + ("l2_penalty", "tuples")
 
     def __init__(self, l2_penalty=0.002, metric="dot", miner=None, tuples="all",
                  reduction="sum_over_batch_size", name="npair", dtype=None):
@@ -137,8 +138,3 @@ class NPair(PairLoss):
         if self.l2_penalty == 0.0:
             return None
         return self.l2_penalty * tf.reduce_sum(tf.square(embeddings), axis=1)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(l2_penalty=self.l2_penalty, tuples=self.tuples)
-        return config

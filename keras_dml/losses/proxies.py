@@ -55,6 +55,8 @@ class ProxyLoss(PairLoss):
     cannot raise at run time, the loss of such a batch is NaN.
     """
 
+    config_keys = ("num_classes",)
+
     def __init__(self, num_classes, proxies_per_class=1, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, metric="cosine", reduction="sum_over_batch_size",
                  name=None, dtype=None):
@@ -103,14 +105,7 @@ class ProxyLoss(PairLoss):
         return tf.where(in_range, 0.0 if penalty is None else penalty, np.float32("nan"))
 
     def get_config(self):
-        config = super().get_config()
-        for key in ("metric", "miner"):
-            config.pop(key)
         layer = self.trainable_layer
-        config.update(
-            num_classes=layer.num_classes,
-            proxy_lr_multiplier=layer.learning_rate_multiplier,
-            proxy_initializer=layer.get_config()["initializer"],
-        )
-        return config
+        return {**super().get_config(), "proxy_lr_multiplier": layer.learning_rate_multiplier,
+                "proxy_initializer": layer.get_config()["initializer"]}
 

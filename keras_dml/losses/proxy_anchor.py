@@ -55,6 +55,8 @@ class ProxyAnchor(ProxyLoss):
         Kim, Kim, Cho, Kwak, "Proxy Anchor Loss for Deep Metric Learning", CVPR 2020.
     """
 
+    config_keys = ProxyLoss.config_keys + ("alpha", "delta")
+
     def __init__(self, num_classes, alpha=32.0, delta=0.1, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, reduction="sum_over_batch_size",
                  name="proxy_anchor", dtype=None):
@@ -92,8 +94,3 @@ class ProxyAnchor(ProxyLoss):
             self.alpha / proxies_f * (exps / total), own_index, -pull_scale * pull_share
         )
         return value, weights
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(alpha=self.alpha, delta=self.delta)
-        return config

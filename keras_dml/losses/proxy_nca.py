@@ -43,6 +43,8 @@ class ProxyNCA(ProxyLoss):
         Learning using Proxies", ICCV 2017.
     """
 
+    config_keys = ProxyLoss.config_keys + ("scale",)
+
     def __init__(self, num_classes, scale=1.0, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, reduction="sum_over_batch_size", name="proxy_nca",
                  dtype=None):
@@ -66,8 +68,3 @@ class ProxyNCA(ProxyLoss):
         weights = tf.tensor_scatter_nd_update(tf.nn.softmax(others), own_index,
                                               -tf.ones_like(own))
         return value, 2.0 * self.scale * weights
-
-    def get_config(self):
-        config = super().get_config()
-        config["scale"] = self.scale
-        return config

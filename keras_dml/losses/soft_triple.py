@@ -56,6 +56,8 @@ class SoftTriple(ProxyLoss):
         Without Triplet Sampling", ICCV 2019.
     """
 
+    config_keys = ProxyLoss.config_keys + ("centers_per_class", "la", "gamma", "tau", "margin")
+
     def __init__(self, num_classes, centers_per_class=10, la=20.0, gamma=0.1, tau=0.2,
                  margin=0.01, proxy_lr_multiplier=1.0, proxy_initializer=None,
                  reduction="sum_over_batch_size", name="soft_triple", dtype=None):
@@ -98,9 +100,3 @@ class SoftTriple(ProxyLoss):
         distances = tf.sqrt(tf.maximum(2.0 + 1e-5 - 2.0 * gram, 0.0))
         total = tf.reduce_sum(distances * upper)
         return self.tau * total / (self.num_classes * k * (k - 1))
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(centers_per_class=self.proxies_per_class, la=self.la, gamma=self.gamma,
-                      tau=self.tau, margin=self.margin)
-        return config

@@ -208,6 +208,7 @@ class Triplet(PairLoss):
     """
 
     metrics = ("cosine", "euclidean", "squared_euclidean")
+    config_keys = PairLoss.config_keys + ("margin",)
 
     def __init__(self, margin=None, metric=None, miner=None, reduction="sum_over_batch_size",
                  name="triplet", dtype=None, distance=None, mining=None):
@@ -252,8 +253,3 @@ class Triplet(PairLoss):
                                            self.margin, self.selector)
         scale = tf.math.divide_no_nan(tf.cast(tf.shape(matrix)[0], tf.float32), count)
         return scale * total, (sign * scale) * gradient
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(margin=self.margin)
-        return config
