@@ -48,10 +48,9 @@ class BinomialDeviance(_ScaledPairLoss):
     positives and sigmoid(beta (S_ij - base)) / |N_i| for negatives. Empty sets
     contribute 0.
 
-    Fidelity: the printed eq. 12 has no 1/alpha and 1/beta, so its derivatives would be
-    alpha and beta times the weights of eq. 13-14. This loss follows eq. 13-14 (the
-    value above is their exact integral), as the authors' code does: it scales the
-    negative term by 0.04 = alpha / beta relative to the positive one.
+    Fidelity: the printed eq. 12 lacks the 1/alpha and 1/beta (its derivatives would
+    be alpha and beta times eq. 13-14); this loss follows eq. 13-14, as the authors'
+    code does, which scales the negative term by alpha / beta = 0.04.
 
     Args:
         alpha: positive scale. Defaults to 2.0.

@@ -36,11 +36,9 @@ class LiftedStructure(_MarginAndMetric):
 
     (for distances, margin + c = margin - D as in the paper's eq. 4). Because J_ij
     uses rows i and j, the loss is batch-global: the value is a scalar and its
-    weights dL/dM are exact (computed in O(N^2): a negative (i, k) collects the
-    softmax weight of k in N_i times the share of row i in every J_ij, J_ji it
-    appears in). The sum runs over ordered pairs, which for a symmetric matrix is
-    twice the paper's unordered sum, and it is divided by twice as many pairs.
-    A positive pair whose two ends have no negative contributes nothing.
+    weights dL/dM are exact, in O(N^2). The sum runs over ordered pairs, twice the
+    paper's unordered sum, divided by twice as many pairs. A positive pair whose
+    two ends have no negative contributes nothing.
 
     Args:
         margin: alpha. Defaults to 1.0.

@@ -45,14 +45,11 @@ class LogRatio(PairLoss):
     distances get `epsilon` inside the log. No L2 normalisation and no margin.
 
     Cost. With u_ai = log(D_ai + eps) - log(D_y,ai + eps) and n_a partners,
-    sum_{i<j} (u_ai - u_aj)^2 = n_a sum_i (u_ai - mean_i u_ai)^2, so all
-    N (N-1)(N-2)/2 triplets are computed exactly in O(N^2) time and memory (two
-    N x N matrices and their gradients; N = 1024 takes a few MB). The pair
-    weights (the derivative with respect to D_ai) are exact:
-    dL_a/dD_ai = 2 n_a (u_ai - mean_j u_aj) / (P_a (D_ai + eps)), with
-    P_a = n_a (n_a - 1) / 2 pairs. `keras_dml.weighting.pair_weights` reports
-    |dL/dD|, marking as "positive" the pairs the loss currently pulls together
-    and as "negative" those it pushes apart.
+    sum_{i<j} (u_ai - u_aj)^2 = n_a sum_i (u_ai - mean_i u_ai)^2: every triplet,
+    exactly, in O(N^2) time and memory. The pair weights are exact,
+    dL_a/dD_ai = 2 n_a (u_ai - mean_j u_aj) / (P_a (D_ai + eps)) with
+    P_a = n_a (n_a - 1) / 2; `keras_dml.weighting.pair_weights` reports |dL/dD|,
+    "positive" where the loss pulls a pair together, "negative" where it pushes.
 
     Labels. `y_true` is a float matrix (N, m) of label vectors (for example a pose
     or (cos, sin) of an angle), not class ids; with a precomputed label-distance

@@ -105,13 +105,11 @@ class Margin(PairLoss):
     P the kept ordered pairs (all pairs i != j, or those a miner keeps: the paper's
     setup is `Margin(miner=DistanceWeighted())`, all positives and one distance
     weighted negative per positive pair). nu beta_i is Wu et al.'s penalty that
-    pushes beta down (nu = 0 disables it). beta is learnable: one global value or
-    one per class (beta_i = beta[y_i]), initialised to 1.2. It is a Keras weight
-    of the layer `loss.trainable_layer` (a `MarginBeta`), which
-    `keras_dml.models.DMLModel` attaches at compile time, so beta appears in
-    `model.trainable_weights`, is trained with the model and is saved and
-    restored with `model.save("x.keras")` / `keras.models.load_model`. In a custom
-    training loop, optimise `loss.trainable_layer.trainable_weights` too.
+    pushes beta down (nu = 0 disables it). beta is learnable, one global value or
+    one per class (beta_i = beta[y_i]): a weight of `loss.trainable_layer` (a
+    `MarginBeta`), which `keras_dml.models.DMLModel` attaches at compile time, so it
+    is trained and saved with the model; a custom training loop optimises
+    `loss.trainable_layer.trainable_weights` too.
 
     Pair weights (on cosine similarities) are the exact derivatives:
     dL/dS_ij = -+ 1/(|P| D_ij) for active positive / negative pairs, 0 otherwise.
@@ -178,7 +176,4 @@ class Margin(PairLoss):
     @property
     def beta_values(self):
         """Current beta values as a NumPy array ((1,) or (num_classes,))."""
-        layer = self._beta_layer
-        if not layer.built:
-            layer.build()
-        return np.asarray(layer.beta)
+        return np.asarray(self._built_beta_layer().beta)

@@ -22,9 +22,7 @@ class ProxyAnchor(ProxyLoss):
     where SoftPlus(LSE(x)) = log(1 + sum exp(x)). The negative term is normalised
     by all C proxies, as in the slides' second form and the authors' code. The
     loss is batch-global (one scalar per batch: a `sample_weight` only scales it
-    by the weights' mean). The positive term is computed per sample and grouped
-    by proxy (O(N)), the negative term on the (N, C) matrix. Its gradient is the
-    slides' hardness formula, exact:
+    by the weights' mean). Its gradient is the slides' hardness formula, exact:
 
         dL/dS(f_i, p) = -alpha/|P^+| h_p^+(f_i) / (1 + sum_{j in B_p^+} h_p^+(f_j)), i in B_p^+
         dL/dS(f_i, p) =  alpha/|P|   h_p^-(f_i) / (1 + sum_{k in B_p^-} h_p^-(f_k)), i in B_p^-
