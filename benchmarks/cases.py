@@ -179,7 +179,7 @@ CASES = [
     _loss_case("NTXent (512 instances x 2 views)", ("NTXent", None),
                ("NTXentLoss", None, None, None), 0.7, samples_per_class=2, slow_peer=True),
     # PML's SmoothAPLoss builds N x N x N tensors (4.3 GB each at N = 1024): N = 256. Its
-    # values differ for C != k (it groups blocks of C rows; tests/test_losses_smooth_ap.py).
+    # values differ for C != k (it groups blocks of C rows; tests/test_losses_cases.py).
     Case("losses", "SmoothAP (N = 256)",
          {"keras_dml": (f"{TF}:loss_step", {"loss": "SmoothAP"}),
           "peer": (f"{TORCH}:loss_step", {"loss": "SmoothAPLoss"})},

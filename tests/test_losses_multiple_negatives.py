@@ -1,14 +1,13 @@
 """MultipleNegativesRanking (keras_dml/losses/multiple_negatives.py): the NumPy loop
-with exact weights, the two-tower DMLModel, eager / tf.function / XLA, mixed
-precision, serialization and hyperparameters (its degenerate batches: the contract
-test, tests/test_losses_contract.py)."""
+with exact weights, the two-tower DMLModel and the hyperparameters (its eager /
+tf.function / XLA, precision and serialization checks: tests/test_losses_cases.py;
+its degenerate batches: the contract test, tests/test_losses_contract.py)."""
 
 import keras
 import numpy as np
 import pytest
 
 import loss_checks as checks
-import pair_family_checks as family
 import reference_margin_softmax_and_pair_family as ref
 from keras_dml.losses import MultipleNegativesRanking
 
@@ -60,24 +59,6 @@ def test_two_tower_dml_model_trains_and_saves(tmp_path):
     loaded = keras.models.load_model(path)
     np.testing.assert_allclose(loaded.evaluate([queries, documents], ids, batch_size=64,
                                                verbose=0), after, rtol=1e-5)
-
-
-# -- execution modes, precision, serialization -----------------------------------------
-
-@pytest.mark.parametrize("make", [lambda: MultipleNegativesRanking(symmetric=True)])
-def test_eager_function_and_xla_agree(make):
-    family.assert_eager_function_and_xla_agree(make)
-
-
-@pytest.mark.parametrize("cls", [MultipleNegativesRanking])
-def test_mixed_float16_gives_float32(cls):
-    labels, x = checks.batch(classes=4, k=3, dim=8, seed=5, scale=0.5)
-    checks.assert_mixed_precision(cls, labels, x)
-
-
-@pytest.mark.parametrize("loss", [MultipleNegativesRanking(10.0, symmetric=True)])
-def test_config_and_save_load(loss, tmp_path):
-    family.assert_config_and_save_load(loss, tmp_path)
 
 
 @pytest.mark.parametrize("make, match", [

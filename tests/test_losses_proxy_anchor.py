@@ -1,26 +1,14 @@
-"""ProxyAnchor (keras_dml/losses/proxy_anchor.py): the NumPy loop, exact weights, the
-slides' hardness formula and eager / tf.function / XLA (the ProxyLoss base:
-test_losses_proxies.py)."""
+"""ProxyAnchor (keras_dml/losses/proxy_anchor.py): the slides' hardness formula. Its
+settings against the NumPy loop, exact weights and eager / tf.function / XLA:
+tests/test_losses_cases.py; the ProxyLoss base: test_losses_proxies.py."""
 
 import numpy as np
 import pytest
 
-import proxy_checks
 import reference as ref
 from keras_dml import weighting
 from keras_dml.losses import ProxyAnchor
 from proxy_checks import CLASSES, batch, with_proxies
-
-SETTINGS = [
-    lambda: ProxyAnchor(CLASSES),
-    lambda: ProxyAnchor(CLASSES, alpha=16.0, delta=0.2),
-    lambda: ProxyAnchor(CLASSES, alpha=4.0, delta=0.0),
-]
-
-
-@pytest.mark.parametrize("make", SETTINGS)
-def test_matches_numpy_reference_and_autodiff(make):
-    proxy_checks.assert_matches_numpy_reference_and_autodiff(make)
 
 
 @pytest.mark.parametrize("alpha, delta", [(32.0, 0.1), (8.0, 0.3)])
@@ -38,8 +26,3 @@ def test_proxy_anchor_gradient_is_the_slides_hardness_formula(alpha, delta):
     np.testing.assert_allclose(weights, np.abs(slides), rtol=1e-5, atol=1e-7)
     own = np.eye(CLASSES, dtype=bool)[labels]
     np.testing.assert_array_equal(np.asarray(terms.positive), own)
-
-
-@pytest.mark.parametrize("cls", [ProxyAnchor])
-def test_eager_function_and_xla_agree(cls):
-    proxy_checks.assert_eager_function_and_xla_agree(cls)

@@ -1,29 +1,13 @@
-"""ProxyNCA (keras_dml/losses/proxy_nca.py): the NumPy loop, exact weights, a single
-class and eager / tf.function / XLA (the ProxyLoss base: test_losses_proxies.py)."""
+"""ProxyNCA (keras_dml/losses/proxy_nca.py): a single class. Its settings against the
+NumPy loop, exact weights and eager / tf.function / XLA: tests/test_losses_cases.py;
+the ProxyLoss base: test_losses_proxies.py."""
 
 import numpy as np
-import pytest
 
-import proxy_checks
 import reference as ref
 from keras_dml import weighting
 from keras_dml.losses import ProxyNCA
 from proxy_checks import CLASSES, with_proxies
-
-SETTINGS = [
-    lambda: ProxyNCA(CLASSES),
-    lambda: ProxyNCA(CLASSES, scale=9.0),
-]
-
-
-@pytest.mark.parametrize("make", SETTINGS)
-def test_matches_numpy_reference_and_autodiff(make):
-    proxy_checks.assert_matches_numpy_reference_and_autodiff(make)
-
-
-@pytest.mark.parametrize("cls", [ProxyNCA])
-def test_eager_function_and_xla_agree(cls):
-    proxy_checks.assert_eager_function_and_xla_agree(cls)
 
 
 def test_single_class_problem_matches_reference():

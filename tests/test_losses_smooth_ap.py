@@ -1,32 +1,12 @@
-"""SmoothAP (keras_dml/losses/smooth_ap.py): the NumPy loop with exact weights,
-pytorch-metric-learning 2.9 (and its C == k restriction), no cubic tensor, eager /
-tf.function / XLA, mixed precision, degenerate batches, serialization and
-hyperparameters."""
+"""SmoothAP (keras_dml/losses/smooth_ap.py): no cubic tensor and the hyperparameters. Its
+settings against the NumPy loop with exact weights, pytorch-metric-learning 2.9 (and
+its C == k restriction), eager / tf.function / XLA, precision, degenerate batches and
+serialization: tests/test_losses_cases.py."""
 
 import pytest
 
 import loss_checks as checks
-import pair_family_checks as family
-import reference_margin_softmax_and_pair_family as ref
 from keras_dml.losses import SmoothAP
-
-CASES = {
-    "SmoothAP": (lambda: SmoothAP(), lambda x, y: ref.smooth_ap(x, y)),
-    "SmoothAP-paper": (lambda: SmoothAP(0.05, include_anchor=False),
-                       lambda x, y: ref.smooth_ap(x, y, 0.05, False)),
-}
-
-
-@pytest.mark.parametrize("name", CASES)
-@pytest.mark.parametrize("labels", ["cxk", "unsorted"])
-def test_matches_numpy_reference_with_exact_weights(name, labels):
-    family.assert_matches_numpy_reference_with_exact_weights(*CASES[name], labels)
-
-
-@pytest.mark.parametrize("cls", [SmoothAP])
-@pytest.mark.parametrize("classes, k", [(4, 4), (8, 2)])
-def test_equals_pytorch_metric_learning(cls, classes, k):
-    family.assert_equals_pytorch_metric_learning(cls, classes, k)
 
 
 def test_smooth_ap_gathers_positives_instead_of_a_cubic_tensor():
@@ -36,29 +16,6 @@ def test_smooth_ap_gathers_positives_instead_of_a_cubic_tensor():
     n = len(labels)
     shapes = checks.traced_tensor_shapes(SmoothAP(), labels, x)
     assert not any(len(s) == 3 and s[1] == n and s[2] == n for s in shapes if s.rank)
-
-
-# -- execution modes, precision, degenerate batches, serialization ---------------------
-
-@pytest.mark.parametrize("make", [SmoothAP])
-def test_eager_function_and_xla_agree(make):
-    family.assert_eager_function_and_xla_agree(make)
-
-
-@pytest.mark.parametrize("cls", [SmoothAP])
-def test_mixed_float16_gives_float32(cls):
-    labels, x = checks.batch(classes=4, k=3, dim=8, seed=5, scale=0.5)
-    checks.assert_mixed_precision(cls, labels, x)
-
-
-@pytest.mark.parametrize("cls", [SmoothAP])
-def test_degenerate_batches_are_finite(cls):
-    family.assert_degenerate_batches_are_finite(cls)
-
-
-@pytest.mark.parametrize("loss", [SmoothAP(0.05, include_anchor=False)])
-def test_config_and_save_load(loss, tmp_path):
-    family.assert_config_and_save_load(loss, tmp_path)
 
 
 @pytest.mark.parametrize("make, match", [

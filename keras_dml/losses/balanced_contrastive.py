@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
+from keras_dml import validation
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
@@ -124,10 +125,13 @@ class BalancedContrastive(PairLoss):
         eq. 4-5, 10, 15-16, 23-25.
     """
 
+    metrics = ("euclidean",)
+    default_metric = "euclidean"
+    config_keys = ("miner", "class_counts", "lam", "margin")
+
     def __init__(self, class_counts=None, design=None, lam=256.0, margin=1.0, miner=None,
                  reduction="sum_over_batch_size", name="balanced_contrastive", dtype=None):
-        super().__init__(miner=miner, reduction=reduction, name=name,
-                         dtype=dtype)
+        super().__init__(miner=miner, reduction=reduction, name=name, dtype=dtype)
         self.class_counts = _class_counts(class_counts)
         self.design = _design(design)
         if self.design is not None and self.class_counts is None:
@@ -135,9 +139,6 @@ class BalancedContrastive(PairLoss):
                              "BalancedContrastive(class_counts=..., design=...).")
         self.lam = _hyper.positive("lam", lam)
         self.margin = _hyper.positive("margin", margin)
-
-    metrics = ("euclidean",)
-    default_metric = "euclidean"
 
     # -- eq. 16 and eq. 24-25 from the labels -------------------------------------------
     def negative_weights(self, labels, reference_labels=None):
@@ -169,13 +170,11 @@ class BalancedContrastive(PairLoss):
 
     def check(self, labels, embeddings):
         labels, embeddings = super().check(labels, embeddings)
-        if self.class_counts is not None and tf.executing_eagerly() and tf.size(labels) > 0:
-            values, size = labels.numpy(), len(self.class_counts)
-            if values.min() < 0 or values.max() >= size:
-                raise ValueError(f"labels range over [{values.min()}, {values.max()}] but "
-                                 f"class_counts has {size} classes: labels must lie in "
-                                 f"[0, {size}).")
-            empty = sorted({int(v) for v in values if self.class_counts[v] == 0})
+        if self.class_counts is not None and tf.executing_eagerly():
+            size = len(self.class_counts)
+            validation.check_label_range(labels, size, bound="len(class_counts)",
+                                         name=f"labels (class_counts has {size} classes)")
+            empty = sorted({int(v) for v in labels.numpy() if self.class_counts[v] == 0})
             if empty:
                 raise ValueError(f"labels {empty[:5]} have class_counts 0: a batch cannot "
                                  "hold a class the training set does not.")
@@ -194,12 +193,6 @@ class BalancedContrastive(PairLoss):
                                           importance, self.margin)
 
     def get_config(self):
-        config = super().get_config()
-        config.pop("metric")
-        design = None
-        if self.design is not None:
-            design = {"class_name": type(self.design).__name__,
-                      "config": dataclasses.asdict(self.design)}
-        config.update(class_counts=self.class_counts, design=design, lam=self.lam,
-                      margin=self.margin)
-        return config
+        design = None if self.design is None else {
+            "class_name": type(self.design).__name__, "config": dataclasses.asdict(self.design)}
+        return {**super().get_config(), "design": design}

@@ -1,18 +1,9 @@
 """The loss contract: a batch (labels, embeddings) against a reference set.
 
-    batch labels (N,), embeddings (N, d)      reference labels (M,), embeddings (M, d)
-              \\                                     /
-               matrix = ops.pairwise(query, key, metric)  (N, M)
-               masks from labels (self-pairs excluded when the reference is the batch)
-               miner -> kept pairs
-               compute_terms(matrix, pairs, *parameters) -> (value, W = d value / d matrix)
-               tf.custom_gradient: the backward pass is upstream * W through the matrix's
-                 own backward (to the reference side only when it is trainable: proxies,
-                 not a memory); the matrix and masks are not kept for it
-
-A subclass states its hyperparameters and `compute_terms`; everything else
-(validation, float32 inside mixed precision, the matrix, masks, mining, the custom
-gradient, serialization, Keras' reduction and `sample_weight`) lives here once.
+A subclass states its hyperparameters (`config_keys`) and `compute_terms`; everything
+else (validation, float32 inside mixed precision, the (N, M) query x key matrix, label
+masks, mining, the custom gradient, serialization, Keras' reduction and
+`sample_weight`) lives here once. docs/architecture.md draws the data flow.
 """
 
 import typing
@@ -104,6 +95,9 @@ class PairLoss(keras.losses.Loss):
 
     default_metric = "cosine"
     metrics = ops.METRICS
+    #: the constructor arguments `get_config` records (besides Keras' name, reduction
+    #: and dtype), read from the attributes of the same name; the miner is serialized
+    config_keys = ("metric", "miner")
 
     def __init__(self, metric=None, miner=None, reduction="sum_over_batch_size", name=None,
                  dtype=None):
@@ -251,5 +245,7 @@ class PairLoss(keras.losses.Loss):
 
     def get_config(self):
         config = super().get_config()
-        config.update(metric=self.metric, miner=mining.serialize(self.miner))
+        for key in self.config_keys:
+            value = getattr(self, key)
+            config[key] = mining.serialize(value) if key == "miner" else value
         return config

@@ -12,6 +12,7 @@ class _ScaledPairLoss(PairLoss):
     """Shared constructor of the losses with scales alpha, beta and threshold base."""
 
     metrics = ("cosine", "dot")
+    config_keys = PairLoss.config_keys + ("alpha", "beta", "base")
 
     def __init__(self, alpha, beta, base, miner, metric, reduction, name, dtype):
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
@@ -32,11 +33,6 @@ class _ScaledPairLoss(PairLoss):
                   tf.where(negative, tf.sigmoid(push), zero))
         return values, slopes
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(alpha=self.alpha, beta=self.beta, base=self.base)
-        return config
-
 
 @register()
 class BinomialDeviance(_ScaledPairLoss):
@@ -52,10 +48,9 @@ class BinomialDeviance(_ScaledPairLoss):
     positives and sigmoid(beta (S_ij - base)) / |N_i| for negatives. Empty sets
     contribute 0.
 
-    Fidelity: the printed eq. 12 has no 1/alpha and 1/beta, so its derivatives would be
-    alpha and beta times the weights of eq. 13-14. This loss follows eq. 13-14 (the
-    value above is their exact integral), as the authors' code does: it scales the
-    negative term by 0.04 = alpha / beta relative to the positive one.
+    Fidelity: the printed eq. 12 lacks the 1/alpha and 1/beta (its derivatives would
+    be alpha and beta times eq. 13-14); this loss follows eq. 13-14, as the authors'
+    code does, which scales the negative term by alpha / beta = 0.04.
 
     Args:
         alpha: positive scale. Defaults to 2.0.

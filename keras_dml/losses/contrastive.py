@@ -50,6 +50,7 @@ class Contrastive(PairLoss):
     """
 
     metrics = ("cosine", "euclidean")
+    config_keys = PairLoss.config_keys + ("pos_margin", "neg_margin")
 
     def __init__(self, metric=None, pos_margin=None, neg_margin=None, miner=None,
                  reduction="sum_over_batch_size", name="contrastive", dtype=None,
@@ -77,8 +78,3 @@ class Contrastive(PairLoss):
         push = tf.nn.relu(self.neg_margin - matrix) * negative
         value = tf.reduce_sum(tf.square(pull) + tf.square(push), axis=1)
         return value, 2.0 * (pull - push)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(pos_margin=self.pos_margin, neg_margin=self.neg_margin)
-        return config

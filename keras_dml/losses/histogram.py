@@ -31,21 +31,11 @@ def _soft_histogram(similarity, mask, bins):
 
 
 def histogram_terms(similarity, positive, negative, bins):
-    """Histogram loss (scalar) and d loss / d similarity for every pair (eq. 3-9).
+    """Histogram loss (scalar, eq. 3) and dL/dS for every pair (eq. 9 and its mirror).
 
-        L = sum_r h_r^- sum_{q <= r} h_q^+          (eq. 3)
-
-    the estimated probability that a random negative pair is more similar than a
-    random positive pair. With S_ij in [t_p, t_{p+1}] (eq. 9 and its mirror):
-
-        dL/dS_ij = -h_p^-     / (Delta |S+|)   for a positive pair,
-        dL/dS_ij = +h_{p+1}^+ / (Delta |S-|)   for a negative pair.
-
-    These are the exact derivatives of L wherever they exist (everywhere except
-    on the nodes, a set of measure zero, where the left and right derivatives
-    differ). |S+| and |S-| count ordered pairs of the matrix, so each unordered
-    pair appears twice in the histograms (which does not change them) and its
-    two entries S_ij and S_ji each carry the weight above.
+    Exact wherever the derivative exists (everywhere but on the nodes). |S+| and |S-|
+    count ordered pairs of the matrix, so each unordered pair appears twice in the
+    histograms (which does not change them) and S_ij and S_ji each carry a weight.
     """
     delta = 2.0 / (bins - 1)
     index, positive_hist, positive_count = _soft_histogram(similarity, positive, bins)
@@ -69,13 +59,11 @@ class Histogram(PairLoss):
         L = sum_{r=1}^R h_r^- sum_{q=1}^r h_q^+        (eq. 3)
 
     estimates the probability that a negative pair is more similar than a positive
-    one. The loss is batch-global: its value is one scalar for the whole batch
-    (not a mean over anchors; a `sample_weight` vector only scales it by its
-    mean, as Keras broadcasts it), and the engine's
-    weights are dL/dS of eq. 9: h_p^- / (Delta |S+|) for a positive pair with
-    S in [t_p, t_{p+1}], and h_{p+1}^+ / (Delta |S-|) for a negative pair. They
-    are the exact derivatives (the piecewise-linear binning is differentiable
-    almost everywhere). A batch without positive or negative pairs gives 0.
+    one. The loss is batch-global: one scalar for the whole batch (not a mean over
+    anchors; a `sample_weight` vector only scales it by its mean). Its weights are
+    the exact dL/dS of eq. 9 (almost everywhere): -h_p^- / (Delta |S+|) for a
+    positive pair with S in [t_p, t_{p+1}], +h_{p+1}^+ / (Delta |S-|) for a
+    negative pair. A batch without positive or negative pairs gives 0.
 
     Args:
         bins: R, the number of histogram nodes (R - 1 intervals). Defaults to 101
@@ -94,6 +82,8 @@ class Histogram(PairLoss):
         NeurIPS 2016; MS supplementary eq. 3-9.
     """
 
+    config_keys = ("miner", "bins")
+
     def __init__(self, bins=101, miner=None, reduction="sum_over_batch_size",
                  name="histogram", dtype=None):
         super().__init__(metric="cosine", miner=miner, reduction=reduction, name=name,
@@ -102,9 +92,3 @@ class Histogram(PairLoss):
 
     def compute_terms(self, matrix, pairs):
         return histogram_terms(matrix, pairs.positive, pairs.negative, self.bins)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("metric")
-        config.update(bins=self.bins)
-        return config

@@ -20,22 +20,14 @@ def instance_cross_entropy_terms(similarity, positive, negative, scale):
         p^(j|a,i)    = q_aj * (1 - p^(i|a)),     q_aj = softmax_{N(a)}(z_a)_j
 
     The last line factorises the sum over positives in eq. 14: the negative
-    weight of j is (1 / 2N) * q_aj, whatever the positives are, so the whole
-    computation is O(N^2). The positive weights of eq. 13 are a softmax over the
-    positives of log sigmoid(x_ai), exact even when every 1 - p^ underflows.
+    weight of j is (1 / 2N) q_aj, whatever the positives are. The positive weights
+    of eq. 13 are a softmax over the positives of log sigmoid(x_ai), exact even
+    when every 1 - p^ underflows.
 
-    Args:
-        similarity: float32 (N, M) similarity matrix.
-        positive: bool (N, M) positive-pair mask.
-        negative: bool (N, M) negative-pair mask.
-        scale: the scaling parameter s.
-
-    Returns:
-        (value, weights): value (N,) = sum_{i in P(a)} -log p^(i|a); weights (N, M)
-        with weights[a, i] = -1/2 * (1 - p^(i|a)) / sum_{i'} (1 - p^(i'|a)) on
-        positives and weights[a, j] = +1/2 * q_aj on negatives, so that after
-        Keras' mean over the N anchors dL/dS = -+ w_bar of eq. 13-14. Anchors
-        without a positive or without a negative get value 0 and zero weights.
+    Returns (value (N,) = sum_{i in P(a)} -log p^(i|a), weights (N, M)):
+    -1/2 (1 - p^(i|a)) / sum_{i'} (1 - p^(i'|a)) on positives and +1/2 q_aj on
+    negatives, so that after Keras' mean over the N anchors dL/dS = -+ w_bar of
+    eq. 13-14. Anchors without a positive or a negative get 0.
     """
     logits = scale * similarity
     has_negative = tf.reduce_any(negative, axis=1, keepdims=True)
@@ -91,9 +83,8 @@ class InstanceCrossEntropy(PairLoss):
     contribute 0. With two samples per class, eq. 16-17: every positive gets
     1/(2N) and negative j gets (1/2N) p^(j|a,i) / (1 - p^(i|a)).
 
-    Computed in O(N^2) time and memory (eq. 14's sum over positives factorises),
-    in float32, with 1 - p^ taken from the negatives' log-sum-exp so the weights
-    stay exact for well-separated batches at s = 64, 80 and beyond.
+    O(N^2) time and memory (eq. 14's sum over positives factorises); 1 - p^ comes
+    from the negatives' log-sum-exp, so the weights stay exact at large s.
 
     Args:
         scale: the weight scaling parameter s (the paper's only hyperparameter;
@@ -116,6 +107,7 @@ class InstanceCrossEntropy(PairLoss):
     """
 
     metrics = ("cosine", "dot")
+    config_keys = PairLoss.config_keys + ("scale",)
 
     def __init__(self, scale=64.0, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name="instance_cross_entropy", dtype=None):
@@ -125,8 +117,3 @@ class InstanceCrossEntropy(PairLoss):
 
     def compute_terms(self, matrix, pairs):
         return instance_cross_entropy_terms(matrix, pairs.positive, pairs.negative, self.scale)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(scale=self.scale)
-        return config

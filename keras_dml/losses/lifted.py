@@ -15,17 +15,13 @@ class _MarginAndMetric(PairLoss):
     """What both lifted losses share: a finite margin and a cosine/euclidean metric."""
 
     metrics = ("cosine", "euclidean")
+    config_keys = PairLoss.config_keys + ("margin",)
 
     def __init__(self, margin, metric, distance, miner, reduction, name, dtype):
         metric = _hyper.renamed("distance", distance, "metric", metric, self.default_metric)
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
         self.margin = _hyper.finite("margin", margin)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(margin=self.margin)
-        return config
 
 
 @register(reference="batch", row_local=False)
@@ -40,11 +36,9 @@ class LiftedStructure(_MarginAndMetric):
 
     (for distances, margin + c = margin - D as in the paper's eq. 4). Because J_ij
     uses rows i and j, the loss is batch-global: the value is a scalar and its
-    weights dL/dM are exact (computed in O(N^2): a negative (i, k) collects the
-    softmax weight of k in N_i times the share of row i in every J_ij, J_ji it
-    appears in). The sum runs over ordered pairs, which for a symmetric matrix is
-    twice the paper's unordered sum, and it is divided by twice as many pairs.
-    A positive pair whose two ends have no negative contributes nothing.
+    weights dL/dM are exact, in O(N^2). The sum runs over ordered pairs, twice the
+    paper's unordered sum, divided by twice as many pairs. A positive pair whose
+    two ends have no negative contributes nothing.
 
     Args:
         margin: alpha. Defaults to 1.0.

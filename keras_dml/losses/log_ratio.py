@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_dml import hyperparameters as _hyper
 from keras_dml import ops, validation
 from keras_dml.losses.base import PairLoss, Pairs
 from keras_dml.losses.registry import register
@@ -44,14 +45,11 @@ class LogRatio(PairLoss):
     distances get `epsilon` inside the log. No L2 normalisation and no margin.
 
     Cost. With u_ai = log(D_ai + eps) - log(D_y,ai + eps) and n_a partners,
-    sum_{i<j} (u_ai - u_aj)^2 = n_a sum_i (u_ai - mean_i u_ai)^2, so all
-    N (N-1)(N-2)/2 triplets are computed exactly in O(N^2) time and memory (two
-    N x N matrices and their gradients; N = 1024 takes a few MB). The pair
-    weights (the derivative with respect to D_ai) are exact:
-    dL_a/dD_ai = 2 n_a (u_ai - mean_j u_aj) / (P_a (D_ai + eps)), with
-    P_a = n_a (n_a - 1) / 2 pairs. `keras_dml.weighting.pair_weights` reports
-    |dL/dD|, marking as "positive" the pairs the loss currently pulls together
-    and as "negative" those it pushes apart.
+    sum_{i<j} (u_ai - u_aj)^2 = n_a sum_i (u_ai - mean_i u_ai)^2: every triplet,
+    exactly, in O(N^2) time and memory. The pair weights are exact,
+    dL_a/dD_ai = 2 n_a (u_ai - mean_j u_aj) / (P_a (D_ai + eps)) with
+    P_a = n_a (n_a - 1) / 2; `keras_dml.weighting.pair_weights` reports |dL/dD|,
+    "positive" where the loss pulls a pair together, "negative" where it pushes.
 
     Labels. `y_true` is a float matrix (N, m) of label vectors (for example a pose
     or (cos, sin) of an angle), not class ids; with a precomputed label-distance
@@ -87,6 +85,7 @@ class LogRatio(PairLoss):
     continuous_labels = True  # DMLModel: do not validate y as class ids
     metrics = ("squared_euclidean",)
     default_metric = "squared_euclidean"
+    config_keys = ("max_triplets_per_anchor", "epsilon")
 
     def __init__(self, label_distance="squared_euclidean", max_triplets_per_anchor=None,
                  epsilon=1e-6, reduction="sum_over_batch_size", name="log_ratio", dtype=None):
@@ -106,17 +105,10 @@ class LogRatio(PairLoss):
                 f"label_distance must be one of {_LABEL_METRICS}, a function or an (M, M) "
                 f"matrix, got {label_distance!r}."
             )
-        if max_triplets_per_anchor is not None and not max_triplets_per_anchor >= 1:
-            raise ValueError(
-                f"max_triplets_per_anchor must be >= 1 or None, got {max_triplets_per_anchor!r}."
-            )
-        if not epsilon > 0:
-            raise ValueError(f"epsilon must be positive, got {epsilon!r}.")
         self.label_distance = label_distance
-        self.max_triplets_per_anchor = (
-            None if max_triplets_per_anchor is None else int(max_triplets_per_anchor)
-        )
-        self.epsilon = float(epsilon)
+        self.max_triplets_per_anchor = None if max_triplets_per_anchor is None else (
+            _hyper.integer_at_least("max_triplets_per_anchor", max_triplets_per_anchor, 1))
+        self.epsilon = _hyper.positive("epsilon", epsilon)
 
     @property
     def precomputed(self):
@@ -164,8 +156,7 @@ class LogRatio(PairLoss):
         return ops.to_float32(labels), embeddings
 
     def check_reference(self, reference, embeddings):
-        labels, _ = self.check(reference.labels, reference.embeddings)
-        keys = validation.check_embeddings(reference.embeddings, name="reference embeddings")
+        labels, keys = self.check(reference.labels, reference.embeddings)
         return reference._replace(labels=labels, embeddings=keys)
 
     # -- the engine hooks -------------------------------------------------------------
@@ -247,15 +238,9 @@ class LogRatio(PairLoss):
                               negative=partners & (terms.weights < 0))
 
     def get_config(self):
-        config = super().get_config()
-        for key in ("metric", "miner"):
-            config.pop(key)
         distance = self.label_distance
         if self.precomputed:
             distance = distance.tolist()
         elif callable(distance):
             distance = keras.saving.serialize_keras_object(distance)
-        config.update(label_distance=distance,
-                      max_triplets_per_anchor=self.max_triplets_per_anchor,
-                      epsilon=self.epsilon)
-        return config
+        return {**super().get_config(), "label_distance": distance}

@@ -105,13 +105,11 @@ class Margin(PairLoss):
     P the kept ordered pairs (all pairs i != j, or those a miner keeps: the paper's
     setup is `Margin(miner=DistanceWeighted())`, all positives and one distance
     weighted negative per positive pair). nu beta_i is Wu et al.'s penalty that
-    pushes beta down (nu = 0 disables it). beta is learnable: one global value or
-    one per class (beta_i = beta[y_i]), initialised to 1.2. It is a Keras weight
-    of the layer `loss.trainable_layer` (a `MarginBeta`), which
-    `keras_dml.models.DMLModel` attaches at compile time, so beta appears in
-    `model.trainable_weights`, is trained with the model and is saved and
-    restored with `model.save("x.keras")` / `keras.models.load_model`. In a custom
-    training loop, optimise `loss.trainable_layer.trainable_weights` too.
+    pushes beta down (nu = 0 disables it). beta is learnable, one global value or
+    one per class (beta_i = beta[y_i]): a weight of `loss.trainable_layer` (a
+    `MarginBeta`), which `keras_dml.models.DMLModel` attaches at compile time, so it
+    is trained and saved with the model; a custom training loop optimises
+    `loss.trainable_layer.trainable_weights` too.
 
     Pair weights (on cosine similarities) are the exact derivatives:
     dL/dS_ij = -+ 1/(|P| D_ij) for active positive / negative pairs, 0 otherwise.
@@ -142,11 +140,13 @@ class Margin(PairLoss):
         Learning", ICCV 2017; weighted contrastive paper eq. 3.
     """
 
+    metrics = ("cosine",)
+    config_keys = ("miner", "alpha", "beta", "learn_beta", "num_classes", "nu", "average")
+
     def __init__(self, alpha=0.2, beta=1.2, learn_beta=True, num_classes=None, nu=0.0,
                  average="pairs", miner=None, reduction="sum_over_batch_size", name="margin",
                  dtype=None):
-        super().__init__(miner=miner, reduction=reduction, name=name,
-                         dtype=dtype)
+        super().__init__(miner=miner, reduction=reduction, name=name, dtype=dtype)
         self.alpha = _hyper.non_negative("alpha", alpha)
         self.nu = _hyper.non_negative("nu", nu)
         self.average = _hyper.one_of("average", average, _AVERAGES)
@@ -156,15 +156,15 @@ class Margin(PairLoss):
         self._beta_layer = beta_layer
         self.trainable_layer = beta_layer if self.learn_beta else None
 
-    metrics = ("cosine",)
-
     # -- beta: the one differentiable input besides the matrix ----------------------------
+    def _built_beta_layer(self):
+        if not self._beta_layer.built:
+            self._beta_layer.build()
+        return self._beta_layer
+
     def parameters(self, pairs):
         """beta_i of every anchor: the layer's current weights (built on first use)."""
-        layer = self._beta_layer
-        if not layer.built:
-            layer.build()
-        beta = layer(pairs.labels)
+        beta = self._built_beta_layer()(pairs.labels)
         return (beta if self.learn_beta else tf.stop_gradient(beta),)
 
     def compute_terms(self, matrix, pairs, anchor_beta):
@@ -173,17 +173,7 @@ class Margin(PairLoss):
             self.average)
         return value, weights, (beta_gradient,)
 
-    def get_config(self):
-        config = super().get_config()
-        config.pop("metric")
-        config.update(alpha=self.alpha, beta=self.beta, learn_beta=self.learn_beta,
-                      num_classes=self.num_classes, nu=self.nu, average=self.average)
-        return config
-
     @property
     def beta_values(self):
         """Current beta values as a NumPy array ((1,) or (num_classes,))."""
-        layer = self._beta_layer
-        if not layer.built:
-            layer.build()
-        return np.asarray(layer.beta)
+        return np.asarray(self._built_beta_layer().beta)

@@ -54,6 +54,8 @@ class MultiSimilarity(PairLoss):
         Metric Learning", CVPR 2019 (the unified view, ICLR 2019 submission).
     """
 
+    config_keys = PairLoss.config_keys + ("alpha", "beta", "base")
+
     def __init__(self, alpha=2.0, beta=50.0, base=0.5, miner="MultiSimilarityMiner",
                  metric="cosine", reduction="sum_over_batch_size", name="multi_similarity",
                  dtype=None, mining=None, epsilon=None):
@@ -80,11 +82,6 @@ class MultiSimilarity(PairLoss):
         push_lse, push_weights = ops.masked_logsumexp_and_softmax(push, pairs.negative,
                                                                   include_zero=True)
         return pull_lse / self.alpha + push_lse / self.beta, push_weights - pull_weights
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(alpha=self.alpha, beta=self.beta, base=self.base)
-        return config
 
 
 @register()

@@ -62,6 +62,8 @@ class NCA(PairLoss):
         Class Neighbourhood Structure", AISTATS 2007; MS supplementary eq. 1-2.
     """
 
+    config_keys = PairLoss.config_keys + ("scale",)
+
     def __init__(self, scale=1.0, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name="nca", dtype=None):
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
@@ -72,8 +74,3 @@ class NCA(PairLoss):
         sign = -1.0 if self.is_distance else 1.0
         value, weights = nca_terms(sign * self.scale * matrix, pairs.positive, pairs.negative)
         return value, sign * self.scale * weights
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(scale=self.scale)
-        return config

@@ -38,20 +38,16 @@ class NormalizedSoftmax(ProxyLoss):
         Verification", ACM MM 2017; ICE paper (Wang et al. 2019) eq. 1, Table 3.
     """
 
+    config_keys = ProxyLoss.config_keys + ("temperature",)
+
     def __init__(self, num_classes, temperature=0.05, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, reduction="sum_over_batch_size",
                  name="normalized_softmax", dtype=None):
-        temperature = _hyper.positive("temperature", temperature)
         super().__init__(num_classes, proxy_lr_multiplier=proxy_lr_multiplier,
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)
-        self.temperature = float(temperature)
+        self.temperature = _hyper.positive("temperature", temperature)
 
     def compute_terms(self, matrix, pairs):
         value, weights = ops.softmax_cross_entropy(matrix / self.temperature, pairs.labels)
         return value, weights / self.temperature
-
-    def get_config(self):
-        config = super().get_config()
-        config["temperature"] = self.temperature
-        return config

@@ -51,15 +51,13 @@ class NPair(PairLoss):
 
         l(t) = -log( exp(S_ij) / (exp(S_ij) + sum_l exp(S_ik_l)) ),
 
-    S the dot product. On a C x k batch (any k >= 2), every anchor a and every one
-    of its k - 1 positives p form one tuple (a, p, N_a) with ALL of a's in-batch
-    negatives N_a: one positive per term, as in N-pair-mc. The anchor's value is
-    the mean over its positives (so every anchor weighs the same whatever k), and
+    S the dot product. Every anchor a and each of its positives p form one tuple
+    (a, p, N_a) with ALL of a's in-batch negatives N_a (one positive per term, as in
+    N-pair-mc). The anchor's value is the mean over its positives, and
 
-        L = 1/N sum_a [ 1/|P_a| sum_{p in P_a} l(a, p, N_a) + l2_penalty ||f_a||^2 ].
+        L = 1/N sum_a [ 1/|P_a| sum_{p in P_a} l(a, p, N_a) + l2_penalty ||f_a||^2 ],
 
-    On a C x k batch every anchor has k - 1 positives, so the pair term is exactly
-    eq. 2's mean over all N (k - 1) tuples.
+    on a C x k batch (any k >= 2) exactly eq. 2's mean over all N (k - 1) tuples.
 
     `tuples="one_per_class"` is Sohn's N-pair-mc to the letter (and
     pytorch-metric-learning's `NPairsLoss`): every class with two or more samples
@@ -67,13 +65,10 @@ class NPair(PairLoss):
     p_c); the negatives of a_c are the other classes' positives, and the pair term
     is the mean over the C pairs of -log softmax_c(S_{a_c p_1}, ..., S_{a_c p_C}).
     It costs a C x C matrix instead of N x N, and uses 1/k of the batch's
-    anchors; the penalty still covers every embedding.
-
-    With k = 2 each anchor has exactly one positive, and both members of a pair
-    serve as anchors; the negatives are both members of every other class (N-pair-mc
-    uses only the other classes' positives, i.e. half of them). Anchors without a
-    positive (a class with one sample) or without a negative contribute only the
-    penalty.
+    anchors; the penalty still covers every embedding. (With `tuples="all"` and
+    k = 2, both members of a pair are anchors and a's negatives are both members of
+    every other class.) Anchors without a positive or a negative contribute only
+    the penalty.
 
     Pair weights (`keras_dml.weighting.pair_weights`) are the exact derivatives of
     the pair term (see `npair_terms`); the penalty's gradient 2 l2_penalty f_a acts
@@ -81,9 +76,8 @@ class NPair(PairLoss):
 
     Args:
         l2_penalty: lambda of the penalty lambda ||f_a||^2 averaged over the batch.
-            Defaults to 0.002 (the reg_lambda default of TensorFlow's reference
-            `npairs_loss`, whose penalty 0.25 lambda (mean ||f_anchor||^2 +
-            mean ||f_positive||^2) is half of this one for the same lambda).
+            Defaults to 0.002 (reg_lambda of TensorFlow's reference `npairs_loss`,
+            whose penalty is half of this one for the same lambda).
         metric: "dot" (Sohn: unnormalised inner products, which is why the penalty
             exists) or "cosine". Defaults to "dot".
         miner: optional `keras_dml.mining.Miner`. Defaults to None.
@@ -104,6 +98,7 @@ class NPair(PairLoss):
 
     metrics = ("dot", "cosine")
     default_metric = "dot"
+    config_keys = PairLoss.config_keys + ("l2_penalty", "tuples")
 
     def __init__(self, l2_penalty=0.002, metric="dot", miner=None, tuples="all",
                  reduction="sum_over_batch_size", name="npair", dtype=None):
@@ -137,8 +132,3 @@ class NPair(PairLoss):
         if self.l2_penalty == 0.0:
             return None
         return self.l2_penalty * tf.reduce_sum(tf.square(embeddings), axis=1)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(l2_penalty=self.l2_penalty, tuples=self.tuples)
-        return config

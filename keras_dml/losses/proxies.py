@@ -1,15 +1,4 @@
-"""`ProxyLoss`: the pair-weighting engine with learnable proxies as the key set.
-
-A proxy loss is the same picture as every pair loss, with the key set replaced by
-learnable proxies: the matrix is samples x proxies (N, C K), never anything larger,
-a sample's positive keys are its own class's proxies, and its negative keys all the
-other proxies. The proxies live in a `keras_dml.proxy_layers.Proxies` layer exposed
-as `loss.trainable_layer` (see the engine contract): `DMLModel` attaches it to the
-model so the proxies are trained and saved with the model.
-
-`keras_dml.weighting.pair_weights(loss, labels, embeddings)` works on every proxy
-loss and returns the (N, C K) sample-to-proxy weights.
-"""
+"""`ProxyLoss`: the pair-weighting engine with learnable proxies as the key set."""
 
 import numpy as np
 import tensorflow as tf
@@ -29,6 +18,8 @@ class ProxyLoss(PairLoss):
 
     The reference set is the proxies, with their class ids: proxy k of class c is
     column c K + k of the (N, C K) matrix, and the gradient reaches the proxies. A
+    sample's positive keys are its own class's proxies, its negative keys all the
+    others (`keras_dml.weighting.pair_weights` gives the (N, C K) weights). A
     subclass writes `compute_terms(matrix, pairs)` and reads the class labels from
     `pairs.labels` (gathers and sparse updates: no (N, C K) mask in training). A
     proxy-only term (a regulariser) goes in `proxy_penalty(proxies)`.
@@ -44,16 +35,18 @@ class ProxyLoss(PairLoss):
         metric: sample-to-proxy similarity. Defaults to "cosine".
         reduction, name, dtype: as for `keras.losses.Loss`.
 
-    The proxies are trained by `DMLModel`, which attaches `trainable_layer` to the
-    model at `compile`. A plain `keras.Model` does not train them (they are not in its
-    trainable weights: the loss then learns against fixed random proxies); in a
-    custom training loop, add `loss.trainable_layer.trainable_weights` to the
-    variables the optimizer updates.
+    The proxies are a `keras_dml.proxy_layers.Proxies` layer, `loss.trainable_layer`,
+    which `DMLModel` attaches to the model at `compile`: they are trained and saved
+    with it. A plain `keras.Model` does not train them (the loss then learns against
+    fixed random proxies); a custom training loop adds
+    `loss.trainable_layer.trainable_weights` to the variables the optimizer updates.
 
     Labels outside [0, C) raise a ValueError in eager mode and an
     InvalidArgumentError in a tf.function; under XLA (`jit_compile=True`), which
     cannot raise at run time, the loss of such a batch is NaN.
     """
+
+    config_keys = ("num_classes",)
 
     def __init__(self, num_classes, proxies_per_class=1, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, metric="cosine", reduction="sum_over_batch_size",
@@ -103,14 +96,7 @@ class ProxyLoss(PairLoss):
         return tf.where(in_range, 0.0 if penalty is None else penalty, np.float32("nan"))
 
     def get_config(self):
-        config = super().get_config()
-        for key in ("metric", "miner"):
-            config.pop(key)
         layer = self.trainable_layer
-        config.update(
-            num_classes=layer.num_classes,
-            proxy_lr_multiplier=layer.learning_rate_multiplier,
-            proxy_initializer=layer.get_config()["initializer"],
-        )
-        return config
+        return {**super().get_config(), "proxy_lr_multiplier": layer.learning_rate_multiplier,
+                "proxy_initializer": layer.get_config()["initializer"]}
 

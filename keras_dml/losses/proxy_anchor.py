@@ -22,9 +22,7 @@ class ProxyAnchor(ProxyLoss):
     where SoftPlus(LSE(x)) = log(1 + sum exp(x)). The negative term is normalised
     by all C proxies, as in the slides' second form and the authors' code. The
     loss is batch-global (one scalar per batch: a `sample_weight` only scales it
-    by the weights' mean). The positive term is computed per sample and grouped
-    by proxy (O(N)), the negative term on the (N, C) matrix. Its gradient is the
-    slides' hardness formula, exact:
+    by the weights' mean). Its gradient is the slides' hardness formula, exact:
 
         dL/dS(f_i, p) = -alpha/|P^+| h_p^+(f_i) / (1 + sum_{j in B_p^+} h_p^+(f_j)), i in B_p^+
         dL/dS(f_i, p) =  alpha/|P|   h_p^-(f_i) / (1 + sum_{k in B_p^-} h_p^-(f_k)), i in B_p^-
@@ -55,14 +53,15 @@ class ProxyAnchor(ProxyLoss):
         Kim, Kim, Cho, Kwak, "Proxy Anchor Loss for Deep Metric Learning", CVPR 2020.
     """
 
+    config_keys = ProxyLoss.config_keys + ("alpha", "delta")
+
     def __init__(self, num_classes, alpha=32.0, delta=0.1, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, reduction="sum_over_batch_size",
                  name="proxy_anchor", dtype=None):
-        alpha, delta = _hyper.positive("alpha", alpha), _hyper.finite("delta", delta)
         super().__init__(num_classes, proxy_lr_multiplier=proxy_lr_multiplier,
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)
-        self.alpha, self.delta = float(alpha), float(delta)
+        self.alpha, self.delta = _hyper.positive("alpha", alpha), _hyper.finite("delta", delta)
 
     def compute_terms(self, matrix, pairs):
         labels = pairs.labels
@@ -93,8 +92,3 @@ class ProxyAnchor(ProxyLoss):
             self.alpha / proxies_f * (exps / total), own_index, -pull_scale * pull_share
         )
         return value, weights
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(alpha=self.alpha, delta=self.delta)
-        return config

@@ -43,14 +43,15 @@ class ProxyNCA(ProxyLoss):
         Learning using Proxies", ICCV 2017.
     """
 
+    config_keys = ProxyLoss.config_keys + ("scale",)
+
     def __init__(self, num_classes, scale=1.0, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, reduction="sum_over_batch_size", name="proxy_nca",
                  dtype=None):
-        scale = _hyper.positive("scale", scale)
         super().__init__(num_classes, proxy_lr_multiplier=proxy_lr_multiplier,
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)
-        self.scale = float(scale)
+        self.scale = _hyper.positive("scale", scale)
 
     def compute_terms(self, matrix, pairs):
         labels = pairs.labels
@@ -67,8 +68,3 @@ class ProxyNCA(ProxyLoss):
         weights = tf.tensor_scatter_nd_update(tf.nn.softmax(others), own_index,
                                               -tf.ones_like(own))
         return value, 2.0 * self.scale * weights
-
-    def get_config(self):
-        config = super().get_config()
-        config["scale"] = self.scale
-        return config

@@ -3,6 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
+from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
@@ -55,20 +56,21 @@ class SoftTriple(ProxyLoss):
         Without Triplet Sampling", ICCV 2019.
     """
 
+    config_keys = ProxyLoss.config_keys + ("centers_per_class", "la", "gamma", "tau", "margin")
+
     def __init__(self, num_classes, centers_per_class=10, la=20.0, gamma=0.1, tau=0.2,
                  margin=0.01, proxy_lr_multiplier=1.0, proxy_initializer=None,
                  reduction="sum_over_batch_size", name="soft_triple", dtype=None):
-        for label, value in (("la", la), ("gamma", gamma)):
-            if not value > 0:
-                raise ValueError(f"{label} must be positive, got {value!r}.")
-        if tau < 0:
-            raise ValueError(f"tau must be non-negative, got {tau!r}.")
         super().__init__(num_classes, proxies_per_class=centers_per_class,
                          proxy_lr_multiplier=proxy_lr_multiplier,
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)
-        self.la, self.gamma, self.tau = float(la), float(gamma), float(tau)
-        self.margin = float(margin)
+        self.la, self.gamma = _hyper.positive("la", la), _hyper.positive("gamma", gamma)
+        self.tau, self.margin = _hyper.non_negative("tau", tau), _hyper.finite("margin", margin)
+
+    @property
+    def centers_per_class(self):
+        return self.proxies_per_class
 
     def compute_terms(self, matrix, pairs):
         labels = pairs.labels
@@ -98,9 +100,3 @@ class SoftTriple(ProxyLoss):
         distances = tf.sqrt(tf.maximum(2.0 + 1e-5 - 2.0 * gram, 0.0))
         total = tf.reduce_sum(distances * upper)
         return self.tau * total / (self.num_classes * k * (k - 1))
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(centers_per_class=self.proxies_per_class, la=self.la, gamma=self.gamma,
-                      tau=self.tau, margin=self.margin)
-        return config

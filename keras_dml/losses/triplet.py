@@ -50,16 +50,6 @@ def all_triplet_terms_by_sorting(closeness, positive, negative, margin):
     return tf.reduce_sum(per_pair, axis=1), pushes - active_f
 
 
-def selected_triplet_terms(closeness, valid, negative_index, margin):
-    """Sum of [c_an(a,p) - c_ap + margin]_+ over the selected triplets, per anchor."""
-    negative_closeness = tf.gather(closeness, negative_index, batch_dims=1)
-    hinge = tf.where(valid, negative_closeness - closeness + margin, tf.zeros_like(closeness))
-    active = tf.cast(hinge > 0, tf.float32)
-    pushes = triplet_mining.chosen_negative_counts(valid, negative_index, active)
-    count = tf.reduce_sum(tf.cast(valid, tf.float32))
-    return tf.reduce_sum(tf.nn.relu(hinge), axis=1), pushes - active, count
-
-
 def _all_triplets_by_slots(closeness, positive, negative, margin):
     def body(slot, total, gradient):
         anchor_positive = tf.reduce_sum(tf.where(slot, closeness, 0.0), axis=1, keepdims=True)
@@ -70,9 +60,8 @@ def _all_triplets_by_slots(closeness, positive, negative, margin):
         gradient += active - tf.cast(slot, tf.float32) * pulls
         return total + tf.reduce_sum(tf.nn.relu(hinge), axis=1), gradient
 
-    total, gradient = triplet_mining.for_each_slot(
+    return triplet_mining.for_each_slot(
         positive, body, (tf.zeros(tf.shape(closeness)[:1]), tf.zeros_like(closeness)))
-    return total, gradient
 
 
 def all_triplet_terms(closeness, positive, negative, margin):
@@ -95,42 +84,41 @@ def all_triplet_terms(closeness, positive, negative, margin):
     return total, gradient, count
 
 
-def _per_anchor_terms(closeness, positive, negative, margin, miner):
-    """Batch-hard / easy-positive: one triplet per anchor, in a few (N, N) passes."""
-    chosen_positive, chosen_negative, valid = triplet_mining.per_anchor_choice(
-        tf.stop_gradient(closeness), positive, negative, miner.easiest_positive)
-    anchor_positive = tf.gather(closeness, chosen_positive, batch_dims=1)
-    anchor_negative = tf.gather(closeness, chosen_negative, batch_dims=1)
+def _one_triplet_per_anchor(closeness, positive_index, negative_index, valid, margin, miner):
+    """[c_an - c_ap + margin]_+ of one triplet (a, p_a, n_a) per anchor (where `valid`,
+    and within the miner's margin), its gradient w.r.t. `closeness` and its count."""
+    anchor_positive = tf.gather(closeness, positive_index, batch_dims=1)
+    anchor_negative = tf.gather(closeness, negative_index, batch_dims=1)
     if miner.margin is not None:
         valid &= tf.stop_gradient(anchor_negative - anchor_positive) > -miner.margin
     hinge = tf.where(valid, anchor_negative - anchor_positive + margin, 0.0)
     active = tf.cast(hinge > 0, tf.float32)[:, tf.newaxis]
     n = tf.shape(closeness)[1]
-    gradient = (tf.one_hot(chosen_negative, n) - tf.one_hot(chosen_positive, n)) * active
+    gradient = (tf.one_hot(negative_index, n) - tf.one_hot(positive_index, n)) * active
     return tf.nn.relu(hinge), gradient, tf.reduce_sum(tf.cast(valid, tf.float32))
+
+
+def _per_anchor_terms(closeness, positive, negative, margin, miner):
+    """Batch-hard / easy-positive: one triplet per anchor, in a few (N, N) passes."""
+    chosen_positive, chosen_negative, valid = triplet_mining.per_anchor_choice(
+        tf.stop_gradient(closeness), positive, negative, miner.easiest_positive)
+    return _one_triplet_per_anchor(closeness, chosen_positive, chosen_negative, valid,
+                                   margin, miner)
 
 
 def _semihard_terms_by_slots(closeness, positive, negative, margin, miner):
     """Semi-hard selection and the hinge fused in one pass per positive slot."""
-    rank, _ = triplet_mining.slots(positive)
     fixed = tf.stop_gradient(closeness)
     negatives_only = ops.masked_fill(fixed, negative, tf.float32.min)
-    n = tf.shape(closeness)[1]
 
     def body(slot, total, gradient, count):
         column = tf.argmax(tf.cast(slot, tf.int32), axis=1, output_type=tf.int32)
-        anchor_positive = tf.gather(closeness, column, batch_dims=1)
-        fixed_positive = tf.stop_gradient(anchor_positive)[:, tf.newaxis]
+        fixed_positive = tf.gather(fixed, column, batch_dims=1)[:, tf.newaxis]
         chosen, below = ops.closest_below(negatives_only, fixed_positive)
         found = tf.gather(slot, column, batch_dims=1) & below
-        anchor_negative = tf.gather(closeness, chosen, batch_dims=1)
-        if miner.margin is not None:
-            found &= tf.stop_gradient(anchor_negative - anchor_positive) > -miner.margin
-        hinge = tf.where(found, anchor_negative - anchor_positive + margin, 0.0)
-        active = tf.cast(hinge > 0, tf.float32)[:, tf.newaxis]
-        gradient += (tf.one_hot(chosen, n) - tf.one_hot(column, n)) * active
-        return (total + tf.nn.relu(hinge), gradient,
-                count + tf.reduce_sum(tf.cast(found, tf.float32)))
+        hinge, step, kept = _one_triplet_per_anchor(closeness, column, chosen, found, margin,
+                                                    miner)
+        return total + hinge, gradient + step, count + kept
 
     return triplet_mining.for_each_slot(
         positive, body, (tf.zeros_like(closeness[:, 0]), tf.zeros_like(closeness),
@@ -138,8 +126,14 @@ def _semihard_terms_by_slots(closeness, positive, negative, margin, miner):
 
 
 def _generic_terms(closeness, positive, negative, margin, miner):
+    """Any triplet miner: [c_an(a,p) - c_ap + margin]_+ over its `select`ed triplets."""
     valid, negative_index = miner.select(closeness, positive, negative)
-    return selected_triplet_terms(closeness, valid, negative_index, margin)
+    negative_closeness = tf.gather(closeness, negative_index, batch_dims=1)
+    hinge = tf.where(valid, negative_closeness - closeness + margin, tf.zeros_like(closeness))
+    active = tf.cast(hinge > 0, tf.float32)
+    pushes = triplet_mining.chosen_negative_counts(valid, negative_index, active)
+    count = tf.reduce_sum(tf.cast(valid, tf.float32))
+    return tf.reduce_sum(tf.nn.relu(hinge), axis=1), pushes - active, count
 
 
 def _semihard_terms(closeness, positive, negative, margin, miner):
@@ -182,11 +176,9 @@ class Triplet(PairLoss):
         `EasyMiner()`: easy-positive (Xuan et al.), the most similar positive with
             the hardest negative.
         any pair miner: its kept pairs form the triplets.
-    Nothing N^3 is built: with at most `keras_dml.mining.triplet.SLOT_LIMIT` (16)
-    positives per anchor, one (N, N) pass per positive "slot" (the j-th positive
-    of every anchor) computes all triplets or the semi-hard negatives; beyond it,
-    each anchor's negatives are sorted once and searched (binary search plus
-    cumulative sums). The other strategies keep one negative per (a, p).
+    Nothing N^3 is built: one (N, N) pass per positive "slot" (the j-th positive of
+    every anchor), or, beyond `keras_dml.mining.triplet.SLOT_LIMIT` positives per
+    anchor, each anchor's negatives sorted once and searched.
 
     Args:
         margin: defaults to 0.1 for cosine (0.2 on squared distances of unit
@@ -208,6 +200,7 @@ class Triplet(PairLoss):
     """
 
     metrics = ("cosine", "euclidean", "squared_euclidean")
+    config_keys = PairLoss.config_keys + ("margin",)
 
     def __init__(self, margin=None, metric=None, miner=None, reduction="sum_over_batch_size",
                  name="triplet", dtype=None, distance=None, mining=None):
@@ -252,8 +245,3 @@ class Triplet(PairLoss):
                                            self.margin, self.selector)
         scale = tf.math.divide_no_nan(tf.cast(tf.shape(matrix)[0], tf.float32), count)
         return scale * total, (sign * scale) * gradient
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(margin=self.margin)
-        return config
