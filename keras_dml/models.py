@@ -1,6 +1,7 @@
 """`DMLModel`: a Keras model whose loss sees the whole (global) batch of embeddings."""
 
 import math
+import os
 
 import keras
 import numpy as np
@@ -81,6 +82,17 @@ def gather_across_replicas(embeddings, labels, sample_weight=None):
         if sample_weight is not None:
             sample_weight = context.all_gather(tf.identity(sample_weight), axis=0)
     return embeddings, labels, sample_weight
+
+
+def _create_checkpoint_folders(callbacks):
+    """Create each `ModelCheckpoint`'s folder before training. Keras creates it at the
+    first save with a check then a create, which the workers of a multi-worker run,
+    saving together, can race on (FileExistsError)."""
+    for callback in callbacks:
+        if isinstance(callback, keras.callbacks.ModelCheckpoint):
+            folder = os.path.dirname(str(callback.filepath))
+            if folder and "{" not in folder:  # a folder named by the epoch is Keras' to make
+                tf.io.gfile.makedirs(folder)
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -267,6 +279,7 @@ class DMLModel(keras.Model):
         callbacks = list(callbacks or [])
         if not any(isinstance(c, StopOnNonFinite) for c in callbacks):
             callbacks.append(StopOnNonFinite())
+        _create_checkpoint_folders(callbacks)
         return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
 
     def _check_first_labels(self, x, y):

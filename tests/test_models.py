@@ -1,5 +1,7 @@
 """DMLModel: real loss in logs, global batch under tf.distribute, loss-owned weights."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -296,3 +298,18 @@ def test_compile_with_a_non_dml_loss_is_a_clear_error():
     model = _model()
     with pytest.raises(ValueError, match="needs a keras_dml loss"):
         model.compile(optimizer="adam", loss="mse")  # resolves to a plain function
+
+
+def test_checkpoint_folders_exist_before_training(tmp_path):
+    """Workers of a multi-worker run that save together raced on Keras' check-then-create
+    of a ModelCheckpoint folder (FileExistsError): fit creates the folder first."""
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer="adam", loss=losses.MultiSimilarity())
+    folder = tmp_path / "checkpoints" / "run"
+    seen = []
+    probe = keras.callbacks.LambdaCallback(on_train_begin=lambda logs: seen.append(folder.is_dir()))
+    saver = keras.callbacks.ModelCheckpoint(str(folder / "model-{epoch}.keras"))
+    model.fit(_dataset(x, y), epochs=1, verbose=0, callbacks=[probe, saver])
+    assert seen == [True]
+    assert os.listdir(folder) == ["model-1.keras"]
