@@ -56,9 +56,7 @@ def _round_ratios(result):
 
 
 def run_case(case, mode, threads, check_fairness, device="cpu"):
-    repeats = case.repeats.get(mode, 1)
-    warmup = 0 if mode == "smoke" else 1
-    inner = 1 if mode == "smoke" else case.inner
+    repeats, warmup, inner = case.timing(mode)
     systems = case.systems_for(mode)
     print(f"[{case.key}] {repeats} rounds ...", file=sys.stderr, flush=True)
     result = processes.compare(systems, repeats, warmup, inner, threads, device=device)

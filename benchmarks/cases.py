@@ -27,6 +27,12 @@ class Case:
     inner: int = 1  # calls per sample (their median), for millisecond units
     same_value: bool = False  # both sides compute the same number (checked by the tests)
 
+    def timing(self, mode):
+        """(rounds, warm-up runs, runs per sample) of the case in `mode`."""
+        if mode == "smoke":
+            return self.repeats.get(mode, 1), 0, 1
+        return self.repeats.get(mode, 1), 1, self.inner
+
     def systems_for(self, mode):
         size = self.sizes[mode]
         return {name: (factory, {**kwargs, **size})

@@ -39,11 +39,10 @@ def compare_case(case, mode, roots, threads, repeats=None):
     """{"before", "after"} timing summaries of the case's keras_dml system, or an error."""
     factory, kwargs = case.systems_for(mode)["keras_dml"]
     systems = {side: (factory, kwargs) for side in roots}
-    repeats = repeats or case.repeats.get(mode, 1)
-    inner = 1 if mode == "smoke" else case.inner
+    rounds, warmup, inner = case.timing(mode)
     try:
-        result = processes.compare(systems, repeats, 0 if mode == "smoke" else 1, inner,
-                                   threads, roots=roots)
+        result = processes.compare(systems, repeats or rounds, warmup, inner, threads,
+                                   roots=roots)
     except RuntimeError as error:
         return {"error": str(error).strip().splitlines()[-1]}
     ratios = [a / b for a, b in zip(result["after"]["samples"], result["before"]["samples"])]
