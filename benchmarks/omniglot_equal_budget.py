@@ -40,7 +40,8 @@ RUNS = [
      "paper"),
     ("Contrastive, PML with keras_dml's margins", None, {}, "Contrastive", "paper"),
     ("Triplet (semi-hard), PML with margin 0.1 cosine", None, {}, "Triplet", "paper"),
-    ("NCA, PML with softmax_scale 0.5", None, {}, "NCA", "paper"),
+    ("NCA, scale 1 (MS supplementary eq. 1) on both sides", "NCA", {"scale": 1.0}, "NCA",
+     "paper"),
     # the losses beyond the papers, with the same defaults on both sides
     ("ArcFace", "ArcFace", {}, "ArcFace", "default"),
     ("CosFace", "CosFace", {}, "CosFace", "default"),

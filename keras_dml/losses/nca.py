@@ -44,8 +44,11 @@ class NCA(PairLoss):
     Anchors without a positive in the batch contribute 0.
 
     Args:
-        scale: multiplies the similarities (divides a temperature). Defaults to 1.0
-            (eq. 1, and pytorch-metric-learning's softmax_scale).
+        scale: multiplies the similarities (divides a temperature). Defaults to 2.0:
+            on L2-normalised embeddings this is the original NCA's
+            exp(-||f_a - f_k||^2) (= pytorch-metric-learning's `NCALoss()`), since
+            ||f_a - f_k||^2 = 2 - 2 S_ak. `scale=1.0` is eq. 1 as the MS supplementary
+            writes it, and learns less on Omniglot (docs/reproductions.md).
         metric: "cosine", "dot", "euclidean" or "squared_euclidean" (the original
             NCA: exp(-scale ||f_a - f_k||^2)). Defaults to "cosine", the MS
             supplementary's S. On L2-normalised embeddings "squared_euclidean" with
@@ -64,7 +67,7 @@ class NCA(PairLoss):
 
     config_keys = PairLoss.config_keys + ("scale",)
 
-    def __init__(self, scale=1.0, metric="cosine", miner=None,
+    def __init__(self, scale=2.0, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name="nca", dtype=None):
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
