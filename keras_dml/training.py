@@ -446,7 +446,9 @@ def run(config, report=None, resume=False):
         model = build_model(config, input_shape)
         loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
         if config.memory_size:
-            loss = losses.CrossBatchMemory(loss, config.memory_size, config.memory_warmup)
+            loss = losses.CrossBatchMemory(loss, config.memory_size, config.memory_warmup,
+                                           include_batch_loss=config.memory_batch_loss,
+                                           momentum=config.memory_momentum)
         rate = learning_rate_schedule(config.learning_rate,
                                       config.epochs * config.steps_per_epoch,
                                       config.warmup_steps, config.lr_schedule)

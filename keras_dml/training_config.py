@@ -65,6 +65,8 @@ class TrainConfig:
     strategy: str = "auto"
     memory_size: int = 0
     memory_warmup: int = 0
+    memory_momentum: float = None
+    memory_batch_loss: bool = False
     run_name: str = None
     runs_dir: str = "runs"
     export_dir: str = "savedmodels"
@@ -93,6 +95,15 @@ class TrainConfig:
                              f"{self.lr_schedule!r}.")
         for field in ("memory_size", "memory_warmup"):
             integer_at_least(field, getattr(self, field), 0, strict=True)
+        if self.memory_momentum is not None and not (
+                isinstance(self.memory_momentum, (int, float))
+                and 0.0 <= self.memory_momentum < 1.0):
+            raise ValueError(f"memory_momentum must be in [0, 1), got "
+                             f"{self.memory_momentum!r}.")
+        if not self.memory_size and (self.memory_momentum is not None
+                                     or self.memory_batch_loss):
+            raise ValueError("memory_momentum and memory_batch_loss need a memory: give "
+                             "memory_size too.")
         for field in ("warmup_steps", "augment_shift", "augment_rotation", "augment_scale"):
             value = getattr(self, field)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):

@@ -229,6 +229,32 @@ def test_memory_size_wraps_the_loss_in_a_cross_batch_memory(tmp_path, capsys):
     assert not (tmp_path / "refused").exists()
 
 
+def test_memory_momentum_and_batch_loss_reach_the_wrapper(tmp_path, capsys):
+    code = cli.main(["train", *TINY, "--memory-size", "64", "--memory-momentum", "0.99",
+                     "--memory-batch-loss", "--runs-dir", str(tmp_path), "--run-name", "moco",
+                     "--no-export", "--no-plots"])
+    assert code == 0, capsys.readouterr().err
+    import keras
+
+    model = keras.models.load_model(tmp_path / "moco" / "model.keras")
+    assert model.dml_loss.momentum == pytest.approx(0.99)
+    assert model.dml_loss.include_batch_loss is True
+    config = json.loads((tmp_path / "moco" / "config.json").read_text())
+    assert config["memory_momentum"] == 0.99 and config["memory_batch_loss"] is True
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--memory-momentum", "0.9"], "need a memory"),
+    (["--memory-batch-loss"], "need a memory"),
+    (["--memory-size", "64", "--memory-momentum", "1.0"], "--memory-momentum must be in [0, 1), got 1.0"),
+])
+def test_memory_option_errors_name_the_problem(tmp_path, capsys, flags, message):
+    code = cli.main(["train", *TINY, *flags, "--runs-dir", str(tmp_path), "--run-name", "bad",
+                     "--no-export", "--no-plots"])
+    assert code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_strategy_mirrored_trains_on_two_replicas(tmp_path, capsys, monkeypatch,
                                                  mirrored_strategy):
     """`--strategy mirrored` over the two logical CPUs of conftest. `make_strategy` runs

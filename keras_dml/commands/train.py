@@ -95,6 +95,11 @@ def add_arguments(parser):
     fit.add_argument("--memory-warmup", type=int, default=default("memory_warmup"),
                      help="training steps on the batch alone before the memory starts "
                      "(default %(default)s)")
+    fit.add_argument("--memory-momentum", type=float, default=default("memory_momentum"),
+                     help="fill the memory from a momentum copy of the network (MoCo uses "
+                     "0.999); default: the trained network itself")
+    fit.add_argument("--memory-batch-loss", action="store_true",
+                     help="add the in-batch loss to the memory loss (the XBM paper's form)")
     recipe = parser.add_argument_group("recipes")
     recipe.add_argument("--recipe", default=None,
                         help="start from a shipped recipe's flags (flags you give override "
