@@ -136,7 +136,8 @@ def build_cnn(dim=128, size=SIZE):
 
 
 def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_class=4,
-                 learning_rate=1e-3, warmup_steps=0, schedule="constant", dim=128,
+                 learning_rate=1e-3, warmup_steps=0, schedule="constant", weight_decay=0.0,
+                 dim=128,
                  augment_shift=0.0, augment_rotation=0.0, augment_scale=0.0,
                  eval_every=None, order=None, test_classes=None, run_eagerly=False,
                  data_dir=None, verbose=False):
@@ -150,6 +151,7 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
         learning_rate: Adam's peak learning rate. Defaults to 1e-3.
         warmup_steps: linear warm-up from 0. Defaults to 0.
         schedule: "constant" or "cosine" (decay to 0 at `steps`).
+        weight_decay: AdamW's decoupled weight decay (0: Adam). Defaults to 0.
         dim: embedding size. Defaults to 128.
         augment_shift: random translation up to this many pixels. Defaults to 0.
         augment_rotation: random rotation up to this many degrees. Defaults to 0.
@@ -181,8 +183,9 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
         raise ValueError(f"order holds {len(order)} batches, fewer than steps={steps}.")
     keras.utils.set_random_seed(seed)
     model = build_cnn(dim)
-    optimizer = keras.optimizers.Adam(
-        learning_rate_schedule(learning_rate, steps, warmup_steps, schedule))
+    rate = learning_rate_schedule(learning_rate, steps, warmup_steps, schedule)
+    optimizer = (keras.optimizers.AdamW(rate, weight_decay=weight_decay) if weight_decay
+                 else keras.optimizers.Adam(rate))
     model.compile(optimizer=optimizer, loss=loss, jit_compile=False, run_eagerly=run_eagerly)
 
     images, labels = tf.constant(x_train), tf.constant(y_train)
@@ -279,6 +282,8 @@ def main(argv=None):
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--warmup-steps", type=int, default=0)
     parser.add_argument("--schedule", choices=("constant", "cosine"), default="constant")
+    parser.add_argument("--weight-decay", type=float, default=0.0,
+                        help="AdamW's decoupled weight decay (default 0: Adam)")
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--augment-shift", type=float, default=0.0, help="pixels")
     parser.add_argument("--augment-rotation", type=float, default=0.0, help="degrees")
@@ -293,7 +298,8 @@ def main(argv=None):
         make_loss(args.loss, loss_args), steps=args.steps, seed=args.seed,
         classes_per_batch=args.classes_per_batch, samples_per_class=args.samples_per_class,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
-        schedule=args.schedule, dim=args.dim, augment_shift=args.augment_shift,
+        schedule=args.schedule, weight_decay=args.weight_decay, dim=args.dim,
+        augment_shift=args.augment_shift,
         augment_rotation=args.augment_rotation, augment_scale=args.augment_scale,
         eval_every=args.eval_every, data_dir=args.data)
     row = {"system": "keras_dml", "loss": args.loss, "loss_args": loss_args, "tag": args.tag,

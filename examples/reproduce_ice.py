@@ -41,7 +41,7 @@ def main(argv=None):
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     ice = [e for e in summary if e["group"] == "ice"]
     ax.errorbar([e["x"] for e in ice], [e["R@1"] for e in ice],
-                yerr=[e["R@1 std"] for e in ice], marker="o", capsize=3,
+                yerr=reproduction.error_bars(ice), marker="o", capsize=3,
                 label="InstanceCrossEntropy")
     for e in summary:
         if e["group"] == "cce":

@@ -41,7 +41,7 @@ def main(argv=None):
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), width_ratios=(2, 1))
     batch = [e for e in summary if e["group"] == "batch"]
     left.errorbar([e["x"] for e in batch], [e["R@1"] for e in batch],
-                  yerr=[e["R@1 std"] for e in batch], marker="o", capsize=3)
+                  yerr=reproduction.error_bars(batch), marker="o", capsize=3)
     left.set_xscale("log", base=2)
     left.set_xticks([e["x"] for e in batch], [str(int(e["x"])) for e in batch])
     left.set_xlabel("batch size (classes x 4 images)")
@@ -50,7 +50,7 @@ def main(argv=None):
     left.set_title(f"MultiSimilarity vs batch size ({args.steps} steps)", fontsize=10)
     pair = [e for e in summary if e["group"] == "binomial"]
     right.bar([e["row"].split(" (")[0] for e in pair], [e["R@1"] for e in pair],
-              yerr=[e["R@1 std"] for e in pair], capsize=3, color=["tab:blue", "tab:red"])
+              yerr=reproduction.error_bars(pair), capsize=3, color=["tab:blue", "tab:red"])
     if pair:
         low = min(e["R@1"] - e["R@1 std"] for e in pair)
         right.set_ylim(max(0, low - 5), max(e["R@1"] + e["R@1 std"] for e in pair) + 2)

@@ -87,7 +87,7 @@ def main(argv=None):
                                  (width / 2, "without", "tab:gray")):
         entries = [e for e in summary if e["group"] == group]
         ax.bar(np.arange(len(entries)) + offset, [e["R@1"] for e in entries], width,
-               yerr=[e["R@1 std"] for e in entries], capsize=3, color=color,
+               yerr=reproduction.error_bars(entries), capsize=3, color=color,
                label=f"{group} importance weights")
     ax.set_xticks(range(len(DESIGNS)), [label for label, _ in DESIGNS], fontsize=8)
     values = [e["R@1"] for e in summary]

@@ -96,6 +96,14 @@ def run_rows(name, rows, args):
             and (r["row"], r["seed"]) in wanted]
 
 
+def error_bars(entries, metric="R@1"):
+    """The std over seeds of each entry for matplotlib's yerr/xerr; None when every
+    entry has one seed (no bar rather than a bar of length 0)."""
+    if max(e["n"] for e in entries) < 2:
+        return None
+    return [e[metric + " std"] for e in entries]
+
+
 def summarize(rows, results, metrics=("R@1", "R@8", "MAP@R")):
     """Per row (in order): name, group, x, n seeds, and mean / std of each metric."""
     table = []
@@ -139,8 +147,7 @@ def bar_figure(summary, path, title, evaluated, metric="R@1", colors=None):
     names = [e["row"] for e in summary]
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.4))
     ax.barh(range(len(names)), [e[metric] for e in summary],
-            xerr=[e[metric + " std"] for e in summary] if max(e["n"] for e in summary) > 1
-            else None, capsize=3,
+            xerr=error_bars(summary, metric), capsize=3,
             color=colors or "tab:blue", alpha=0.85)
     ax.set_yticks(range(len(names)), names)
     ax.invert_yaxis()

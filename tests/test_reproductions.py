@@ -71,3 +71,12 @@ def test_quick_mode_runs_every_row(name, tmp_path):
     assert len(records) == len(rows)
     script.main(["--quick", "--out-dir", str(tmp_path)])  # resumes: nothing is rerun
     assert len(open(tmp_path / f"{script.NAME}.jsonl").readlines()) == len(rows)
+
+
+def test_error_bars_only_with_several_seeds():
+    import reproduction
+
+    one = [{"n": 1, "R@1": 60.0, "R@1 std": 0.0}, {"n": 1, "R@1": 70.0, "R@1 std": 0.0}]
+    assert reproduction.error_bars(one) is None
+    two = [{"n": 2, "R@1": 60.0, "R@1 std": 0.5}, {"n": 1, "R@1": 70.0, "R@1 std": 0.0}]
+    assert reproduction.error_bars(two) == [0.5, 0.0]
