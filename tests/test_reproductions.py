@@ -57,6 +57,19 @@ def test_pml_side_trains_on_the_same_batches():
 
 
 @needs_data
+def test_protocol_trains_with_adamw_weight_decay(monkeypatch):
+    import keras
+
+    made = []
+    monkeypatch.setattr(keras.optimizers, "AdamW", lambda *a, **k: made.append(k) or
+                        keras.optimizers.Adam(*a))
+    row = protocol.run_protocol(protocol.make_loss("MultiSimilarity"), steps=2,
+                                classes_per_batch=4, samples_per_class=2, weight_decay=0.1,
+                                test_classes=10, run_eagerly=True)
+    assert made == [{"weight_decay": 0.1}] and np.isfinite(row["final_loss"])
+
+
+@needs_data
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_quick_mode_runs_every_row(name, tmp_path):
     script = importlib.import_module(name)
