@@ -48,6 +48,9 @@ def parse_args(description, steps, seeds, argv=None, extra=None):
                         "temporary folder)")
     parser.add_argument("--data", default=None, help="folder with the Omniglot npz files")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rows", nargs="+", default=None, metavar="NAME",
+                        help="run only the rows whose name starts with one of these (the "
+                        "table and figure still show every row's results)")
     if extra:
         extra(parser)
     args = parser.parse_args(argv)
@@ -77,6 +80,8 @@ def run_rows(name, rows, args):
     path = os.path.join(args.out_dir, f"{name}.jsonl")
     done = {(r["row"], r["seed"], r["steps"]) for r in _read(path)}
     for row in rows:
+        if args.rows and not row.name.startswith(tuple(args.rows)):
+            continue
         for seed in args.seeds:
             if (row.name, seed, args.steps) in done:
                 continue
@@ -99,7 +104,7 @@ def run_rows(name, rows, args):
 def error_bars(entries, metric="R@1"):
     """The std over seeds of each entry for matplotlib's yerr/xerr; None when every
     entry has one seed (no bar rather than a bar of length 0)."""
-    if max(e["n"] for e in entries) < 2:
+    if max((e["n"] for e in entries), default=0) < 2:
         return None
     return [e[metric + " std"] for e in entries]
 

@@ -86,6 +86,16 @@ def test_quick_mode_runs_every_row(name, tmp_path):
     assert len(open(tmp_path / f"{script.NAME}.jsonl").readlines()) == len(rows)
 
 
+@needs_data
+def test_rows_option_runs_only_the_named_rows(tmp_path):
+    script = importlib.import_module("reproduce_multi_similarity")
+    summary = script.main(["--quick", "--out-dir", str(tmp_path), "--threads", "1",
+                           "--rows", "BinLifted"])
+    assert [entry["row"] for entry in summary] == ["BinLifted (32 x 4)"]
+    records = [json.loads(line) for line in open(tmp_path / f"{script.NAME}.jsonl")]
+    assert [r["row"] for r in records] == ["BinLifted (32 x 4)"]
+
+
 def test_error_bars_only_with_several_seeds():
     import reproduction
 
