@@ -165,7 +165,9 @@ def bar_figure(summary, path, title, evaluated, metric="R@1", colors=None):
                 va="center", fontsize=8)
     seeds = sorted({e["n"] for e in summary})
     ax.set_xlabel(f"{metric} (%) on {evaluated}"
-                  + (f", mean ± std over {seeds[-1]} seeds" if seeds[-1] > 1 else ", one seed"))
+                  + ("\none seed" if seeds[-1] == 1 else "\nmean ± std over "
+                     + (f"{seeds[-1]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}")
+                     + " seeds"))
     ax.set_title(title, fontsize=10)
     return save_figure(fig, path)
 
