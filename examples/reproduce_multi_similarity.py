@@ -47,8 +47,9 @@ def main(argv=None):
     left.set_xlabel("batch size (classes x 4 images)")
     seeds = max((e["n"] for e in batch), default=1)
     left.set_ylabel("R@1 (%)" + (f", mean ± std over {seeds} seeds" if seeds > 1
-                                 else ", one seed") + f", {args.evaluated}", fontsize=8)
-    left.set_title(f"MultiSimilarity vs batch size ({args.steps} steps)", fontsize=10)
+                                 else ", one seed"))
+    left.set_title(f"MultiSimilarity vs batch size ({args.steps} steps)\n{args.evaluated}",
+                   fontsize=10)
     pair = [e for e in summary if e["group"] == "binomial"]
     right.bar([e["row"].split(" (")[0] for e in pair], [e["R@1"] for e in pair],
               yerr=reproduction.error_bars(pair), capsize=3, color=["tab:blue", "tab:red"])
