@@ -37,6 +37,14 @@ def non_negative(name, value):
     return number
 
 
+def below_one(name, value):
+    """`value` as a float in [0, 1) (a momentum, a decay)."""
+    number = _number(name, value)
+    if not 0.0 <= number < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}.")
+    return number
+
+
 def integer_at_least(name, value, minimum, strict=False, why=""):
     """`value` as an int >= `minimum`. Bools, strings and fractional numbers are
     refused; `strict=True` also refuses integral floats such as 2.0 (Python and NumPy

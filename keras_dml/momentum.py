@@ -26,9 +26,7 @@ class MomentumEncoder(keras.layers.Layer):
 
     def __init__(self, momentum=0.999, **kwargs):
         super().__init__(**kwargs)
-        self.momentum = _hyper.finite("momentum", momentum)
-        if not 0.0 <= self.momentum < 1.0:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum!r}.")
+        self.momentum = _hyper.below_one("momentum", momentum)
         self.shadows = []
 
     def track(self, variables):

@@ -9,7 +9,7 @@ import json
 import math
 import re
 
-from keras_dml.hyperparameters import integer_at_least
+from keras_dml.hyperparameters import below_one, integer_at_least
 
 # Names `keras-dml train --help` lists without importing TensorFlow; a test keeps them
 # equal to `keras_dml.datasets.available()` and `keras_dml.losses.LOSSES`.
@@ -95,11 +95,8 @@ class TrainConfig:
                              f"{self.lr_schedule!r}.")
         for field in ("memory_size", "memory_warmup"):
             integer_at_least(field, getattr(self, field), 0, strict=True)
-        if self.memory_momentum is not None and not (
-                isinstance(self.memory_momentum, (int, float))
-                and 0.0 <= self.memory_momentum < 1.0):
-            raise ValueError(f"memory_momentum must be in [0, 1), got "
-                             f"{self.memory_momentum!r}.")
+        if self.memory_momentum is not None:
+            self.memory_momentum = below_one("memory_momentum", self.memory_momentum)
         if not self.memory_size and (self.memory_momentum is not None
                                      or self.memory_batch_loss):
             raise ValueError("memory_momentum and memory_batch_loss need a memory: give "

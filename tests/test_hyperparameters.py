@@ -4,6 +4,7 @@ construction, never a NaN loss later."""
 import pytest
 
 from keras_dml import losses, mining
+from keras_dml.momentum import MomentumEncoder
 
 NAN, INF = float("nan"), float("inf")
 
@@ -24,6 +25,12 @@ BAD = {
     "ms_miner_epsilon_nan": (lambda: mining.MultiSimilarityMiner(NAN), "epsilon"),
     "semihard_margin_inf": (lambda: mining.SemiHardMiner(margin=INF), "margin"),
     "pair_margin_nan": (lambda: mining.PairMarginMiner(pos_margin=NAN), "pos_margin"),
+    "xbm_momentum_one": (lambda: losses.CrossBatchMemory(losses.MultiSimilarity(), 64,
+                                                         momentum=1.0),
+                         r"momentum must be in \[0, 1\), got 1.0"),
+    "xbm_momentum_negative": (lambda: losses.CrossBatchMemory(losses.MultiSimilarity(), 64,
+                                                              momentum=-0.1), "momentum"),
+    "momentum_encoder_nan": (lambda: MomentumEncoder(momentum=NAN), "momentum"),
 }
 
 
@@ -49,3 +56,12 @@ def test_integer_at_least_strict_refuses_integral_floats():
             integer_at_least("warmup", value, 0)
     with pytest.raises(ValueError, match=r"version must be a positive integer \(why\), got 0"):
         integer_at_least("version", 0, 1, strict=True, why=" (why)")
+
+
+def test_below_one_takes_the_half_open_unit_interval():
+    from keras_dml.hyperparameters import below_one
+
+    assert below_one("momentum", 0) == 0.0 and below_one("momentum", 0.999) == 0.999
+    for value in (1.0, -0.1, NAN, "x"):
+        with pytest.raises(ValueError, match=r"^momentum must be"):
+            below_one("momentum", value)

@@ -157,9 +157,7 @@ class CrossBatchMemory(keras.losses.Loss):
         self.warmup_steps = _hyper.integer_at_least("warmup_steps", warmup_steps, 0)
         self.include_batch_loss = bool(include_batch_loss)
         self.memory_weight = _hyper.finite("memory_weight", memory_weight)
-        self.momentum = None if momentum is None else _hyper.finite("momentum", momentum)
-        if self.momentum is not None and not 0.0 <= self.momentum < 1.0:
-            raise ValueError(f"momentum must be in [0, 1) or None, got {momentum!r}.")
+        self.momentum = None if momentum is None else _hyper.below_one("momentum", momentum)
         self.trainable_layer = MemoryBank(
             self.memory_size, wrapped_layer=getattr(loss, "trainable_layer", None),
             name="cross_batch_memory")
