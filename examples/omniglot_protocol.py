@@ -137,8 +137,7 @@ def build_cnn(dim=128, size=SIZE):
 
 def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_class=4,
                  learning_rate=1e-3, warmup_steps=0, schedule="constant", weight_decay=0.0,
-                 dim=128,
-                 augment_shift=0.0, augment_rotation=0.0, augment_scale=0.0,
+                 dim=128, augment_shift=0.0, augment_rotation=0.0, augment_scale=0.0,
                  eval_every=None, order=None, test_classes=None, run_eagerly=False,
                  data_dir=None, verbose=False):
     """Train the protocol's CNN with `loss` and evaluate on the 659 test characters.
@@ -299,8 +298,8 @@ def main(argv=None):
         classes_per_batch=args.classes_per_batch, samples_per_class=args.samples_per_class,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
         schedule=args.schedule, weight_decay=args.weight_decay, dim=args.dim,
-        augment_shift=args.augment_shift,
-        augment_rotation=args.augment_rotation, augment_scale=args.augment_scale,
+        augment_shift=args.augment_shift, augment_rotation=args.augment_rotation,
+        augment_scale=args.augment_scale,
         eval_every=args.eval_every, data_dir=args.data)
     row = {"system": "keras_dml", "loss": args.loss, "loss_args": loss_args, "tag": args.tag,
            **{k: v for k, v in vars(args).items() if k not in ("loss", "loss_args", "out")},

@@ -45,9 +45,7 @@ def main(argv=None):
     left.set_xscale("log", base=2)
     left.set_xticks([e["x"] for e in batch], [str(int(e["x"])) for e in batch])
     left.set_xlabel("batch size (classes x 4 images)")
-    seeds = max((e["n"] for e in batch), default=1)
-    left.set_ylabel("R@1 (%)" + (f", mean ± std over {seeds} seeds" if seeds > 1
-                                 else ", one seed"))
+    left.set_ylabel(f"R@1 (%), {reproduction.seeds_text(batch)}")
     left.set_title(f"MultiSimilarity vs batch size ({args.steps} steps)\n{args.evaluated}",
                    fontsize=10)
     pair = [e for e in summary if e["group"] == "binomial"]
@@ -56,8 +54,7 @@ def main(argv=None):
     if pair:
         low = min(e["R@1"] - e["R@1 std"] for e in pair)
         right.set_ylim(max(0, low - 5), max(e["R@1"] + e["R@1 std"] for e in pair) + 2)
-    seeds = max((e["n"] for e in pair), default=1)
-    right.set_ylabel("R@1 (%)" + (f", mean ± std over {seeds} seeds" if seeds > 1 else ""))
+    right.set_ylabel(f"R@1 (%), {reproduction.seeds_text(pair)}")
     right.set_title("BinLifted vs Binomial (32 x 4)", fontsize=10)
     reproduction.save_figure(fig, f"{args.out_dir}/{NAME}.png", [left])
     return summary

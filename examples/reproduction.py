@@ -109,6 +109,16 @@ def error_bars(entries, metric="R@1"):
     return [e[metric + " std"] for e in entries]
 
 
+def seeds_text(entries):
+    """How many seeds the entries average: "one seed", "mean ± std over 3 seeds" or
+    "mean ± std over 2-3 seeds"."""
+    counts = sorted({e["n"] for e in entries}) or [1]
+    if counts[-1] == 1:
+        return "one seed"
+    span = f"{counts[-1]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return f"mean ± std over {span} seeds"
+
+
 def summarize(rows, results, metrics=("R@1", "R@8", "MAP@R")):
     """Per row (in order): name, group, x, n seeds, and mean / std of each metric."""
     table = []
@@ -163,11 +173,7 @@ def bar_figure(summary, path, title, evaluated, metric="R@1", colors=None):
     for i, e in enumerate(summary):
         ax.text(e[metric] + e[metric + " std"] + 0.05 * pad, i, f"{e[metric]:.1f}",
                 va="center", fontsize=8)
-    seeds = sorted({e["n"] for e in summary})
-    ax.set_xlabel(f"{metric} (%) on {evaluated}"
-                  + ("\none seed" if seeds[-1] == 1 else "\nmean ± std over "
-                     + (f"{seeds[-1]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}")
-                     + " seeds"))
+    ax.set_xlabel(f"{metric} (%) on {evaluated}\n{seeds_text(summary)}")
     ax.set_title(title, fontsize=10)
     return save_figure(fig, path)
 

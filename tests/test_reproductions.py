@@ -103,3 +103,12 @@ def test_error_bars_only_with_several_seeds():
     assert reproduction.error_bars(one) is None
     two = [{"n": 2, "R@1": 60.0, "R@1 std": 0.5}, {"n": 1, "R@1": 70.0, "R@1 std": 0.0}]
     assert reproduction.error_bars(two) == [0.5, 0.0]
+
+
+def test_seeds_text_counts_the_seeds_of_the_entries():
+    import reproduction
+
+    assert reproduction.seeds_text([{"n": 1}, {"n": 1}]) == "one seed"
+    assert reproduction.seeds_text([{"n": 3}, {"n": 3}]) == "mean ± std over 3 seeds"
+    assert reproduction.seeds_text([{"n": 2}, {"n": 3}]) == "mean ± std over 2-3 seeds"
+    assert reproduction.seeds_text([]) == "one seed"
