@@ -113,17 +113,12 @@ def retrieval_metrics(n=20000, d=512, classes=5000):
 
 
 def omniglot_model(seed=0):
-    """The Omniglot recipe's CNN: 3 x (conv 64, BN, ReLU, max-pool), dense 128, L2."""
+    """The Omniglot recipe's CNN (`keras_dml.backbones.cnn3`: 3 x (conv 64, BN, ReLU,
+    max-pool)), dense 128, L2: the network `keras-dml train` builds."""
     keras.utils.set_random_seed(seed)
-    inputs = keras.Input((28, 28, 1))
-    x = inputs
-    for _ in range(3):
-        x = keras.layers.Conv2D(64, 3, padding="same")(x)
-        x = keras.layers.BatchNormalization()(x)
-        x = keras.layers.ReLU()(x)
-        x = keras.layers.MaxPooling2D()(x)
-    x = keras.layers.Flatten()(x)
-    return keras_dml.models.DMLModel(inputs, keras_dml.layers.EmbeddingHead(128)(x))
+    features = keras_dml.backbones.cnn3((28, 28, 1))
+    return keras_dml.models.DMLModel(features.input,
+                                     keras_dml.layers.EmbeddingHead(128)(features.output))
 
 
 def omniglot_train(steps=50, classes_per_batch=32, samples_per_class=4, jit_compile="auto"):
@@ -148,8 +143,8 @@ def omniglot_evaluate(batch_size=1024, limit=None):
     x, y = x[:limit], y[:limit]
     model = omniglot_model()
 
-    def step():
-        embeddings = model.predict(x, batch_size=batch_size, verbose=0)
+    def step():  # keras_dml's embedding pass (RecallAtK's and the CLI's), not Keras' predict
+        embeddings, _ = evaluation.embed_dataset(model, (x, y), batch_size=batch_size)
         return evaluation.retrieval_metrics(
             embeddings, y, metrics=("precision@1", "r_precision", "map@r"))
 

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_dml import hyperparameters
+from keras_dml.batch_norm import FusedBatchNormalization  # noqa: F401 (public here)
 from keras_dml.ops import NORM_EPSILON
 
 _POOLINGS = ("avg", "max", "gem")

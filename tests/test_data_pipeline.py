@@ -11,6 +11,7 @@ import tensorflow as tf
 import keras_dml
 from keras_dml.data import Preprocessing, class_balanced_batches, verify_images
 from keras_dml.datasets.base import labeled_from_raw
+from keras_dml.evaluation.embedding import as_dataset
 
 CUB = "/work/shared/datasets/cub200_subset/CUB_200_2011"
 
@@ -50,6 +51,18 @@ def test_same_seed_same_stream_other_seed_differs():
     c = [yb for _, yb in class_balanced_batches((x, y), 3, 2, seed=6).take(5).as_numpy_iterator()]
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
+
+
+def test_keras_dml_pipelines_run_without_the_tf_data_autotuner():
+    x, y = load_digits_train()
+    split = keras_dml.datasets.load("digits").test
+    streams = [class_balanced_batches((x, y), 3, 2, seed=0),
+               keras_dml.data.two_view_batches(x, lambda v: v, 4, seed=0),
+               keras_dml.data.evaluation_batches(split),
+               as_dataset((x, y), batch_size=8)]
+    for stream in streams:
+        assert stream.options().autotune.enabled is False
+    assert next(iter(streams[0]))[1].shape == (6,)  # parallel map still works
 
 
 def load_digits_train():

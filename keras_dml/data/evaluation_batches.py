@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml.data.bad_images import BadImageGuard
+from keras_dml.data.options import steady
 from keras_dml.data.sources import decode_or_flag
 from keras_dml.hyperparameters import integer_at_least
 
@@ -28,7 +29,7 @@ def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None
     labels = np.asarray(split.labels, np.int32)
     if split.images is not None:
         batches = tf.data.Dataset.from_tensor_slices((split.images, labels)).batch(batch_size)
-        return batches.map(transform) if transform else batches
+        return steady(batches.map(transform) if transform else batches)
     if preprocessing is None:
         raise ValueError(
             "This split holds image files: pass preprocessing=keras_dml.data.Preprocessing(...) "
@@ -50,5 +51,5 @@ def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None
             return tf.identity(x), y
 
     items = tf.data.Dataset.from_tensor_slices((np.arange(len(paths)), labels))
-    return (items.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
-            .map(checked).prefetch(tf.data.AUTOTUNE))
+    return steady(items.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
+                  .map(checked).prefetch(tf.data.AUTOTUNE))

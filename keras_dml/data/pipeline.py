@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml.data.bad_images import BadImageGuard
+from keras_dml.data.options import steady
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.sources import make_source
 
@@ -256,7 +257,7 @@ def batches_from_indices(data, indices, seed=None, map_fn=None, skip_bad_images=
         guard = BadImageGuard(data.describe, skip=skip_bad_images)
         ds = ds.filter(tf.autograph.experimental.do_not_convert(
             lambda batch_id, indices, ok, x, y: guard.keep(batch_id, indices, ok)))
-    return ds.map(_only_x_y).prefetch(tf.data.AUTOTUNE)
+    return steady(ds.map(_only_x_y).prefetch(tf.data.AUTOTUNE))
 
 
 @tf.autograph.experimental.do_not_convert

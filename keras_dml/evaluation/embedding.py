@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml import hyperparameters
+from keras_dml.data.options import steady
 from keras_dml.evaluation.retrieval import METRICS, retrieval_metrics
 
 
@@ -17,7 +18,7 @@ def as_dataset(data, batch_size):
         x, y = data[0], data[1]
         if len(x) != len(y):
             raise ValueError(f"x has {len(x)} samples but y has {len(y)}.")
-        return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+        return steady(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size))
     raise ValueError(
         "data must be a tf.data.Dataset of (x, y) batches or an (x, y) tuple of arrays, "
         f"got {type(data).__name__}."

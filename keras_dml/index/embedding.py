@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_dml.data.options import steady
 from keras_dml.evaluation.embedding import inference_function
 
 
@@ -22,7 +23,7 @@ def embed_batches(embedder, dataset, batch_size=256, verbose=1):
             dataset = tf.data.Dataset.from_tensor_slices(tuple(dataset))
         else:
             dataset = tf.data.Dataset.from_tensor_slices(dataset)
-        dataset = dataset.batch(batch_size)
+        dataset = steady(dataset.batch(batch_size))
     steps = int(dataset.cardinality())
     progress = keras.utils.Progbar(steps if steps >= 0 else None, verbose=verbose,
                                    unit_name="batch")
