@@ -19,7 +19,7 @@ _DESCRIPTION = (
     "Recall@1/2/4/8 and MAP@R on the held-out classes before and after training; save "
     "the model, logs and figures under --runs-dir/<run> and export a TF Serving "
     "SavedModel under --export-dir/<run>/<version>. Without options it trains on the "
-    "Omniglot copy shipped with the package (1-2 minutes on a 2-core CPU)."
+    "Omniglot copy shipped with the package (under 2 minutes on a 2-core CPU)."
 )
 
 
