@@ -89,6 +89,15 @@ def load_data(data_dir=None):
     return _CACHE[data_dir]
 
 
+def with_rotated_classes(images, labels):
+    """The training set plus each character rotated by 90, 180 and 270 degrees as three new
+    characters (the Omniglot augmentation of Vinyals et al. 2016): 4 x the classes."""
+    classes = int(labels.max()) + 1
+    rotated = [np.rot90(images, turns, axes=(1, 2)) for turns in range(4)]
+    return (np.ascontiguousarray(np.concatenate(rotated)),
+            np.concatenate([labels + turns * classes for turns in range(4)]).astype(np.int32))
+
+
 def batch_order(labels, classes_per_batch, samples_per_class, steps, seed):
     """(steps, C k) int64 indices into `labels`: each step C distinct classes
     (classes are visited in reshuffled passes, so each is seen about equally often),
@@ -138,8 +147,8 @@ def build_cnn(dim=128, size=SIZE):
 def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_class=4,
                  learning_rate=1e-3, warmup_steps=0, schedule="constant", weight_decay=0.0,
                  dim=128, augment_shift=0.0, augment_rotation=0.0, augment_scale=0.0,
-                 eval_every=None, order=None, test_classes=None, run_eagerly=False,
-                 data_dir=None, verbose=False):
+                 rotated_classes=False, eval_every=None, order=None, test_classes=None,
+                 run_eagerly=False, data_dir=None, verbose=False):
     """Train the protocol's CNN with `loss` and evaluate on the 659 test characters.
 
     Args:
@@ -155,6 +164,9 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
         augment_shift: random translation up to this many pixels. Defaults to 0.
         augment_rotation: random rotation up to this many degrees. Defaults to 0.
         augment_scale: random zoom up to this fraction. Defaults to 0.
+        rotated_classes: also train on the 90/180/270-degree rotations of every
+            character as new characters (`with_rotated_classes`; 3,856 classes; proxy
+            losses need `num_classes=3856`). Defaults to False.
         eval_every: also evaluate every this many steps (for curves). Defaults to None.
         order: (steps, B) training indices of another batch design (replaces the
             C x k order). Defaults to None.
@@ -171,9 +183,13 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
     import keras
     import tensorflow as tf
 
+    from keras_dml.data.options import steady
+    from keras_dml.evaluation import embed_dataset
     from keras_dml.training import augmentation, learning_rate_schedule
 
     x_train, y_train, x_test, y_test = load_data(data_dir)
+    if rotated_classes:
+        x_train, y_train = with_rotated_classes(x_train, y_train)
     if test_classes:
         x_test, y_test = x_test[y_test < test_classes], y_test[y_test < test_classes]
     if order is None:
@@ -197,11 +213,11 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
         return batch, tf.gather(labels, indices)
 
     def batches(first, count):
-        return tf.data.Dataset.from_tensor_slices(order[first:first + count]).map(gather) \
-            .prefetch(2)
+        return steady(tf.data.Dataset.from_tensor_slices(order[first:first + count])
+                      .map(gather).prefetch(2))
 
     def evaluate():
-        embeddings = model.predict(x_test, batch_size=1024, verbose=0)
+        embeddings, _ = embed_dataset(model, (x_test, y_test), batch_size=1024)
         return metrics_from_embeddings(embeddings, y_test)
 
     untrained = evaluate()
@@ -226,8 +242,8 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
     return result
 
 
-def make_loss(name, loss_args=None):
-    """A keras_dml loss by class name; proxy losses get num_classes=964."""
+def make_loss(name, loss_args=None, num_classes=964):
+    """A keras_dml loss by class name; proxy losses get `num_classes` (964)."""
     import inspect
 
     from keras_dml import losses
@@ -237,7 +253,7 @@ def make_loss(name, loss_args=None):
         raise ValueError(f"unknown loss {name!r}: expected one of {losses.LOSSES}.")
     kwargs = dict(loss_args or {})
     if "num_classes" in inspect.signature(cls).parameters:
-        kwargs.setdefault("num_classes", 964)
+        kwargs.setdefault("num_classes", num_classes)
     return cls(**kwargs)
 
 
@@ -287,6 +303,8 @@ def main(argv=None):
     parser.add_argument("--augment-shift", type=float, default=0.0, help="pixels")
     parser.add_argument("--augment-rotation", type=float, default=0.0, help="degrees")
     parser.add_argument("--augment-scale", type=float, default=0.0, help="zoom fraction")
+    parser.add_argument("--rotated-classes", action="store_true",
+                        help="also train on 90/180/270-degree rotations as new characters")
     parser.add_argument("--eval-every", type=int, default=None)
     parser.add_argument("--tag", default="", help="a free label stored with the result")
     args = parser.parse_args(argv)
@@ -294,12 +312,13 @@ def main(argv=None):
     loss_args = json.loads(args.loss_args)
     started = time.time()
     result = run_protocol(
-        make_loss(args.loss, loss_args), steps=args.steps, seed=args.seed,
+        make_loss(args.loss, loss_args, 964 * (4 if args.rotated_classes else 1)),
+        steps=args.steps, seed=args.seed,
         classes_per_batch=args.classes_per_batch, samples_per_class=args.samples_per_class,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
         schedule=args.schedule, weight_decay=args.weight_decay, dim=args.dim,
         augment_shift=args.augment_shift, augment_rotation=args.augment_rotation,
-        augment_scale=args.augment_scale,
+        augment_scale=args.augment_scale, rotated_classes=args.rotated_classes,
         eval_every=args.eval_every, data_dir=args.data)
     row = {"system": "keras_dml", "loss": args.loss, "loss_args": loss_args, "tag": args.tag,
            **{k: v for k, v in vars(args).items() if k not in ("loss", "loss_args", "out")},

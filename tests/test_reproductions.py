@@ -69,6 +69,14 @@ def test_protocol_trains_with_adamw_weight_decay(monkeypatch):
     assert made == [{"weight_decay": 0.1}] and np.isfinite(row["final_loss"])
 
 
+def test_rotated_classes_are_new_characters_turned_by_quarter_turns():
+    images = np.arange(2 * 3 * 3, dtype=np.float32).reshape(2, 3, 3, 1)
+    x, y = protocol.with_rotated_classes(images, np.array([0, 1], np.int32))
+    assert x.shape == (8, 3, 3, 1) and y.tolist() == [0, 1, 2, 3, 4, 5, 6, 7]
+    np.testing.assert_array_equal(x[2, :, :, 0], np.rot90(images[0, :, :, 0]))
+    np.testing.assert_array_equal(x[7, :, :, 0], np.rot90(images[1, :, :, 0], 3))
+
+
 @needs_data
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_quick_mode_runs_every_row(name, tmp_path):
