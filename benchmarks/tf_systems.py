@@ -113,12 +113,12 @@ def retrieval_metrics(n=20000, d=512, classes=5000):
 
 
 def omniglot_model(seed=0):
-    """The Omniglot recipe's CNN (`keras_dml.backbones.cnn3`: 3 x (conv 64, BN, ReLU,
-    max-pool)), dense 128, L2: the network `keras-dml train` builds."""
-    keras.utils.set_random_seed(seed)
-    features = keras_dml.backbones.cnn3((28, 28, 1))
-    return keras_dml.models.DMLModel(features.input,
-                                     keras_dml.layers.EmbeddingHead(128)(features.output))
+    """The Omniglot recipe's CNN (`cnn3`: 3 x (conv 64, BN, ReLU, max-pool)), dense 128,
+    L2, built by the function `keras-dml train --width 64` builds it with."""
+    from keras_dml.training import build_model
+    from keras_dml.training_config import TrainConfig
+
+    return build_model(TrainConfig(width=64, embedding_dim=128, seed=seed), (28, 28, 1))
 
 
 def omniglot_train(steps=50, classes_per_batch=32, samples_per_class=4, jit_compile="auto"):
