@@ -100,29 +100,31 @@ def safe_sqrt(squared):
 def cosine_between(query, key):
     """Cosine similarity (N, M) of query (N, d) to key (M, d), with a fused gradient.
 
-    The values of normalising both sides and multiplying, but the keys are never
-    normalised as a whole (M, d) copy: their inverse norms scale the (N, M)
-    product and, in the backward pass, the (N, M) upstream gradient. With
-    M = 11,318 proxies and N << d that saves several passes over the keys.
+    The values of normalising both sides and multiplying, but neither side is
+    normalised as a whole copy: the raw product is scaled by the outer product of
+    the inverse norms (N, M), which also scales the upstream gradient in the
+    backward pass. Each side's gradient is then one matmul minus its radial part,
+    two passes over its (N, d) or (M, d) rows: with M = 11,318 proxies or
+    d >= M, this saves several passes over the rows.
     """
 
     @tf.custom_gradient
     def similarity(x, k):
-        inv_x, x_norm = inverse_norms(x, axis=1, keepdims=True)
+        inv_x, x_norm = inverse_norms(x, axis=1)
         inv_k, k_norm = inverse_norms(k, axis=1)
-        unit_x = x * inv_x
-        s = tf.matmul(unit_x, k, transpose_b=True) * inv_k
+        scales = inv_x[:, tf.newaxis] * inv_k
+        s = tf.matmul(x, k, transpose_b=True) * scales
 
         def grad(upstream):
-            g_s, g_k = upstream * s, upstream * inv_k
+            g_s, g = upstream * s, upstream * scales
             # held norms (|x|^2 < epsilon) are constants: no radial part there
-            along_x = tf.where(x_norm[1], tf.reduce_sum(g_s, 1, keepdims=True), 0.0)
-            d_x = (tf.matmul(g_k, k) - unit_x * along_x) * inv_x
+            x_radial = _radial(tf.reduce_sum(g_s, axis=1), *x_norm)
             # the column sums as a matrix-vector product: TensorFlow's reduction over
             # axis 0 is several times slower
-            column_sums = tf.linalg.matvec(g_s, tf.ones_like(g_s[:, 0]), transpose_a=True)
-            d_k = (tf.matmul(g_k, unit_x, transpose_a=True)
-                   - k * _radial(column_sums, *k_norm)[:, tf.newaxis])
+            k_radial = _radial(tf.linalg.matvec(g_s, tf.ones_like(inv_x), transpose_a=True),
+                               *k_norm)
+            d_x = tf.matmul(g, k) - x * x_radial[:, tf.newaxis]
+            d_k = tf.matmul(g, x, transpose_a=True) - k * k_radial[:, tf.newaxis]
             return d_x, d_k
 
         return s, grad
@@ -307,12 +309,29 @@ def masked_fill(x, mask, value):
     return tf.where(mask, x, tf.constant(value, x.dtype))
 
 
-def softmax_cross_entropy(logits, labels):
-    """Per row, -log softmax(logits)[label] and its gradient softmax(logits) - onehot(label)."""
+def scaled_softmax(logits, labels, scale=1.0):
+    """Per row, the cross entropy -log softmax(s logits)[label], with s = `scale`, and
+    s softmax(s logits): the gradient w.r.t. `logits` before the label's -s.
+
+    One max, one exp and one sum per row (the value's log-sum-exp and the softmax
+    share them). Returns (value (N,), scaled probabilities (N, C), indices (N, 2) of
+    each row's label entry).
+    """
     own = tf.stack([tf.range(tf.shape(labels)[0]), labels], axis=1)
-    value = tf.reduce_logsumexp(logits, axis=1) - tf.gather_nd(logits, own)
-    return value, tf.tensor_scatter_nd_sub(tf.nn.softmax(logits), own,
-                                           tf.ones_like(labels, tf.float32))
+    top = tf.reduce_max(logits, axis=1, keepdims=True)
+    shifted = logits - top
+    exponentials = tf.exp(shifted if scale == 1.0 else scale * shifted)
+    total = tf.reduce_sum(exponentials, axis=1)
+    value = tf.math.log(total) - scale * tf.gather_nd(shifted, own)
+    return value, exponentials * (scale / total)[:, tf.newaxis], own
+
+
+def softmax_cross_entropy(logits, labels, scale=1.0):
+    """Per row, -log softmax(s logits)[label] and its gradient w.r.t. `logits`,
+    s (softmax(s logits) - onehot(label)), with s = `scale`."""
+    value, probabilities, own = scaled_softmax(logits, labels, scale)
+    return value, tf.tensor_scatter_nd_sub(
+        probabilities, own, tf.fill(tf.shape(labels), tf.cast(scale, tf.float32)))
 
 
 def masked_max(x, mask, axis=-1, keepdims=False, empty_value=0.0):

@@ -84,10 +84,10 @@ def margin_softmax_terms(matrix, labels, scale, target_fn):
     """
     own = own_entries(labels)
     phi, slope = target_fn(tf.gather_nd(matrix, own))
-    value, d_logits = ops.softmax_cross_entropy(
-        scale * tf.tensor_scatter_nd_update(matrix, own, phi), labels)
-    own_grad = tf.gather_nd(d_logits, own) * slope  # (p_iy - 1) phi'
-    return value, scale * tf.tensor_scatter_nd_update(d_logits, own, own_grad)
+    value, probabilities, _ = ops.scaled_softmax(
+        tf.tensor_scatter_nd_update(matrix, own, phi), labels, scale)
+    own_grad = (tf.gather_nd(probabilities, own) - scale) * slope  # s (p_iy - 1) phi'
+    return value, tf.tensor_scatter_nd_update(probabilities, own, own_grad)
 
 
 def _default_initializer():

@@ -49,5 +49,4 @@ class NormalizedSoftmax(ProxyLoss):
         self.temperature = _hyper.positive("temperature", temperature)
 
     def compute_terms(self, matrix, pairs):
-        value, weights = ops.softmax_cross_entropy(matrix / self.temperature, pairs.labels)
-        return value, weights / self.temperature
+        return ops.softmax_cross_entropy(matrix, pairs.labels, scale=1.0 / self.temperature)
