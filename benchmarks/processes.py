@@ -4,7 +4,8 @@
 its own framework, with the same thread count for TensorFlow, torch, faiss and
 OpenMP through the environment), warms each up, then runs `repeats` rounds; in
 each round every worker runs its unit once (or `inner` times), in a fresh
-random order, while the others wait idle on a pipe. Load drift from other
+random order, while the others wait idle on a pipe, and each turn starts after a
+pause that lets the previous worker's spinning thread pools fall asleep. Load drift from other
 processes on the machine thus hits every system alike, and no system shares an
 address space, thread pool or allocator with another. Each worker times itself,
 so the pipe is not in the figures.
@@ -21,7 +22,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
+# Pause before each worker's turn: the previous worker's thread pools (TensorFlow's
+# Eigen pool, torch's OpenMP team, faiss' OpenMP) spin for a while after their last
+# task before they sleep, and would otherwise take the cores from the next worker.
+SETTLE_SECONDS = float(os.environ.get("BENCH_SETTLE", "0.2"))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -107,6 +113,7 @@ def _measure(workers, repeats, warmup, inner, seed):
     for _ in range(repeats):
         rng.shuffle(names)
         for name in names:
+            time.sleep(SETTLE_SECONDS)
             samples[name].append(statistics.median(workers[name].run(inner)))
     stats = {name: workers[name].request(stats=True) for name in workers}
     return {name: {**summary(samples[name]), "samples": samples[name],
