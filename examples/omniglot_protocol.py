@@ -92,10 +92,9 @@ def load_data(data_dir=None):
 def with_rotated_classes(images, labels):
     """The training set plus each character rotated by 90, 180 and 270 degrees as three new
     characters (the Omniglot augmentation of Vinyals et al. 2016): 4 x the classes."""
-    classes = int(labels.max()) + 1
-    rotated = [np.rot90(images, turns, axes=(1, 2)) for turns in range(4)]
-    return (np.ascontiguousarray(np.concatenate(rotated)),
-            np.concatenate([labels + turns * classes for turns in range(4)]).astype(np.int32))
+    from keras_dml.datasets.base import rotated_classes
+
+    return rotated_classes(images, labels, int(labels.max()) + 1)
 
 
 def batch_order(labels, classes_per_batch, samples_per_class, steps, seed):

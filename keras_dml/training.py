@@ -440,6 +440,8 @@ def run(config, report=None, resume=False):
         replace = os.path.exists(run_dir)
     with clock.phase("load"):
         splits = datasets.load(config.dataset, data_dir=config.data_dir)
+        if config.rotated_classes:
+            splits = dataclasses.replace(splits, train=splits.train.with_rotated_classes())
     input_shape, preprocessing = _input_spec(splits.train, config.image_size)
     strategy = distribute.make_strategy(config.strategy)
     with strategy.scope():
@@ -452,7 +454,9 @@ def run(config, report=None, resume=False):
         rate = learning_rate_schedule(config.learning_rate,
                                       config.epochs * config.steps_per_epoch,
                                       config.warmup_steps, config.lr_schedule)
-        model.compile(optimizer=keras.optimizers.Adam(rate), loss=loss,
+        optimizer = (keras.optimizers.AdamW(rate, weight_decay=config.weight_decay)
+                     if config.weight_decay else keras.optimizers.Adam(rate))
+        model.compile(optimizer=optimizer, loss=loss,
                       jit_compile=config.jit_compile)
     if not distribute.is_chief():
         config = dataclasses.replace(config, export=False, plots=False)

@@ -55,11 +55,13 @@ class TrainConfig:
     epochs: int = 2
     steps_per_epoch: int = 500
     learning_rate: float = 1e-3
+    weight_decay: float = 0.0
     lr_schedule: str = "constant"
     warmup_steps: int = 0
     augment_shift: float = 0.0
     augment_rotation: float = 0.0
     augment_scale: float = 0.0
+    rotated_classes: bool = False
     seed: int = 0
     jit_compile: bool = False
     strategy: str = "auto"
@@ -101,7 +103,8 @@ class TrainConfig:
                                      or self.memory_batch_loss):
             raise ValueError("memory_momentum and memory_batch_loss need a memory: give "
                              "memory_size too.")
-        for field in ("warmup_steps", "augment_shift", "augment_rotation", "augment_scale"):
+        for field in ("warmup_steps", "weight_decay", "augment_shift", "augment_rotation",
+                      "augment_scale"):
             value = getattr(self, field)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{field} must be >= 0, got {value!r}.")

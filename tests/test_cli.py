@@ -294,6 +294,7 @@ def test_strategy_mirrored_trains_on_two_replicas(tmp_path, capsys, monkeypatch,
     (["--run-name", "../elsewhere"], "--run-name must be a plain folder name"),
     (["--loss-args", "[1, 2]"], "--loss-args must be a JSON object"),
     (["--width", "0"], "--width must be a positive integer"),
+    (["--weight-decay", "-0.1"], "--weight-decay must be >= 0"),
     (["--backbone", "resnet50", "--width", "16"], "--width must not be given with resnet50"),
 ])
 def test_bad_training_options_are_clear_errors(args, message, tmp_path, capsys):
@@ -301,6 +302,21 @@ def test_bad_training_options_are_clear_errors(args, message, tmp_path, capsys):
     assert code == 2
     assert re.search(message, capsys.readouterr().err)
     assert not os.listdir(tmp_path)  # nothing written for a refused run
+
+
+def test_rotated_classes_and_weight_decay_reach_the_run(tmp_path, capsys):
+    code = cli.main(["train", *TINY, "--rotated-classes", "--weight-decay", "0.05",
+                     "--runs-dir", str(tmp_path), "--run-name", "rot", "--no-export",
+                     "--no-plots"])
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((tmp_path / "rot" / "summary.json").read_text())
+    assert summary["config"]["rotated_classes"] is True
+    assert summary["config"]["weight_decay"] == 0.05
+    import keras
+
+    model = keras.models.load_model(tmp_path / "rot" / "model.keras")
+    assert type(model.optimizer).__name__ == "AdamW"
+    assert float(model.optimizer.weight_decay) == pytest.approx(0.05)
 
 
 def test_width_sets_the_filters_of_the_backbone():

@@ -50,6 +50,23 @@ def test_labeled_images_validation():
                       class_names=["a", "b"], original_class_ids=np.array([0, 1]))
 
 
+def test_rotated_classes_are_new_classes_in_memory_only():
+    images = np.arange(2 * 3 * 3).reshape(2, 3, 3).astype(np.uint8)
+    split = LabeledImages(images=images, paths=None, labels=np.array([1, 0]),
+                          class_names=["a", "b"], original_class_ids=np.array([7, 9]))
+    rotated = split.with_rotated_classes()
+    assert rotated.num_classes == 8 and len(rotated) == 8
+    assert rotated.labels.tolist() == [1, 0, 3, 2, 5, 4, 7, 6]
+    assert rotated.class_names[:3] == ["a", "b", "a (rotated 90)"]
+    assert rotated.original_class_ids.tolist() == [7, 9] * 4
+    np.testing.assert_array_equal(rotated.images[2], np.rot90(images[0]))
+    np.testing.assert_array_equal(rotated.images[7], np.rot90(images[1], 3))
+    files = LabeledImages(images=None, paths=["x.jpg"], labels=np.array([0]),
+                          class_names=["a"], original_class_ids=np.array([0]))
+    with pytest.raises(ValueError, match="rotated classes need a split held in memory"):
+        files.with_rotated_classes()
+
+
 def test_lazy_top_level_access():
     assert keras_dml.datasets.load is load
 

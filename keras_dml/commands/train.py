@@ -1,5 +1,7 @@
 """`keras-dml train`: train an embedder, report Recall@K before/after, save, plot, export."""
 
+import argparse
+
 from keras_dml.training_config import (
     BACKBONES,
     DEFAULT_WIDTHS,
@@ -70,6 +72,9 @@ def add_arguments(parser):
                      help="default %(default)s")
     fit.add_argument("--learning-rate", type=float, default=default("learning_rate"),
                      help="Adam's (peak) learning rate (default %(default)s)")
+    fit.add_argument("--weight-decay", type=float, default=default("weight_decay"),
+                     help="decoupled weight decay: AdamW instead of Adam when > 0 (default "
+                     "%(default)s)")
     fit.add_argument("--lr-schedule", choices=LR_SCHEDULES, default=default("lr_schedule"),
                      help="constant, or cosine decay to 0 at the last step (default "
                      "%(default)s)")
@@ -83,6 +88,10 @@ def add_arguments(parser):
                      "%(default)s)")
     fit.add_argument("--augment-scale", type=float, default=default("augment_scale"),
                      help="random zoom of training images, a fraction (default %(default)s)")
+    fit.add_argument("--rotated-classes", action=argparse.BooleanOptionalAction,
+                     default=default("rotated_classes"),
+                     help="add each training class turned by 90, 180 and 270 degrees as three "
+                     "new classes (for characters, as omniglot; in-memory datasets)")
     fit.add_argument("--seed", type=int, default=default("seed"), help="default %(default)s")
     fit.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
     fit.add_argument("--strategy", choices=STRATEGIES, default=default("strategy"),

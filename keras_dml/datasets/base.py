@@ -6,6 +6,15 @@ import warnings
 import numpy as np
 
 
+def rotated_classes(images, labels, num_classes):
+    """Images (N, H, W[, C]) and labels plus their three quarter turns as new classes:
+    (4 N images, labels + t `num_classes` for t quarter turns)."""
+    images, labels = np.asarray(images), np.asarray(labels)
+    turned = [np.rot90(images, turns, axes=(1, 2)) for turns in range(4)]
+    return (np.ascontiguousarray(np.concatenate(turned)),
+            np.concatenate([labels + turns * num_classes for turns in range(4)]).astype(np.int32))
+
+
 @dataclasses.dataclass
 class LabeledImages:
     """One split of an image retrieval dataset.
@@ -76,6 +85,24 @@ class LabeledImages:
     def class_counts(self):
         """Number of images per label, shape `(num_classes,)`."""
         return np.bincount(self.labels, minlength=self.num_classes)
+
+    def with_rotated_classes(self):
+        """This split plus each class rotated by 90, 180 and 270 degrees as three new
+        classes (4 x the classes; Vinyals et al. 2016's Omniglot augmentation).
+
+        For data whose rotations are other classes, as characters are; labels
+        `c + t C` hold class c turned t quarter turns. In-memory splits only.
+        """
+        if self.images is None:
+            raise ValueError("rotated classes need a split held in memory (images), such as "
+                             "omniglot's; this split reads its images from files.")
+        images, labels = rotated_classes(self.images, self.labels, self.num_classes)
+        turned = [f" (rotated {90 * turns})" if turns else "" for turns in range(4)]
+        return LabeledImages(
+            images=images, paths=None, labels=labels,
+            class_names=[name + suffix for suffix in turned for name in self.class_names],
+            original_class_ids=np.tile(self.original_class_ids, 4),
+        )
 
     def subset(self, indices, remap=True):
         """The images at `indices`.

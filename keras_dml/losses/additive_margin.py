@@ -10,7 +10,6 @@ matrix and the labels returning (value per sample, W = d value / d matrix), so
 the backward pass of the whole loss is one multiply by W.
 """
 
-import functools
 import math
 
 import keras
@@ -91,22 +90,6 @@ def margin_softmax_terms(matrix, labels, scale, target_fn):
     return value, tf.tensor_scatter_nd_update(probabilities, own, own_grad)
 
 
-@functools.partial(tf.function, jit_compile=True, reduce_retracing=True)
-def compiled_terms(matrix, labels, scale, target_fn, margin, sub_centers):
-    """`margin_softmax_terms` with `target_fn(cosine, margin)`, on the class cosines
-    (the closest of `sub_centers` per class, the weight spread back to it), as one
-    XLA cluster: TensorFlow's own kernels make a pass over the (N, C K) matrix for
-    each of about a dozen elementwise ops. Python arguments key the trace."""
-    target = functools.partial(target_fn, margin=margin)
-    if sub_centers == 1:
-        return margin_softmax_terms(matrix, labels, scale, target)
-    cosines, closest = sub_center_cosines(matrix, sub_centers)
-    value, weights = margin_softmax_terms(cosines, labels, scale, target)
-    # each class's weight goes to its closest sub-centre's column (class-major)
-    spread = tf.transpose(weights[:, tf.newaxis, :] * closest, [0, 2, 1])
-    return value, tf.reshape(spread, tf.shape(matrix))
-
-
 def _default_initializer():
     """Standard normal class weights, as pytorch-metric-learning's W (only their
     directions matter)."""
@@ -123,8 +106,7 @@ def _degrees(margin):
 class MarginSoftmax(ProxyLoss):
     """Shared machinery of ArcFace, CosFace and Sub-center ArcFace (not for direct use).
 
-    Subclasses set `target_fn(cosine, margin) -> (phi, phi')`, `target_margin`
-    (the margin in the units `target_fn` takes) and their defaults.
+    Subclasses set `target(cosine) -> (phi, phi')` and their defaults.
     """
 
     def __init__(self, num_classes, margin, scale, sub_centers=1, proxy_lr_multiplier=1.0,
@@ -137,15 +119,21 @@ class MarginSoftmax(ProxyLoss):
                          proxy_initializer=proxy_initializer or _default_initializer(),
                          reduction=reduction, name=name, dtype=dtype)
 
-    target_fn = None
+    xla_terms = True  # about a dozen elementwise passes over the (N, C K) matrix
 
-    @property
-    def target_margin(self):
-        return self.margin
+    def target(self, cosine):
+        raise NotImplementedError
 
     def compute_terms(self, matrix, pairs):
-        return compiled_terms(matrix, pairs.labels, self.scale, self.target_fn,
-                              self.target_margin, self.proxies_per_class)
+        labels = pairs.labels
+        k = self.proxies_per_class
+        if k == 1:
+            return margin_softmax_terms(matrix, labels, self.scale, self.target)
+        cosines, closest = sub_center_cosines(matrix, k)
+        value, weights = margin_softmax_terms(cosines, labels, self.scale, self.target)
+        # each class's weight goes to its closest sub-centre's column (class-major)
+        spread = tf.transpose(weights[:, tf.newaxis, :] * closest, [0, 2, 1])
+        return value, tf.reshape(spread, tf.shape(matrix))
 
     def class_cosines(self, embeddings):
         """Cosines (N, C) of embeddings to each class (its closest sub-centre)."""
@@ -213,11 +201,8 @@ class ArcFace(MarginSoftmax):
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)
 
-    target_fn = staticmethod(arcface_target)
-
-    @property
-    def target_margin(self):
-        return math.radians(self.margin)
+    def target(self, cosine):
+        return arcface_target(cosine, math.radians(self.margin))
 
 
 @register(example={"num_classes": 8}, reference="proxies")
@@ -251,7 +236,8 @@ class CosFace(MarginSoftmax):
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)
 
-    target_fn = staticmethod(cosface_target)
+    def target(self, cosine):
+        return cosface_target(cosine, self.margin)
 
 
 @register(example={"num_classes": 8, "sub_centers": 2}, reference="proxies")
@@ -290,8 +276,7 @@ class SubCenterArcFace(MarginSoftmax):
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)
 
-    target_fn = staticmethod(arcface_target)
-    target_margin = ArcFace.target_margin
+    target = ArcFace.target
 
     @property
     def sub_centers(self):

@@ -98,6 +98,10 @@ class PairLoss(keras.losses.Loss):
     #: the constructor arguments `get_config` records (besides Keras' name, reduction
     #: and dtype), read from the attributes of the same name; the miner is serialized
     config_keys = ("metric", "miner")
+    #: run `compute_terms` as one XLA cluster (`jit_compile`): the terms are mostly
+    #: elementwise passes over the (N, M) matrix, one per op with TensorFlow's CPU
+    #: kernels, which XLA fuses (benchmarks/README.md). False runs them op by op.
+    xla_terms = False
 
     def __init__(self, metric=None, miner=None, reduction="sum_over_batch_size", name=None,
                  dtype=None):
@@ -203,16 +207,26 @@ class PairLoss(keras.losses.Loss):
             tape.watch(sources)
             matrix = self.pair_matrix(embeddings, reference)
         pairs = self.pairs(labels, reference, matrix)
+        compute = self._compiled_terms() if self.xla_terms else self.compute_terms
 
         def terms(m, *parameters):
             # after the masks and mining: the terms' (N, M) temporaries do not coexist
             # with the miner's, and the matrix's last reader may reuse its buffer
             with tf.control_dependencies([pairs.positive, pairs.negative]):
-                return self.compute_terms(m, pairs, *parameters)
+                return compute(m, pairs, *parameters)
 
         value = weighted_pair_loss(sources, tape, matrix, terms, self.parameters(pairs))
         penalty = self.penalty(labels, embeddings)
         return value if penalty is None else value + penalty
+
+    def _compiled_terms(self):
+        """`compute_terms` as an XLA-compiled `tf.function`, made on first use."""
+        compiled = getattr(self, "_xla_compute_terms", None)
+        if compiled is None:
+            compiled = tf.function(self.compute_terms, jit_compile=True,
+                                   reduce_retracing=True)
+            self._xla_compute_terms = compiled
+        return compiled
 
     def terms(self, labels, embeddings, reference=None):
         """The engine's `PairTerms` of one batch (what `weighting.pair_weights` reads)."""
