@@ -98,9 +98,9 @@ class PairLoss(keras.losses.Loss):
     #: the constructor arguments `get_config` records (besides Keras' name, reduction
     #: and dtype), read from the attributes of the same name; the miner is serialized
     config_keys = ("metric", "miner")
-    #: run `compute_terms` as one XLA cluster (`jit_compile`): the terms are mostly
+    #: run `compute_terms` as one XLA cluster (`jit_compile`) for terms that are many
     #: elementwise passes over the (N, M) matrix, one per op with TensorFlow's CPU
-    #: kernels, which XLA fuses (benchmarks/README.md). False runs them op by op.
+    #: kernels, which XLA fuses (docs/architecture.md). Off by default; a loss opts in.
     xla_terms = False
 
     def __init__(self, metric=None, miner=None, reduction="sum_over_batch_size", name=None,
