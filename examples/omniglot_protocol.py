@@ -184,7 +184,7 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
 
     from keras_dml.data.options import steady
     from keras_dml.evaluation import embed_dataset
-    from keras_dml.training import augmentation, learning_rate_schedule
+    from keras_dml.training import adam, augmentation, learning_rate_schedule
 
     x_train, y_train, x_test, y_test = load_data(data_dir)
     if rotated_classes:
@@ -198,9 +198,7 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
     keras.utils.set_random_seed(seed)
     model = build_cnn(dim)
     rate = learning_rate_schedule(learning_rate, steps, warmup_steps, schedule)
-    optimizer = (keras.optimizers.AdamW(rate, weight_decay=weight_decay) if weight_decay
-                 else keras.optimizers.Adam(rate))
-    model.compile(optimizer=optimizer, loss=loss, jit_compile=False, run_eagerly=run_eagerly)
+    model.compile(optimizer=adam(rate, weight_decay), loss=loss, jit_compile=False, run_eagerly=run_eagerly)
 
     images, labels = tf.constant(x_train), tf.constant(y_train)
     augment = augmentation(augment_shift, augment_rotation, augment_scale, SIZE, seed)

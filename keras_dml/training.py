@@ -50,6 +50,13 @@ def make_loss(name, loss_args=None, num_classes=None):
         raise ValueError(f"{short}: {error}; pass its arguments with --loss-args JSON.") from None
 
 
+def adam(learning_rate, weight_decay=0.0):
+    """Adam at `learning_rate` (a rate or schedule), or AdamW when `weight_decay` > 0."""
+    if weight_decay:
+        return keras.optimizers.AdamW(learning_rate, weight_decay=weight_decay)
+    return keras.optimizers.Adam(learning_rate)
+
+
 def learning_rate_schedule(learning_rate, total_steps, warmup_steps=0, schedule="constant"):
     """Adam's learning rate: constant, or cosine decay to 0 at `total_steps`; either
     after a linear warm-up from 0 over `warmup_steps`."""
@@ -454,9 +461,7 @@ def run(config, report=None, resume=False):
         rate = learning_rate_schedule(config.learning_rate,
                                       config.epochs * config.steps_per_epoch,
                                       config.warmup_steps, config.lr_schedule)
-        optimizer = (keras.optimizers.AdamW(rate, weight_decay=config.weight_decay)
-                     if config.weight_decay else keras.optimizers.Adam(rate))
-        model.compile(optimizer=optimizer, loss=loss,
+        model.compile(optimizer=adam(rate, config.weight_decay), loss=loss,
                       jit_compile=config.jit_compile)
     if not distribute.is_chief():
         config = dataclasses.replace(config, export=False, plots=False)

@@ -8,11 +8,6 @@ from keras_dml.losses.base import PairLoss, Reference
 from keras_dml.proxy_layers import Proxies
 
 
-def own_entries(labels):
-    """Indices (N, 2) of each sample's own-class entry (i, labels[i]) of an (N, C) matrix."""
-    return tf.stack([tf.range(tf.shape(labels)[0]), labels], axis=1)
-
-
 class ProxyLoss(PairLoss):
     """Base class of losses on a samples x proxies similarity matrix.
 

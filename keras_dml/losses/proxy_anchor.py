@@ -4,7 +4,8 @@ import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
-from keras_dml.losses.proxies import ProxyLoss, own_entries
+from keras_dml.losses.proxies import ProxyLoss
+from keras_dml.ops import own_entries
 from keras_dml.losses.registry import register
 
 
