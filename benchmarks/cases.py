@@ -43,6 +43,8 @@ class Case:
         return f"{self.group}/{self.name}"
 
 
+# calls per sample for millisecond loss units: a turn's first, cold call does not set it
+_LOSS_CALLS = 10
 _LOSS_SIZES = {"full": {"n": 1024}, "quick": {"n": 1024}, "smoke": {"n": 32, "d": 16}}
 
 
@@ -66,7 +68,7 @@ def _loss_case(name, ours, peer, target, floor=False, same_value=True, sizes=Non
         systems["floor"] = (f"{TF}:matmul_floor",
                             {**common, **(floor if isinstance(floor, dict) else {})})
     return Case("losses", name, systems, sizes or _LOSS_SIZES, target,
-                inner=1 if slow_peer else 10, per_call="forward + backward, d = 512, C x 4",
+                inner=1 if slow_peer else _LOSS_CALLS, per_call="forward + backward, d = 512, C x 4",
                 repeats={"full": 5, "quick": 3} if slow_peer else {"full": 15, "quick": 7},
                 same_value=same_value)
 
@@ -190,14 +192,14 @@ CASES = [
          {"keras_dml": (f"{TF}:loss_step", {"loss": "SmoothAP"}),
           "peer": (f"{TORCH}:loss_step", {"loss": "SmoothAPLoss"})},
          {"full": {"n": 256}, "quick": {"n": 256}, "smoke": {"n": 16, "d": 16}}, 0.7,
-         inner=10, per_call="forward + backward, d = 512, C x 4",
+         inner=_LOSS_CALLS, per_call="forward + backward, d = 512, C x 4",
          repeats={"full": 15, "quick": 7}),
     Case("losses", "MultipleNegativesRanking vs the torch two-liner",
          {"keras_dml": (f"{TF}:loss_step", {"loss": "MultipleNegativesRanking",
                                             "samples_per_class": 1}),
           "peer": (f"{TORCH}:multiple_negatives_ranking", {"samples_per_class": 1}),
           "floor": (f"{TF}:matmul_floor", {"samples_per_class": 1, "halves": True})},
-         _LOSS_SIZES, 0.7, inner=10, per_call="forward + backward, N (query | positive) rows",
+         _LOSS_SIZES, 0.7, inner=_LOSS_CALLS, per_call="forward + backward, N (query | positive) rows",
          repeats={"full": 15, "quick": 7}, same_value=True),
     _sampler_case(90, 2),
     _sampler_case(32, 4),
