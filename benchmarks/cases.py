@@ -49,16 +49,20 @@ _LOSS_SIZES = {"full": {"n": 1024}, "quick": {"n": 1024}, "smoke": {"n": 32, "d"
 
 
 def _loss_case(name, ours, peer, target, floor=False, same_value=True, sizes=None,
-               slow_peer=False, **common):
+               slow_peer=False, xla=False, **common):
     """`ours` = (loss, config[, miner, miner_config]), `peer` = (PML loss, config, miner,
     miner_config); `floor`: time the bare similarity matmul too (True, or the
     `matmul_floor` kwargs); `sizes` replaces the default N = 1024; `slow_peer`: one
-    call per round and fewer rounds (a peer call of seconds); `common` goes to both
-    sides."""
+    call per round and fewer rounds (a peer call of seconds); `xla`: keras_dml's step
+    compiled with XLA (`jit_compile=True`, as `compile(jit_compile=True)` does), the
+    peer unchanged; `common` goes to both sides."""
     loss, config, *mined = ours
     pml_loss, pml_config, miner, miner_config = peer
+    if xla:
+        name += ", keras_dml with jit_compile=True"
     systems = {
         "keras_dml": (f"{TF}:loss_step", {"loss": loss, "config": config, **common,
+                                          **({"jit_compile": True} if xla else {}),
                                           **dict(zip(("miner", "miner_config"), mined))}),
         "peer": (f"{TORCH}:loss_step", {"loss": pml_loss, "config": pml_config,
                                         "miner": miner, "miner_config": miner_config,
@@ -169,15 +173,14 @@ CASES = [
                 ("NormalizedSoftmaxLoss", {"temperature": 0.05})),
     # The ArcFace family: gradients w.r.t. the embeddings and the class weights
     # on both sides; C = 256 classes, random weights on both sides (values differ).
-    _loss_case("ArcFace", ("ArcFace", {"num_classes": 256}),
-               ("ArcFaceLoss", {"num_classes": 256}, None, None), 0.7, same_value=False,
-               floor={"keys": 256}),
-    _loss_case("CosFace", ("CosFace", {"num_classes": 256}),
-               ("CosFaceLoss", {"num_classes": 256}, None, None), 0.7, same_value=False,
-               floor={"keys": 256}),
-    _loss_case("SubCenterArcFace (3 sub-centres)", ("SubCenterArcFace", {"num_classes": 256}),
-               ("SubCenterArcFaceLoss", {"num_classes": 256}, None, None), 0.7,
-               same_value=False, floor={"keys": 768}),
+    # Then the same three with keras_dml's step under XLA: in TensorFlow's graph their
+    # elementwise passes run one kernel each, which XLA fuses (README, Benchmarks).
+    *[_loss_case(name, (loss, {"num_classes": 256}), (loss + "Loss", {"num_classes": 256},
+                                                      None, None),
+                 0.7, same_value=False, xla=xla, floor=False if xla else {"keys": keys})
+      for xla in (False, True)
+      for name, loss, keys in [("ArcFace", "ArcFace", 256), ("CosFace", "CosFace", 256),
+                               ("SubCenterArcFace (3 sub-centres)", "SubCenterArcFace", 768)]],
     _loss_case("Circle", ("Circle", None), ("CircleLoss", None, None, None), 0.7),
     _loss_case("SupervisedContrastive", ("SupervisedContrastive", None),
                ("SupConLoss", None, None, None), 0.7),

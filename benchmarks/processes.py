@@ -5,7 +5,8 @@ its own framework, with the same thread count for TensorFlow, torch, faiss and
 OpenMP through the environment), warms each up, then runs `repeats` rounds; in
 each round every worker runs its unit once (or `inner` times), in a fresh
 random order, while the others wait idle on a pipe, and each turn starts after a
-pause that lets the previous worker's spinning thread pools fall asleep. Load drift from other
+pause that lets the previous worker's spinning thread pools fall asleep (and a
+millisecond unit's turn with a short untimed lead-in that wakes its own). Load drift from other
 processes on the machine thus hits every system alike, and no system shares an
 address space, thread pool or allocator with another. Each worker times itself,
 so the pipe is not in the figures.
@@ -28,6 +29,11 @@ import time
 # Eigen pool, torch's OpenMP team, faiss' OpenMP) spin for a while after their last
 # task before they sleep, and would otherwise take the cores from the next worker.
 SETTLE_SECONDS = float(os.environ.get("BENCH_SETTLE", "0.2"))
+# Untimed calls at the start of a turn of a millisecond unit (`inner` > 1): after the
+# pause the cores and thread pools are cold, and a unit of a few milliseconds would
+# be timed before they ramp up (TensorFlow's XLA step here: 7 ms for 4.6 ms warm).
+# A training loop calls its step back to back: the lead-in times that steady state.
+LEAD_SECONDS = float(os.environ.get("BENCH_LEAD", "0.1"))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -83,8 +89,8 @@ class Worker:
         self.process.stdin.flush()
         return self._receive()
 
-    def run(self, n):
-        return self.request(run=n)["times"]
+    def run(self, n, lead_seconds=0.0):
+        return self.request(run=n, lead_seconds=lead_seconds)["times"]
 
     def close(self):
         if self.process.poll() is None:
@@ -114,7 +120,8 @@ def _measure(workers, repeats, warmup, inner, seed):
         rng.shuffle(names)
         for name in names:
             time.sleep(SETTLE_SECONDS)
-            samples[name].append(statistics.median(workers[name].run(inner)))
+            lead = LEAD_SECONDS if inner > 1 else 0.0
+            samples[name].append(statistics.median(workers[name].run(inner, lead)))
     stats = {name: workers[name].request(stats=True) for name in workers}
     return {name: {**summary(samples[name]), "samples": samples[name],
                    "memory": stats[name], "facts": workers[name].facts}

@@ -7,7 +7,8 @@ The factory returns a callable running one timed unit of work (its result
 materialised on the host) and optionally a dict of facts to report.
 
 Protocol (one JSON line each way): the worker answers "ready" once built, then
-for {"run": n} runs the unit n times and answers the n wall times in seconds;
+for {"run": n} runs the unit n times and answers the n wall times in seconds
+(with "lead_seconds": s, it first runs the unit untimed until s seconds have passed);
 {"stats": true} answers resident-memory figures; {"reset_peak": true} resets the
 peak (Linux: /proc/self/clear_refs) and answers the resident memory then, so a
 later "stats" gives the peak of the calls in between; {"quit": true} ends it.
@@ -62,6 +63,9 @@ def main():
     for line in sys.stdin:
         command = json.loads(line)
         if "run" in command:
+            lead_until = time.perf_counter() + command.get("lead_seconds", 0.0)
+            while time.perf_counter() < lead_until:
+                step()
             times = []
             for _ in range(command["run"]):
                 start = time.perf_counter()

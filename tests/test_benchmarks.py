@@ -28,6 +28,27 @@ def test_thread_env_sets_every_framework():
         assert env[name] == "3"
 
 
+def test_worker_runs_an_untimed_lead_in_before_the_timed_calls(tmp_path, monkeypatch):
+    """A millisecond unit's turn starts with untimed calls (`lead_seconds`): only the
+    `n` calls after them are timed."""
+    (tmp_path / "counting_unit.py").write_text(
+        "import time\n"
+        "def build(path):\n"
+        "    def step():\n"
+        "        time.sleep(0.01)\n"
+        "        open(path, 'a').write('.')\n"
+        "    return step\n")
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    worker = processes.Worker("counting_unit:build", {"path": str(calls)}, threads=1).wait_ready()
+    try:
+        assert len(worker.run(3)) == 3 and len(calls.read_text()) == 3
+        assert len(worker.run(3, lead_seconds=0.1)) == 3
+        assert len(calls.read_text()) >= 3 + 3 + 1  # at least one untimed call first
+    finally:
+        worker.close()
+
+
 def _needs(case):
     if case.group == "training" and not os.path.isdir(
             os.path.join(__import__("benchmarks.data").data.SHARED, "omniglot")):
