@@ -172,6 +172,41 @@ def test_mixed_precision_is_float32(name):
 # -- the package's exports ------------------------------------------------------------
 
 
+XLA_NAMES = [name for name in NAMES if ENTRIES[name].cls.xla_terms]
+
+
+@pytest.mark.parametrize("name", XLA_NAMES)
+def test_xla_terms_equal_the_graph_terms_on_both_sides_of_the_size_limit(name, monkeypatch):
+    """A loss that opts in to `xla_terms` runs them under XLA up to
+    `XLA_TERMS_MAX_ENTRIES` matrix entries and in TensorFlow's graph beyond: same
+    value and gradient, with a static shape (chosen when traced) or an unknown one
+    (chosen at run time)."""
+    from keras_dml.losses import base
+
+    y, x = _batch(name)
+    x = tf.constant(x)
+
+    def value_and_gradient(loss, function):
+        def step(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                value = loss(y, x)
+            return value, tape.gradient(value, x)
+
+        if function:
+            step = tf.function(step, input_signature=[tf.TensorSpec([None, x.shape[1]])])
+        return [t.numpy() for t in step(x)]
+
+    for function in (False, True):
+        loss = _built(_make(name), x)
+        fused = value_and_gradient(loss, function)
+        monkeypatch.setattr(base, "XLA_TERMS_MAX_ENTRIES", 8)  # the batch's 144 exceed it
+        graph = value_and_gradient(loss, function)
+        monkeypatch.undo()
+        for a, b in zip(fused, graph):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_losses_are_exported():
     for name in ("Contrastive", "Triplet", "LiftedStructure", "GeneralizedLiftedStructure",
                  "BinomialDeviance", "BinLifted", "RelativeAbsoluteWeighting"):

@@ -57,6 +57,11 @@ class Pairs(typing.NamedTuple):
     context: typing.Any = None
 
 
+#: the largest (N, M) matrix whose terms run under XLA when a loss opts in (2,048^2):
+#: beyond, TensorFlow's graph frees each temporary after its last reader
+XLA_TERMS_MAX_ENTRIES = 2048 * 2048
+
+
 class PairTerms(typing.NamedTuple):
     """One batch's value, W = d value / d matrix, masks (what `pair_weights` reads)."""
 
@@ -101,6 +106,9 @@ class PairLoss(keras.losses.Loss):
     #: run `compute_terms` as one XLA cluster (`jit_compile`) for terms that are many
     #: elementwise passes over the (N, M) matrix, one per op with TensorFlow's CPU
     #: kernels, which XLA fuses (docs/architecture.md). Off by default; a loss opts in.
+    #: Only up to `XLA_TERMS_MAX_ENTRIES` matrix entries: XLA keeps its inputs and
+    #: fused temporaries alive through the cluster (about 5 N x N float32 at the peak
+    #: against 3 for TensorFlow's graph), which matters at large N only.
     xla_terms = False
 
     def __init__(self, metric=None, miner=None, reduction="sum_over_batch_size", name=None,
@@ -207,17 +215,29 @@ class PairLoss(keras.losses.Loss):
             tape.watch(sources)
             matrix = self.pair_matrix(embeddings, reference)
         pairs = self.pairs(labels, reference, matrix)
-        compute = self._compiled_terms() if self.xla_terms else self.compute_terms
 
         def terms(m, *parameters):
             # after the masks and mining: the terms' (N, M) temporaries do not coexist
             # with the miner's, and the matrix's last reader may reuse its buffer
             with tf.control_dependencies([pairs.positive, pairs.negative]):
-                return compute(m, pairs, *parameters)
+                return self._terms(m, pairs, *parameters)
 
         value = weighted_pair_loss(sources, tape, matrix, terms, self.parameters(pairs))
         penalty = self.penalty(labels, embeddings)
         return value if penalty is None else value + penalty
+
+    def _terms(self, matrix, pairs, *parameters):
+        """`compute_terms`, through XLA where the loss opts in and the matrix is small."""
+        if not self.xla_terms:
+            return self.compute_terms(matrix, pairs, *parameters)
+        compiled = self._compiled_terms()
+        entries = matrix.shape.num_elements()
+        if entries is not None:
+            return (compiled if entries <= XLA_TERMS_MAX_ENTRIES
+                    else self.compute_terms)(matrix, pairs, *parameters)
+        return tf.cond(tf.size(matrix, out_type=tf.int64) <= XLA_TERMS_MAX_ENTRIES,
+                       lambda: compiled(matrix, pairs, *parameters),
+                       lambda: self.compute_terms(matrix, pairs, *parameters))
 
     def _compiled_terms(self):
         """`compute_terms` as an XLA-compiled `tf.function`, made on first use."""

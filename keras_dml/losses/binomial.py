@@ -71,6 +71,8 @@ class BinomialDeviance(_ScaledPairLoss):
         ICPR 2014; unified view eq. 12-14.
     """
 
+    xla_terms = True  # its terms fused by XLA (PairLoss.xla_terms)
+
     def __init__(self, alpha=2.0, beta=50.0, base=0.5, miner=None, metric="cosine",
                  reduction="sum_over_batch_size", name="binomial_deviance", dtype=None):
         super().__init__(alpha, beta, base, miner, metric, reduction, name, dtype)

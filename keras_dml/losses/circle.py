@@ -77,6 +77,8 @@ class Circle(PairLoss):
         Optimization", CVPR 2020.
     """
 
+    xla_terms = True  # its terms fused by XLA (PairLoss.xla_terms)
+
     def __init__(self, margin=0.4, gamma=80.0, miner=None, reduction="sum_over_batch_size",
                  name="circle", dtype=None):
         super().__init__(metric="cosine", miner=miner, reduction=reduction, name=name,

@@ -106,6 +106,8 @@ class InstanceCrossEntropy(PairLoss):
         Learning", 2019 (eq. 3-5, 11-17, Algorithm 1; Table 2 for s).
     """
 
+    xla_terms = True  # its terms fused by XLA (PairLoss.xla_terms)
+
     metrics = ("cosine", "dot")
     config_keys = PairLoss.config_keys + ("scale",)
 

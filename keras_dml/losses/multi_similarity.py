@@ -54,6 +54,8 @@ class MultiSimilarity(PairLoss):
         Metric Learning", CVPR 2019 (the unified view, ICLR 2019 submission).
     """
 
+    xla_terms = True  # its terms fused by XLA (PairLoss.xla_terms)
+
     config_keys = PairLoss.config_keys + ("alpha", "beta", "base")
 
     def __init__(self, alpha=2.0, beta=50.0, base=0.5, miner="MultiSimilarityMiner",

@@ -65,6 +65,8 @@ class NCA(PairLoss):
         Class Neighbourhood Structure", AISTATS 2007; MS supplementary eq. 1-2.
     """
 
+    xla_terms = True  # its terms fused by XLA (PairLoss.xla_terms)
+
     config_keys = PairLoss.config_keys + ("scale",)
 
     def __init__(self, scale=2.0, metric="cosine", miner=None,

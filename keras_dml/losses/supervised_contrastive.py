@@ -105,6 +105,8 @@ class SupervisedContrastive(_TemperatureLoss):
         Khosla et al., "Supervised Contrastive Learning", NeurIPS 2020.
     """
 
+    xla_terms = True  # its terms fused by XLA (PairLoss.xla_terms)
+
     logit_terms = staticmethod(supcon_terms)
 
     def __init__(self, temperature=0.1, metric="cosine", miner=None,
