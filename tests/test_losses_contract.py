@@ -172,7 +172,7 @@ def test_mixed_precision_is_float32(name):
 # -- the package's exports ------------------------------------------------------------
 
 
-XLA_NAMES = [name for name in NAMES if ENTRIES[name].cls.xla_terms]
+XLA_NAMES = [name for name in NAMES if _make(name).xla_terms]
 
 
 @pytest.mark.parametrize("name", XLA_NAMES)

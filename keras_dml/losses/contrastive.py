@@ -50,6 +50,12 @@ class Contrastive(PairLoss):
     """
 
     metrics = ("cosine", "euclidean")
+
+    @property
+    def xla_terms(self):
+        """Its terms fused by XLA on cosine similarities (PairLoss.xla_terms); the
+        Euclidean terms stay in the graph."""
+        return self.metric == "cosine"
     config_keys = PairLoss.config_keys + ("pos_margin", "neg_margin")
 
     def __init__(self, metric=None, pos_margin=None, neg_margin=None, miner=None,
