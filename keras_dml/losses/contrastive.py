@@ -56,6 +56,7 @@ class Contrastive(PairLoss):
         """Its terms fused by XLA on cosine similarities (PairLoss.xla_terms); the
         Euclidean terms stay in the graph."""
         return self.metric == "cosine"
+
     config_keys = PairLoss.config_keys + ("pos_margin", "neg_margin")
 
     def __init__(self, metric=None, pos_margin=None, neg_margin=None, miner=None,
