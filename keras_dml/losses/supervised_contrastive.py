@@ -51,6 +51,10 @@ def ntxent_terms(logits, positive, negative):
     positive_weights = share * (tf.exp(tf.minimum(logits - pair_lse, 0.0)) - 1.0)
     spill = tf.reduce_sum(share * tf.exp(tf.minimum(negative_lse - pair_lse, 0.0)), axis=1,
                           keepdims=True)
+    # an anchor without negatives has nothing to contrast: exactly 0 (under XLA, whose
+    # exp and log round, D_ip - z_ip would come out near 1e-8 instead)
+    value = tf.where(has_negative[:, 0], value, 0.0)
+    positive_weights = tf.where(has_negative, positive_weights, 0.0)
     return value, positive_weights + negative_softmax * spill
 
 
@@ -150,6 +154,8 @@ class NTXent(_TemperatureLoss):
         Learning of Visual Representations", ICML 2020; Oord, Li, Vinyals,
         "Representation Learning with Contrastive Predictive Coding", 2018.
     """
+
+    xla_terms = True  # its terms fused by XLA (PairLoss.xla_terms)
 
     logit_terms = staticmethod(ntxent_terms)
 
