@@ -19,7 +19,6 @@ import tensorflow as tf
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.losses.proxies import ProxyLoss
-from keras_dml.ops import own_entries
 from keras_dml.losses.registry import register
 
 # sin(theta) is floored here, so that d cos(theta + m) / d cos(theta) stays finite
@@ -83,7 +82,7 @@ def margin_softmax_terms(matrix, labels, scale, target_fn):
         scale: s.
         target_fn: `cosine -> (phi, phi')` (`arcface_target`, `cosface_target`).
     """
-    own = own_entries(labels)
+    own = ops.own_entries(labels)
     phi, slope = target_fn(tf.gather_nd(matrix, own))
     value, probabilities, _ = ops.scaled_softmax(
         tf.tensor_scatter_nd_update(matrix, own, phi), labels, scale)

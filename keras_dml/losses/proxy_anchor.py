@@ -5,7 +5,6 @@ import tensorflow as tf
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.losses.proxies import ProxyLoss
-from keras_dml.ops import own_entries
 from keras_dml.losses.registry import register
 
 
@@ -68,7 +67,7 @@ class ProxyAnchor(ProxyLoss):
         labels = pairs.labels
         num_proxies = tf.shape(matrix)[1]
         proxies_f = tf.cast(num_proxies, tf.float32)
-        own_index = own_entries(labels)
+        own_index = ops.own_entries(labels)
         # [positives] one own proxy per sample: an O(N) problem grouped by proxy
         own = tf.gather_nd(matrix, own_index)
         pull_terms, pull_share = ops.grouped_softplus_lse(

@@ -3,8 +3,8 @@
 import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
+from keras_dml import ops
 from keras_dml.losses.proxies import ProxyLoss
-from keras_dml.ops import own_entries
 from keras_dml.losses.registry import register
 
 
@@ -57,7 +57,7 @@ class ProxyNCA(ProxyLoss):
     def compute_terms(self, matrix, pairs):
         labels = pairs.labels
         logits = 2.0 * self.scale * matrix
-        own_index = own_entries(labels)
+        own_index = ops.own_entries(labels)
         own = tf.gather_nd(logits, own_index)
         if self.num_classes == 1:  # no negative proxy: L_i = s D(f_i, p^+)
             return 2.0 * self.scale - own, tf.tensor_scatter_nd_update(
