@@ -147,8 +147,9 @@ def large_batches(threads, sizes=LARGE_SIZES, repeats=3, device="cpu", losses=No
     """Large-N losses, d = 512: time and peak memory, one process each.
 
     Memory: the peak resident size of the calls after the first beyond the resident
-    size before them (what a training step needs on top of the model), and the
-    first call's (graph tracing included) beyond the set-up. `losses`: run only
+    size after set-up (what a warm training step holds on top of the model and its
+    inputs), and the first call's (tracing and compilation included) beyond the
+    same. `losses`: run only
     these names of `LARGE_SYSTEMS` (default: all).
     """
     rows = []
@@ -176,8 +177,8 @@ def large_batches(threads, sizes=LARGE_SIZES, repeats=3, device="cpu", losses=No
 
 
 def large_markdown(rows):
-    lines = ["| loss | N | time (s), median [range] | peak memory of a step | "
-             "in N x N float32 matrices | first call (tracing included) |",
+    lines = ["| loss | N | time (s), median [range] | peak memory of a warm step | "
+             "in N x N float32 matrices | first call (tracing, compilation) |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         peak = ("n/a", "n/a") if r["peak_mb"] is None else (

@@ -131,6 +131,47 @@ def cosine_between(query, key):
     return similarity(to_float32(query), to_float32(key))
 
 
+def similarity_gradients(query, key, weights, row_scale, metric="cosine", key_gradient=True):
+    """Gradients of sum_aj row_scale_a W_aj sim(q_a, k_j) w.r.t. query and key, from W.
+
+    For "cosine" and "dot" similarities, without the similarity matrix: two
+    matmuls with W (N, M), `(W @ k^)` and `(W^T @ q^)` on the unit (cosine) or raw
+    (dot) rows, then the normalisation's gradient on the (N, d) and (M, d)
+    results, as `l2_normalize`'s (no radial part where a norm is held).
+
+    Args:
+        query: float32 (N, d). key: float32 (M, d).
+        weights: float32 (N, M). row_scale: float32 (N,), e.g. the upstream gradient
+            of per-query values.
+        metric: "cosine" or "dot".
+        key_gradient: also the key's gradient (else zeros of its shape).
+
+    Returns:
+        (query gradient (N, d), key gradient (M, d)).
+    """
+    if metric not in ("cosine", "dot"):
+        raise ValueError(f"similarity_gradients takes metric 'cosine' or 'dot', got {metric!r}.")
+    row_scale = row_scale[:, tf.newaxis]
+    if metric == "cosine":
+        inv_q, q_norm = inverse_norms(query, axis=1, keepdims=True)
+        inv_k, k_norm = inverse_norms(key, axis=1, keepdims=True)
+        query_in, key_in = query * inv_q, key * inv_k
+    else:
+        query_in, key_in = query, key
+    to_query = tf.matmul(weights, key_in) * row_scale
+    to_key = (tf.matmul(weights, query_in * row_scale, transpose_a=True) if key_gradient
+              else tf.zeros_like(key))
+    if metric == "dot":
+        return to_query, to_key
+
+    def through_normalisation(x, upstream, inverse, norm):
+        along = _radial(tf.reduce_sum(upstream * x, axis=1, keepdims=True), *norm)
+        return (upstream - x * along) * inverse
+
+    return (through_normalisation(query, to_query, inv_q, q_norm),
+            through_normalisation(key, to_key, inv_k, k_norm) if key_gradient else to_key)
+
+
 def pairwise(query, key=None, metric="cosine"):
     """Pairwise similarity or distance between every query and every key.
 

@@ -209,6 +209,29 @@ def test_cosine_between_matches_autodiff_of_normalised_matmul():
         np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("metric", ["cosine", "dot"])
+def test_similarity_gradients_from_weights_equal_autodiff_through_the_matrix(metric):
+    rng = np.random.default_rng(4)
+    x = tf.constant(np.concatenate([rng.normal(size=(5, 6)), np.zeros((1, 6))]).astype("f"))
+    k = tf.constant(rng.normal(size=(7, 6)).astype("float32") * 3.0)
+    weights = tf.constant(rng.normal(size=(6, 7)).astype("float32"))
+    row_scale = tf.constant(rng.normal(size=6).astype("float32"))
+    with tf.GradientTape() as tape:
+        tape.watch([x, k])
+        s = ops.pairwise(x, k, metric)
+        total = tf.reduce_sum(s * weights * row_scale[:, tf.newaxis])
+    expected = tape.gradient(total, [x, k])
+    got = ops.similarity_gradients(x, k, weights, row_scale, metric)
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    only_queries = ops.similarity_gradients(x, k, weights, row_scale, metric,
+                                            key_gradient=False)
+    np.testing.assert_allclose(only_queries[0], expected[0], rtol=1e-5, atol=1e-6)
+    assert not np.any(only_queries[1])
+    with pytest.raises(ValueError, match="euclidean"):
+        ops.similarity_gradients(x, k, weights, row_scale, "euclidean")
+
+
 def test_closest_below_is_the_largest_candidate_under_the_threshold():
     rng = np.random.default_rng(4)
     similarity = rng.uniform(-1, 1, size=(7, 9)).astype("float32")

@@ -12,6 +12,7 @@ import keras
 import tensorflow as tf
 
 from keras_dml import hyperparameters, mining, ops, validation
+from keras_dml.losses import row_blocks
 from keras_dml.weighting import weighted_pair_loss
 
 
@@ -110,6 +111,11 @@ class PairLoss(keras.losses.Loss):
     #: fused temporaries alive through the cluster (about 5 N x N float32 at the peak
     #: against 3 for TensorFlow's graph), which matters at large N only.
     xla_terms = False
+    #: above `row_blocks.ROW_BLOCKS_ABOVE_ENTRIES` matrix entries, compute the values and
+    #: weights a block of query rows at a time, never the whole matrix (bounded memory
+    #: for large batches; `row_blocks.applies` lists the conditions). A loss opts in:
+    #: its value must be per query, row a from row a of the matrix and the masks.
+    row_blocks = False
 
     def __init__(self, metric=None, miner=None, reduction="sum_over_batch_size", name=None,
                  dtype=None):
@@ -206,6 +212,24 @@ class PairLoss(keras.losses.Loss):
     def against(self, labels, embeddings, reference):
         """Unreduced values of checked inputs against `reference`, with the engine's gradient."""
         embeddings = ops.to_float32(embeddings)
+        if row_blocks.applies(self, reference):
+            large = row_blocks.is_large(embeddings, reference)
+            if large is True:
+                value = row_blocks.row_blocked_values(self, labels, embeddings, reference)
+            elif large is False:
+                value = self._against_whole(labels, embeddings, reference)
+            else:
+                value = tf.cond(
+                    large,
+                    lambda: row_blocks.row_blocked_values(self, labels, embeddings, reference),
+                    lambda: self._against_whole(labels, embeddings, reference))
+        else:
+            value = self._against_whole(labels, embeddings, reference)
+        penalty = self.penalty(labels, embeddings)
+        return value if penalty is None else value + penalty
+
+    def _against_whole(self, labels, embeddings, reference):
+        """Unreduced values from the whole (N, M) matrix at once."""
         sources = [embeddings]
         if reference.trainable and not reference.is_batch and reference.rows is None \
                 and reference.embeddings is not embeddings:  # separate keys: proxies
@@ -222,9 +246,7 @@ class PairLoss(keras.losses.Loss):
             with tf.control_dependencies([pairs.positive, pairs.negative]):
                 return self._terms(m, pairs, *parameters)
 
-        value = weighted_pair_loss(sources, tape, matrix, terms, self.parameters(pairs))
-        penalty = self.penalty(labels, embeddings)
-        return value if penalty is None else value + penalty
+        return weighted_pair_loss(sources, tape, matrix, terms, self.parameters(pairs))
 
     def _terms(self, matrix, pairs, *parameters):
         """`compute_terms`, through XLA where the loss opts in and the matrix is small."""

@@ -72,6 +72,7 @@ class BinomialDeviance(_ScaledPairLoss):
     """
 
     xla_terms = True  # its terms fused by XLA (PairLoss.xla_terms)
+    row_blocks = True  # large batches a block of rows at a time (PairLoss.row_blocks)
 
     def __init__(self, alpha=2.0, beta=50.0, base=0.5, miner=None, metric="cosine",
                  reduction="sum_over_batch_size", name="binomial_deviance", dtype=None):
@@ -124,6 +125,8 @@ class BinLifted(_ScaledPairLoss):
         Wang et al., "Multi-Similarity Loss with General Pair Weighting",
         CVPR 2019, supplementary eq. 10-11.
     """
+
+    row_blocks = True  # large batches a block of rows at a time (PairLoss.row_blocks)
 
     def __init__(self, alpha=2.0, beta=50.0, base=0.5, miner=None, metric="cosine",
                  reduction="sum_over_batch_size", name="bin_lifted", dtype=None):

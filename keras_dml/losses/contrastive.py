@@ -50,6 +50,7 @@ class Contrastive(PairLoss):
     """
 
     metrics = ("cosine", "euclidean")
+    row_blocks = True  # large batches a block of rows at a time (PairLoss.row_blocks)
 
     @property
     def xla_terms(self):

@@ -107,6 +107,7 @@ class InstanceCrossEntropy(PairLoss):
     """
 
     xla_terms = True  # its terms fused by XLA (PairLoss.xla_terms)
+    row_blocks = True  # large batches a block of rows at a time (PairLoss.row_blocks)
 
     metrics = ("cosine", "dot")
     config_keys = PairLoss.config_keys + ("scale",)

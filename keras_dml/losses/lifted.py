@@ -123,6 +123,8 @@ class GeneralizedLiftedStructure(_MarginAndMetric):
         Re-Identification", 2017; unified view eq. 9-11.
     """
 
+    row_blocks = True  # large batches a block of rows at a time (PairLoss.row_blocks)
+
     def __init__(self, margin=1.0, metric=None, miner=None, reduction="sum_over_batch_size",
                  name="generalized_lifted_structure", dtype=None, distance=None):
         super().__init__(margin, metric, distance, miner, reduction, name, dtype)

@@ -55,6 +55,7 @@ class MultiSimilarity(PairLoss):
     """
 
     xla_terms = True  # its terms fused by XLA (PairLoss.xla_terms)
+    row_blocks = True  # large batches a block of rows at a time (PairLoss.row_blocks)
 
     config_keys = PairLoss.config_keys + ("alpha", "beta", "base")
 

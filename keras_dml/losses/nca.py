@@ -66,6 +66,7 @@ class NCA(PairLoss):
     """
 
     xla_terms = True  # its terms fused by XLA (PairLoss.xla_terms)
+    row_blocks = True  # large batches a block of rows at a time (PairLoss.row_blocks)
 
     config_keys = PairLoss.config_keys + ("scale",)
 

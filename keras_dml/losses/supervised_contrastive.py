@@ -110,6 +110,7 @@ class SupervisedContrastive(_TemperatureLoss):
     """
 
     xla_terms = True  # its terms fused by XLA (PairLoss.xla_terms)
+    row_blocks = True  # large batches a block of rows at a time (PairLoss.row_blocks)
 
     logit_terms = staticmethod(supcon_terms)
 

@@ -16,6 +16,10 @@ from keras_dml.hyperparameters import finite
 class Miner:
     """Base class: subclasses implement `mine(similarity, positive, negative)`."""
 
+    #: row a of the kept masks depends on row a of the inputs only, so the miner can
+    #: run on a block of query rows (the engine's row blocks for large batches)
+    row_local = False
+
     def __call__(self, similarity, positive, negative):
         similarity = tf.stop_gradient(ops.to_float32(similarity))
         positive, negative = self.mine(similarity, positive, negative)
@@ -56,6 +60,8 @@ class MultiSimilarityMiner(Miner):
     Args:
         epsilon: the margin. Defaults to 0.1 (unified view, section 6).
     """
+
+    row_local = True
 
     def __init__(self, epsilon=0.1):
         self.epsilon = finite("epsilon", epsilon)

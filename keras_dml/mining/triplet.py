@@ -169,6 +169,7 @@ class TripletMiner(Miner):
     """
 
     select_fn = None  # (similarity, positive, negative) -> (valid, negative_index)
+    row_local = True
 
     def __init__(self, margin=None):
         self.margin = None if margin is None else finite("margin", margin)
@@ -259,6 +260,8 @@ class PairMarginMiner(Miner):
         pos_margin: defaults to 0.8.
         neg_margin: defaults to 0.5.
     """
+
+    row_local = True
 
     def __init__(self, pos_margin=0.8, neg_margin=0.5):
         self.pos_margin = finite("pos_margin", pos_margin)
