@@ -178,6 +178,21 @@ def test_cross_batch_memory_quick_mode():
     assert len(cells[6].split(" / ")) == 2
 
 
+def test_fairness_takes_the_spread_of_the_alone_processes():
+    from benchmarks.__main__ import fairness
+
+    def run(*samples):
+        return {"median": sorted(samples)[len(samples) // 2], "samples": list(samples)}
+
+    alone = [run(7.0, 7.1, 7.2), run(8.2, 8.3, 8.4), run(7.6, 7.7, 7.8)]
+    inside = fairness({"median": 9.0}, alone)  # within 8.3 x 1.1
+    assert inside["fair"] and inside["peer_alone"]["process_medians"] == [7.1, 7.7, 8.3]
+    assert inside["peer_alone"]["n"] == 9
+    assert abs(inside["peer_alone_over_harness"] - 7.7 / 9.0) < 1e-12
+    assert not fairness({"median": 9.2}, alone)["fair"]  # above 8.3 x 1.1
+    assert not fairness({"median": 6.4}, alone)["fair"]  # below 7.1 / 1.1
+
+
 def test_command_writes_json_and_markdown(tmp_path):
     """`python -m benchmarks --smoke --check-fairness` on one case: processes, table, JSON."""
     result = subprocess.run(
@@ -190,7 +205,8 @@ def test_command_writes_json_and_markdown(tmp_path):
     (row,) = report["cases"]
     assert row["case"] == "losses/NCA"
     assert set(row["systems"]) == {"keras_dml", "peer"}
-    assert row["ratio"] > 0 and row["peer_alone"]["n"] == 1
+    assert row["ratio"] > 0 and len(row["peer_alone"]["process_medians"]) == 3
+    assert row["peer_alone"]["n"] == 3 and isinstance(row["fair"], bool)
     assert report["machine"]["threads"] == 1 and report["machine"]["versions"]["tensorflow"]
     table = (tmp_path / "benchmarks.md").read_text()
     assert "| losses: NCA |" in table and "peer alone / in harness" in table
