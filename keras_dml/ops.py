@@ -52,8 +52,7 @@ def l2_normalize(x, axis=-1, epsilon=NORM_EPSILON):
         scale, norm = inverse_norms(x, axis, epsilon, keepdims=True)
 
         def grad(upstream):
-            along = _radial(tf.reduce_sum(upstream * x, axis=axis, keepdims=True), *norm)
-            return (upstream - x * along) * scale
+            return _through_normalisation(x, upstream, scale, norm, axis)
 
         return x * scale, grad
 
@@ -79,6 +78,14 @@ def _radial(projection, held, unclipped):
     """The radial part of the normalisation's gradient, projection / |x|^2; 0 where
     the norm is held (a constant there)."""
     return tf.where(unclipped, projection / held, tf.zeros_like(projection))
+
+
+def _through_normalisation(x, upstream, inverse, norm, axis=-1):
+    """The gradient w.r.t. x of x / |x| given the `upstream` gradient of x / |x|:
+    (g - x (x . g) / |x|^2) / |x|, with `inverse` and `norm` from `inverse_norms`
+    (keepdims) and no radial part where the norm is held."""
+    along = _radial(tf.reduce_sum(upstream * x, axis=axis, keepdims=True), *norm)
+    return (upstream - x * along) * inverse
 
 
 @tf.custom_gradient
@@ -163,13 +170,8 @@ def similarity_gradients(query, key, weights, row_scale, metric="cosine", key_gr
               else tf.zeros_like(key))
     if metric == "dot":
         return to_query, to_key
-
-    def through_normalisation(x, upstream, inverse, norm):
-        along = _radial(tf.reduce_sum(upstream * x, axis=1, keepdims=True), *norm)
-        return (upstream - x * along) * inverse
-
-    return (through_normalisation(query, to_query, inv_q, q_norm),
-            through_normalisation(key, to_key, inv_k, k_norm) if key_gradient else to_key)
+    return (_through_normalisation(query, to_query, inv_q, q_norm),
+            _through_normalisation(key, to_key, inv_k, k_norm) if key_gradient else to_key)
 
 
 def pairwise(query, key=None, metric="cosine"):
@@ -265,6 +267,14 @@ def _scatter_rows_gradient(shape, rows, row_grad, columns, column_grad):
     scatters (concatenating the blocks first costs more); repeated indices add up."""
     return (tf.scatter_nd(rows[:, tf.newaxis], row_grad, shape)
             + tf.scatter_nd(columns[:, tf.newaxis], column_grad, shape))
+
+
+def cond(predicate, if_true, if_false):
+    """`tf.cond` for a boolean tensor; for a Python bool (a choice made from static
+    shapes) only the chosen branch is built."""
+    if isinstance(predicate, bool):
+        return if_true() if predicate else if_false()
+    return tf.cond(predicate, if_true, if_false)
 
 
 def label_masks(query_labels, key_labels=None, exclude_self=None):

@@ -194,10 +194,14 @@ class PairLoss(keras.losses.Loss):
                                        on_value=True, off_value=False)
             positive, negative = ops.label_masks(labels, reference.labels, exclude_self=False)
             positive, negative = positive & present, negative & present
+        return self.mined(labels, reference.labels, positive, negative, matrix)
+
+    def mined(self, labels, key_labels, positive, negative, matrix):
+        """`Pairs` of the masks after the pair miner (if any) has seen `matrix`."""
         if self.pair_miner is not None:
             similarity = -matrix if self.is_distance else matrix
             positive, negative = self.pair_miner(similarity, positive, negative)
-        return Pairs(labels, reference.labels, positive, negative)
+        return Pairs(labels, key_labels, positive, negative)
 
     def prepare(self, labels, embeddings, reference=None):
         """Checked labels, float32 embeddings and the reference set (default if None)."""
@@ -213,16 +217,10 @@ class PairLoss(keras.losses.Loss):
         """Unreduced values of checked inputs against `reference`, with the engine's gradient."""
         embeddings = ops.to_float32(embeddings)
         if row_blocks.applies(self, reference):
-            large = row_blocks.is_large(embeddings, reference)
-            if large is True:
-                value = row_blocks.row_blocked_values(self, labels, embeddings, reference)
-            elif large is False:
-                value = self._against_whole(labels, embeddings, reference)
-            else:
-                value = tf.cond(
-                    large,
-                    lambda: row_blocks.row_blocked_values(self, labels, embeddings, reference),
-                    lambda: self._against_whole(labels, embeddings, reference))
+            value = ops.cond(
+                row_blocks.is_large(embeddings, reference),
+                lambda: row_blocks.row_blocked_values(self, labels, embeddings, reference),
+                lambda: self._against_whole(labels, embeddings, reference))
         else:
             value = self._against_whole(labels, embeddings, reference)
         penalty = self.penalty(labels, embeddings)
@@ -254,12 +252,10 @@ class PairLoss(keras.losses.Loss):
             return self.compute_terms(matrix, pairs, *parameters)
         compiled = self._compiled_terms()
         entries = matrix.shape.num_elements()
-        if entries is not None:
-            return (compiled if entries <= XLA_TERMS_MAX_ENTRIES
-                    else self.compute_terms)(matrix, pairs, *parameters)
-        return tf.cond(tf.size(matrix, out_type=tf.int64) <= XLA_TERMS_MAX_ENTRIES,
-                       lambda: compiled(matrix, pairs, *parameters),
-                       lambda: self.compute_terms(matrix, pairs, *parameters))
+        small = (entries <= XLA_TERMS_MAX_ENTRIES if entries is not None
+                 else tf.size(matrix, out_type=tf.int64) <= XLA_TERMS_MAX_ENTRIES)
+        return ops.cond(small, lambda: compiled(matrix, pairs, *parameters),
+                        lambda: self.compute_terms(matrix, pairs, *parameters))
 
     def _compiled_terms(self):
         """`compute_terms` as an XLA-compiled `tf.function`, made on first use."""

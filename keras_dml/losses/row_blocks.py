@@ -58,10 +58,7 @@ def row_blocked_values(loss, labels, embeddings, reference):
     blocked matmuls); the gradient reaches the embeddings and, for trainable
     keys that are not the batch (proxies), the keys.
     """
-    from keras_dml.losses.base import Pairs  # base imports this module
-
     batch = reference.is_batch
-    key_labels = labels if batch else reference.labels
     separate_keys = not batch and reference.trainable
     sources = [embeddings]
     if separate_keys:
@@ -73,18 +70,15 @@ def row_blocked_values(loss, labels, embeddings, reference):
     def block_terms(start, matrix):
         rows = tf.shape(matrix)[0]
         query_labels = labels[start:start + rows]
-        positive, negative = ops.label_masks(query_labels, key_labels, exclude_self=False)
-        if batch:  # the block's own columns: start, start + 1, ...
+        if batch:  # label equality, without the block's own columns start, start + 1, ...
+            positive, negative = ops.label_masks(query_labels, labels, exclude_self=False)
             positive &= ~tf.one_hot(tf.range(start, start + rows), tf.shape(matrix)[1],
                                     on_value=True, off_value=False)
-        else:
-            present = key_labels[tf.newaxis, :] >= 0
-            positive, negative = positive & present, negative & present
-        if loss.pair_miner is not None:
-            similarity = -matrix if loss.is_distance else matrix
-            positive, negative = loss.pair_miner(similarity, positive, negative)
-        with tf.control_dependencies([positive, negative]):
-            return loss._terms(matrix, Pairs(query_labels, key_labels, positive, negative))[:2]
+            pairs = loss.mined(query_labels, labels, positive, negative, matrix)
+        else:  # a whole key set: the engine's own masks for these queries
+            pairs = loss.pairs(query_labels, reference, matrix)
+        with tf.control_dependencies([pairs.positive, pairs.negative]):
+            return loss._terms(matrix, pairs)[:2]
 
     @tf.custom_gradient
     def values(*inputs):
@@ -98,7 +92,7 @@ def row_blocked_values(loss, labels, embeddings, reference):
             start = i * size
             matrix = ops.pairwise(queries[start:start + size], keys, loss.metric)
             value, block_weights = block_terms(start, matrix)
-            kept = _choose(store, lambda: block_weights, lambda: no_weights)
+            kept = ops.cond(store, lambda: block_weights, lambda: no_weights)
             return i + 1, values.write(i, value), weights.write(i, kept)
 
         _, values, weights = tf.while_loop(
@@ -134,8 +128,8 @@ def row_blocked_values(loss, labels, embeddings, reference):
             return tf.reshape(query_grads.concat(), tf.shape(queries)), key_grad
 
         def grad(upstream):
-            query_grad, key_grad = _choose(store, lambda: from_weights(upstream),
-                                           lambda: recomputed(upstream))
+            query_grad, key_grad = ops.cond(store, lambda: from_weights(upstream),
+                                            lambda: recomputed(upstream))
             if batch:
                 return query_grad + key_grad
             return (query_grad, key_grad) if separate_keys else query_grad
@@ -159,13 +153,6 @@ def _more_entries(queries, keys, limit):
     if n is not None and m is not None:
         return n * m > limit
     return tf.cast(tf.shape(queries)[0], tf.int64) * tf.cast(tf.shape(keys)[0], tf.int64) > limit
-
-
-def _choose(predicate, if_true, if_false):
-    """`tf.cond` for a tensor predicate; the branch itself for a Python bool."""
-    if isinstance(predicate, bool):
-        return if_true() if predicate else if_false()
-    return tf.cond(predicate, if_true, if_false)
 
 
 def _blocks(count):
