@@ -147,7 +147,8 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
                  learning_rate=1e-3, warmup_steps=0, schedule="constant", weight_decay=0.0,
                  dim=128, augment_shift=0.0, augment_rotation=0.0, augment_scale=0.0,
                  rotated_classes=False, eval_every=None, order=None, test_classes=None,
-                 run_eagerly=False, data_dir=None, verbose=False):
+                 run_eagerly=False, data_dir=None, initial_weights=None, save_weights=None,
+                 verbose=False):
     """Train the protocol's CNN with `loss` and evaluate on the 659 test characters.
 
     Args:
@@ -173,6 +174,10 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
             runs). Defaults to None (all 659).
         run_eagerly: no tf.function (cheaper than tracing for a few smoke steps).
         data_dir: folder of the official npz files. Defaults to the shared dataset.
+        initial_weights: a `.weights.h5` file of the protocol's CNN (same `dim`) to start
+            from instead of a random initialisation (fine-tuning). Defaults to None.
+        save_weights: write the trained weights to this `.weights.h5` file (an existing
+            file is an error). Defaults to None.
 
     Returns:
         dict: R@1, R@2, R@4, R@8, MAP@R (percent, after training), untrained R@1,
@@ -195,8 +200,13 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
         order = batch_order(y_train, classes_per_batch, samples_per_class, steps, seed)
     elif len(order) < steps:
         raise ValueError(f"order holds {len(order)} batches, fewer than steps={steps}.")
+    if save_weights and os.path.exists(save_weights):
+        raise FileExistsError(f"save_weights: {save_weights} exists; remove it or pick another "
+                              "path.")
     keras.utils.set_random_seed(seed)
     model = build_cnn(dim)
+    if initial_weights:
+        model.load_weights(initial_weights)
     rate = learning_rate_schedule(learning_rate, steps, warmup_steps, schedule)
     model.compile(optimizer=adam(rate, weight_decay), loss=loss, jit_compile=False, run_eagerly=run_eagerly)
 
@@ -232,6 +242,8 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
             curve.append((done, row["R@1"], row["MAP@R"]))
     result = evaluate()
     curve.append((steps, result["R@1"], result["MAP@R"]))
+    if save_weights:
+        model.save_weights(save_weights)
     result.update(untrained_R1=untrained["R@1"], train_seconds=seconds, steps=steps,
                   final_loss=float(history.history["loss"][-1]))
     if eval_every:

@@ -120,3 +120,33 @@ def test_seeds_text_counts_the_seeds_of_the_entries():
     assert reproduction.seeds_text([{"n": 3}, {"n": 3}]) == "mean ± std over 3 seeds"
     assert reproduction.seeds_text([{"n": 2}, {"n": 3}]) == "mean ± std over 2-3 seeds"
     assert reproduction.seeds_text([]) == "one seed"
+
+
+@needs_data
+def test_protocol_saves_weights_and_starts_from_them(tmp_path):
+    path = str(tmp_path / "cnn.weights.h5")
+    kwargs = dict(steps=2, classes_per_batch=4, samples_per_class=2, test_classes=10,
+                  run_eagerly=True)
+    trained = protocol.run_protocol(protocol.make_loss("MultiSimilarity"), seed=0,
+                                    save_weights=path, **kwargs)
+    resumed = protocol.run_protocol(protocol.make_loss("MultiSimilarity"), seed=1,
+                                    initial_weights=path, **kwargs)
+    assert resumed["untrained_R1"] == trained["R@1"]  # seed 1 starts from seed 0's weights
+    with pytest.raises(FileExistsError, match="save_weights"):
+        protocol.run_protocol(protocol.make_loss("MultiSimilarity"), save_weights=path,
+                              **kwargs)
+
+
+@needs_data
+def test_cross_batch_memory_fine_tuning_quick_mode(tmp_path):
+    script = importlib.import_module("reproduce_cross_batch_memory")
+    summary = script.main(["--quick", "--out-dir", str(tmp_path), "--threads", "1"])
+    assert [entry["row"] for entry in summary] == ["8 x 2", "8 x 2 + memory 64", "32 x 4"]
+    records = [json.loads(line) for line in open(tmp_path / f"{script.NAME}.jsonl")]
+    assert len({r["untrained_R1"] for r in records}) == 1  # all start from the same weights
+    weights = tmp_path / f"{script.NAME}_pretrained_2.weights.h5"
+    made = weights.stat().st_mtime_ns
+    assert (tmp_path / f"{script.NAME}.png").stat().st_size > 0
+    script.main(["--quick", "--out-dir", str(tmp_path)])  # reuses the weights and the runs
+    assert weights.stat().st_mtime_ns == made
+    assert len(open(tmp_path / f"{script.NAME}.jsonl").readlines()) == 3
