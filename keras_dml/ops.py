@@ -138,7 +138,8 @@ def cosine_between(query, key):
     return similarity(to_float32(query), to_float32(key))
 
 
-def similarity_gradients(query, key, weights, row_scale, metric="cosine", key_gradient=True):
+def similarity_gradients(query, key, weights, row_scale, metric="cosine", key_gradient=True,
+                         block_rows=None):
     """Gradients of sum_aj row_scale_a W_aj sim(q_a, k_j) w.r.t. query and key, from W.
 
     For "cosine" and "dot" similarities, without the similarity matrix: two
@@ -148,10 +149,13 @@ def similarity_gradients(query, key, weights, row_scale, metric="cosine", key_gr
 
     Args:
         query: float32 (N, d). key: float32 (M, d).
-        weights: float32 (N, M). row_scale: float32 (N,), e.g. the upstream gradient
-            of per-query values.
+        weights: float32 (N, M), or a `tf.TensorArray` of its row blocks of
+            `block_rows` rows each (the last may be shorter), read a block at a time
+            and never concatenated (no second (N, M) copy).
+        row_scale: float32 (N,), e.g. the upstream gradient of per-query values.
         metric: "cosine" or "dot".
         key_gradient: also the key's gradient (else zeros of its shape).
+        block_rows: the rows of each block of a `tf.TensorArray` of weights.
 
     Returns:
         (query gradient (N, d), key gradient (M, d)).
@@ -165,13 +169,37 @@ def similarity_gradients(query, key, weights, row_scale, metric="cosine", key_gr
         query_in, key_in = query * inv_q, key * inv_k
     else:
         query_in, key_in = query, key
-    to_query = tf.matmul(weights, key_in) * row_scale
-    to_key = (tf.matmul(weights, query_in * row_scale, transpose_a=True) if key_gradient
-              else tf.zeros_like(key))
+    if isinstance(weights, tf.TensorArray):
+        to_query, to_key = _blocked_products(weights, block_rows, query_in, key_in, row_scale,
+                                             key_gradient)
+    else:
+        to_query = tf.matmul(weights, key_in) * row_scale
+        to_key = (tf.matmul(weights, query_in * row_scale, transpose_a=True) if key_gradient
+                  else tf.zeros_like(key))
     if metric == "dot":
         return to_query, to_key
     return (_through_normalisation(query, to_query, inv_q, q_norm),
             _through_normalisation(key, to_key, inv_k, k_norm) if key_gradient else to_key)
+
+
+def _blocked_products(blocks, block_rows, query, key, row_scale, key_gradient):
+    """`(W @ key) * row_scale` and `W^T @ (query * row_scale)` from W's row blocks."""
+
+    def step(i, to_query, to_key):
+        start = i * block_rows
+        block = blocks.read(i)
+        scale = row_scale[start:start + block_rows]
+        to_query = to_query.write(i, tf.matmul(block, key) * scale)
+        if key_gradient:
+            to_key += tf.reshape(tf.matmul(block, query[start:start + block_rows] * scale,
+                                           transpose_a=True), tf.shape(to_key))
+        return i + 1, to_query, to_key
+
+    _, to_query, to_key = tf.while_loop(
+        lambda i, *_: i < blocks.size(), step,
+        (tf.constant(0), tf.TensorArray(query.dtype, size=blocks.size(), infer_shape=False),
+         tf.zeros_like(key)), parallel_iterations=1)
+    return tf.reshape(to_query.concat(), tf.shape(query)), to_key
 
 
 def pairwise(query, key=None, metric="cosine"):

@@ -55,9 +55,10 @@ def blocks(monkeypatch):
         calls.append(args[0])
         return blocked(*args)
 
-    def use(stored):
+    def use(stored, xla=False):
         monkeypatch.setattr(row_blocks, "ROW_BLOCKS_ABOVE_ENTRIES", 8)
         monkeypatch.setattr(row_blocks, "BLOCK_ENTRIES", 5 * 12)
+        monkeypatch.setattr(row_blocks, "XLA_BLOCKS_FROM_ENTRIES", 0 if xla else 2 ** 62)
         monkeypatch.setattr(row_blocks, "STORED_WEIGHTS_MAX_ENTRIES", 2 ** 30 if stored else 8)
         monkeypatch.setattr(row_blocks, "row_blocked_values", recorded)
         return calls
@@ -70,13 +71,16 @@ def test_losses_that_opt_in_are_row_local():
     assert all(ENTRIES[name].row_local for name in ROW_NAMES)
 
 
-@pytest.mark.parametrize("function, stored", [(False, True), (True, True), (True, False)],
-                         ids=["eager", "tf.function", "tf.function, recomputed"])
+@pytest.mark.parametrize("function, stored, xla",
+                         [(False, True, False), (True, True, False), (True, False, False),
+                          (True, True, True)],
+                         ids=["eager", "tf.function", "tf.function, recomputed",
+                              "tf.function, XLA terms"])
 @pytest.mark.parametrize("name", ROW_NAMES)
-def test_row_blocks_equal_the_whole_matrix_on_the_batch(name, function, stored, blocks):
+def test_row_blocks_equal_the_whole_matrix_on_the_batch(name, function, stored, xla, blocks):
     labels, x, _, _ = _data()
     whole = _value_and_gradients(_make(name), labels, x, function=function)
-    calls = blocks(stored)
+    calls = blocks(stored, xla)
     blocked = _value_and_gradients(_make(name), labels, x, function=function)
     assert calls, "the row blocks were not used"
     for a, b in zip(whole, blocked):

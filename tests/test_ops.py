@@ -230,6 +230,16 @@ def test_similarity_gradients_from_weights_equal_autodiff_through_the_matrix(met
     assert not np.any(only_queries[1])
     with pytest.raises(ValueError, match="euclidean"):
         ops.similarity_gradients(x, k, weights, row_scale, "euclidean")
+    for key_gradient in (True, False):
+        blocks = tf.TensorArray(tf.float32, size=3, infer_shape=False)
+        for i, start in enumerate((0, 4)):  # row blocks of 4 rows, the last shorter
+            blocks = blocks.write(i, weights[start:start + 4])
+        blocks = blocks.write(2, weights[6:])  # and an empty one
+        from_blocks = ops.similarity_gradients(x, k, blocks, row_scale, metric, key_gradient,
+                                               block_rows=4)
+        for a, b in zip(from_blocks, ops.similarity_gradients(x, k, weights, row_scale, metric,
+                                                              key_gradient)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_closest_below_is_the_largest_candidate_under_the_threshold():

@@ -3,10 +3,13 @@
 A per-query pair loss needs row a of the (N, M) matrix for value a and its
 weights; nothing couples the rows but the masks' labels. So above
 `ROW_BLOCKS_ABOVE_ENTRIES` matrix entries the engine never builds the matrix or
-its masks: the forward pass computes values and weights `BLOCK_ENTRIES` at a time.
-On cosine and dot similarities it keeps the weights W (one N x M float32), and
-the backward pass is two matmuls with W (the normalisation's gradient applied to
-the (N + M, d) results), never the matrix again. Beyond
+its masks: the forward pass computes values and weights a block of rows at a time
+(at most `BLOCK_ENTRIES`, at least `MIN_BLOCKS` blocks; a loss's XLA terms from
+`XLA_BLOCKS_FROM_ENTRIES` on, TensorFlow's kernels below). On cosine
+and dot similarities it keeps each block's weights (one N x M float32 in all,
+never concatenated), and the backward pass is two matmuls per block (the
+normalisation's gradient applied to the (N + M, d) results), never the matrix
+again. Beyond
 `STORED_WEIGHTS_MAX_ENTRIES`, or on distances, the backward pass computes each
 block's matrix, masks and weights again: memory is then a few blocks, for the
 forward matmul and terms done twice.
@@ -20,9 +23,15 @@ ROW_BLOCKS_ABOVE_ENTRIES = 2048 * 2048
 #: up to this many entries (4 GB) the forward pass keeps each block's weights for the
 #: backward pass (one N x M float32 in all); beyond, the backward pass computes them again
 STORED_WEIGHTS_MAX_ENTRIES = 2 ** 30
-#: the entries of one block, (rows, M); at most the XLA terms' limit, so a loss that
-#: runs its terms under XLA does so on every block
+#: the entries of one block, (rows, M), at most
 BLOCK_ENTRIES = 2048 * 2048
+#: and at least this many blocks, so that one block's temporaries stay a small part of
+#: the peak just above `ROW_BLOCKS_ABOVE_ENTRIES`
+MIN_BLOCKS = 8
+#: from this many matrix entries on, a loss that runs its terms under XLA does so on each
+#: block (10-25 % faster); below, TensorFlow's kernels: XLA's compiled code and cluster
+#: temporaries hold about 80 MB more, 1.3 N x N float32 at N = 4,096 (benchmarks/README.md)
+XLA_BLOCKS_FROM_ENTRIES = 8192 * 8192
 
 
 def applies(loss, reference):
@@ -66,6 +75,8 @@ def row_blocked_values(loss, labels, embeddings, reference):
     fixed_keys = None if batch or separate_keys else tf.stop_gradient(reference.embeddings)
     n = tf.shape(embeddings)[0]
     store = _stores_weights(loss.metric, embeddings, reference.embeddings)
+    xla = loss.xla_terms and _more_entries(embeddings, reference.embeddings,
+                                           XLA_BLOCKS_FROM_ENTRIES - 1)
 
     def block_terms(start, matrix):
         rows = tf.shape(matrix)[0]
@@ -78,13 +89,15 @@ def row_blocked_values(loss, labels, embeddings, reference):
         else:  # a whole key set: the engine's own masks for these queries
             pairs = loss.pairs(query_labels, reference, matrix)
         with tf.control_dependencies([pairs.positive, pairs.negative]):
-            return loss._terms(matrix, pairs)[:2]
+            return ops.cond(xla, lambda: loss._terms(matrix, pairs)[:2],
+                            lambda: loss.compute_terms(matrix, pairs)[:2])
 
     @tf.custom_gradient
     def values(*inputs):
         queries = inputs[0]
         keys = queries if batch else (inputs[1] if separate_keys else fixed_keys)
-        size = tf.maximum(1, BLOCK_ENTRIES // tf.shape(keys)[0])
+        size = tf.maximum(1, tf.minimum(BLOCK_ENTRIES // tf.shape(keys)[0],
+                                        (n + MIN_BLOCKS - 1) // MIN_BLOCKS))
         count = (n + size - 1) // size
         no_weights = tf.zeros([0, tf.shape(keys)[0]])
 
@@ -100,11 +113,10 @@ def row_blocked_values(loss, labels, embeddings, reference):
             (tf.constant(0), _blocks(count), _blocks(count)), parallel_iterations=1)
         value = tf.reshape(values.concat(), [-1])
         value.set_shape(embeddings.shape[:1])
-        weights = weights.concat()  # (N, M) when stored, else (0, M)
 
-        def from_weights(upstream):
+        def from_weights(upstream):  # W's blocks, never concatenated into a second copy
             return ops.similarity_gradients(queries, keys, weights, upstream, loss.metric,
-                                            key_gradient=fixed_keys is None)
+                                            key_gradient=fixed_keys is None, block_rows=size)
 
         def recomputed(upstream):
             def backward(i, query_grads, key_grad):
