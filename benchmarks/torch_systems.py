@@ -27,7 +27,9 @@ def _pml(name, config):
 def loss_step(loss, config=None, miner=None, miner_config=None, n=1024, d=512,
               samples_per_class=4, classes=None, measure_memory=False):
     """Forward + backward of a PML loss (with its miner) w.r.t. (n, d) embeddings and the
-    loss's own parameters."""
+    loss's own parameters. torch's generator is seeded: a random miner (distance
+    weighted sampling) draws the same pairs in every process."""
+    torch.manual_seed(0)
     x_np, y_np = data.batch(n, d, samples_per_class, classes=classes)
     if config and "num_classes" in config:  # a loss with class weights: (d, C) of this size
         config = {**config, "embedding_size": d}
