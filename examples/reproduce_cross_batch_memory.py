@@ -41,7 +41,8 @@ MEMORY_SIZES = (4096, 8192)  # 42 % and 85 % of the 9,640 fine-tuning images
 MEMORY = {"warmup_steps": 100, "include_batch_loss": True}
 QUICK_MEMORY = {"warmup_steps": 1, "include_batch_loss": True}
 QUICK_MEMORY_SIZES = (64,)
-MOMENTUM = 0.99  # keys from a momentum copy of the network (MoCo), lagging about 100 steps
+#: keys from a momentum copy of the network (MoCo), lagging about 100 and 1,000 steps
+MOMENTA = (0.99, 0.999)
 
 
 def split_classes(labels):
@@ -92,10 +93,10 @@ def rows(args, weights):
         *[Row(f"8 x 2 + memory {size}",
               lambda size=size: losses.CrossBatchMemory(losses.MultiSimilarity(), size, **memory),
               fine_tune(8, 2), group="8x2+memory") for size in sizes],
-        Row(f"8 x 2 + memory {sizes[-1]}, momentum keys {MOMENTUM}",
-            lambda: losses.CrossBatchMemory(losses.MultiSimilarity(), sizes[-1],
-                                            momentum=MOMENTUM, **memory),
-            fine_tune(8, 2), group="8x2+memory"),
+        *[Row(f"8 x 2 + memory {sizes[-1]}, momentum keys {momentum}",
+              lambda momentum=momentum: losses.CrossBatchMemory(
+                  losses.MultiSimilarity(), sizes[-1], momentum=momentum, **memory),
+              fine_tune(8, 2), group="8x2+memory") for momentum in MOMENTA],
         Row("32 x 4", losses.MultiSimilarity, fine_tune(32, 4), group="32x4"),
     ]
 
@@ -114,8 +115,8 @@ def main(argv=None):
     reproduction.write_table(NAME, args, text)
     figure = reproduction.bar_figure(
         summary, os.path.join(args.out_dir, f"{NAME}.png"),
-        f"Fine-tuning a pre-trained CNN, MultiSimilarity, {args.steps} steps\n"
-        f"(start: R@1 {start:.1f})", args.evaluated,
+        f"Fine-tuning a pre-trained CNN\nMultiSimilarity, {args.steps} steps from R@1 {start:.1f}",
+        args.evaluated,
         colors=[{"8x2": "tab:gray", "8x2+memory": "tab:green", "32x4": "tab:blue"}[e["group"]]
                 for e in summary])
     print(figure)

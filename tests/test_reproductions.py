@@ -142,7 +142,8 @@ def test_cross_batch_memory_fine_tuning_quick_mode(tmp_path):
     script = importlib.import_module("reproduce_cross_batch_memory")
     summary = script.main(["--quick", "--out-dir", str(tmp_path), "--threads", "1"])
     assert [entry["row"] for entry in summary] == [
-        "8 x 2", "8 x 2 + memory 64", "8 x 2 + memory 64, momentum keys 0.99", "32 x 4"]
+        "8 x 2", "8 x 2 + memory 64", "8 x 2 + memory 64, momentum keys 0.99",
+        "8 x 2 + memory 64, momentum keys 0.999", "32 x 4"]
     records = [json.loads(line) for line in open(tmp_path / f"{script.NAME}.jsonl")]
     assert len({r["untrained_R1"] for r in records}) == 1  # all start from the same weights
     weights = tmp_path / f"{script.NAME}_pretrained_2.weights.h5"
@@ -150,4 +151,4 @@ def test_cross_batch_memory_fine_tuning_quick_mode(tmp_path):
     assert (tmp_path / f"{script.NAME}.png").stat().st_size > 0
     script.main(["--quick", "--out-dir", str(tmp_path)])  # reuses the weights and the runs
     assert weights.stat().st_mtime_ns == made
-    assert len(open(tmp_path / f"{script.NAME}.jsonl").readlines()) == 4
+    assert len(open(tmp_path / f"{script.NAME}.jsonl").readlines()) == 5
