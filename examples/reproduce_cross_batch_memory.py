@@ -1,7 +1,7 @@
 """Cross-batch memory (Wang et al., CVPR 2020) where the paper uses it: fine-tuning a
 pre-trained network with small batches.
 
-Claim (XBM, Sec. 4-5): with a memory of past embeddings, small batches reach the
+Claim (XBM): with a memory of past embeddings, small batches reach the
 accuracy of much larger ones, because a pre-trained network's embeddings drift
 slowly ("slow drift"), so the stored keys stay valid. Trained from scratch here they
 do not (docs/distributed.md: 8 x 2 + memory 73.0 against 32 x 4's 81.8); this script
