@@ -193,6 +193,23 @@ def test_fairness_takes_the_spread_of_the_alone_processes():
     assert not fairness({"median": 6.4}, alone)["fair"]  # below 7.1 / 1.1
 
 
+def test_fairness_times_more_processes_only_when_the_first_disagree():
+    from benchmarks.__main__ import check_fairness_of
+
+    def timer(*medians):
+        runs = iter({"median": m, "samples": [m]} for m in medians)
+        return lambda: next(runs)
+
+    fair = check_fairness_of({"median": 0.48}, timer(0.47, 0.48, 0.49), count=3)
+    assert fair["fair"] and len(fair["peer_alone"]["process_medians"]) == 3
+    bimodal = check_fairness_of({"median": 0.70}, timer(0.47, 0.48, 0.47, 0.69, 0.48, 0.70),
+                                count=3)
+    assert bimodal["fair"] and len(bimodal["peer_alone"]["process_medians"]) == 6
+    slowed = check_fairness_of({"median": 0.90}, timer(0.47, 0.48, 0.47, 0.69, 0.48, 0.70),
+                               count=3)
+    assert not slowed["fair"]  # above every process, 0.70 x 1.1 included
+
+
 def test_command_writes_json_and_markdown(tmp_path):
     """`python -m benchmarks --smoke --check-fairness` on one case: processes, table, JSON."""
     result = subprocess.run(
