@@ -26,6 +26,13 @@ def test_flags_on_the_command_line_override_the_recipe():
     assert args.backbone == recipes.get("omniglot-best")["backbone"]
 
 
+def test_the_best_recipes_memory_can_be_turned_off():
+    args = _parsed(["train", "--recipe", "omniglot-best", "--memory-size", "0",
+                    "--no-memory-batch-loss"])
+    assert args.memory_size == 0 and args.memory_batch_loss is False
+    assert _parsed(["train", "--recipe", "omniglot-best"]).memory_batch_loss is True
+
+
 def test_unknown_recipe_names_the_known_ones(capsys):
     assert cli.main(["train", "--recipe", "nope"]) == 2
     error = capsys.readouterr().err

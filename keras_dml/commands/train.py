@@ -107,7 +107,8 @@ def add_arguments(parser):
     fit.add_argument("--memory-momentum", type=float, default=default("memory_momentum"),
                      help="fill the memory from a momentum copy of the network (MoCo uses "
                      "0.999); default: the trained network itself")
-    fit.add_argument("--memory-batch-loss", action="store_true",
+    fit.add_argument("--memory-batch-loss", action=argparse.BooleanOptionalAction,
+                     default=default("memory_batch_loss"),
                      help="add the in-batch loss to the memory loss (the XBM paper's form)")
     recipe = parser.add_argument_group("recipes")
     recipe.add_argument("--recipe", default=None,
