@@ -102,13 +102,9 @@ def rows(args, weights):
 
 
 def main(argv=None):
-    args = reproduction.parse_args(__doc__.split("\n\n")[0], steps=1000, seeds=[0, 1, 2],
-                                   argv=argv)
-    protocol.set_threads(args.threads)
-    weights = pretrain(args)
-    table_rows = rows(args, weights)
-    results = reproduction.run_rows(NAME, table_rows, args)
-    summary = reproduction.summarize(table_rows, results)
+    args, _, results, summary = reproduction.run_table(
+        NAME, __doc__.split("\n\n")[0], lambda args: rows(args, pretrain(args)), steps=1000,
+        seeds=[0, 1, 2], argv=argv)
     start = np.mean([r["untrained_R1"] for r in results]) if results else float("nan")
     text = (f"Fine-tuning {args.steps} steps from the pre-trained network (R@1 {start:.1f} on "
             f"the {args.evaluated} before fine-tuning):\n\n" + reproduction.markdown(summary))
