@@ -6,10 +6,12 @@ its degenerate batches: the contract test, tests/test_losses_contract.py)."""
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import loss_checks as checks
 import reference_margin_softmax_and_pair_family as ref
 from keras_dml.losses import MultipleNegativesRanking
+from keras_dml.losses.base import PairLoss
 
 
 def pairs_batch(n=8, dim=5, seed=0, scale=0.5):
@@ -30,6 +32,34 @@ def test_multiple_negatives_ranking_matches_loop(symmetric, labels):
         np.testing.assert_allclose(
             value, ref.multiple_negatives_ranking(pairs, labels, scale, symmetric), rtol=1e-5)
         checks.assert_exact_weights(loss, labels, pairs, atol=1e-5)
+
+
+@pytest.mark.parametrize("labels", [np.arange(8), np.array([0, 1, 2, 2, 3, 4, 5, 1]),
+                                    np.zeros(8)], ids=["distinct", "duplicates", "one-label"])
+def test_one_softmax_path_equals_the_engine(labels):
+    """The default pairs take `one_softmax_values`; its values and gradient are the
+    engine's (PairLoss.against), per row and through an uneven upstream gradient."""
+    labels = tf.constant(labels.astype("int32"))
+    pairs = tf.constant(pairs_batch(seed=3))
+    loss = MultipleNegativesRanking(scale=20.0)
+    upstream = tf.range(1.0, 9.0)
+
+    def values_and_gradient(against):
+        with tf.GradientTape() as tape:
+            tape.watch(pairs)
+            values = against(loss, labels, pairs, loss.default_reference(labels, pairs))
+            total = tf.reduce_sum(values * upstream)
+        return values.numpy(), tape.gradient(total, pairs).numpy()
+
+    fast_values, fast_gradient = values_and_gradient(MultipleNegativesRanking.against)
+    engine_values, engine_gradient = values_and_gradient(PairLoss.against)
+    np.testing.assert_allclose(fast_values, engine_values, rtol=1e-5, atol=1e-6)
+    # float32 rounding: P @ d - d cancels where the diagonal's probability is near 1
+    np.testing.assert_allclose(fast_gradient, engine_gradient, rtol=1e-4, atol=1e-5)
+    if len(np.unique(labels)) > 1:
+        assert np.abs(fast_gradient).max() > 1e-3  # a gradient that can differ
+    else:  # every document shares the query's label: an empty pool, value 0
+        np.testing.assert_array_equal(fast_values, 0.0)
 
 
 def test_multiple_negatives_ranking_rejects_odd_width():

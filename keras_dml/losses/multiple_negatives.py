@@ -22,6 +22,52 @@ def ranking_terms(logits, negative):
             tf.linalg.set_diag(softmax, tf.linalg.diag_part(softmax) - 1.0))
 
 
+# Up to this scale the diagonal's softmax probability, at least exp(-2 s) / N for
+# cosine logits in [-s, s], stays a normal float32 for any batch that fits in memory.
+ONE_SOFTMAX_MAX_SCALE = 32.0
+
+
+def one_softmax_values(queries, documents, labels, scale):
+    """Per query, -log softmax_j(s cos(q_i, d_j))_i over its pool: document i and the
+    documents of other labels.
+
+    The engine's values and exact gradient for the default pairs, in fewer passes over
+    the (N, N) matrix: the value is read off the softmax's diagonal, the gradient of
+    the logits (softmax - I) is applied as `P @ d - d` and `P^T @ q - q`, so no (N, N)
+    pass follows the softmax, and label masks are built only for a batch with
+    duplicate labels. Needs `scale <= ONE_SOFTMAX_MAX_SCALE`.
+    """
+
+    @tf.custom_gradient
+    def values(units_q, units_d):
+        logits = tf.matmul(scale * units_q, units_d, transpose_b=True)
+        logits = tf.cond(_all_distinct(labels), lambda: logits,
+                         lambda: _without_duplicates(logits, labels))
+        probabilities = tf.nn.softmax(logits)
+
+        def gradient(upstream):
+            row_scale = scale * upstream[:, tf.newaxis]
+            weighted_q = row_scale * units_q
+            return (row_scale * (tf.matmul(probabilities, units_d) - units_d),
+                    tf.matmul(probabilities, weighted_q, transpose_a=True) - weighted_q)
+
+        return -tf.math.log(tf.linalg.diag_part(probabilities)), gradient
+
+    return values(ops.l2_normalize(queries), ops.l2_normalize(documents))
+
+
+def _all_distinct(labels):
+    ordered = tf.sort(labels)
+    return tf.reduce_all(ordered[1:] != ordered[:-1])
+
+
+def _without_duplicates(logits, labels):
+    """-inf where a document shares the query's label but is not its own."""
+    same = tf.equal(labels[:, tf.newaxis], labels[tf.newaxis, :])
+    same = tf.linalg.set_diag(same, tf.zeros_like(tf.linalg.diag_part(same)))
+    return tf.where(same, tf.constant(-float("inf"), logits.dtype), logits)
+
+
 @register(reference="batch")
 class MultipleNegativesRanking(PairLoss):
     """Multiple-negatives ranking loss (Henderson et al. 2017, eq. 3; sentence-transformers).
@@ -77,6 +123,16 @@ class MultipleNegativesRanking(PairLoss):
                 f"concatenated along the features, shape (N, 2 d); got width {width}, "
                 "which is odd.")
         return labels, embeddings
+
+    def against(self, labels, embeddings, reference):
+        """The engine's values; for the default pairs (one direction, a scale up to
+        `ONE_SOFTMAX_MAX_SCALE`) the same from one softmax (`one_softmax_values`)."""
+        default = (reference.labels is labels and reference.embeddings is embeddings
+                   and reference.rows is None and reference.own is None)
+        if self.symmetric or not default or self.scale > ONE_SOFTMAX_MAX_SCALE:
+            return super().against(labels, embeddings, reference)
+        queries, documents = tf.split(embeddings, 2, axis=1)
+        return one_softmax_values(queries, documents, labels, self.scale)
 
     def default_reference(self, labels, embeddings):
         """The documents: the second half of each row (split in `pair_matrix`)."""
