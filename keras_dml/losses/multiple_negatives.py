@@ -63,9 +63,8 @@ def _all_distinct(labels):
 
 def _without_duplicates(logits, labels):
     """-inf where a document shares the query's label but is not its own."""
-    same = tf.equal(labels[:, tf.newaxis], labels[tf.newaxis, :])
-    same = tf.linalg.set_diag(same, tf.zeros_like(tf.linalg.diag_part(same)))
-    return tf.where(same, tf.constant(-float("inf"), logits.dtype), logits)
+    duplicate, _ = ops.label_masks(labels)  # same label, the diagonal excluded
+    return tf.where(duplicate, tf.constant(-float("inf"), logits.dtype), logits)
 
 
 @register(reference="batch")
