@@ -2,6 +2,7 @@
 
 import math
 import os
+import weakref
 
 import keras
 import numpy as np
@@ -264,11 +265,12 @@ class DMLModel(keras.Model):
         One replica's local batch has the same shapes, costs no collective, and
         works under every strategy.
         """
-        if iterator is not None and data_batch is None:
-            for _, _, batches in iterator:
-                data_batch = _first_local_value(next(batches))
-                break
-        return super()._maybe_symbolic_build(data_batch=data_batch)
+        if self._distribute_strategy is None:
+            return  # as Keras: built when the step is traced
+        with self.distribute_strategy.scope():
+            # Keras pulls a batch from `iterator` only when something is unbuilt: a
+            # later `fit` or `evaluate` call starts no extra pass over the dataset.
+            self._symbolic_build(iterator=_local_batches(iterator), data_batch=data_batch)
 
     def _apply(self, gradients, variables):
         self.optimizer.apply(gradients, variables)
@@ -284,7 +286,8 @@ class DMLModel(keras.Model):
 
     def _check_first_labels(self, x, y):
         """Labels are checked where they enter, with a ValueError naming the values, in
-        eager, graph and XLA alike: all of an array `y`, or a dataset's first batch."""
+        eager, graph and XLA alike: all of an array `y`, or a dataset's first batch
+        (once per dataset: each check starts a pass over it)."""
         if getattr(self.dml_loss, "continuous_labels", False):
             return
         if y is None and isinstance(x, tf.data.Dataset):
@@ -293,7 +296,14 @@ class DMLModel(keras.Model):
                 return
             if spec[1].dtype == tf.string:
                 validation.check_label_values(np.array(["<string>"]))
+            checked = self.__dict__.setdefault("_datasets_checked", weakref.WeakSet())
+            if x in checked:
+                return
             y = next(iter(x.take(1)))[1]
+            validation.check_label_values(np.asarray(y), getattr(self.dml_loss, "num_classes",
+                                                                 None))
+            checked.add(x)
+            return
         if y is not None and not isinstance(y, (dict, list)):
             validation.check_label_values(np.asarray(y), getattr(self.dml_loss, "num_classes",
                                                                  None))
@@ -317,6 +327,17 @@ class DMLModel(keras.Model):
 def _multi_worker(strategy):
     extended = getattr(strategy, "extended", None)
     return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
+
+
+def _local_batches(iterator):
+    """Keras' `(step, step, [batch])` items over an epoch iterator, each batch with
+    its distributed values replaced by their first local components; the
+    iterator's pass over the data starts only when the first item is asked for."""
+    if iterator is None:
+        return
+    for _, _, batches in iterator:
+        yield None, None, [_first_local_value(next(batches))]
+        return
 
 
 def _first_local_value(value):

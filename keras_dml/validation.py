@@ -99,7 +99,8 @@ MAX_EXACT_LABEL = 2**24
 
 
 def check_label_values(values, num_classes=None, name="labels"):
-    """Check class labels in NumPy where they enter (`DMLModel.fit`, once per call).
+    """Check class labels in NumPy where they enter (`DMLModel.fit`: an array on each
+    call, a dataset's first batch on its first call).
 
     A ValueError naming the offending values for: strings (map them to ids,
     e.g. `np.unique(names, return_inverse=True)[1]`), floats with a fractional

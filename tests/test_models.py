@@ -1,5 +1,6 @@
 """DMLModel: real loss in logs, global batch under tf.distribute, loss-owned weights."""
 
+import contextlib
 import os
 
 import keras
@@ -63,6 +64,41 @@ def test_fit_history_and_evaluate_show_the_real_loss():
     halves = [float(losses.MultiSimilarity()(y[s], model(x[s])))
               for s in (slice(0, 24), slice(24, 48))]
     assert evaluated == pytest.approx(np.mean(halves), rel=1e-5)  # batches of equal size
+
+
+def _counted_passes(x, y, batch=24):
+    """A dataset of `(x, y)` batches that counts the passes started over it."""
+    passes = []
+
+    def generate():
+        passes.append(1)
+        for start in range(0, len(x), batch):
+            yield x[start:start + batch], y[start:start + batch]
+
+    spec = (tf.TensorSpec((None, x.shape[1]), tf.float32), tf.TensorSpec((None,), tf.int64))
+    return tf.data.Dataset.from_generator(generate, output_signature=spec), passes
+
+
+@pytest.mark.parametrize("distributed", [False, True])
+def test_fit_starts_one_pass_over_a_dataset_after_the_first_call(distributed,
+                                                                  mirrored_strategy):
+    """The first `fit` also checks the first batch's labels (and, under a strategy,
+    builds from it); later calls on the same dataset start only Keras' own pass."""
+    x, y = _data()
+    scope = mirrored_strategy.scope() if distributed else contextlib.nullcontext()
+    with scope:
+        model = _model()
+        model.compile(optimizer="sgd", loss=losses.MultiSimilarity())
+    data, passes = _counted_passes(x, y)
+    model.fit(data, steps_per_epoch=2, verbose=0)
+    first = len(passes)
+    assert first == (3 if distributed else 2)
+    model.fit(data, steps_per_epoch=2, verbose=0)
+    model.fit(data, steps_per_epoch=2, verbose=0)
+    assert len(passes) == first + 2
+    bad, _ = _counted_passes(x, np.full_like(y, 2**25))  # a new dataset is checked again
+    with pytest.raises(ValueError, match="labels"):
+        model.fit(bad, steps_per_epoch=2, verbose=0)
 
 
 def test_compile_by_registered_name_and_jit_compile():
