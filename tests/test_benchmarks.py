@@ -178,36 +178,69 @@ def test_cross_batch_memory_quick_mode():
     assert len(cells[6].split(" / ")) == 2
 
 
+def _run(*samples):
+    return {"median": sorted(samples)[len(samples) // 2], "samples": list(samples)}
+
+
 def test_fairness_takes_the_spread_of_the_alone_processes():
     from benchmarks.__main__ import fairness
 
-    def run(*samples):
-        return {"median": sorted(samples)[len(samples) // 2], "samples": list(samples)}
-
-    alone = [run(7.0, 7.1, 7.2), run(8.2, 8.3, 8.4), run(7.6, 7.7, 7.8)]
-    inside = fairness({"median": 9.0}, alone)  # within 8.3 x 1.1
+    alone = [_run(7.0, 7.1, 7.2), _run(8.2, 8.3, 8.4), _run(7.6, 7.7, 7.8)]
+    inside = fairness([_run(9.0)], alone)  # within 8.3 x 1.1
     assert inside["fair"] and inside["peer_alone"]["process_medians"] == [7.1, 7.7, 8.3]
     assert inside["peer_alone"]["n"] == 9
     assert abs(inside["peer_alone_over_harness"] - 7.7 / 9.0) < 1e-12
-    assert not fairness({"median": 9.2}, alone)["fair"]  # above 8.3 x 1.1
-    assert not fairness({"median": 6.4}, alone)["fair"]  # below 7.1 / 1.1
+    assert not fairness([_run(9.2)], alone)["fair"]  # above 8.3 x 1.1
+    assert not fairness([_run(6.4)], alone)["fair"]  # below 7.1 / 1.1
+    # several harness runs: their median is judged
+    assert fairness([_run(9.5), _run(8.0), _run(7.5)], alone)["fair"]
+    assert not fairness([_run(9.5), _run(9.3), _run(7.5)], alone)["fair"]
+
+
+def _timer(*medians):
+    runs = iter({"median": m, "samples": [m]} for m in medians)
+    return lambda: next(runs)
+
+
+def _harness(*peer_medians):
+    """`measure` of a case whose runs give the peer these medians (keras_dml: half)."""
+    runs = iter(peer_medians)
+
+    def measure():
+        m = next(runs)
+        return {"keras_dml": _run(m / 2), "peer": _run(m)}
+    return measure
 
 
 def test_fairness_times_more_processes_only_when_the_first_disagree():
     from benchmarks.__main__ import check_fairness_of
 
-    def timer(*medians):
-        runs = iter({"median": m, "samples": [m]} for m in medians)
-        return lambda: next(runs)
-
-    fair = check_fairness_of({"median": 0.48}, timer(0.47, 0.48, 0.49), count=3)
-    assert fair["fair"] and len(fair["peer_alone"]["process_medians"]) == 3
-    bimodal = check_fairness_of({"median": 0.70}, timer(0.47, 0.48, 0.47, 0.69, 0.48, 0.70),
-                                count=3)
+    runs = [_harness(0.48)()]
+    fair = check_fairness_of(runs, _harness(), _timer(0.47, 0.48, 0.49), count=3)
+    assert fair["fair"] and len(fair["peer_alone"]["process_medians"]) == 3 and len(runs) == 1
+    # a bimodal peer whose first harness run fell in the rarer mode: more of each
+    runs = [_harness(0.70)()]
+    bimodal = check_fairness_of(runs, _harness(0.48, 0.47),
+                                _timer(0.47, 0.48, 0.47, 0.46, 0.48, 0.47), count=3)
     assert bimodal["fair"] and len(bimodal["peer_alone"]["process_medians"]) == 6
-    slowed = check_fairness_of({"median": 0.90}, timer(0.47, 0.48, 0.47, 0.69, 0.48, 0.70),
-                               count=3)
-    assert not slowed["fair"]  # above every process, 0.70 x 1.1 included
+    assert len(runs) == 3 and bimodal["peer_in_harness_medians"] == [0.70, 0.48, 0.47]
+    # a harness that slows its peer stays above every alone process
+    runs = [_harness(0.90)()]
+    slowed = check_fairness_of(runs, _harness(0.88, 0.93),
+                               _timer(0.47, 0.48, 0.47, 0.69, 0.48, 0.70), count=3)
+    assert not slowed["fair"] and len(runs) == 3
+
+
+def test_a_case_row_pools_its_harness_runs():
+    from benchmarks.__main__ import _round_ratios, pooled
+
+    runs = [{"keras_dml": _run(1.0, 2.0), "peer": _run(4.0, 4.0)},
+            {"keras_dml": _run(3.0), "peer": _run(2.0)}]
+    assert _round_ratios(runs) == [0.25, 0.5, 1.5]
+    result = pooled(runs)
+    assert result["keras_dml"]["samples"] == [1.0, 2.0, 3.0]
+    assert result["keras_dml"]["median"] == 2.0 and result["peer"]["n"] == 3
+    assert result["peer"]["process_medians"] == [4.0, 2.0]
 
 
 def test_command_writes_json_and_markdown(tmp_path):
