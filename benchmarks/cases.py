@@ -46,6 +46,7 @@ class Case:
 # calls per sample for millisecond loss units: a turn's first, cold call does not set it
 _LOSS_CALLS = 10
 _LOSS_SIZES = {"full": {"n": 1024}, "quick": {"n": 1024}, "smoke": {"n": 32, "d": 16}}
+_SLOW_PEER_SIZES = {**_LOSS_SIZES, "quick": {"n": 512}}
 
 
 def _loss_case(name, ours, peer, target, floor=False, same_value=True, sizes=None,
@@ -143,9 +144,11 @@ CASES = [
                 None, None), 0.7, same_value=False),
     _loss_case("NCA", ("NCA", {"scale": 2.0}), ("NCALoss", {"softmax_scale": 1}, None, None),
                0.7),
-    # PML's HistogramLoss takes about 10 s a call at N = 1024 here: fewer rounds
-    _loss_case("Histogram (100 bins)", ("Histogram", {"bins": 101}),
-               ("HistogramLoss", {"n_bins": 100}, None, None), 0.7, slow_peer=True),
+    # PML's HistogramLoss takes about 10 s a call at N = 1024 here: fewer rounds, and
+    # N = 512 in --quick (the two slowest peers took half of a 108-minute quick run)
+    _loss_case("Histogram (100 bins; N = 512 in --quick)", ("Histogram", {"bins": 101}),
+               ("HistogramLoss", {"n_bins": 100}, None, None), 0.7, slow_peer=True,
+               sizes=_SLOW_PEER_SIZES),
     # random on both sides: distance weighted sampling draws the negatives
     _loss_case("Margin + distance weighted sampling",
                ("Margin", None, "DistanceWeighted", {"seed": 0}),
@@ -186,9 +189,10 @@ CASES = [
                ("SupConLoss", None, None, None), 0.7),
     # NT-Xent's batches are two views per instance (SimCLR): 512 instances x 2. With 4
     # samples per label PML's NTXentLoss held 24 GB at N = 1024 and was OOM-killed here;
-    # with 2 it takes about 25 s a call.
-    _loss_case("NTXent (512 instances x 2 views)", ("NTXent", None),
-               ("NTXentLoss", None, None, None), 0.7, samples_per_class=2, slow_peer=True),
+    # with 2 it takes about 25 s a call: N = 512 (256 instances) in --quick.
+    _loss_case("NTXent (N / 2 instances x 2 views; N = 512 in --quick)", ("NTXent", None),
+               ("NTXentLoss", None, None, None), 0.7, samples_per_class=2, slow_peer=True,
+               sizes=_SLOW_PEER_SIZES),
     # PML's SmoothAPLoss builds N x N x N tensors (4.3 GB each at N = 1024): N = 256. Its
     # values differ for C != k (it groups blocks of C rows; tests/test_losses_cases.py).
     Case("losses", "SmoothAP (N = 256)",
