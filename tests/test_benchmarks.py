@@ -255,8 +255,12 @@ def test_command_writes_json_and_markdown(tmp_path):
     (row,) = report["cases"]
     assert row["case"] == "losses/NCA"
     assert set(row["systems"]) == {"keras_dml", "peer"}
-    assert row["ratio"] > 0 and len(row["peer_alone"]["process_medians"]) == 3
-    assert row["peer_alone"]["n"] == 3 and isinstance(row["fair"], bool)
+    # three alone processes and one harness run, or (outside their range) six and three
+    alone = len(row["peer_alone"]["process_medians"])
+    assert (alone, row["harness_runs"]) in {(3, 1), (6, 3)}
+    assert row["ratio"] > 0 and row["peer_alone"]["n"] == alone
+    assert len(row["systems"]["peer"]["samples"]) == row["harness_runs"]  # smoke: 1 round
+    assert isinstance(row["fair"], bool)
     assert report["machine"]["threads"] == 1 and report["machine"]["versions"]["tensorflow"]
     table = (tmp_path / "benchmarks.md").read_text()
     assert "| losses: NCA |" in table and "peer alone / in harness" in table
