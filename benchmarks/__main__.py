@@ -5,7 +5,7 @@
 
 Writes DIR/benchmarks.json (every sample, the machine, the versions) and
 DIR/benchmarks.md (the table benchmarks/README.md shows) and prints the table.
-`--quick` runs smaller sizes and fewer rounds (51 minutes on 2 cores with
+`--quick` runs smaller sizes and fewer rounds (50 minutes on 2 cores with
 `--check-fairness`), `--smoke` only checks that every case runs.
 `--check-fairness` also times each peer alone (no other worker alive, in three
 processes one after the other) and reports it beside the peer's figure from the
