@@ -57,14 +57,20 @@ def _round_ratios(runs):
             for a, b in zip(run["keras_dml"]["samples"], run["peer"]["samples"])]
 
 
+def _samples_of(results):
+    """Every sample of several results of one system, in order."""
+    return [sample for result in results for sample in result["samples"]]
+
+
 def pooled(runs):
     """The harness runs of one case as one result: each system's samples from every
     run, summarised together (its memory and facts from the first run)."""
-    return {name: {**runs[0][name], **processes.summary(
-                [sample for run in runs for sample in run[name]["samples"]]),
-                   "samples": [sample for run in runs for sample in run[name]["samples"]],
-                   "process_medians": [run[name]["median"] for run in runs]}
-            for name in runs[0]}
+    result = {}
+    for name in runs[0]:
+        samples = _samples_of(run[name] for run in runs)
+        result[name] = {**runs[0][name], **processes.summary(samples), "samples": samples,
+                        "process_medians": [run[name]["median"] for run in runs]}
+    return result
 
 
 def run_case(case, mode, threads, check_fairness, device="cpu"):
@@ -129,7 +135,7 @@ def fairness(harness, alone):
     """
     medians = sorted(run["median"] for run in alone)
     together = statistics.median(run["median"] for run in harness)
-    pooled_alone = processes.summary([sample for run in alone for sample in run["samples"]])
+    pooled_alone = processes.summary(_samples_of(alone))
     return {"peer_alone": {**pooled_alone, "process_medians": medians},
             "peer_in_harness_medians": [run["median"] for run in harness],
             "peer_alone_over_harness": statistics.median(medians) / together,

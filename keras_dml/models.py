@@ -290,6 +290,7 @@ class DMLModel(keras.Model):
         (once per dataset: each check starts a pass over it)."""
         if getattr(self.dml_loss, "continuous_labels", False):
             return
+        dataset = None  # set when `y` is the first batch of dataset `x`
         if y is None and isinstance(x, tf.data.Dataset):
             spec = x.element_spec
             if not isinstance(spec, tuple) or len(spec) < 2:
@@ -299,14 +300,12 @@ class DMLModel(keras.Model):
             checked = self.__dict__.setdefault("_datasets_checked", weakref.WeakSet())
             if x in checked:
                 return
-            y = next(iter(x.take(1)))[1]
-            validation.check_label_values(np.asarray(y), getattr(self.dml_loss, "num_classes",
-                                                                 None))
-            checked.add(x)
-            return
+            y, dataset = next(iter(x.take(1)))[1], x
         if y is not None and not isinstance(y, (dict, list)):
             validation.check_label_values(np.asarray(y), getattr(self.dml_loss, "num_classes",
                                                                  None))
+        if dataset is not None:
+            checked.add(dataset)  # its first batch passed
 
     def test_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
