@@ -105,37 +105,15 @@ def safe_sqrt(squared):
 
 
 def cosine_between(query, key):
-    """Cosine similarity (N, M) of query (N, d) to key (M, d), with a fused gradient.
+    """Cosine similarity (N, M) of query (N, d) to key (M, d).
 
-    The values of normalising both sides and multiplying, but neither side is
-    normalised as a whole copy: the raw product is scaled by the outer product of
-    the inverse norms (N, M), which also scales the upstream gradient in the
-    backward pass. Each side's gradient is then one matmul minus its radial part:
-    two elementwise passes over its (N, d) or (M, d) rows instead of four.
+    Both sides are normalised as (N, d) and (M, d) copies (`l2_normalize`) and
+    multiplied, so no pass but the matmul touches an (N, M) matrix, forward or
+    backward: each side's gradient is one matmul, then the normalisation's gradient
+    on its rows.
     """
-
-    @tf.custom_gradient
-    def similarity(x, k):
-        inv_x, x_norm = inverse_norms(x, axis=1)
-        inv_k, k_norm = inverse_norms(k, axis=1)
-        scales = inv_x[:, tf.newaxis] * inv_k
-        s = tf.matmul(x, k, transpose_b=True) * scales
-
-        def grad(upstream):
-            g_s, g = upstream * s, upstream * scales
-            # held norms (|x|^2 < epsilon) are constants: no radial part there
-            x_radial = _radial(tf.reduce_sum(g_s, axis=1), *x_norm)
-            # the column sums as a matrix-vector product: TensorFlow's reduction over
-            # axis 0 is several times slower
-            k_radial = _radial(tf.linalg.matvec(g_s, tf.ones_like(inv_x), transpose_a=True),
-                               *k_norm)
-            d_x = tf.matmul(g, k) - x * x_radial[:, tf.newaxis]
-            d_k = tf.matmul(g, x, transpose_a=True) - k * k_radial[:, tf.newaxis]
-            return d_x, d_k
-
-        return s, grad
-
-    return similarity(to_float32(query), to_float32(key))
+    return tf.matmul(l2_normalize(to_float32(query)), l2_normalize(to_float32(key)),
+                     transpose_b=True)
 
 
 def similarity_gradients(query, key, weights, row_scale, metric="cosine", key_gradient=True,

@@ -242,3 +242,27 @@ def test_proxies_train_in_a_custom_loop_that_adds_them_and_stay_fixed_in_a_plain
         step()
     assert np.abs(loss.proxies.numpy() - start).max() > 1e-4
     assert not [w for w in caught + more if "prox" in str(w.message).lower()]
+
+
+@pytest.mark.parametrize("cls", LOSSES)
+def test_a_training_step_builds_no_sample_by_proxy_mask(cls):
+    # the proxy losses read pairs.labels: a (N, C K) bool mask would be wasted passes
+    loss = cls(CLASSES)
+    labels, x = batch(seed=3)
+    with_proxies(loss)
+    x_var = tf.Variable(x)
+
+    @tf.function
+    def step(y):
+        with tf.GradientTape() as tape:
+            value = loss(y, x_var)
+        return tape.gradient(value, [x_var, loss.proxies])
+
+    graph = step.get_concrete_function(tf.constant(labels)).graph
+    columns = loss.proxies.shape[0]
+    masks = [op.name for op in graph.get_operations() for out in op.outputs
+             if out.dtype == tf.bool and out.shape.as_list() == [len(labels), columns]]
+    assert masks == []
+    # the masks still come with the engine's terms, for weighting.pair_weights
+    terms = loss.terms(labels, x)
+    assert terms.positive.shape == (len(labels), columns)

@@ -116,6 +116,10 @@ class PairLoss(keras.losses.Loss):
     #: for large batches; `row_blocks.applies` lists the conditions). A loss opts in:
     #: its value must be per query, row a from row a of the matrix and the masks.
     row_blocks = False
+    #: `compute_terms` reads `pairs.positive` / `pairs.negative`. A loss that reads only
+    #: the labels (the proxy losses) turns it off: training then builds no (N, M)
+    #: mask (`terms` still returns them, for `weighting.pair_weights`).
+    reads_pair_masks = True
 
     def __init__(self, metric=None, miner=None, reduction="sum_over_batch_size", name=None,
                  dtype=None):
@@ -236,12 +240,16 @@ class PairLoss(keras.losses.Loss):
         with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
             tape.watch(sources)
             matrix = self.pair_matrix(embeddings, reference)
-        pairs = self.pairs(labels, reference, matrix)
+        if self.reads_pair_masks:
+            pairs = self.pairs(labels, reference, matrix)
+            masks = [pairs.positive, pairs.negative]
+        else:
+            pairs, masks = Pairs(labels, reference.labels, None, None), []
 
         def terms(m, *parameters):
             # after the masks and mining: the terms' (N, M) temporaries do not coexist
             # with the miner's, and the matrix's last reader may reuse its buffer
-            with tf.control_dependencies([pairs.positive, pairs.negative]):
+            with tf.control_dependencies(masks):
                 return self._terms(m, pairs, *parameters)
 
         return weighted_pair_loss(sources, tape, matrix, terms, self.parameters(pairs))

@@ -42,6 +42,7 @@ class ProxyLoss(PairLoss):
     """
 
     config_keys = ("num_classes",)
+    reads_pair_masks = False
 
     def __init__(self, num_classes, proxies_per_class=1, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, metric="cosine", reduction="sum_over_batch_size",
