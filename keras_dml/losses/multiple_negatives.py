@@ -44,14 +44,19 @@ def one_softmax_values(queries, documents, labels, scale):
         logits = tf.cond(_all_distinct(labels), lambda: logits,
                          lambda: _without_duplicates(logits, labels))
         probabilities = tf.nn.softmax(logits)
+        # One label: every pool is the query's own document, value and gradient 0
+        # exactly (a fused softmax may round that lone probability to 1 - 2^-24).
+        one_label = tf.reduce_min(labels) == tf.reduce_max(labels)
 
         def gradient(upstream):
+            upstream = tf.where(one_label, tf.zeros_like(upstream), upstream)
             row_scale = scale * upstream[:, tf.newaxis]
             weighted_q = row_scale * units_q
             return (row_scale * (tf.matmul(probabilities, units_d) - units_d),
                     tf.matmul(probabilities, weighted_q, transpose_a=True) - weighted_q)
 
-        return -tf.math.log(tf.linalg.diag_part(probabilities)), gradient
+        value = -tf.math.log(tf.linalg.diag_part(probabilities))
+        return tf.where(one_label, tf.zeros_like(value), value), gradient
 
     return values(ops.l2_normalize(queries), ops.l2_normalize(documents))
 
