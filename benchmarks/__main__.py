@@ -48,7 +48,8 @@ def machine(threads):
     return {"date": datetime.datetime.now().isoformat(timespec="minutes"), "cpu": cpu,
             "logical_cpus": os.cpu_count(), "threads": threads,
             "python": platform.python_version(), "versions": versions,
-            "load_average_start": os.getloadavg()}
+            "load_average_start": os.getloadavg(),
+            "tf_onednn": processes.thread_env(threads)["TF_ENABLE_ONEDNN_OPTS"]}
 
 
 def _round_ratios(runs):
@@ -155,7 +156,8 @@ def markdown(rows, info):
         ("" if info["mode"] == "full" else f"Mode `--{info['mode']}` (not the full sizes). ")
         + f"Measured {info['date']} on {info['cpu']} ({info['logical_cpus']} logical CPUs), "
         f"{info['threads']} thread(s) per system, device {info['device']}, load average {info['load_average_start'][0]:.1f}"
-        f" at the start and {info['load_average_end'][0]:.1f} at the end; {versions}. "
+        f" at the start and {info['load_average_end'][0]:.1f} at the end; {versions}, "
+        f"TF_ENABLE_ONEDNN_OPTS={info['tf_onednn']}. "
         "Times: median [interquartile range] over interleaved rounds, each system in "
         "its own process. Ratio: keras_dml / peer time, median [range] of the per-round "
         "ratios (below 1: keras_dml is faster).",

@@ -54,6 +54,9 @@ def thread_env(threads, device="cpu", root=ROOT):
         env[name] = value
     env["TF_NUM_INTEROP_THREADS"] = "1" if threads == 1 else "2"
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    # TensorFlow's oneDNN kernels, as `keras-dml` runs them (keras_dml.cli); TensorFlow
+    # turns them on by itself only on CPUs with AVX-512 VNNI / BF16 or AMX.
+    env.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     return env
 

@@ -69,8 +69,13 @@ def _quiet_stderr():
 
 
 def load_tensorflow():
-    """Imports TensorFlow and keras_dml without TensorFlow's console noise."""
+    """Imports TensorFlow and keras_dml without TensorFlow's console noise, with
+    TensorFlow's oneDNN kernels on (unless `TF_ENABLE_ONEDNN_OPTS` says otherwise):
+    TensorFlow turns them on by itself only on CPUs with AVX-512 VNNI / BF16 or AMX,
+    and elsewhere its default kernels train and search more slowly
+    (benchmarks/README.md)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     with _quiet_stderr():
         import tensorflow as tf
 

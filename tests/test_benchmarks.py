@@ -262,8 +262,11 @@ def test_command_writes_json_and_markdown(tmp_path):
     assert len(row["systems"]["peer"]["samples"]) == row["harness_runs"]  # smoke: 1 round
     assert isinstance(row["fair"], bool)
     assert report["machine"]["threads"] == 1 and report["machine"]["versions"]["tensorflow"]
+    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1")  # the workers' TensorFlow setting
+    assert report["machine"]["tf_onednn"] == onednn
     table = (tmp_path / "benchmarks.md").read_text()
     assert "| losses: NCA |" in table and "peer alone / in harness" in table
+    assert f"TF_ENABLE_ONEDNN_OPTS={onednn}." in table
 
 
 def test_unknown_case_is_named():
