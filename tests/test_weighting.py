@@ -67,7 +67,8 @@ def test_gradient_reaches_both_embeddings_of_every_pair_through_normalisation():
     losses.Contrastive(),
     losses.Contrastive(pos_margin=0.7, neg_margin=0.1),
     losses.Contrastive(metric="euclidean", neg_margin=1.5),
-], ids=lambda l: f"{type(l).__name__}-{id(l) % 1000}")
+], ids=["MultiSimilarity", "MultiSimilarity-no-mining", "MultiSimilarity-other",
+        "Contrastive", "Contrastive-margins", "Contrastive-euclidean"])
 def test_weights_are_the_exact_derivative_of_the_value(loss):
     for seed in range(3):
         labels, x = _batch(seed=seed)
