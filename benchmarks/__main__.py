@@ -10,8 +10,8 @@ DIR/benchmarks.md (the table benchmarks/README.md shows) and prints the table.
 `--check-fairness` also times each peer alone (no other worker alive, in three
 processes one after the other) and reports it beside the peer's figure from the
 interleaved run. `--large-batches`
-alone times MultiSimilarity, ICE (and PML, and the triplet losses, up to
-N = 4,096) at N = 4,096-16,384 with their peak memory; add `--only ""` to run
+alone times MultiSimilarity and ICE at N = 4,096-16,384 (PML's MultiSimilarity up to
+8,192, the triplet losses at 4,096) with their peak memory; add `--only ""` to run
 the cases too.
 """
 
