@@ -214,7 +214,7 @@ def large_batches(threads, sizes=LARGE_SIZES, repeats=3, device="cpu", losses=No
     Memory: the peak resident size of the calls after the first beyond the resident
     size after set-up (what a warm training step holds on top of the model and its
     inputs), and the first call's (tracing and compilation included) beyond the
-    same. `losses`: run only
+    same; on `device="gpu"` the same figures of the GPU allocator. `losses`: run only
     these names of `LARGE_SYSTEMS` (default: all).
     """
     rows = []
@@ -229,7 +229,8 @@ def large_batches(threads, sizes=LARGE_SIZES, repeats=3, device="cpu", losses=No
                                            repeats=repeats, threads=threads, device=device)
             steady, first = result["steady"], result["first_call"]
             nxn_kb = 4.0 * n * n / 1024
-            rows.append({"loss": name, "N": n, "seconds": steady["median"],
+            rows.append({"loss": name, "N": n, "memory": result["memory"],
+                         "seconds": steady["median"],
                          "seconds_range": [steady["min"], steady["max"]],
                          "first_call_seconds": first["seconds"],
                          "peak_mb": None if steady["peak_kb"] is None
@@ -278,9 +279,9 @@ def main(argv=None):
                         help="timed calls per size for --large-batches, after a first "
                              "call (tracing) measured apart")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
-                        help="cpu hides GPUs from every system; gpu runs TensorFlow and "
-                             "torch on the GPU (faiss-cpu stays on the CPU); the files are "
-                             "named benchmarks-gpu.*")
+                        help="cpu hides GPUs from every system; gpu runs TensorFlow, torch "
+                             "and faiss (faiss-gpu needed) on the GPU; the files are named "
+                             "benchmarks-gpu.*")
     parser.add_argument("--out", default=os.path.join("benchmarks", "results"),
                         help="folder for benchmarks.json and benchmarks.md")
     args = parser.parse_args(argv)
@@ -314,7 +315,9 @@ def write(stem, info, rows, large):
     info["load_average_end"] = os.getloadavg()
     table = markdown(rows, info) if rows else ""
     if large:
-        table += "\nLarge batches (d = 512, forward + backward, each alone in its process):\n\n"
+        memory = " and ".join(sorted({row["memory"] for row in large}))
+        table += ("\nLarge batches (d = 512, forward + backward, each alone in its process; "
+                  f"memory: {memory}):\n\n")
         table += large_markdown(large)
     with open(stem + ".json", "w") as f:
         json.dump({"machine": info, "cases": rows, "large_batches": large}, f, indent=1)

@@ -177,9 +177,12 @@ def peak_memory(factory, kwargs, repeats=3, threads=2, device="cpu"):
     inputs (the allocator's pools and compiled code included: freed memory that
     stays resident after the first call is counted, not hidden).
 
+    Memory is the process's resident size, or on `device="gpu"` what its framework's
+    allocator holds on the GPU ("memory" names which).
+
     Returns:
-        {"first_call": {"seconds", "peak_kb"}, "steady": {summary of the times,
-        "peak_kb"}}; "peak_kb" is None where the peak cannot be reset (not Linux).
+        {"memory", "first_call": {"seconds", "peak_kb"}, "steady": {summary of the
+        times, "peak_kb"}}; "peak_kb" is None where the peak cannot be reset (not Linux).
     """
     worker = Worker(factory, kwargs, threads, device)
     try:
@@ -191,8 +194,9 @@ def peak_memory(factory, kwargs, repeats=3, threads=2, device="cpu"):
         after = worker.request(stats=True)
     finally:
         worker.close()
-    return {"first_call": {"seconds": first,
-                           "peak_kb": stats["peak_kb"] - stats["rss_after_setup_kb"]},
+    return {"memory": stats["memory"],
+            "first_call": {"seconds": first,
+                           "peak_kb": stats["peak_kb"] - stats["after_setup_kb"]},
             "steady": {**summary(times), "samples": times,
-                       "peak_kb": after["peak_kb"] - stats["rss_after_setup_kb"]
+                       "peak_kb": after["peak_kb"] - stats["after_setup_kb"]
                        if reset["reset"] else None}}

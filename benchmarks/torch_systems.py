@@ -88,11 +88,25 @@ def multiple_negatives_ranking(n=1024, d=512, samples_per_class=1, scale=20.0):
     return step, {"value": value, "finite": bool(torch.isfinite(x.grad).all())}
 
 
+def _faiss_on_device():
+    """On `--device gpu`, stop unless PML's faiss search can run on the GPU: PML falls
+    back to faiss on the CPU without a word when faiss has no GPU support."""
+    if DEVICE.type == "cuda":
+        from benchmarks import faiss_systems
+
+        faiss_systems.require_gpu()
+
+
 def accuracy_calculator(n=20000, d=512, classes=5000):
-    """PML's `AccuracyCalculator` (faiss inside): P@1, R-Precision, MAP@R, leave-one-out."""
+    """PML's `AccuracyCalculator` (faiss inside): P@1, R-Precision, MAP@R, leave-one-out.
+
+    The embeddings are on the worker's device: PML searches on the GPU for CUDA tensors.
+    """
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
+    _faiss_on_device()
     x, labels = data.clustered(n, d, classes, seed=1)
+    x, labels = torch.from_numpy(x).to(DEVICE), torch.from_numpy(labels).to(DEVICE)
     calculator = AccuracyCalculator(
         include=("precision_at_1", "r_precision", "mean_average_precision_at_r"),
         k="max_bin_count")
@@ -166,6 +180,7 @@ def omniglot_evaluate(batch_size=1024, limit=None):
     """Embed the 13,180 evaluation images (the first `limit`); PML's `AccuracyCalculator`."""
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
+    _faiss_on_device()
     torch.manual_seed(0)
     x, y = data.omniglot28("evaluation")
     x, y = x[:limit], y[:limit]

@@ -9,9 +9,11 @@ materialised on the host) and optionally a dict of facts to report.
 Protocol (one JSON line each way): the worker answers "ready" once built, then
 for {"run": n} runs the unit n times and answers the n wall times in seconds
 (with "lead_seconds": s, it first runs the unit untimed until s seconds have passed);
-{"stats": true} answers resident-memory figures; {"reset_peak": true} resets the
-peak (Linux: /proc/self/clear_refs) and answers the resident memory then, so a
-later "stats" gives the peak of the calls in between; {"quit": true} ends it.
+{"stats": true} answers memory figures; {"reset_peak": true} resets the peak and
+answers the memory in use then, so a later "stats" gives the peak of the calls in
+between; {"quit": true} ends it. Memory is the process's resident size (Linux:
+VmRSS / VmHWM, reset through /proc/self/clear_refs), or on `--device gpu` the
+bytes its framework's allocator holds on the first GPU.
 """
 
 import importlib
@@ -45,6 +47,60 @@ def reset_peak():
     return True
 
 
+def _gpu_framework():
+    """"torch" or "tensorflow": the framework this worker runs on a GPU, else None."""
+    if os.environ.get("BENCH_DEVICE") != "gpu":
+        return None
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        return "torch"
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and tf.config.list_logical_devices("GPU"):
+        return "tensorflow"
+    return None
+
+
+def gpu_memory_kb():
+    """(in use, peak) kB of the framework's allocator on the first GPU, or None off it."""
+    framework = _gpu_framework()
+    if framework == "torch":
+        cuda = sys.modules["torch"].cuda
+        return cuda.memory_allocated() // 1024, cuda.max_memory_allocated() // 1024
+    if framework == "tensorflow":
+        info = sys.modules["tensorflow"].config.experimental.get_memory_info("GPU:0")
+        return info["current"] // 1024, info["peak"] // 1024
+    return None
+
+
+def reset_gpu_peak():
+    """Reset the peak of `gpu_memory_kb` to the memory in use."""
+    if _gpu_framework() == "torch":
+        sys.modules["torch"].cuda.reset_peak_memory_stats()
+    else:
+        sys.modules["tensorflow"].config.experimental.reset_memory_stats("GPU:0")
+
+
+class Memory:
+    """The worker's memory figures: host resident size, or the GPU allocator's."""
+
+    def __init__(self):
+        self.on_gpu = gpu_memory_kb() is not None
+        self.kind = "GPU allocator" if self.on_gpu else "host resident"
+
+    def in_use_kb(self):
+        return gpu_memory_kb()[0] if self.on_gpu else memory_kb("VmRSS")
+
+    def peak_kb(self):
+        return gpu_memory_kb()[1] if self.on_gpu else memory_kb("VmHWM")
+
+    def reset_peak(self):
+        """Reset the peak to the memory in use; False where the kernel does not allow it."""
+        if self.on_gpu:
+            reset_gpu_peak()
+            return True
+        return reset_peak()
+
+
 def _answer(message, out):
     out.write(json.dumps(message) + "\n")
     out.flush()
@@ -58,7 +114,8 @@ def main():
     module, function = spec["factory"].split(":")
     built = getattr(importlib.import_module(module), function)(**spec.get("kwargs", {}))
     step, facts = built if isinstance(built, tuple) else (built, {})
-    rss_after_setup = memory_kb("VmRSS")
+    memory = Memory()
+    after_setup = memory.in_use_kb()
     _answer({"ready": True, "facts": facts}, out)
     for line in sys.stdin:
         command = json.loads(line)
@@ -73,9 +130,10 @@ def main():
                 times.append(time.perf_counter() - start)
             _answer({"times": times}, out)
         elif "reset_peak" in command:
-            _answer({"reset": reset_peak(), "rss_kb": memory_kb("VmRSS")}, out)
+            _answer({"reset": memory.reset_peak(), "in_use_kb": memory.in_use_kb()}, out)
         elif "stats" in command:
-            _answer({"rss_after_setup_kb": rss_after_setup, "peak_kb": memory_kb("VmHWM")}, out)
+            _answer({"after_setup_kb": after_setup, "peak_kb": memory.peak_kb(),
+                     "memory": memory.kind}, out)
         else:
             break
 

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -26,6 +27,32 @@ def test_thread_env_sets_every_framework():
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
                  "BENCH_THREADS"):
         assert env[name] == "3"
+
+
+def test_cpu_device_hides_every_gpu_and_gpu_device_is_passed_on():
+    assert processes.thread_env(1)["CUDA_VISIBLE_DEVICES"] == ""
+    env = processes.thread_env(1, device="gpu")
+    assert env["BENCH_DEVICE"] == "gpu"
+    assert env.get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_faiss_peers_on_gpu_need_faiss_gpu(monkeypatch):
+    """`--device gpu` never puts a CPU faiss search into the GPU table: without faiss-gpu
+    the faiss peer and PML's AccuracyCalculator peers stop with an error saying so."""
+    faiss = pytest.importorskip("faiss")
+    torch = pytest.importorskip("torch")
+    if faiss.get_num_gpus():
+        pytest.skip("this faiss has a GPU")
+    from benchmarks import faiss_systems, torch_systems
+
+    assert isinstance(faiss_systems.inner_product_index(8), faiss.IndexFlatIP)
+    with pytest.raises(RuntimeError, match="faiss-gpu"):
+        faiss_systems.inner_product_index(8, on_gpu=True)
+    monkeypatch.setattr(torch_systems, "DEVICE", torch.device("cuda"))
+    with pytest.raises(RuntimeError, match="faiss-gpu"):
+        torch_systems.accuracy_calculator(n=60, d=8, classes=10)
+    with pytest.raises(RuntimeError, match="faiss-gpu"):
+        torch_systems.omniglot_evaluate(limit=10)
 
 
 def test_worker_runs_an_untimed_lead_in_before_the_timed_calls(tmp_path, monkeypatch):
@@ -149,7 +176,57 @@ def test_large_batches_report_peak_memory(tmp_path):
     assert row["seconds"] > 0 and row["first_call_peak_mb"] >= 0
     if sys.platform.startswith("linux"):  # the peak is reset through /proc/self/clear_refs
         assert row["peak_mb"] >= 0 and row["in_nxn_float32"] >= 0
-    assert "| MultiSimilarity | 64 |" in (tmp_path / "benchmarks.md").read_text()
+    assert row["memory"] == "host resident"
+    table = (tmp_path / "benchmarks.md").read_text()
+    assert "| MultiSimilarity | 64 |" in table and "memory: host resident" in table
+
+
+def test_worker_memory_is_the_gpu_allocator_on_gpu(monkeypatch):
+    """On `--device gpu` a worker reports its framework's GPU allocator, not host memory."""
+    from benchmarks import worker
+
+    class Cuda:
+        peak = 300 * 1024
+
+        def is_available(self):
+            return True
+
+        def memory_allocated(self):
+            return 100 * 1024
+
+        def max_memory_allocated(self):
+            return self.peak
+
+        def reset_peak_memory_stats(self):
+            self.peak = self.memory_allocated()
+
+    class Experimental:
+        peak = 700 * 1024
+
+        def get_memory_info(self, device):
+            assert device == "GPU:0"
+            return {"current": 500 * 1024, "peak": self.peak}
+
+        def reset_memory_stats(self, device):
+            self.peak = 500 * 1024
+
+    monkeypatch.setenv("BENCH_DEVICE", "gpu")
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=Cuda()))
+    memory = worker.Memory()
+    assert memory.kind == "GPU allocator"
+    assert (memory.in_use_kb(), memory.peak_kb()) == (100, 300)
+    assert memory.reset_peak() and memory.peak_kb() == 100
+
+    monkeypatch.delitem(sys.modules, "torch")
+    config = types.SimpleNamespace(list_logical_devices=lambda kind: ["GPU:0"],
+                                   experimental=Experimental())
+    monkeypatch.setitem(sys.modules, "tensorflow", types.SimpleNamespace(config=config))
+    memory = worker.Memory()
+    assert (memory.in_use_kb(), memory.peak_kb()) == (500, 700)
+    assert memory.reset_peak() and memory.peak_kb() == 500
+
+    monkeypatch.setenv("BENCH_DEVICE", "cpu")
+    assert worker.Memory().kind == "host resident"
 
 
 def test_unknown_large_batch_loss_is_named():
