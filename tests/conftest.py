@@ -15,8 +15,11 @@ tf.config.set_logical_device_configuration(
     _cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
 )
 
-SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
-SHARED_DATASETS = os.path.join(SHARED, "datasets")
+from benchmarks.data import SHARED as _SHARED_DATASETS  # noqa: E402
+
+#: ../shared/datasets beside the repository (or beside its parent, for a worktree): the
+#: real data every test and benchmark reads (tests fail loudly where it is missing)
+SHARED_DATASETS = os.path.abspath(_SHARED_DATASETS)
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,9 @@ from keras_dml.data import Preprocessing, class_balanced_batches, verify_images
 from keras_dml.datasets.base import labeled_from_raw
 from keras_dml.evaluation.embedding import as_dataset
 
-CUB = "/work/shared/datasets/cub200_subset/CUB_200_2011"
+from conftest import SHARED_DATASETS
+
+CUB = os.path.join(SHARED_DATASETS, "cub200_subset", "CUB_200_2011")
 
 
 def _cub_files(num_classes=4, per_class=6):

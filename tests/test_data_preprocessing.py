@@ -1,10 +1,15 @@
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_dml.data import Preprocessing, decode_image, register_normalization
 
-CUB_IMAGE = "/work/shared/datasets/cub200_subset/CUB_200_2011/images/001.Black_footed_Albatross/0000.jpg"
+from conftest import SHARED_DATASETS
+
+CUB_IMAGE = os.path.join(SHARED_DATASETS, "cub200_subset", "CUB_200_2011", "images",
+                         "001.Black_footed_Albatross", "0000.jpg")
 
 
 def _image(h=300, w=400, seed=0):

@@ -79,7 +79,7 @@ import shutil  # noqa: E402
 
 from keras_dml.datasets.layout import DatasetNotFoundError  # noqa: E402
 
-SHARED = "/work/shared/datasets"
+from conftest import SHARED_DATASETS as SHARED  # noqa: E402
 CUB = os.path.join(SHARED, "cub200_subset", "CUB_200_2011")
 
 

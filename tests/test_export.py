@@ -26,10 +26,12 @@ from keras_dml.layers import EmbeddingHead
 from keras_dml.losses import ProxyAnchor
 from keras_dml.models import DMLModel
 
+from conftest import SHARED_DATASETS
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EMULATOR = ROOT / "tests" / "reference_export.py"
 README = ROOT / "savedmodels" / "README.md"
-CUB_IMAGES = pathlib.Path("/work/shared/datasets") / "cub200_subset" / "CUB_200_2011" / "images"
+CUB_IMAGES = pathlib.Path(SHARED_DATASETS) / "cub200_subset" / "CUB_200_2011" / "images"
 PREP = Preprocessing(image_size=32, resize_size=40, normalization="symmetric")
 DIM = 8
 MATCH_THRESHOLD = 0.999  # only an image's own copy in the gallery scores above it
