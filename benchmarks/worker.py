@@ -60,45 +60,37 @@ def _gpu_framework():
     return None
 
 
-def gpu_memory_kb():
-    """(in use, peak) kB of the framework's allocator on the first GPU, or None off it."""
-    framework = _gpu_framework()
-    if framework == "torch":
-        cuda = sys.modules["torch"].cuda
-        return cuda.memory_allocated() // 1024, cuda.max_memory_allocated() // 1024
-    if framework == "tensorflow":
-        info = sys.modules["tensorflow"].config.experimental.get_memory_info("GPU:0")
-        return info["current"] // 1024, info["peak"] // 1024
-    return None
-
-
-def reset_gpu_peak():
-    """Reset the peak of `gpu_memory_kb` to the memory in use."""
-    if _gpu_framework() == "torch":
-        sys.modules["torch"].cuda.reset_peak_memory_stats()
-    else:
-        sys.modules["tensorflow"].config.experimental.reset_memory_stats("GPU:0")
-
-
 class Memory:
-    """The worker's memory figures: host resident size, or the GPU allocator's."""
+    """The worker's memory figures in kB: its host resident size, or on `--device gpu`
+    what its framework's allocator holds on the first GPU."""
 
     def __init__(self):
-        self.on_gpu = gpu_memory_kb() is not None
-        self.kind = "GPU allocator" if self.on_gpu else "host resident"
+        self.framework = _gpu_framework()
+        self.kind = "host resident" if self.framework is None else "GPU allocator"
+
+    def _gpu_kb(self):
+        """(in use, peak) of the GPU allocator."""
+        if self.framework == "torch":
+            cuda = sys.modules["torch"].cuda
+            return cuda.memory_allocated() // 1024, cuda.max_memory_allocated() // 1024
+        info = sys.modules["tensorflow"].config.experimental.get_memory_info("GPU:0")
+        return info["current"] // 1024, info["peak"] // 1024
 
     def in_use_kb(self):
-        return gpu_memory_kb()[0] if self.on_gpu else memory_kb("VmRSS")
+        return memory_kb("VmRSS") if self.framework is None else self._gpu_kb()[0]
 
     def peak_kb(self):
-        return gpu_memory_kb()[1] if self.on_gpu else memory_kb("VmHWM")
+        return memory_kb("VmHWM") if self.framework is None else self._gpu_kb()[1]
 
     def reset_peak(self):
         """Reset the peak to the memory in use; False where the kernel does not allow it."""
-        if self.on_gpu:
-            reset_gpu_peak()
-            return True
-        return reset_peak()
+        if self.framework is None:
+            return reset_peak()
+        if self.framework == "torch":
+            sys.modules["torch"].cuda.reset_peak_memory_stats()
+        else:
+            sys.modules["tensorflow"].config.experimental.reset_memory_stats("GPU:0")
+        return True
 
 
 def _answer(message, out):

@@ -12,6 +12,7 @@ import types
 import pytest
 
 from benchmarks import cases, processes
+from conftest import SHARED_DATASETS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -77,8 +78,7 @@ def test_worker_runs_an_untimed_lead_in_before_the_timed_calls(tmp_path, monkeyp
 
 
 def _needs(case):
-    if case.group == "training" and not os.path.isdir(
-            os.path.join(__import__("benchmarks.data").data.SHARED, "omniglot")):
+    if case.group == "training" and not os.path.isdir(os.path.join(SHARED_DATASETS, "omniglot")):
         pytest.skip("Omniglot is not in ../shared/datasets")
 
 
