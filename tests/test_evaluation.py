@@ -115,6 +115,17 @@ def test_results_do_not_depend_on_chunk_size():
         np.testing.assert_array_equal(nearest_neighbors(x, k=7, chunk_size=chunk_size)[0], base)
 
 
+@pytest.mark.parametrize("references, rows", [
+    (10, 2**25 // 10),  # a 128 MB score buffer
+    (20_000, 1677),  # ... holds more than 1,024 queries
+    (100_000, 1024),  # grown to 410 MB for 1,024 queries
+    (1_000_000, 134),  # capped at 512 MB
+    (2**28, 1),
+])
+def test_default_chunk_is_a_bounded_score_buffer_of_at_least_1024_queries(references, rows):
+    assert knn._default_chunk_size(references) == rows
+
+
 def test_accepts_tensors():
     x, _ = random_data(50)
     np.testing.assert_array_equal(

@@ -31,6 +31,8 @@ import tensorflow as tf
 from keras_dml import hyperparameters, ops, validation
 
 _SCORE_BUDGET = 2**25  # float32 scores in one chunk: 128 MB
+_MIN_CHUNK_ROWS = 1024  # fewer rows a chunk waste the matmul (a thin operand reread per chunk)
+_MAX_SCORE_BUDGET = 2**27  # how far the buffer grows (512 MB) to keep _MIN_CHUNK_ROWS
 _NEG = float(-np.finfo(np.float32).max)  # score of padding and of the query itself
 
 
@@ -129,6 +131,12 @@ def _search(queries, references, k, metric, chunk_size, leave_one_out):
         yield start, indices, values
 
 
+def _default_chunk_size(num_references):
+    """Queries per chunk: a 128 MB score buffer, grown up to 512 MB for 1,024 queries."""
+    grown = min(_MIN_CHUNK_ROWS, _MAX_SCORE_BUDGET // num_references)
+    return max(1, _SCORE_BUDGET // num_references, grown)
+
+
 @hyperparameters.renamed_keywords(distance="metric")
 def iter_nearest_neighbors(queries, references=None, k=1, metric="cosine", chunk_size=None):
     """Yield `(start, indices, scores)` for consecutive chunks of queries.
@@ -155,7 +163,7 @@ def iter_nearest_neighbors(queries, references=None, k=1, metric="cosine", chunk
             + (" (leave-one-out excludes the query itself)." if leave_one_out else ".")
         )
     if chunk_size is None:
-        chunk_size = max(1, _SCORE_BUDGET // n)
+        chunk_size = _default_chunk_size(n)
     chunk_size = hyperparameters.integer_at_least("chunk_size", chunk_size, 1)
 
     yield from _search(queries, references, k, metric, chunk_size, leave_one_out)
@@ -179,7 +187,8 @@ def nearest_neighbors(queries, references=None, k=1, metric="cosine", chunk_size
         metric: "cosine", "dot" (inner product) or "euclidean". Defaults to
             "cosine". (`distance=` is its deprecated name.)
         chunk_size: queries per chunk. Defaults to None: 2**25 / N (a 128 MB
-            score buffer).
+            score buffer), and at least 1,024 while the buffer stays within
+            512 MB (2**27 / N), as thinner chunks slow the matmul down.
 
     Returns:
         `(indices, scores)`: int32 (Q, k) reference indices, nearest first, and
