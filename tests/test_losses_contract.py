@@ -16,6 +16,7 @@ import keras_dml
 import loss_checks as checks
 from keras_dml import weighting
 from keras_dml.losses import Reference
+from keras_dml.losses.proxies import centre_major
 from keras_dml.losses.registry import ENTRIES
 from keras_dml.models import DMLModel
 
@@ -89,7 +90,8 @@ def test_reference_set_form_equals_the_batch_form(name):
     if entry.reference == "batch":  # its reference set is the batch (or its views) only
         return
     if entry.reference == "proxies":
-        keys = tf.Variable(loss.trainable_layer.proxies)
+        keys = tf.Variable(centre_major(loss.trainable_layer.proxies, loss.num_classes,
+                                        loss.proxies_per_class))
         reference = Reference(loss.default_reference(labels, x).labels, keys, trainable=True)
     else:
         keys = tf.Variable(x)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_dml.losses import NormalizedSoftmax, ProxyAnchor, ProxyNCA, SoftTriple
+from keras_dml.losses import NormalizedSoftmax, ProxyAnchor, ProxyNCA, Reference, SoftTriple
+from keras_dml.losses.proxies import centre_major
 from keras_dml.models import DMLModel
 from proxy_checks import CLASSES, batch, with_proxies
 
@@ -266,3 +267,34 @@ def test_a_training_step_builds_no_sample_by_proxy_mask(cls):
     # the masks still come with the engine's terms, for weighting.pair_weights
     terms = loss.terms(labels, x)
     assert terms.positive.shape == (len(labels), columns)
+
+
+def test_centre_major_moves_proxy_k_of_class_c_to_row_k_c_plus_c():
+    proxies = np.arange(6 * 2, dtype="float32").reshape(6, 2)  # C = 3, K = 2, class-major
+    keys = centre_major(tf.constant(proxies), num_classes=3, proxies_per_class=2).numpy()
+    np.testing.assert_array_equal(keys, proxies[[0, 2, 4, 1, 3, 5]])
+    np.testing.assert_array_equal(centre_major(proxies, 3, 1), proxies)
+
+
+def test_a_reference_in_another_layout_is_an_error():
+    # the terms read the centre-major layout, not the key labels: class-major keys would
+    # pair samples with wrong centres silently
+    loss = SoftTriple(CLASSES, centers_per_class=2)
+    labels, x = batch(seed=4)
+    proxies = with_proxies(loss)
+    class_major = Reference(np.repeat(np.arange(CLASSES), 2), tf.constant(proxies),
+                            trainable=True)
+    with pytest.raises(ValueError, match=r"centre-major class ids, tf.range\(10\) % 5"):
+        loss(labels, x, reference=class_major)
+    with pytest.raises(ValueError, match="got 5 keys"):
+        loss(labels, x, reference=Reference(np.arange(CLASSES), proxies[:CLASSES]))
+
+    @tf.function
+    def in_graph(key_labels, keys):
+        return loss(labels, x, reference=Reference(key_labels, keys))
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="centre-major"):
+        in_graph(tf.constant(np.repeat(np.arange(CLASSES), 2)), tf.constant(proxies))
+    keys = centre_major(tf.constant(proxies), CLASSES, 2)
+    value = in_graph(tf.constant(np.arange(2 * CLASSES) % CLASSES), keys)
+    np.testing.assert_allclose(float(value), float(loss(labels, x)), rtol=1e-6)

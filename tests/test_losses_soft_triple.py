@@ -25,8 +25,9 @@ def test_weights_are_the_relaxed_softmax_formula():
     softmax = np.exp(logits - logits.max(axis=1, keepdims=True))
     softmax /= softmax.sum(axis=1, keepdims=True)
     expected = la * (softmax - own)[:, :, None] * q * (1 + (s - relaxed[:, :, None]) / gamma)
-    np.testing.assert_allclose(loss.terms(labels, x).weights, expected.reshape(len(x), -1),
-                               rtol=1e-5, atol=1e-5)
+    # the engine's matrix is centre-major: column k C + c is centre k of class c
+    centre_major = expected.transpose(0, 2, 1).reshape(len(x), -1)
+    np.testing.assert_allclose(loss.terms(labels, x).weights, centre_major, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("make, match", [

@@ -48,15 +48,13 @@ def cosface_target(cosine, margin):
 
 
 def sub_center_cosines(matrix, sub_centers):
-    """Per-class max over the sub-centres of an (N, C K) class-major cosine matrix.
+    """Per-class max over the sub-centres of an (N, K C) centre-major cosine matrix.
 
     Returns (cosines (N, C), float32 (N, K, C): 1 at each class's closest
-    sub-centre, the first of ties). The max runs over the middle axis of an
-    (N, K, C) copy: TensorFlow's max over a short innermost axis, and its argmax
-    over any axis, are several times slower than the transpose.
+    sub-centre, the first of ties). The max runs over the middle axis of the
+    (N, K, C) view (`proxies.centre_major`): no copy of the matrix.
     """
-    n = tf.shape(matrix)[0]
-    by_center = tf.transpose(tf.reshape(matrix, [n, -1, sub_centers]), [0, 2, 1])
+    by_center = tf.reshape(matrix, [tf.shape(matrix)[0], sub_centers, -1])
     closest = tf.reduce_max(by_center, axis=1)
     taken, hits = tf.zeros_like(closest, tf.bool), []
     for cosines in tf.unstack(by_center, num=sub_centers, axis=1):
@@ -131,14 +129,14 @@ class MarginSoftmax(ProxyLoss):
             return margin_softmax_terms(matrix, labels, self.scale, self.target)
         cosines, closest = sub_center_cosines(matrix, k)
         value, weights = margin_softmax_terms(cosines, labels, self.scale, self.target)
-        # each class's weight goes to its closest sub-centre's column (class-major)
-        spread = tf.transpose(weights[:, tf.newaxis, :] * closest, [0, 2, 1])
-        return value, tf.reshape(spread, tf.shape(matrix))
+        # each class's weight goes to its closest sub-centre's column (centre-major)
+        return value, tf.reshape(weights[:, tf.newaxis, :] * closest, tf.shape(matrix))
 
     def class_cosines(self, embeddings):
         """Cosines (N, C) of embeddings to each class (its closest sub-centre)."""
         embeddings = ops.to_float32(embeddings)
-        matrix = ops.cosine_between(embeddings, self.trainable_layer(embeddings))
+        reference = self.default_reference(None, embeddings)
+        matrix = ops.cosine_between(embeddings, reference.embeddings)
         if self.proxies_per_class == 1:
             return matrix
         return sub_center_cosines(matrix, self.proxies_per_class)[0]
@@ -247,7 +245,7 @@ class SubCenterArcFace(MarginSoftmax):
     Each class has K sub-centres; a sample's cosine to class c is the max over
     c's sub-centres, cos theta_ic = max_k cos(f_i, W_ck), and ArcFace (eq. 3 of
     the ArcFace paper, with its fallback) is applied to these class cosines. Only
-    the closest sub-centre of each class receives a gradient. Proxies are
+    the closest sub-centre of each class receives a gradient. `loss.proxies` are
     (C K, d), class-major (row c K + k), like pytorch-metric-learning's W columns.
 
     `outliers(embeddings, labels, threshold=75)` is the paper's cleaning step:

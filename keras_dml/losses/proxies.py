@@ -8,11 +8,23 @@ from keras_dml.losses.base import PairLoss, Reference
 from keras_dml.proxy_layers import Proxies
 
 
+def centre_major(proxies, num_classes, proxies_per_class):
+    """(C K, d) proxies stored class-major (row c K + k) as (K C, d) centre-major rows
+    (row k C + c), the order of the engine's matrix columns: a per-class reduction over
+    the K proxies then runs over the middle axis of an (N, K, C) view of the matrix,
+    where TensorFlow is fast (no transpose of the matrix, forward or backward)."""
+    if proxies_per_class == 1:
+        return proxies
+    by_class = tf.reshape(proxies, [num_classes, proxies_per_class, -1])
+    return tf.reshape(tf.transpose(by_class, [1, 0, 2]), [num_classes * proxies_per_class, -1])
+
+
 class ProxyLoss(PairLoss):
     """Base class of losses on a samples x proxies similarity matrix.
 
     The reference set is the proxies, with their class ids: proxy k of class c is
-    column c K + k of the (N, C K) matrix, and the gradient reaches the proxies. A
+    column k C + c of the (N, C K) matrix (centre-major; `loss.proxies` stores it
+    as row c K + k), and the gradient reaches the proxies. A
     sample's positive keys are its own class's proxies, its negative keys all the
     others (`keras_dml.weighting.pair_weights` gives the (N, C K) weights). A
     subclass writes `compute_terms(matrix, pairs)` and reads the class labels from
@@ -77,13 +89,35 @@ class ProxyLoss(PairLoss):
 
     # -- the engine hooks -------------------------------------------------------------
     def default_reference(self, labels, embeddings):
-        proxies = self.trainable_layer(embeddings)
-        proxy_class = tf.range(self.trainable_layer.num_proxies) // self.proxies_per_class
-        return Reference(proxy_class, proxies, trainable=True)
+        """The proxies, centre-major (`centre_major`): column k C + c is proxy k of class c."""
+        keys = centre_major(self.trainable_layer(embeddings), self.num_classes,
+                            self.proxies_per_class)
+        return Reference(tf.range(self.trainable_layer.num_proxies) % self.num_classes, keys,
+                         trainable=True)
 
     def check(self, labels, embeddings):
         labels, embeddings = super().check(labels, embeddings)
         return validation.check_label_range(labels, self.num_classes), embeddings
+
+    def check_reference(self, reference, embeddings):
+        """A given key set must be laid out as `default_reference`'s: C K keys, key
+        k C + c of class c (the terms read the layout, not the key labels)."""
+        reference = super().check_reference(reference, embeddings)
+        layout = np.arange(self.trainable_layer.num_proxies, dtype=np.int32) % self.num_classes
+        message = (f"{type(self).__name__}: reference labels must be the proxies' "
+                   f"centre-major class ids, tf.range({layout.size}) % {self.num_classes} "
+                   f"(key k C + c is proxy k of class c; `keras_dml.losses.proxies."
+                   f"centre_major` lays (C K, d) proxies out so)")
+        labels = reference.labels
+        if labels.shape[0] is not None and labels.shape[0] != layout.size:
+            raise ValueError(f"{message}; got {labels.shape[0]} keys.")
+        if tf.executing_eagerly():
+            if not np.array_equal(labels.numpy(), layout):
+                raise ValueError(f"{message}; got {labels.numpy()[:8].tolist()}...")
+            return reference
+        with tf.control_dependencies([tf.debugging.assert_equal(labels, layout,
+                                                                message=message)]):
+            return reference._replace(labels=tf.identity(labels))
 
     def penalty(self, labels, embeddings):
         penalty = self.proxy_penalty(self.trainable_layer.proxies)

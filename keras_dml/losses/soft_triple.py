@@ -31,7 +31,8 @@ class SoftTriple(ProxyLoss):
 
         dL_i/dS_i,ck = lambda (softmax_c - [c = y]) * q_ck (1 + (S_i,ck - S'_ic) / gamma)
 
-    with q_ck = softmax_k(S_i,ck / gamma). The matrix is (N, C K).
+    with q_ck = softmax_k(S_i,ck / gamma). The matrix is (N, K C), centre-major
+    (column k C + c; `loss.proxies` stores centre k of class c as row c K + k).
 
     Args:
         num_classes: number of training classes C; labels must lie in [0, C).
@@ -75,15 +76,17 @@ class SoftTriple(ProxyLoss):
     def compute_terms(self, matrix, pairs):
         labels = pairs.labels
         classes, k = self.num_classes, self.proxies_per_class
-        scaled = tf.reshape(matrix, [-1, classes, k]) / self.gamma
-        q = tf.nn.softmax(scaled, axis=2)
-        relaxed = self.gamma * tf.reduce_sum(q * scaled, axis=2)
+        # (N, K, C): the matrix is centre-major (ProxyLoss), K on the middle axis
+        scaled = tf.reshape(matrix, [-1, k, classes]) / self.gamma
+        exp = tf.exp(scaled - tf.reduce_max(scaled, axis=1, keepdims=True))
+        q = exp / tf.reduce_sum(exp, axis=1, keepdims=True)
+        relaxed = self.gamma * tf.reduce_sum(q * scaled, axis=1)
         logits = self.la * (relaxed - self.margin * tf.one_hot(labels, classes))
         value, d_logits = ops.softmax_cross_entropy(logits, labels)
         d_relaxed = self.la * d_logits
         # d relaxed_c / d S_ck = q_ck (1 + (S_ck - relaxed_c) / gamma)
-        d_centres = q * (scaled + (1.0 - relaxed / self.gamma)[:, :, tf.newaxis])
-        weights = tf.reshape(d_relaxed[:, :, tf.newaxis] * d_centres, tf.shape(matrix))
+        d_centres = q * (scaled + (1.0 - relaxed / self.gamma)[:, tf.newaxis, :])
+        weights = tf.reshape(d_relaxed[:, tf.newaxis, :] * d_centres, tf.shape(matrix))
         return value, weights
 
     def proxy_penalty(self, proxies):
