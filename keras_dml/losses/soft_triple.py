@@ -76,7 +76,8 @@ class SoftTriple(ProxyLoss):
     def compute_terms(self, matrix, pairs):
         labels = pairs.labels
         classes, k = self.num_classes, self.proxies_per_class
-        # (N, K, C): the matrix is centre-major (ProxyLoss), K on the middle axis
+        # (N, K, C): the matrix is centre-major (ProxyLoss), K on the middle axis; the
+        # softmax over it written out (tf.nn.softmax would transpose a non-last axis)
         scaled = tf.reshape(matrix, [-1, k, classes]) / self.gamma
         exp = tf.exp(scaled - tf.reduce_max(scaled, axis=1, keepdims=True))
         q = exp / tf.reduce_sum(exp, axis=1, keepdims=True)
