@@ -92,8 +92,11 @@ class ProxyLoss(PairLoss):
         """The proxies, centre-major (`centre_major`): column k C + c is proxy k of class c."""
         keys = centre_major(self.trainable_layer(embeddings), self.num_classes,
                             self.proxies_per_class)
-        return Reference(tf.range(self.trainable_layer.num_proxies) % self.num_classes, keys,
-                         trainable=True)
+        return Reference(tf.constant(self._key_classes()), keys, trainable=True)
+
+    def _key_classes(self):
+        """int32 class ids of the keys, centre-major: key k C + c is of class c."""
+        return np.arange(self.trainable_layer.num_proxies, dtype=np.int32) % self.num_classes
 
     def check(self, labels, embeddings):
         labels, embeddings = super().check(labels, embeddings)
@@ -103,7 +106,7 @@ class ProxyLoss(PairLoss):
         """A given key set must be laid out as `default_reference`'s: C K keys, key
         k C + c of class c (the terms read the layout, not the key labels)."""
         reference = super().check_reference(reference, embeddings)
-        layout = np.arange(self.trainable_layer.num_proxies, dtype=np.int32) % self.num_classes
+        layout = self._key_classes()
         message = (f"{type(self).__name__}: reference labels must be the proxies' "
                    f"centre-major class ids, tf.range({layout.size}) % {self.num_classes} "
                    f"(key k C + c is proxy k of class c; `keras_dml.losses.proxies."
