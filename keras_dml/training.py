@@ -20,11 +20,10 @@ from keras_dml.evaluation.embedding import embed_with, inference_function
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
 from keras_dml.training_config import (  # noqa: F401 (TrainConfig: re-exported)
-    DEFAULT_TEST_CLASSES,
     FILE_IMAGE_SIZE,
     LR_SCHEDULES,
-    OWN_DATASETS,
     TrainConfig,
+    own_files_options,
 )
 
 KS = (1, 2, 4, 8)
@@ -150,19 +149,6 @@ def build_model(config, input_shape):
     backbone = backbones.get(config.backbone, input_shape, config.width)
     embeddings = EmbeddingHead(config.embedding_dim, name="embedding")(backbone.output)
     return DMLModel(backbone.input, embeddings, name=f"{config.backbone}_embedder")
-
-
-def own_files_options(config):
-    """`datasets.load` options of your own images (folder, csv): the class split.
-
-    The split is seeded by a fixed 0, not `config.seed`, so runs with other
-    seeds (or a warm start from an earlier run) are tested on the same classes.
-    """
-    if config.dataset not in OWN_DATASETS:
-        return {}
-    test_classes = config.test_classes
-    return {"test_classes": DEFAULT_TEST_CLASSES if test_classes is None else test_classes,
-            "seed": 0}
 
 
 def evaluation_splits(splits):
@@ -463,7 +449,7 @@ def run(config, report=None, resume=False):
         replace = os.path.exists(run_dir)
     with clock.phase("load"):
         splits = datasets.load(config.dataset, data_dir=config.data_dir,
-                               **own_files_options(config))
+                               **own_files_options(config.dataset, config.test_classes))
         if config.rotated_classes:
             splits = dataclasses.replace(splits, train=splits.train.with_rotated_classes())
     input_shape, preprocessing = _input_spec(splits.train, config.image_size)

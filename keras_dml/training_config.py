@@ -153,6 +153,18 @@ class TrainConfig:
         return cls(**values)
 
 
+def own_files_options(dataset, test_classes):
+    """`datasets.load` options of your own images (folder, csv): the class split.
+
+    The split is seeded by a fixed 0, not the run's seed, so runs with other
+    seeds (or a warm start from an earlier run) are tested on the same classes.
+    """
+    if dataset not in OWN_DATASETS:
+        return {}
+    return {"test_classes": DEFAULT_TEST_CLASSES if test_classes is None else test_classes,
+            "seed": 0}
+
+
 def default(field):
     """The default value of a `TrainConfig` field."""
     spec = {f.name: f for f in dataclasses.fields(TrainConfig)}[field]

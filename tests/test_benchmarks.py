@@ -402,3 +402,16 @@ def test_compare_revisions_times_both_trees_and_names_a_failing_case(tmp_path):
     assert "NoSuchLoss" in failed["error"]
     table = compare_revisions.markdown([("NCA", row), ("missing", failed)], "HEAD", "here")
     assert "| NCA |" in table and "| missing | fails: " in table
+
+
+def test_listing_quick_mode(capsys):
+    """benchmarks/bench_listing.py --quick: a generated tree listed by from_directory and
+    from_csv, every file found, one table row each with its time."""
+    from benchmarks.bench_listing import main
+
+    assert main(["--quick"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| from_")]
+    assert [row.split("|")[1].strip() for row in rows] == ["from_directory", "from_csv"]
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert cells[1] == "200" and float(cells[2]) >= 0 and len(cells[3].split(", ")) == 3

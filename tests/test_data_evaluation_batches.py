@@ -1,10 +1,12 @@
 """`keras_dml.data.evaluation_batches`: a split in order for RecallAtK and embedding."""
 
+import glob
 import os
 
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import keras_dml
 from conftest import SHARED_DATASETS
@@ -32,6 +34,36 @@ def test_file_split_is_decoded_with_the_evaluation_preprocessing():
         evaluation_batches(subset)
     with pytest.raises(ValueError, match="batch_size"):
         evaluation_batches(subset, Preprocessing(32, 36), batch_size=0)
+
+
+def test_every_source_of_the_training_pipelines_is_accepted():
+    test = keras_dml.datasets.load("cub200", data_dir=CUB).test
+    subset = test.subset(np.arange(5), remap=False)
+    preprocessing = Preprocessing(16)
+    expected = np.concatenate([x for x, _ in evaluation_batches(subset, preprocessing, 2)])
+    names = [subset.class_names[y] for y in subset.labels]
+    for source in ((subset.paths, subset.labels), (np.array(subset.paths), names)):
+        batches = evaluation_batches(source, preprocessing, batch_size=2)
+        assert int(batches.cardinality()) == 3
+        x = np.concatenate([x for x, _ in batches])
+        np.testing.assert_allclose(x, expected)
+    (_, y), = list(evaluation_batches((subset.paths, names), preprocessing, 8))
+    np.testing.assert_array_equal(y, np.unique(names, return_inverse=True)[1])
+    digits = keras_dml.datasets.load("digits").test
+    for source in ((digits.images[:7], digits.labels[:7]),
+                   tf.data.Dataset.from_tensor_slices((digits.images[:7], digits.labels[:7]))):
+        (x, y), = list(evaluation_batches(source, batch_size=8))
+        np.testing.assert_array_equal(x, digits.images[:7])
+        np.testing.assert_array_equal(y, digits.labels[:7])
+
+
+def test_a_bad_file_is_an_error_naming_it(tmp_path):
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"not an image")
+    paths = sorted(glob.glob(os.path.join(CUB, "images", "*", "*.jpg")))[:3] + [str(bad)]
+    batches = evaluation_batches((paths, [0, 0, 1, 1]), Preprocessing(16), batch_size=2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="image 3 .*bad.jpg"):
+        list(batches)
 
 
 def test_recall_at_k_logs_on_evaluation_batches_during_fit():

@@ -150,6 +150,39 @@ def test_verify_images_drops_undecodable_files(tmp_path):
     assert len(clean) == 6 and clean.skipped == [(str(bad), "undecodable")]
 
 
+def test_verify_images_takes_paths_and_path_label_pairs(tmp_path):
+    paths, labels = _cub_files(2, 2)
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    with pytest.warns(UserWarning, match="1 of 5 images cannot be decoded.*bad.jpg"):
+        assert verify_images(paths + [str(bad)]) == paths
+    with pytest.warns(UserWarning, match="1 of 5 images"):
+        kept, kept_labels = verify_images((paths[:2] + [str(bad)] + paths[2:],
+                                           np.array([0, 0, 9, 1, 1])))
+    assert kept == paths and kept_labels.tolist() == [0, 0, 1, 1]
+    assert verify_images((paths, labels)) == (paths, labels)  # all good: unchanged
+    arrays = (np.zeros((2, 4, 4, 1), np.float32), np.array([0, 1]))
+    assert verify_images(arrays) is arrays  # in memory: nothing to decode
+    with pytest.raises(ValueError, match="ignore_errors"):
+        verify_images(tf.data.Dataset.from_tensor_slices(arrays))
+
+
+def test_class_names_as_labels_become_sorted_ids():
+    paths, labels = _cub_files(2, 2)
+    names = np.array(["wren", "wren", "auk", "auk"])
+    batches = class_balanced_batches((paths, names), 2, 2, seed=0,
+                                     preprocessing=Preprocessing(16))
+    x, y = next(iter(batches))
+    assert x.shape == (4, 16, 16, 3)
+    ids = dict(zip(paths, y.numpy()))
+    assert [ids[p] for p in paths] == [1, 1, 0, 0]  # auk 0, wren 1
+    x = np.zeros((4, 2, 2, 1), np.float32)
+    _, y = next(iter(class_balanced_batches((x, ["b", "a", "b", "a"]), 2, 2, seed=0)))
+    assert sorted(y.numpy().tolist()) == [0, 0, 1, 1]
+    with pytest.raises(ValueError, match="integer class ids or of class names.*np.unique"):
+        class_balanced_batches((x, np.array([0.5, 1.0, 0.5, 1.0])), 2, 2)
+
+
 def test_small_classes_option_and_errors():
     y = np.array([0, 0, 0, 1, 1, 1, 2, 3, 3, 3])
     x = np.arange(len(y), dtype=np.float32)

@@ -75,7 +75,11 @@ def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256
     name = dataset or run.dataset
     if not name:
         raise ValueError(f"{run.run_dir} records no dataset: pass --dataset.")
-    splits = datasets.load(name, data_dir=data_dir or run.config.get("data_dir"))
+    from keras_dml.training_config import own_files_options
+
+    test_classes = run.config.get("test_classes") if name == run.dataset else None
+    splits = datasets.load(name, data_dir=data_dir or run.config.get("data_dir"),
+                           **own_files_options(name, test_classes))
     chosen = getattr(splits, split, None)
     if chosen is None:
         raise ValueError(f"Dataset {name!r} has no {split!r} split.")
