@@ -67,7 +67,9 @@ def test_every_image_type_in_any_case_and_skips_counted(tmp_path):
 def test_train_and_test_folders_are_the_split_as_given(tmp_path):
     make_tree(tmp_path / "train", ["a", "b", "c"])
     make_tree(tmp_path / "test", ["d", "e"])
-    splits = from_directory(tmp_path, test_classes=0.9)  # ignored: the split is given
+    make_tree(tmp_path, ["stray"])
+    with pytest.warns(UserWarning, match=r"not a split folder: 1\); first: .*stray"):
+        splits = from_directory(tmp_path, test_classes=0.9)  # ignored: the split is given
     assert splits.train.class_names == ["a", "b", "c"]
     assert splits.test.class_names == ["d", "e"] and splits.query is None
 

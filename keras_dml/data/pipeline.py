@@ -47,6 +47,9 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
             split (`as_supervised=True`), read once: fixed-shape `x` is held
             in memory, string `x` (tfds `decoders={"image":
             tfds.decode.SkipDecoding()}`) is held encoded and decoded per batch.
+            Labels are integer class ids or class names (strings), which
+            become ids in sorted order: `np.unique(names)[y]` names a batch's
+            `y`.
         classes_per_batch: C.
         samples_per_class: k.
         small_classes: `"replace"` (draw with replacement) or `"drop"` for

@@ -78,6 +78,8 @@ def from_directory(root, test_classes=0.5, seed=0):
                      "(a class folder cannot be named train, test, query or gallery)")
         for name in files:
             listing.skip("not in a class folder", os.path.join(root, name))
+        for name in sorted(set(folders) - set(given)):
+            listing.skip("not a split folder", os.path.join(root, name))
         for part in given:
             listing.add_classes(os.path.join(root, part), part)
     else:
@@ -182,14 +184,17 @@ class _Listing:
     def entries(self, folder):
         """`(sub-folder names, file names)` of `folder`; hidden ones are skipped."""
         folders, files = [], []
-        with os.scandir(folder) as scan:
-            for entry in scan:
-                if entry.name.startswith("."):
-                    self.skip("hidden", entry.path)
-                elif entry.is_dir():
-                    folders.append(entry.name)
-                else:
-                    files.append(entry.name)
+        try:
+            with os.scandir(folder) as scan:
+                for entry in scan:
+                    if entry.name.startswith("."):
+                        self.skip("hidden", entry.path)
+                    elif entry.is_dir():
+                        folders.append(entry.name)
+                    else:
+                        files.append(entry.name)
+        except OSError as error:  # e.g. no permission
+            raise ValueError(f"{folder}: cannot list it ({error.strerror}).") from None
         return folders, files
 
     def add_classes(self, folder, part, entries=None):
