@@ -49,6 +49,17 @@ def mixed_images(root, classes=("ant", "bee", "cat", "dog")):
     return str(root)
 
 
+def test_help_names_every_known_layout_and_the_rule(capsys):
+    from keras_dml.datasets.layout import MARKERS
+
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name, (marker, _) in MARKERS.items():
+        assert f"{name} {marker}" in text, name
+    assert "any other folder is folder" in text and "a file is csv" in text
+
+
 def test_train_on_a_folder_of_mixed_images_saves_the_class_names(tmp_path, capsys):
     photos = mixed_images(tmp_path / "photos")
     code = cli.main(["train", "--data-dir", photos, *TINY, "--runs-dir", str(tmp_path / "runs"),

@@ -45,15 +45,18 @@ def add_arguments(parser):
                       "images in --data-dir; the others need --data-dir or a "
                       "tensorflow_datasets download); default with --data-dir: detected "
                       "from it")
-    data.add_argument("--data-dir", default=None,
+    # The list files are keras_dml.datasets.layout.MARKERS' (not imported: --help stays
+    # without NumPy; a test keeps the two in step).
+    data.add_argument("--data-dir", default=None, metavar="DIR|CSV",
                       help="the dataset's folder in its official layout, or your own images: "
                       "a folder DIR/<class>/<image> (.jpg .jpeg .png .gif .bmp; DIR/train/ + "
                       "DIR/test/ for a given split) or a CSV file with columns path,label"
                       "[,split]. Without --dataset: a file is csv, a folder holding a known "
-                      "dataset's list file (cub200 images.txt, cars196 cars_annos.mat, sop "
-                      "Ebay_train.txt, inshop list_eval_partition.txt, omniglot "
-                      "images_background.npz) is that dataset, any other folder is folder")
+                      "dataset's list file (omniglot images_background.npz, cub200 images.txt, "
+                      "cars196 cars_annos.mat, sop Ebay_train.txt, inshop "
+                      "list_eval_partition.txt) is that dataset, any other folder is folder")
     data.add_argument("--test-classes", type=_fraction_or_count, default=None,
+                      metavar="FRACTION|COUNT",
                       help="folder / csv without a given split: the classes held out for "
                       f"testing, a fraction in (0, 1) or a count (default "
                       f"{DEFAULT_TEST_CLASSES}; the same classes in every run, whatever "
