@@ -370,7 +370,7 @@ def _test_class_count(test_classes, class_names, what):
     if isinstance(test_classes, (int, np.integer)) and not isinstance(test_classes, bool):
         count = int(test_classes)
     elif isinstance(test_classes, (float, np.floating)) and 0 < test_classes < 1:
-        count = min(max(int(round(test_classes * total)), 1), total - 1)
+        count = min(max(round(test_classes * total), 1), total - 1)
     if count is None or not 1 <= count < total:
         raise ValueError(f"test_classes must be a fraction in (0, 1) or a number of classes "
                          f"from 1 to {total - 1} ({what} has {total} classes); got "
