@@ -228,7 +228,8 @@ def _keras_cache_first(name):
             return fetch(fname, origin, *args, cache_subdir=cache_subdir,
                          file_hash=file_hash, cache_dir=cache_dir, **kwargs)
         except Exception as error:  # noqa: BLE001 (Keras raises a bare Exception)
-            reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
+            # Keras: "URL fetch failure on <origin>: <code> -- <reason>"
+            reason = (str(error).rsplit(" -- ", 1)[-1].strip() or type(error).__name__)[:160]
             raise WeightsUnavailableError(
                 f"ImageNet weights for {name} are not available: Keras looked for {fname} "
                 f"in its cache {folder} (~/.keras/models, or $KERAS_HOME/models) and "
