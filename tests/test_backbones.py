@@ -167,3 +167,32 @@ def test_a_run_folder_warm_starts_cnn3(tmp_path):
             np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="layer 'conv0' holds weights of shapes"):
         backbones.get("cnn3", (28, 28, 1), width=16, weights=run)
+
+
+def test_exported_saved_model_takes_image_bytes_and_agrees_with_the_embedder(tmp_path):
+    from conftest import SHARED_DATASETS
+
+    from keras_dml.data import Preprocessing
+    from keras_dml.data.preprocessing import decode_image
+    from keras_dml.export import export_embedder
+
+    folder = os.path.join(SHARED_DATASETS, "cub200_subset", "CUB_200_2011", "images")
+    if not os.path.isdir(folder):
+        pytest.skip(f"no {folder}")
+    species = sorted(os.listdir(folder))[:2]
+    paths = [os.path.join(folder, s, f) for s in species
+             for f in sorted(os.listdir(os.path.join(folder, s)))[:3]]
+    encoded = [open(p, "rb").read() for p in paths]
+    # ResNet50: its caffe preprocessing is not the identity, and its random features
+    # do not vanish (MobileNetV3Small's are ~1e-11 before training)
+    backbone = backbones.get("ResNet50", (32, 32, 3))
+    model = DMLModel(backbone.input, EmbeddingHead(16, name="embedding")(backbone.output))
+    preprocessing = Preprocessing(image_size=32, resize_size=37, normalization="none")
+    export_dir = export_embedder(model.embedder(), str(tmp_path / "sm"),
+                                 preprocessing=preprocessing)
+    served = tf.saved_model.load(export_dir).signatures["serving_default"]
+    got = served(image_bytes=tf.constant(encoded))["embedding"].numpy()
+    images = tf.stack([preprocessing.eval(decode_image(b)) for b in encoded])
+    expected = keras.ops.convert_to_numpy(model.embedder()(images))
+    assert float(images.numpy().max()) > 1.5  # raw pixels: the model normalises inside
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
