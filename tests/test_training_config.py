@@ -104,3 +104,40 @@ def test_cli_trains_an_applications_backbone_from_a_weights_path(tmp_path):
 
     np.testing.assert_array_equal(  # frozen statistics: still those of the file
         bn.moving_mean.numpy(), network.get_layer("conv_bn").moving_mean.numpy())
+
+
+def test_in_memory_images_reach_an_applications_backbone_as_raw_pixels():
+    import numpy as np
+
+    from keras_dml.training import array_transform
+
+    class Arrays:  # a split held in memory
+        images = np.full((2, 8, 8), 255, np.uint8)
+
+    x, _ = array_transform(Arrays(), (8, 8, 1), pixel_max=255.0)(Arrays.images, None)
+    assert float(x.numpy().max()) == 255.0
+    x, _ = array_transform(Arrays(), (8, 8, 1))(Arrays.images, None)
+    assert float(x.numpy().max()) == 1.0
+
+
+def test_a_warm_start_takes_the_head_when_its_shape_matches(tmp_path, capsys):
+    import numpy as np
+
+    from keras_dml import training
+
+    source = training.build_model(TrainConfig(width=8, embedding_dim=16, seed=1), (28, 28, 1))
+    (tmp_path / "run").mkdir()
+    source.save(tmp_path / "run" / "model.keras")
+    head = source.get_layer("embedding").get_weights()
+    warm = training.build_model(TrainConfig(width=8, embedding_dim=16, weights=str(
+        tmp_path / "run")), (28, 28, 1))
+    for a, b in zip(warm.get_layer("embedding").get_weights(), head):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(warm.get_layer("conv0").get_weights(),
+                    source.get_layer("conv0").get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert warm.get_layer("bn0").trainable is False  # pretrained: BatchNorm frozen
+    wider = training.build_model(TrainConfig(width=8, embedding_dim=32, weights=str(
+        tmp_path / "run")), (28, 28, 1))
+    assert wider.get_layer("embedding").get_weights()[0].shape == (72, 32)
+    assert "the embedding head starts afresh" in capsys.readouterr().out
