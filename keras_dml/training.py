@@ -189,7 +189,8 @@ def _warm_start_head(model, source, origin):
 def backbone_variables(model):
     """The trainable variables of `model`'s network before its `embedding` head."""
     head = {id(v) for v in model.get_layer("embedding").weights}
-    return [v for v in model.encoder_variables() if v.trainable and id(v) not in head]
+    encoder = {id(v) for v in model.encoder_variables()}  # not the proxies
+    return [v for v in model.trainable_weights if id(v) in encoder and id(v) not in head]
 
 
 @contextlib.contextmanager

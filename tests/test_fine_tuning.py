@@ -42,8 +42,9 @@ def test_frozen_batch_norm_keeps_its_statistics_and_scale(name, shape):
     for freeze in (False, True):
         model = _model(name, shape, freeze=freeze)
         stats = _moving_statistics(model)
-        gammas = [v for v in model.weights if v.path.endswith("gamma")]
-        assert all(v.trainable != freeze for v in gammas)
+        gammas = {id(v) for v in model.weights if v.path.endswith("gamma")}
+        trained = {id(v) for v in training.backbone_variables(model)}
+        assert bool(gammas & trained) != freeze
         x, y = _batches(shape, steps=1)
         model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
         same = all(np.array_equal(a, b) for a, b in zip(stats, _moving_statistics(model)))
@@ -95,3 +96,13 @@ def test_step_scale_checks_its_arguments():
         fine_tuning.BackboneStepScale([], multiplier=-1)
     with pytest.raises(ValueError, match="warmup_steps"):
         fine_tuning.BackboneStepScale([], warmup_steps=-2)
+
+
+def test_backbone_variables_leave_out_the_head_and_the_proxies():
+    model = _model()
+    model.compile("adam", loss=losses.ProxyAnchor(num_classes=4))
+    backbone = {id(v) for v in training.backbone_variables(model)}
+    assert not backbone & {id(v) for v in model.loss_layer.weights}
+    assert not backbone & {id(v) for v in model.get_layer("embedding").weights}
+    assert backbone == {id(v) for v in model.trainable_weights
+                        if "embedding" not in v.path and "proxies" not in v.path}
