@@ -169,10 +169,12 @@ def add_arguments(parser):
 
 
 def _backbone(name):
+    """`--backbone` as given (`TrainConfig` spells it as `BACKBONES` does), if known."""
     try:
-        return backbone_name(name)
+        backbone_name(name)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+    return name
 
 
 def run(args):
