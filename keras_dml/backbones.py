@@ -134,6 +134,7 @@ def get(name, input_shape, weights=None, width=None):
     """
     name = backbone_name(name)
     weights = None if weights in (None, "none") else os.fspath(weights)
+    source = None if weights in (None, "imagenet") else load_source(weights)  # fail fast
     if name in FAMILIES:
         if width is not None:
             raise ValueError(f"width={width!r} applies to cnn3 and convnet, not {name}.")
@@ -151,7 +152,7 @@ def get(name, input_shape, weights=None, width=None):
             backbone = cnn3(input_shape) if width is None else cnn3(input_shape,
                                                                      filters=width)
     if weights not in (None, "imagenet"):
-        load_weights(backbone, weights)
+        load_weights(backbone, weights, source=source)
     return backbone
 
 
