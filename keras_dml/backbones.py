@@ -1,16 +1,74 @@
-"""Backbones trained from scratch (no pretrained weights can be downloaded here).
+"""Backbones: small networks trained from scratch and the Keras Applications families.
 
 `cnn3` and `convnet` normalise with `FusedBatchNormalization`: Keras' layer computed
 by TensorFlow's fused kernel (the same function; a training step of the Omniglot
 recipe's CNN takes 57 instead of 92 ms on two CPU cores).
+
+The Keras Applications families (`FAMILIES`) are built with `include_top=False`
+and without pooling (the `EmbeddingHead` pools the feature map). Each takes raw
+pixels in [0, 255]: its own `preprocess_input` runs inside the model, in a
+`keras_dml.layers.BackbonePreprocessing` layer, so an exported SavedModel takes
+image bytes and the input pipeline must not normalise (`normalization="none"`).
+Weights: None (random), "imagenet" (Keras' download, or its cache offline) or a
+path (a weights file, a `.keras` model or a keras-dml run folder; `load_weights`).
 """
+
+import contextlib
+import dataclasses
+import os
+import threading
+import warnings
 
 import keras
 
 from keras_dml.batch_norm import FusedBatchNormalization
 from keras_dml.hyperparameters import integer_at_least
+from keras_dml.training_config import backbone_name
 
-BACKBONES = ("convnet", "cnn3", "resnet50")
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A Keras Applications backbone: how to build it and what it expects.
+
+    Attributes:
+        module: the `keras.applications` module holding its `preprocess_input`.
+        input_range: what `preprocess_input` makes of pixels in [0, 255].
+        default_size: the image side of its ImageNet training.
+        min_size: the smallest image side Keras accepts.
+    """
+
+    module: str
+    input_range: str
+    default_size: int
+    min_size: int = 32
+
+
+_CAFFE = "caffe: RGB to BGR, minus the ImageNet mean (no scaling)"
+_TF = "tf: scaled to [-1, 1]"
+_INSIDE = "none: [0, 255], the network rescales inside"
+
+# Name (the `keras.applications` constructor) -> family. Checked against the
+# installed Keras by tests/test_backbones.py.
+FAMILIES = {
+    "ResNet50": Family("resnet", _CAFFE, 224),
+    "ResNet50V2": Family("resnet_v2", _TF, 224),
+    "InceptionV3": Family("inception_v3", _TF, 299, min_size=75),
+    "EfficientNetV2B0": Family("efficientnet_v2", _INSIDE, 224),
+    "EfficientNetV2B1": Family("efficientnet_v2", _INSIDE, 240),
+    "EfficientNetV2B2": Family("efficientnet_v2", _INSIDE, 260),
+    "EfficientNetV2B3": Family("efficientnet_v2", _INSIDE, 300),
+    "EfficientNetV2S": Family("efficientnet_v2", _INSIDE, 384),
+    "ConvNeXtTiny": Family("convnext", _INSIDE, 224),
+    "MobileNetV3Small": Family("mobilenet_v3", _INSIDE, 224),
+    "MobileNetV3Large": Family("mobilenet_v3", _INSIDE, 224),
+}
+SCRATCH = ("cnn3", "convnet")
+BACKBONES = SCRATCH + tuple(FAMILIES)
+
+
+def is_application(name):
+    """True for a Keras Applications family (pretrained weights, preprocessing inside)."""
+    return backbone_name(name) in FAMILIES
 
 
 def convnet(input_shape, widths=(32, 64, 128), name="convnet"):
@@ -51,26 +109,219 @@ def cnn3(input_shape, filters=64, blocks=3, name="cnn3"):
     return keras.Model(inputs, keras.layers.Flatten(name="flatten")(x), name=name)
 
 
-def get(name, input_shape, width=None):
-    """A backbone by name: "convnet", "cnn3" or "resnet50" (keras.applications,
-    weights=None).
+def get(name, input_shape, weights=None, width=None):
+    """A backbone by name: a feature-map (or, for cnn3, feature-vector) model.
 
-    `width` sets the filters of cnn3's convolutions (default 64) or of convnet's
-    first stage (default 32, doubled per stage); resnet50 has no width.
+    Args:
+        name: "cnn3", "convnet" or a `FAMILIES` name, in any case ("resnet50" is
+            ResNet50).
+        input_shape: (height, width, channels) of its input.
+        weights: None or "none" (random initialisation), "imagenet" (Applications
+            families: Keras' download, or its cache `~/.keras/models`), or a path:
+            a `.weights.h5` / `.h5` weights file of this backbone, a `.keras` model
+            holding it, or a keras-dml run folder (its `model.keras`). Defaults to
+            None.
+        width: filters of cnn3's convolutions (default 64) or of convnet's first
+            stage (default 32, doubled per stage); the Applications have no width.
+
+    Returns:
+        A `keras.Model` from raw pixels (in [0, 255] for the Applications) to features.
+
+    Raises:
+        ValueError: an unknown name, a bad width, weights that do not fit.
+        FileNotFoundError: a missing path; ImageNet weights neither cached nor
+            downloadable (`WeightsUnavailableError`, saying where to put them).
     """
-    if name == "resnet50":
+    name = backbone_name(name)
+    weights = None if weights in (None, "none") else os.fspath(weights)
+    source = None if weights in (None, "imagenet") else load_source(weights)  # fail fast
+    if name in FAMILIES:
         if width is not None:
-            raise ValueError(f"width={width!r} applies to cnn3 and convnet, not resnet50.")
-        return keras.applications.ResNet50(weights=None, include_top=False,
-                                           input_shape=input_shape)
-    if width is not None:
-        integer_at_least("width", width, 1, strict=True)
-    if name == "convnet":
-        return convnet(input_shape) if width is None else convnet(
-            input_shape, widths=(width, 2 * width, 4 * width))
-    if name == "cnn3":
-        return cnn3(input_shape) if width is None else cnn3(input_shape, filters=width)
-    raise ValueError(f"Unknown backbone {name!r}: expected one of {BACKBONES}.")
+            raise ValueError(f"width={width!r} applies to cnn3 and convnet, not {name}.")
+        backbone = application(name, input_shape, imagenet=weights == "imagenet")
+    else:
+        if weights == "imagenet":
+            raise ValueError(f"{name} has no ImageNet weights: use weights=None or a path "
+                             f"(or one of {list(FAMILIES)}).")
+        if width is not None:
+            integer_at_least("width", width, 1, strict=True)
+        if name == "convnet":
+            backbone = convnet(input_shape) if width is None else convnet(
+                input_shape, widths=(width, 2 * width, 4 * width))
+        else:
+            backbone = cnn3(input_shape) if width is None else cnn3(input_shape,
+                                                                     filters=width)
+    if weights not in (None, "imagenet"):
+        load_weights(backbone, weights, source=source)
+    return backbone
+
+
+def application(name, input_shape, imagenet=False):
+    """A Keras Applications family with its `BackbonePreprocessing` in front.
+
+    The application is one (nested) layer of the returned model, named as Keras
+    names it (e.g. "MobileNetV3Small", "resnet50"); `load_weights` finds it by
+    that name in a saved model.
+    """
+    from keras_dml.layers import BackbonePreprocessing
+
+    family = FAMILIES[name]
+    side = min(input_shape[:2])
+    if side < family.min_size:
+        raise ValueError(f"{name} needs images of at least {family.min_size} x "
+                         f"{family.min_size} pixels, got input shape {tuple(input_shape)}.")
+    constructor = getattr(keras.applications, name)
+    with warnings.catch_warnings():  # the weights do not depend on the image size
+        warnings.filterwarnings("ignore", message=".*Weights for input shape")
+        if imagenet:
+            with _keras_cache_first(name):
+                network = constructor(include_top=False, weights="imagenet",
+                                      input_shape=tuple(input_shape))
+        else:
+            network = constructor(include_top=False, weights=None,
+                                  input_shape=tuple(input_shape))
+    inputs = keras.Input(shape=tuple(input_shape), name="images")
+    pixels = BackbonePreprocessing(name, name="backbone_preprocessing")(inputs)
+    return keras.Model(inputs, network(pixels), name=name.lower())
+
+
+class WeightsUnavailableError(FileNotFoundError):
+    """ImageNet weights neither in Keras' cache nor downloadable (offline)."""
+
+
+def keras_cache_folder(cache_subdir="models", cache_dir=None):
+    """The folder where `keras.utils.get_file` keeps `cache_subdir` files.
+
+    As Keras: `cache_dir`, else `$KERAS_HOME` (read when keras is imported), else
+    `~/.keras`; `/tmp/.keras` when that folder is not writable.
+    """
+    from keras.src.backend import config
+
+    base = os.path.expanduser(cache_dir or config.keras_home())
+    if not os.access(base, os.W_OK):
+        base = os.path.join("/tmp", ".keras")
+    return os.path.join(base, cache_subdir)
+
+
+_FETCH_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _keras_cache_first(name):
+    """Keras Applications fetch their weights with `file_utils.get_file`; within
+    this context a file already in Keras' cache is used as it is (Keras would
+    re-download, and delete it when offline, if its hash differs: a file the user
+    put there), and a failed download is a short `WeightsUnavailableError`."""
+    from keras.src.utils import file_utils
+
+    fetch = file_utils.get_file
+
+    def get_file(fname=None, origin=None, *args, cache_subdir="datasets", file_hash=None,
+                 cache_dir=None, **kwargs):
+        folder = keras_cache_folder(cache_subdir, cache_dir)
+        path = os.path.join(folder, fname)
+        if os.path.isfile(path):
+            if file_hash and not file_utils.validate_file(path, file_hash):
+                warnings.warn(f"{path} is not the file Keras publishes for {name} (its hash "
+                              "differs): loading it as it is.", stacklevel=2)
+            return path
+        try:
+            return fetch(fname, origin, *args, cache_subdir=cache_subdir,
+                         file_hash=file_hash, cache_dir=cache_dir, **kwargs)
+        except Exception as error:  # noqa: BLE001 (Keras raises a bare Exception)
+            # Keras: "URL fetch failure on <origin>: <code> -- <reason>"
+            reason = (str(error).rsplit(" -- ", 1)[-1].strip() or type(error).__name__)[:160]
+            raise WeightsUnavailableError(
+                f"ImageNet weights for {name} are not available: Keras looked for {fname} "
+                f"in its cache {folder} (~/.keras/models, or $KERAS_HOME/models) and "
+                f"could not download it ({reason}). Put that file there, or pass --weights "
+                f"PATH (a .weights.h5 or .keras file of {name}, or an earlier keras-dml "
+                "run), or --weights none to start from random weights."
+            ) from None
+
+    with _FETCH_LOCK:
+        file_utils.get_file = get_file
+        try:
+            yield
+        finally:
+            file_utils.get_file = fetch
+
+
+def load_source(path):
+    """The model a weights path names: a `.keras` file or a run folder's
+    `model.keras` (loaded without compiling), or None for a weights file."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        model_path = os.path.join(path, "model.keras")
+        if not os.path.isfile(model_path):
+            raise FileNotFoundError(f"weights {path}: a folder without model.keras; give a "
+                                    "keras-dml run folder, a .keras or a .weights.h5 file.")
+        path = model_path
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"weights {path}: no such file or folder.")
+    if path.endswith(".h5"):
+        return None
+    if not path.endswith(".keras"):
+        raise ValueError(f"weights {path}: expected a .weights.h5 / .h5 weights file, a "
+                         ".keras model or a keras-dml run folder.")
+    import keras_dml.layers  # noqa: F401 (registers the layers the file may hold)
+    import keras_dml.models  # noqa: F401
+
+    try:
+        return keras.saving.load_model(path, compile=False)
+    except Exception as error:  # noqa: BLE001 (a file of another Keras or package)
+        raise ValueError(f"weights {path}: cannot load it as a Keras model ({error}).") \
+            from None
+
+
+def load_weights(backbone, path, source=None):
+    """Loads `path` (see `get`) into `backbone`; `source`: its model when already
+    loaded (`load_source(path)`).
+
+    A weights file goes to the Keras application (or to the whole backbone for
+    cnn3 / convnet); from a model, each layer of `backbone` that has weights takes
+    those of the layer of the same name (the application is one such layer, or the
+    saved model itself when it is that application).
+    """
+    if source is None:
+        source = load_source(path)
+    if source is None:
+        target = _application_layer(backbone) or backbone
+        try:
+            target.load_weights(os.fspath(path))
+        except Exception as error:  # noqa: BLE001 (h5py / Keras errors on a wrong file)
+            raise ValueError(f"weights {path} do not fit {backbone.name}: {error}") from None
+        return
+    copy_layer_weights(source, backbone, [layer.name for layer in backbone.layers
+                                          if layer.weights], path)
+
+
+def _application_layer(backbone):
+    return next((layer for layer in backbone.layers
+                 if isinstance(layer, keras.Model) and layer.weights), None)
+
+
+def copy_layer_weights(source, target, names, origin):
+    """Sets each named layer of `target` to the weights of `source`'s layer of that
+    name (or `source` itself when it bears the name).
+
+    Raises:
+        ValueError: a layer missing from `source`, or weights of other shapes.
+    """
+    for name in names:
+        layer = target.get_layer(name)
+        found = source if source.name == name else next(
+            (candidate for candidate in source.layers if candidate.name == name), None)
+        if found is None:
+            raise ValueError(f"weights {origin}: its model {source.name!r} has no layer "
+                             f"{name!r} (is it a model of {target.name}?).")
+        values = found.get_weights()
+        shapes = [tuple(v.shape) for v in layer.get_weights()]
+        if [tuple(v.shape) for v in values] != shapes:
+            raise ValueError(f"weights {origin}: layer {name!r} holds weights of shapes "
+                             f"{[tuple(v.shape) for v in values][:4]}..., {target.name} "
+                             f"needs {shapes[:4]}...")
+        layer.set_weights(values)
 
 
 # Low, mid and high levels of keras.applications.ResNet50: the last block of stages 3-5.

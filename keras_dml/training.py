@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_dml import backbones, data, datasets, distribute, evaluation, losses
+from keras_dml import backbones, data, datasets, distribute, evaluation, fine_tuning, losses
 from keras_dml.callbacks import RecallAtK
 from keras_dml.data.bad_images import clear_error
 from keras_dml.evaluation.embedding import embed_with, inference_function
@@ -95,8 +95,12 @@ def augmentation(shift=0.0, rotation=0.0, scale=0.0, image_size=None, seed=0):
     return keras.Sequential(layers, name="augmentation")
 
 
-def _input_spec(split, image_size):
-    """(input shape, Preprocessing or None) for a split held in memory or in files."""
+def _input_spec(split, image_size, backbone="cnn3", crop="random"):
+    """(input shape, Preprocessing or None) for a split held in memory or in files.
+
+    Image files are resized to 256/224 x the image size (the papers' 256 for 224)
+    and cropped; a Keras Applications `backbone` gets pixels in [0, 255] (its own
+    preprocessing runs inside the model), the others [0, 1]."""
     if split.images is not None:
         shape = np.asarray(split.images).shape[1:]
         if len(shape) == 2:
@@ -104,18 +108,25 @@ def _input_spec(split, image_size):
         if image_size:
             shape = (image_size, image_size, shape[-1])
         return shape, None
-    preprocessing = data.Preprocessing(image_size=image_size or FILE_IMAGE_SIZE)
+    size = image_size or FILE_IMAGE_SIZE
+    preprocessing = data.Preprocessing(
+        image_size=size, resize_size=round(size * 256 / 224), crop=crop,
+        normalization="none" if backbones.is_application(backbone) else "unit")
     return (preprocessing.image_size, preprocessing.image_size, preprocessing.channels), \
         preprocessing
 
 
-def array_transform(split, input_shape):
-    """Batch transform for in-memory images: float32 in [0, 1], resized to `input_shape`.
+def array_transform(split, input_shape, pixel_max=1.0):
+    """Batch transform for in-memory images: float32 in [0, pixel_max], resized to
+    `input_shape`.
 
-    uint8 images (Omniglot) are scaled by 1/255; float images are kept as they are.
-    The same function serves training batches and evaluation, so both see one scale.
+    uint8 images (Omniglot) are scaled by pixel_max/255; float images (taken to be
+    in [0, 1]) by pixel_max. The same function serves training batches and
+    evaluation, so both see one scale. A Keras Applications backbone wants
+    `pixel_max=255`.
     """
-    scale = 1.0 / 255.0 if np.asarray(split.images).dtype == np.uint8 else 1.0
+    uint8 = np.asarray(split.images).dtype == np.uint8
+    scale = pixel_max / 255.0 if uint8 else pixel_max
     size = tuple(input_shape[:2])
 
     def transform(x, y):
@@ -144,11 +155,58 @@ def _augmented(transform, config, input_shape):
     return map_fn
 
 
-def build_model(config, input_shape):
+def build_model(config, input_shape, weights=None):
+    """The run's `DMLModel`: `config.backbone` with `weights` (defaults to
+    `config.weights`), BatchNorm frozen if `config.freeze_bn`, an `EmbeddingHead`.
+
+    From a keras-dml run or `.keras` model (a warm start) the head's weights are
+    also taken when their shapes match (same embedding size and features), so the
+    run continues from the same embedding; the proxies are not (new classes).
+    """
     keras.utils.set_random_seed(config.seed)
-    backbone = backbones.get(config.backbone, input_shape, config.width)
+    weights = config.weights if weights is None else weights
+    source = None if weights in ("none", "imagenet") else backbones.load_source(weights)
+    backbone = backbones.get(config.backbone, input_shape, width=config.width,
+                             weights="imagenet" if weights == "imagenet" else None)
+    if weights not in ("none", "imagenet"):
+        backbones.load_weights(backbone, weights, source=source)
+    if config.freeze_bn:
+        fine_tuning.freeze_batch_norm(backbone)
     embeddings = EmbeddingHead(config.embedding_dim, name="embedding")(backbone.output)
-    return DMLModel(backbone.input, embeddings, name=f"{config.backbone}_embedder")
+    model = DMLModel(backbone.input, embeddings, name=f"{config.backbone}_embedder")
+    if source is not None:
+        _warm_start_head(model, source, weights)
+    return model
+
+
+def _warm_start_head(model, source, origin):
+    """Copies the `embedding` head of `source` into `model` when the shapes match."""
+    head = model.get_layer("embedding")
+    try:
+        backbones.copy_layer_weights(source, model, [head.name], origin)
+    except ValueError as error:
+        print(f"warm start: the embedding head starts afresh ({error})", flush=True)
+
+
+def backbone_variables(model):
+    """The trainable variables of `model`'s network before its `embedding` head."""
+    head = {id(v) for v in model.get_layer("embedding").weights}
+    encoder = {id(v) for v in model.encoder_variables()}  # not the proxies
+    return [v for v in model.trainable_weights if id(v) in encoder and id(v) not in head]
+
+
+@contextlib.contextmanager
+def _dtype_policy(mixed_precision):
+    """Keras' global dtype policy "mixed_float16" within (layers keep theirs)."""
+    if not mixed_precision:
+        yield
+        return
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
 
 
 def evaluation_splits(splits):
@@ -383,6 +441,8 @@ class ConsoleReport:
         print(f"{config.dataset}: {train.num_classes} training classes ({len(train)} images), "
               f"{test.num_classes} test classes ({len(test)} images)")
         width = "" if config.width is None else f" (width {config.width})"
+        if config.weights != "none":
+            width += f" from {config.weights}"
         print(f"{config.backbone}{width}, {config.embedding_dim}-d, {config.loss}; batches of "
               f"{config.classes_per_batch} classes x {config.samples_per_class}; "
               f"{config.epochs} epochs x {config.steps_per_epoch} steps; run: {run_dir}",
@@ -452,10 +512,12 @@ def run(config, report=None, resume=False):
                                **own_files_options(config.dataset, config.test_classes))
         if config.rotated_classes:
             splits = dataclasses.replace(splits, train=splits.train.with_rotated_classes())
-    input_shape, preprocessing = _input_spec(splits.train, config.image_size)
+    input_shape, preprocessing = _input_spec(splits.train, config.image_size, config.backbone,
+                                             config.augment_crop)
     strategy = distribute.make_strategy(config.strategy)
-    with strategy.scope():
-        model = build_model(config, input_shape)
+    with strategy.scope(), _dtype_policy(config.mixed_precision):
+        # a resumed run's backup restores every weight: nothing to download or load
+        model = build_model(config, input_shape, weights="none" if resume else None)
         loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
         if config.memory_size:
             loss = losses.CrossBatchMemory(loss, config.memory_size, config.memory_warmup,
@@ -468,7 +530,9 @@ def run(config, report=None, resume=False):
                       jit_compile=config.jit_compile)
     if not distribute.is_chief():
         config = dataclasses.replace(config, export=False, plots=False)
-    transform = None if preprocessing else array_transform(splits.train, input_shape)
+    pixel_max = 255.0 if backbones.is_application(config.backbone) else 1.0
+    transform = None if preprocessing else array_transform(splits.train, input_shape,
+                                                           pixel_max)
     batches = distribute.training_batches(  # before the run folder: a bad design fails fast
         strategy, splits.train, config.classes_per_batch, config.samples_per_class,
         seed=config.seed, preprocessing=preprocessing,
@@ -499,6 +563,10 @@ def run(config, report=None, resume=False):
         callbacks.append(keras.callbacks.TensorBoard(log_dir))
     callbacks.append(keras.callbacks.LambdaCallback(  # after `backup` has restored
         on_train_begin=lambda logs=None: _restore_recall_history(recall, backup)))
+    if config.head_warmup_steps or config.backbone_lr_multiplier != 1.0:
+        callbacks.append(fine_tuning.BackboneStepScale(
+            backbone_variables(model), config.backbone_lr_multiplier,
+            config.head_warmup_steps))
     with clock.phase("fit"):  # training steps + the evaluation after each epoch
         try:
             history = model.fit(batches, epochs=config.epochs,
@@ -562,8 +630,9 @@ def run(config, report=None, resume=False):
 
 
 def _run_info(config, after, input_shape, preprocessing):
+    pixels = "[0, 255]" if backbones.is_application(config.backbone) else "[0, 1]"
     return {"dataset": config.dataset, "loss": config.loss, "recall_after": after,
-            "input": "float32 images in [0, 1] of shape " + str(tuple(input_shape))
+            "input": f"float32 images in {pixels} of shape " + str(tuple(input_shape))
             if preprocessing is None else "encoded images"}
 
 

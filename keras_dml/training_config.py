@@ -27,7 +27,17 @@ LOSSES = (
     "RelativeAbsoluteWeighting", "SmoothAP", "SoftTriple", "SubCenterArcFace",
     "SupervisedContrastive", "Triplet",
 )
-BACKBONES = ("cnn3", "convnet", "resnet50")
+# Keras Applications families (keras_dml.backbones.FAMILIES): pretrained weights,
+# their own preprocessing inside the model; names are accepted in any case, and
+# "resnet50" is ResNet50.
+APPLICATIONS = (
+    "ResNet50", "ResNet50V2", "InceptionV3", "EfficientNetV2B0", "EfficientNetV2B1",
+    "EfficientNetV2B2", "EfficientNetV2B3", "EfficientNetV2S", "ConvNeXtTiny",
+    "MobileNetV3Small", "MobileNetV3Large",
+)
+BACKBONES = ("cnn3", "convnet") + APPLICATIONS
+BACKBONE_ALIASES = {"resnet50": "ResNet50"}
+CROPS = ("random", "random_resized")
 # Filters of the conv layers when --width is not given: cnn3 at 32 (not the protocol's
 # 64) trains 2.6x faster on a CPU and still reaches R@1 >= 78 on Omniglot (README).
 DEFAULT_WIDTHS = {"cnn3": 32, "convnet": 32}
@@ -81,6 +91,12 @@ class TrainConfig:
     export: bool = True
     plots: bool = True
     skip_bad_images: bool = False
+    weights: str = None
+    freeze_bn: bool = None
+    head_warmup_steps: int = 0
+    backbone_lr_multiplier: float = 1.0
+    augment_crop: str = None
+    mixed_precision: bool = False
 
     def __post_init__(self):
         if self.test_classes is not None and self.dataset not in OWN_DATASETS:
@@ -118,13 +134,13 @@ class TrainConfig:
                 raise ValueError(f"{field} must be >= 0, got {value!r}.")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}.")
-        if self.backbone not in BACKBONES:
-            raise ValueError(f"Unknown backbone {self.backbone!r}: expected one of "
-                             f"{list(BACKBONES)}.")
+        given_backbone = self.backbone
+        self.backbone = backbone_name(self.backbone)
+        self._fine_tuning_defaults()
         if self.width is None:
             self.width = DEFAULT_WIDTHS.get(self.backbone)
         elif self.backbone not in DEFAULT_WIDTHS:
-            raise ValueError(f"width must not be given with {self.backbone}: it sets the "
+            raise ValueError(f"width must not be given with {given_backbone}: it sets the "
                              f"filters of {' and '.join(DEFAULT_WIDTHS)}.")
         else:
             integer_at_least("width", self.width, 1, strict=True)
@@ -132,6 +148,38 @@ class TrainConfig:
                                                           self.run_name):
             raise ValueError(f"run_name must be a plain folder name (letters, digits, "
                              f"'._+=-'), got {self.run_name!r}.")
+
+    def _fine_tuning_defaults(self):
+        """Weights, BatchNorm, crop: the defaults of a pretrained backbone, checked.
+
+        An Applications backbone starts from ImageNet (what fine-tuning wants; where
+        Keras cannot download them the error says how to work offline), freezes
+        its BatchNorm statistics when pretrained (the papers' protocol) and trains
+        on random resized crops (the Proxy Anchor code's augmentation).
+        """
+        pretrainable = self.backbone in APPLICATIONS
+        if self.weights is None:
+            self.weights = "imagenet" if pretrainable else "none"
+        if not isinstance(self.weights, str) or not self.weights:
+            raise ValueError(f"weights must be 'imagenet', 'none' or a path, got "
+                             f"{self.weights!r}.")
+        if self.weights.lower() in ("imagenet", "none"):
+            self.weights = self.weights.lower()
+        if self.weights == "imagenet" and not pretrainable:
+            raise ValueError(f"{self.backbone} has no ImageNet weights: use --weights none "
+                             f"or PATH, or a backbone of {list(APPLICATIONS)}.")
+        if self.freeze_bn is None:
+            self.freeze_bn = self.weights != "none"
+        if self.augment_crop is None:
+            self.augment_crop = "random_resized" if pretrainable else "random"
+        if self.augment_crop not in CROPS:
+            raise ValueError(f"augment_crop must be one of {CROPS}, got "
+                             f"{self.augment_crop!r}.")
+        integer_at_least("head_warmup_steps", self.head_warmup_steps, 0, strict=True)
+        multiplier = self.backbone_lr_multiplier
+        if not (isinstance(multiplier, (int, float)) and math.isfinite(multiplier)
+                and multiplier >= 0):
+            raise ValueError(f"backbone_lr_multiplier must be >= 0, got {multiplier!r}.")
 
     @classmethod
     def from_args(cls, args):
@@ -163,6 +211,16 @@ def own_files_options(dataset, test_classes):
         return {}
     return {"test_classes": DEFAULT_TEST_CLASSES if test_classes is None else test_classes,
             "seed": 0}
+
+
+def backbone_name(name):
+    """`name` as `BACKBONES` spells it, for any case ("mobilenetv3small")."""
+    known = {n.lower(): n for n in BACKBONES}
+    known.update(BACKBONE_ALIASES)
+    if not isinstance(name, str) or name.lower() not in known:
+        raise ValueError(f"Unknown backbone {name!r}: expected one of {list(BACKBONES)} "
+                         "(any case).")
+    return known[name.lower()]
 
 
 def default(field):

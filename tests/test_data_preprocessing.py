@@ -131,3 +131,33 @@ def test_keras_serialization_roundtrip():
     config = keras.saving.serialize_keras_object(prep)
     assert config["registered_name"] == "keras_dml>Preprocessing"
     assert keras.saving.deserialize_keras_object(config) == prep
+
+
+def test_random_resized_crop_is_seeded_varied_and_serialised():
+    prep = Preprocessing(image_size=16, resize_size=18, crop="random_resized",
+                         normalization="none")
+    image = tf.constant(np.random.default_rng(0).integers(0, 255, (60, 90, 3)), tf.uint8)
+    first = prep.train(image, seed=tf.constant([1, 2]))
+    assert first.shape == (16, 16, 3)
+    np.testing.assert_array_equal(first, prep.train(image, seed=tf.constant([1, 2])))
+    crops = [prep.train(image, seed=tf.constant([s, 0])).numpy() for s in range(6)]
+    assert len({c.tobytes() for c in crops}) == 6
+    batch = prep.train(tf.stack([image] * 3), seed=tf.constant([3, 4]))
+    assert batch.shape == (3, 16, 16, 3)
+    assert Preprocessing.from_dict(prep.to_dict()) == prep
+    assert prep.eval(image).shape == (16, 16, 3)  # evaluation: resize and centre crop
+    with pytest.raises(ValueError, match="crop must be one of"):
+        Preprocessing(crop="centre")
+
+
+def test_random_resized_crop_varies_place_and_size():
+    # left half black, right half white: crops of different places and sizes have
+    # different means, all in [0, 255]
+    image = np.zeros((40, 80, 3), np.uint8)
+    image[:, 40:] = 255
+    prep = Preprocessing(image_size=8, resize_size=8, crop="random_resized", flip=False,
+                         normalization="none")
+    means = [float(prep.train(image, seed=tf.constant([s, 1])).numpy().mean())
+             for s in range(20)]
+    assert min(means) >= 0.0 and max(means) <= 255.0
+    assert len(set(round(m) for m in means)) > 3  # crops of different places and sizes

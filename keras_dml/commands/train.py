@@ -3,7 +3,9 @@
 import argparse
 
 from keras_dml.training_config import (
+    APPLICATIONS,
     BACKBONES,
+    CROPS,
     DEFAULT_WIDTHS,
     BATCH_DESIGNS,
     DATASETS,
@@ -13,6 +15,7 @@ from keras_dml.training_config import (
     LOSSES,
     LR_SCHEDULES,
     STRATEGIES,
+    backbone_name,
     default,
 )
 
@@ -72,8 +75,17 @@ def add_arguments(parser):
     data.add_argument("--samples-per-class", type=int, default=None,
                       help=f"k, images per class in a batch (default {DEFAULT_BATCH_DESIGN[1]})")
     model = parser.add_argument_group("model")
-    model.add_argument("--backbone", default=default("backbone"), choices=BACKBONES,
-                       help=f"{', '.join(BACKBONES)} (default %(default)s)")
+    model.add_argument("--backbone", default=default("backbone"), type=_backbone,
+                       metavar="NAME",
+                       help=f"{', '.join(BACKBONES)}, in any case (default %(default)s); "
+                       "the Keras Applications take raw pixels (their own preprocess_input "
+                       "runs inside the model)")
+    model.add_argument("--weights", default=None, metavar="imagenet|none|PATH",
+                       help="start the backbone from ImageNet (Keras' download or its cache "
+                       "~/.keras/models), from random weights, or from PATH: a .weights.h5 "
+                       "or .keras file of the backbone, or an earlier run folder (warm "
+                       "start, also the head when its size matches); default: imagenet for "
+                       f"{', '.join(APPLICATIONS[:2])}, ... , none for cnn3 and convnet")
     widths = ", ".join(f"{name} {width}" for name, width in DEFAULT_WIDTHS.items())
     model.add_argument("--width", type=int, default=None,
                        help=f"filters per convolution of cnn3, of convnet's first stage "
@@ -129,6 +141,25 @@ def add_arguments(parser):
     fit.add_argument("--memory-batch-loss", action=argparse.BooleanOptionalAction,
                      default=default("memory_batch_loss"),
                      help="add the in-batch loss to the memory loss (the XBM paper's form)")
+    tune = parser.add_argument_group("fine-tuning (a pretrained backbone)")
+    tune.add_argument("--freeze-bn", action=argparse.BooleanOptionalAction, default=None,
+                      help="BatchNorm layers keep their statistics and scale / shift, as in "
+                      "the papers (default: on with pretrained --weights)")
+    tune.add_argument("--head-warmup-steps", type=int, default=default("head_warmup_steps"),
+                      help="first steps in which only the embedding head and any proxies "
+                      "train, the backbone frozen (Proxy Anchor's warm-up; default "
+                      "%(default)s)")
+    tune.add_argument("--backbone-lr-multiplier", type=float,
+                      default=default("backbone_lr_multiplier"),
+                      help="the backbone's learning rate relative to --learning-rate "
+                      "(default %(default)s)")
+    tune.add_argument("--augment-crop", choices=CROPS, default=None,
+                      help="image files: the training crop, random (of the image resized to "
+                      "--image-size x 256/224) or random_resized (8-100 %% of the image, "
+                      "resized); evaluation always resizes and centre-crops (default: "
+                      "random_resized for the Keras Applications, random otherwise)")
+    tune.add_argument("--mixed-precision", action="store_true",
+                      help="float16 computations with float32 weights and losses (GPUs)")
     recipe = parser.add_argument_group("recipes")
     recipe.add_argument("--recipe", default=None,
                         help="start from a shipped recipe's flags (flags you give override "
@@ -167,6 +198,15 @@ def _fraction_or_count(text):
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected a fraction such as 0.3 or a number of classes; got {text!r}") from None
+
+
+def _backbone(name):
+    """`--backbone` as given (`TrainConfig` spells it as `BACKBONES` does), if known."""
+    try:
+        backbone_name(name)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return name
 
 
 def run(args):

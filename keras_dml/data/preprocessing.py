@@ -19,6 +19,11 @@ from keras_dml.hyperparameters import integer_at_least
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
 _CAFFE_BGR_MEAN = (103.939, 116.779, 123.68)
+CROPS = ("random", "random_resized")
+# torchvision's RandomResizedCrop defaults: the crop's share of the image area and
+# its aspect ratio (width / height).
+RESIZED_CROP_AREA = (0.08, 1.0)
+RESIZED_CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
 
 
 # Each normalisation is x * scale + offset with float32 constants computed
@@ -117,6 +122,11 @@ class Preprocessing:
             (weighted contrastive paper: keep the aspect ratio and zero-pad).
             Defaults to `"stretch"`.
         flip: Random horizontal flip in `train`. Defaults to `True`.
+        crop: The training crop: `"random"` (an `image_size` square of the
+            resized image, ICE) or `"random_resized"` (a random part of the
+            image as given, 8-100 % of its area with aspect ratio 3/4-4/3,
+            resized to `image_size`: torchvision's `RandomResizedCrop`, as in
+            the Proxy Anchor code). Defaults to `"random"`.
 
     Examples:
 
@@ -131,6 +141,7 @@ class Preprocessing:
     normalization: str = "unit"
     resize_mode: str = "stretch"
     flip: bool = True
+    crop: str = "random"
 
     def __post_init__(self):
         for field in ("image_size", "resize_size"):
@@ -147,6 +158,8 @@ class Preprocessing:
                 f"Unknown normalization {self.normalization!r}; expected one of "
                 f"{sorted(_NORMALIZATIONS)} (add one with register_normalization)."
             )
+        if self.crop not in CROPS:
+            raise ValueError(f"crop must be one of {CROPS}; got {self.crop!r}.")
         if self.resize_mode not in ("stretch", "pad"):
             raise ValueError(
                 f"resize_mode must be 'stretch' or 'pad'; got {self.resize_mode!r}."
@@ -180,7 +193,9 @@ class Preprocessing:
         return self._normalize(image[..., offset:end, offset:end, :])
 
     def train(self, image, seed=None):
-        """Resize, random crop, random horizontal flip and normalise.
+        """Resize, random crop, random horizontal flip and normalise (with
+        `crop="random_resized"`: a random resized crop of the image as given,
+        then the flip).
 
         Args:
             image: uint8 `(H, W, C)` or `(B, H, W, C)`; each image of a batch
@@ -192,7 +207,9 @@ class Preprocessing:
         Returns:
             float32 `(..., image_size, image_size, channels)`.
         """
-        image = self._resize(self._as_float(image))
+        image = self._as_float(image)
+        if self.crop == "random":
+            image = self._resize(image)
         if image.shape.rank == 4:
             if seed is None:
                 image = tf.map_fn(self._augment, image)
@@ -211,14 +228,30 @@ class Preprocessing:
 
     def _augment(self, image, seed=None):
         size = [self.image_size, self.image_size, self.channels]
-        if seed is None:
+        if seed is None and self.crop == "random":
             image = tf.image.random_crop(image, size)
             return tf.image.random_flip_left_right(image) if self.flip else image
+        if seed is None:
+            seed = tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int64)
         seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 2)
-        image = tf.image.stateless_random_crop(image, size, seed=seeds[0])
+        if self.crop == "random_resized":
+            image = self._random_resized_crop(image, seeds[0])
+        else:
+            image = tf.image.stateless_random_crop(image, size, seed=seeds[0])
         if self.flip:
             image = tf.image.stateless_random_flip_left_right(image, seed=seeds[1])
         return image
+
+    def _random_resized_crop(self, image, seed):
+        """A random box (area and aspect ratio as torchvision's, the whole image
+        when 10 draws fail) resized to `image_size`."""
+        begin, box_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            tf.shape(image), bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+            seed=seed, min_object_covered=0.0, aspect_ratio_range=RESIZED_CROP_RATIO,
+            area_range=RESIZED_CROP_AREA, max_attempts=10,
+            use_image_if_no_bounding_boxes=True)
+        crop = tf.slice(image, begin, box_size)
+        return tf.image.resize(crop, [self.image_size, self.image_size])
 
     def _as_float(self, image):
         image = tf.convert_to_tensor(image)
