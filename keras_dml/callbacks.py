@@ -56,8 +56,10 @@ class RecallAtK(_EmbeddingCallback):
     evaluable query is left out of the logs.
 
     Args:
-        validation_data: a `tf.data.Dataset` of `(x, y)` batches, or an `(x, y)`
-            tuple of arrays.
+        validation_data: a `tf.data.Dataset` of `(x, y)` batches that ends (e.g.
+            `keras_dml.data.evaluation_batches`; an infinite or unknown-length
+            stream such as `class_balanced_batches` is refused unless `steps`
+            bounds it), or an `(x, y)` tuple of arrays.
         ks: the K of Recall@K. Defaults to (1, 2, 4, 8).
         metrics: subset of `keras_dml.evaluation.METRICS`. Defaults to all.
         reference_data: references (gallery) in the same form as
@@ -72,6 +74,8 @@ class RecallAtK(_EmbeddingCallback):
         metric: "cosine", "dot" or "euclidean": the similarity of the search.
             Defaults to "cosine". (`distance=` is its deprecated name.)
         batch_size: batch size for array inputs. Defaults to 256.
+        steps: batches taken from each dataset per evaluation. Defaults to None:
+            all of it.
         chunk_size: queries per kNN chunk. Defaults to None (automatic).
         prefix: prefix of the log keys. Defaults to "val_".
         verbose: 1 prints one line per evaluation, 0 is silent. Defaults to 1.
@@ -112,11 +116,13 @@ class RecallAtK(_EmbeddingCallback):
         chunk_size=None,
         prefix="val_",
         verbose=1,
+        steps=None,
     ):
         super().__init__(embedding_model, every_n_epochs, prefix)
-        self.validation_data = as_dataset(validation_data, batch_size)
+        self.validation_data = as_dataset(validation_data, batch_size, steps, "validation_data")
         self.reference_data = (
-            None if reference_data is None else as_dataset(reference_data, batch_size)
+            None if reference_data is None
+            else as_dataset(reference_data, batch_size, steps, "reference_data")
         )
         # checked now, not after the first epoch of training
         self.metrics, self.ks = check_metrics(metrics, ks)
@@ -195,8 +201,8 @@ class VerificationMetrics(_EmbeddingCallback):
     `ModelCheckpoint(monitor="val_roc_auc", mode="max")`.
 
     Args:
-        validation_data: A `tf.data.Dataset` of `(x, y)` batches, or an `(x, y)`
-            tuple of arrays.
+        validation_data: A `tf.data.Dataset` of `(x, y)` batches that ends (see
+            `RecallAtK`), or an `(x, y)` tuple of arrays.
         far_targets: FARs to log TAR at. Defaults to (1e-2, 1e-3, 1e-4).
         metric: `"cosine"` (default), `"dot"` or `"euclidean"`.
         max_pairs: Pairs scored at most (sampled beyond). Defaults to 1,000,000.
@@ -205,6 +211,7 @@ class VerificationMetrics(_EmbeddingCallback):
         every_n_epochs: Evaluate after epochs n, 2n, ... Defaults to 1.
         batch_size: Batch size for array inputs. Defaults to 256.
         prefix: Prefix of the log keys. Defaults to "val_".
+        steps: Batches taken from a dataset per evaluation. Defaults to None: all.
 
     Attributes:
         last_results: The latest `verification_metrics` dict (with the curves).
@@ -212,9 +219,9 @@ class VerificationMetrics(_EmbeddingCallback):
 
     def __init__(self, validation_data, far_targets=FAR_TARGETS, metric="cosine",
                  max_pairs=1_000_000, embedding_model=None, every_n_epochs=1, batch_size=256,
-                 prefix="val_"):
+                 prefix="val_", steps=None):
         super().__init__(embedding_model, every_n_epochs, prefix)
-        self.validation_data = validation_data
+        self.validation_data = as_dataset(validation_data, batch_size, steps, "validation_data")
         self.far_targets = tuple(far_targets)
         self.metric = metric
         self.max_pairs = max_pairs

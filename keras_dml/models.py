@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml import losses, validation
+from keras_dml.data.bad_images import clear_error
 
 NONFINITE_MESSAGE = (
     "keras_dml: NaN or Inf in the embeddings or gradients of a training batch; the "
@@ -282,7 +283,10 @@ class DMLModel(keras.Model):
         if not any(isinstance(c, StopOnNonFinite) for c in callbacks):
             callbacks.append(StopOnNonFinite())
         _create_checkpoint_folders(callbacks)
-        return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
+        try:
+            return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
+        except tf.errors.OpError as error:  # a bad image file: its own error, naming it
+            raise clear_error(error) or error from None
 
     def _check_first_labels(self, x, y):
         """Labels are checked where they enter, with a ValueError naming the values, in

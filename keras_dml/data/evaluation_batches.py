@@ -46,10 +46,9 @@ def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None
         return index, ok, preprocessing.eval(image), label
 
     @tf.autograph.experimental.do_not_convert
-    def checked(indices, ok, x, y):  # a bad file is an error naming it
-        with tf.control_dependencies([guard.keep(indices[0], indices, ok)]):
-            return tf.identity(x), y
+    def with_batch_id(indices, ok, x, y):  # a bad file is an error naming it
+        return indices[0], indices, ok, x, y
 
     items = tf.data.Dataset.from_tensor_slices((np.arange(len(paths)), labels))
-    return steady(items.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
-                  .map(checked).prefetch(tf.data.AUTOTUNE))
+    return steady(guard.stream(items.map(load, num_parallel_calls=tf.data.AUTOTUNE)
+                               .batch(batch_size).map(with_batch_id)))
