@@ -276,7 +276,9 @@ def run_calibrate(args):
     print(f"threshold {calibration.threshold:.6f} for {target} "
           f"{'>=' if target == 'precision' else '<='} {value}: precision "
           f"{achieved['precision']:.4f}, recall {achieved['recall']:.4f}, FAR "
-          f"{achieved['far']:.2e} on {len(scores)} pairs of {summary['dataset']}/{args.split}")
+          f"{achieved['far']:.2e} on {len(scores)} pairs of {summary['dataset']}/{args.split}; "
+          f"support: {calibration.support_same:,} same-class pairs of {calibration.support:,} "
+          "at or above the threshold")  # (a too small support is warned about)
     print(f"written: {folder}/calibration.json, threshold_table.csv"
           + ("" if args.no_plots else ", verification_curves.png, score_histograms.png"))
     if args.export:
