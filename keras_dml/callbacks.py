@@ -8,6 +8,7 @@ import keras
 import numpy as np
 
 from keras_dml import hyperparameters, validation
+from keras_dml.evaluation.collapse import collapse_warning
 from keras_dml.evaluation.embedding import as_dataset, embed_with, inference_function
 from keras_dml.evaluation.retrieval import METRICS, check_metrics, retrieval_metrics
 from keras_dml.evaluation.verification import FAR_TARGETS, pair_scores, verification_metrics
@@ -35,6 +36,16 @@ class _EmbeddingCallback(keras.callbacks.Callback):
     def due(self, epoch):
         """Whether epoch `epoch` (0-based) is evaluated."""
         return (epoch + 1) % self.every_n_epochs == 0
+
+    def check_collapse(self, embeddings):
+        """Warns (once per callback) when the evaluated embeddings have collapsed
+        (`keras_dml.evaluation.collapse_warning`): the metrics are then at chance."""
+        if getattr(self, "_collapse_warned", False) or len(embeddings) < 2:
+            return
+        message = collapse_warning(embeddings)
+        if message:
+            self._collapse_warned = True
+            warnings.warn(message, stacklevel=2)
 
 
 class RecallAtK(_EmbeddingCallback):
@@ -163,6 +174,7 @@ class RecallAtK(_EmbeddingCallback):
         if self._forward is None:
             raise ValueError("RecallAtK has no model: pass it to fit(callbacks=...) first.")
         embeddings, labels = embed_with(self._forward, self.validation_data)
+        self.check_collapse(embeddings)
         references = reference_labels = None
         if self.reference_data is not None:
             references, reference_labels = embed_with(self._forward, self.reference_data)
@@ -231,6 +243,7 @@ class VerificationMetrics(_EmbeddingCallback):
     def evaluate(self):
         """Embeds the validation data; returns the `verification_metrics` dict."""
         embeddings, labels = embed_with(self._forward, self.validation_data, self.batch_size)
+        self.check_collapse(embeddings)
         scores, same = pair_scores(embeddings, labels, self.metric, self.max_pairs)
         self.last_results = verification_metrics(scores, same, self.far_targets)
         return self.last_results
