@@ -6,6 +6,7 @@ import tensorflow as tf
 from keras_dml.data.bad_images import BadImageGuard
 from keras_dml.data.options import steady
 from keras_dml.data.sources import decode_or_flag
+from keras_dml.data.stream_preprocessing import record_preprocessing
 from keras_dml.hyperparameters import integer_at_least
 
 
@@ -50,5 +51,6 @@ def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None
         return indices[0], indices, ok, x, y
 
     items = tf.data.Dataset.from_tensor_slices((np.arange(len(paths)), labels))
-    return steady(guard.stream(items.map(load, num_parallel_calls=tf.data.AUTOTUNE)
-                               .batch(batch_size).map(with_batch_id)))
+    return record_preprocessing(steady(guard.stream(
+        items.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
+        .map(with_batch_id))), preprocessing)

@@ -8,6 +8,7 @@ import tensorflow as tf
 from keras_dml.data.bad_images import BadImageGuard, only_x_y
 from keras_dml.data.options import steady
 from keras_dml.data.sampler import ClassBalancedSampler
+from keras_dml.data.stream_preprocessing import record_preprocessing
 from keras_dml.data.sources import make_source
 
 
@@ -254,5 +255,7 @@ def batches_from_indices(data, indices, seed=None, map_fn=None, skip_bad_images=
 
     ds = indices.map(build, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if data.from_files:
-        return steady(BadImageGuard(data.describe, skip=skip_bad_images).stream(ds))
-    return steady(ds.map(only_x_y).prefetch(tf.data.AUTOTUNE))
+        ds = BadImageGuard(data.describe, skip=skip_bad_images).stream(ds)
+    else:
+        ds = ds.map(only_x_y).prefetch(tf.data.AUTOTUNE)
+    return record_preprocessing(steady(ds), data.preprocessing)

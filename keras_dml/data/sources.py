@@ -26,12 +26,14 @@ class Source:
         from_files: True when decoding can fail at run time.
         describe: `describe(index) -> str` names a sample in error messages
             (its path for files).
+        preprocessing: The `Preprocessing` `fetch` applies, or None.
     """
 
     labels: np.ndarray
     fetch: object
     from_files: bool
     describe: object = repr
+    preprocessing: object = None
 
 
 def make_source(source, preprocessing=None, training=True):
@@ -102,7 +104,7 @@ def _array_source(x, y, preprocessing, training):
         ok = tf.ones(tf.shape(indices), tf.bool)
         return (batch if transform is None else transform(batch, seed)), ok
 
-    return Source(labels=y, fetch=fetch, from_files=False)
+    return Source(labels=y, fetch=fetch, from_files=False, preprocessing=preprocessing)
 
 
 def _file_source(paths, y, preprocessing, training):
@@ -148,7 +150,8 @@ def _encoded_source(table, y, preprocessing, training, read, describe):
         seeds = tf.random.experimental.stateless_split(seed, tf.size(indices))
         return tf.map_fn(lambda args: one(*args), (indices, seeds), fn_output_signature=spec)
 
-    return Source(labels=y, fetch=fetch, from_files=True, describe=describe)
+    return Source(labels=y, fetch=fetch, from_files=True, describe=describe,
+                  preprocessing=preprocessing)
 
 
 def _dataset_source(dataset, preprocessing, training):
