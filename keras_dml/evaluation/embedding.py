@@ -51,18 +51,18 @@ def finite_dataset(dataset, steps=None, name="data"):
         return dataset.take(hyperparameters.integer_at_least("steps", steps, 1, strict=True))
     cardinality = int(dataset.cardinality())
     if cardinality == tf.data.INFINITE_CARDINALITY:
-        kind = "an infinite tf.data.Dataset"
+        kind, ending, extra = "an infinite tf.data.Dataset", "would never finish", ""
     elif cardinality == tf.data.UNKNOWN_CARDINALITY:
-        kind = ("a tf.data.Dataset of unknown length (from a generator or filter(); if it "
-                "is finite, state its length with dataset.apply(tf.data.experimental."
-                "assert_cardinality(num_batches)))")
+        kind, ending = "a tf.data.Dataset of unknown length", "may never finish"
+        extra = (" If it is finite, state its length: dataset.apply(tf.data.experimental."
+                 "assert_cardinality(num_batches)).")
     else:
         return dataset
     raise ValueError(
-        f"{name} is {kind}, such as a keras_dml.data.class_balanced_batches training "
-        "stream: embedding it would never end. Pass keras_dml.data.evaluation_batches("
-        "split, preprocessing) (every image once, in order), (x, y) arrays, or bound it "
-        "with steps=N batches (or dataset.take(N)).")
+        f"{name} is {kind} (as a training stream such as keras_dml.data."
+        f"class_balanced_batches is): embedding it {ending}. Pass keras_dml.data."
+        "evaluation_batches(split, preprocessing) (every image once, in order) or (x, y) "
+        f"arrays, or bound it with steps=N batches (or dataset.take(N)).{extra}")
 
 
 def embed_dataset(model, data, batch_size=256, steps=None):
