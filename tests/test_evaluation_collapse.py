@@ -1,4 +1,4 @@
-"""Tests for keras_dml.evaluation.collapse: collapsed embeddings are told apart from trained ones."""
+"""Tests for keras_dml.evaluation.collapse: collapsed embeddings told apart from trained ones."""
 
 import warnings
 
