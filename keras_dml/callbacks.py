@@ -8,6 +8,8 @@ import keras
 import numpy as np
 
 from keras_dml import hyperparameters, validation
+from keras_dml.data.stream_preprocessing import stream_preprocessing, warn_if_normalised_twice
+from keras_dml.evaluation.collapse import collapse_warning
 from keras_dml.evaluation.embedding import as_dataset, embed_with, inference_function
 from keras_dml.evaluation.retrieval import METRICS, check_metrics, retrieval_metrics
 from keras_dml.evaluation.verification import FAR_TARGETS, pair_scores, verification_metrics
@@ -31,10 +33,22 @@ class _EmbeddingCallback(keras.callbacks.Callback):
     def set_model(self, model):
         super().set_model(model)
         self._forward = inference_function(self.embedding_model or model)
+        for data in (self.validation_data, getattr(self, "reference_data", None)):
+            warn_if_normalised_twice(self.embedding_model or model, stream_preprocessing(data))
 
     def due(self, epoch):
         """Whether epoch `epoch` (0-based) is evaluated."""
         return (epoch + 1) % self.every_n_epochs == 0
+
+    def check_collapse(self, embeddings):
+        """Warns (once per callback) when the evaluated embeddings have collapsed
+        (`keras_dml.evaluation.collapse_warning`): the metrics are then at chance."""
+        if getattr(self, "_collapse_warned", False) or len(embeddings) < 2:
+            return
+        message = collapse_warning(embeddings)
+        if message:
+            self._collapse_warned = True
+            warnings.warn(message, stacklevel=2)
 
 
 class RecallAtK(_EmbeddingCallback):
@@ -56,8 +70,10 @@ class RecallAtK(_EmbeddingCallback):
     evaluable query is left out of the logs.
 
     Args:
-        validation_data: a `tf.data.Dataset` of `(x, y)` batches, or an `(x, y)`
-            tuple of arrays.
+        validation_data: a `tf.data.Dataset` of `(x, y)` batches that ends (e.g.
+            `keras_dml.data.evaluation_batches`; an infinite or unknown-length
+            stream such as `class_balanced_batches` is refused unless `steps`
+            bounds it), or an `(x, y)` tuple of arrays.
         ks: the K of Recall@K. Defaults to (1, 2, 4, 8).
         metrics: subset of `keras_dml.evaluation.METRICS`. Defaults to all.
         reference_data: references (gallery) in the same form as
@@ -72,6 +88,8 @@ class RecallAtK(_EmbeddingCallback):
         metric: "cosine", "dot" or "euclidean": the similarity of the search.
             Defaults to "cosine". (`distance=` is its deprecated name.)
         batch_size: batch size for array inputs. Defaults to 256.
+        steps: batches taken from each dataset per evaluation. Defaults to None:
+            all of it.
         chunk_size: queries per kNN chunk. Defaults to None (automatic).
         prefix: prefix of the log keys. Defaults to "val_".
         verbose: 1 prints one line per evaluation, 0 is silent. Defaults to 1.
@@ -112,11 +130,13 @@ class RecallAtK(_EmbeddingCallback):
         chunk_size=None,
         prefix="val_",
         verbose=1,
+        steps=None,
     ):
         super().__init__(embedding_model, every_n_epochs, prefix)
-        self.validation_data = as_dataset(validation_data, batch_size)
+        self.validation_data = as_dataset(validation_data, batch_size, steps, "validation_data")
         self.reference_data = (
-            None if reference_data is None else as_dataset(reference_data, batch_size)
+            None if reference_data is None
+            else as_dataset(reference_data, batch_size, steps, "reference_data")
         )
         # checked now, not after the first epoch of training
         self.metrics, self.ks = check_metrics(metrics, ks)
@@ -157,6 +177,7 @@ class RecallAtK(_EmbeddingCallback):
         if self._forward is None:
             raise ValueError("RecallAtK has no model: pass it to fit(callbacks=...) first.")
         embeddings, labels = embed_with(self._forward, self.validation_data)
+        self.check_collapse(embeddings)
         references = reference_labels = None
         if self.reference_data is not None:
             references, reference_labels = embed_with(self._forward, self.reference_data)
@@ -195,8 +216,8 @@ class VerificationMetrics(_EmbeddingCallback):
     `ModelCheckpoint(monitor="val_roc_auc", mode="max")`.
 
     Args:
-        validation_data: A `tf.data.Dataset` of `(x, y)` batches, or an `(x, y)`
-            tuple of arrays.
+        validation_data: A `tf.data.Dataset` of `(x, y)` batches that ends (see
+            `RecallAtK`), or an `(x, y)` tuple of arrays.
         far_targets: FARs to log TAR at. Defaults to (1e-2, 1e-3, 1e-4).
         metric: `"cosine"` (default), `"dot"` or `"euclidean"`.
         max_pairs: Pairs scored at most (sampled beyond). Defaults to 1,000,000.
@@ -205,6 +226,7 @@ class VerificationMetrics(_EmbeddingCallback):
         every_n_epochs: Evaluate after epochs n, 2n, ... Defaults to 1.
         batch_size: Batch size for array inputs. Defaults to 256.
         prefix: Prefix of the log keys. Defaults to "val_".
+        steps: Batches taken from a dataset per evaluation. Defaults to None: all.
 
     Attributes:
         last_results: The latest `verification_metrics` dict (with the curves).
@@ -212,9 +234,9 @@ class VerificationMetrics(_EmbeddingCallback):
 
     def __init__(self, validation_data, far_targets=FAR_TARGETS, metric="cosine",
                  max_pairs=1_000_000, embedding_model=None, every_n_epochs=1, batch_size=256,
-                 prefix="val_"):
+                 prefix="val_", steps=None):
         super().__init__(embedding_model, every_n_epochs, prefix)
-        self.validation_data = validation_data
+        self.validation_data = as_dataset(validation_data, batch_size, steps, "validation_data")
         self.far_targets = tuple(far_targets)
         self.metric = metric
         self.max_pairs = max_pairs
@@ -224,6 +246,7 @@ class VerificationMetrics(_EmbeddingCallback):
     def evaluate(self):
         """Embeds the validation data; returns the `verification_metrics` dict."""
         embeddings, labels = embed_with(self._forward, self.validation_data, self.batch_size)
+        self.check_collapse(embeddings)
         scores, same = pair_scores(embeddings, labels, self.metric, self.max_pairs)
         self.last_results = verification_metrics(scores, same, self.far_targets)
         return self.last_results

@@ -75,15 +75,25 @@ def run_export(args):
         raise ValueError(
             f"--warmup-batch-sizes must be comma-separated ints, got {args.warmup_batch_sizes!r}."
         ) from None
-    path = export_from_keras_file(
-        args.model, args.base_dir,
-        kind="retriever" if args.reference else "embedder",
-        reference=args.reference, k=args.k, chunk_size=args.chunk_size,
-        threshold=args.threshold, version=args.version, overwrite=args.overwrite,
-        input_format=args.input_format, preprocessing=preprocessing_from_args(args),
-        warmup=not args.no_warmup, warmup_batch_sizes=sizes, run_info=run_info,
-        verify=not args.no_verify,
-    )
+    from keras_dml.export.inputs import MissingPreprocessing
+
+    try:
+        path = export_from_keras_file(
+            args.model, args.base_dir,
+            kind="retriever" if args.reference else "embedder",
+            reference=args.reference, k=args.k, chunk_size=args.chunk_size,
+            threshold=args.threshold, version=args.version, overwrite=args.overwrite,
+            input_format=args.input_format, preprocessing=preprocessing_from_args(args),
+            warmup=not args.no_warmup, warmup_batch_sizes=sizes, run_info=run_info,
+            verify=not args.no_verify,
+        )
+    except MissingPreprocessing:
+        raise ValueError(
+            f"{args.model} records no preprocessing (it was not fitted on a keras_dml "
+            "stream), and --input-format image_bytes decodes images in the graph: pass the "
+            "evaluation preprocessing as --image-size N --resize-size N --normalization NAME "
+            "(or --preprocessing FILE.json), or --input-format images for model-ready "
+            "image batches.") from None
     print(f"SavedModel: {path}")
     return 0
 
@@ -276,7 +286,9 @@ def run_calibrate(args):
     print(f"threshold {calibration.threshold:.6f} for {target} "
           f"{'>=' if target == 'precision' else '<='} {value}: precision "
           f"{achieved['precision']:.4f}, recall {achieved['recall']:.4f}, FAR "
-          f"{achieved['far']:.2e} on {len(scores)} pairs of {summary['dataset']}/{args.split}")
+          f"{achieved['far']:.2e} on {len(scores)} pairs of {summary['dataset']}/{args.split}; "
+          f"support: {calibration.support_same:,} same-class pairs of {calibration.support:,} "
+          "at or above the threshold")  # (a too small support is warned about)
     print(f"written: {folder}/calibration.json, threshold_table.csv"
           + ("" if args.no_plots else ", verification_curves.png, score_histograms.png"))
     if args.export:

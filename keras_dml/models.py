@@ -9,6 +9,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml import losses, validation
+from keras_dml.data.bad_images import clear_error
+from keras_dml.data.preprocessing import Preprocessing
+from keras_dml.data.stream_preprocessing import stream_preprocessing, warn_if_normalised_twice
 
 NONFINITE_MESSAGE = (
     "keras_dml: NaN or Inf in the embeddings or gradients of a training batch; the "
@@ -117,7 +120,27 @@ class DMLModel(keras.Model):
     - The progress bar and `History` show the real loss; `evaluate` reports it.
     - `compile(loss=[a, b], loss_weights=[1.0, 0.5])` trains on a
       `keras_dml.losses.Combined` of the losses; each term is also shown.
+    - `fit` on a keras_dml stream (`keras_dml.data.class_balanced_batches`, ...)
+      records the stream's `keras_dml.data.Preprocessing` as `preprocessing`, saved
+      in the `.keras` file (its evaluation transform is what an export decodes
+      images with), and warns when the model rescales its inputs itself while the
+      stream already normalises them.
     """
+
+    def get_config(self):
+        config = super().get_config()
+        if getattr(self, "preprocessing", None) is not None:
+            config["preprocessing"] = self.preprocessing.to_dict()
+        return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        preprocessing = config.pop("preprocessing", None)
+        model = super().from_config(config, custom_objects=custom_objects)
+        if preprocessing is not None:
+            model.preprocessing = Preprocessing.from_dict(preprocessing)
+        return model
 
     def compile(self, optimizer="rmsprop", loss=None, **kwargs):
         if isinstance(loss, (str, dict)):
@@ -278,11 +301,18 @@ class DMLModel(keras.Model):
 
     def fit(self, x=None, y=None, *args, callbacks=None, **kwargs):
         self._check_first_labels(x, y)
+        preprocessing = stream_preprocessing(x)
+        if preprocessing is not None:
+            warn_if_normalised_twice(self, preprocessing)
+            self.preprocessing = preprocessing
         callbacks = list(callbacks or [])
         if not any(isinstance(c, StopOnNonFinite) for c in callbacks):
             callbacks.append(StopOnNonFinite())
         _create_checkpoint_folders(callbacks)
-        return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
+        try:
+            return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
+        except tf.errors.OpError as error:  # a bad image file: its own error, naming it
+            raise clear_error(error) or error from None
 
     def _check_first_labels(self, x, y):
         """Labels are checked where they enter, with a ValueError naming the values, in

@@ -275,6 +275,7 @@ class RunEvaluation(RecallAtK):
             self._forward = inference_function(model)
         with self.clock.phase("evaluation"):
             self.embeddings, labels = self._embed(self.validation_data, "the evaluation images")
+            self.check_collapse(self.embeddings)
             references = reference_labels = None
             if self.reference_data is not None:
                 references, reference_labels = self._embed(self.reference_data, "the gallery")

@@ -143,3 +143,26 @@ def test_verification_logs_equal_verification_metrics_of_the_embedded_pairs(tmp_
     for key in ("roc_auc", "eer", "tar@far=1e-3", "best_f1_threshold"):
         assert abs(history.history[f"val_{key}"][-1] - expected[key]) < 1e-6
     assert "val_tar@far=1e-4" in csv.read_text().splitlines()[0]
+
+
+def _training_stream():
+    from keras_dml.data import class_balanced_batches
+
+    x, y = blobs(60, 0)
+    return class_balanced_batches((x, y), 3, 2, seed=0)
+
+
+@pytest.mark.parametrize("callback", [RecallAtK, VerificationMetrics])
+def test_a_training_stream_as_validation_data_is_refused_at_once(callback):
+    with pytest.raises(ValueError, match=r"validation_data is an infinite tf.data.Dataset.*"
+                                         r"keras_dml.data.evaluation_batches\("):
+        callback(_training_stream())
+    with pytest.raises(ValueError, match="reference_data is an infinite"):
+        RecallAtK(blobs(30, 1), reference_data=_training_stream())
+
+
+def test_steps_bounds_a_training_stream_as_validation_data():
+    model = tiny_model()
+    recall = RecallAtK(_training_stream(), ks=(1,), steps=5, verbose=0)
+    model.fit(*blobs(60, 2), epochs=1, verbose=0, callbacks=[recall])
+    assert 0.0 <= recall.last_results["val_recall@1"] <= 1.0

@@ -312,3 +312,33 @@ def test_nmi():
     assert 0.0 <= nmi(noise, labels) < 0.4
     with pytest.raises(ValueError, match="at least 2 classes"):
         nmi(noise, np.zeros(120))
+
+
+def _stream():
+    """A training stream: infinite (arrays) as class_balanced_batches makes it."""
+    from keras_dml.data import class_balanced_batches
+
+    x = np.random.default_rng(0).normal(size=(24, 4)).astype("float32")
+    return class_balanced_batches((x, np.repeat(np.arange(6), 4)), 3, 2, seed=0)
+
+
+@pytest.mark.parametrize("make", [
+    _stream,  # infinite
+    lambda: _stream().filter(lambda x, y: True),  # unknown length
+    lambda: tf.data.Dataset.from_generator(lambda: iter([(np.zeros((2, 4), "float32"),
+                                                          np.zeros(2, "int32"))]),
+                                           output_signature=(tf.TensorSpec([None, 4]),
+                                                             tf.TensorSpec([None], tf.int32))),
+])
+def test_an_endless_or_unknown_length_dataset_is_refused_at_once_with_the_fix(make):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    for evaluate in (embed_dataset, evaluate_retrieval):
+        with pytest.raises(ValueError, match=r"evaluation_batches\(.*steps=N"):
+            evaluate(model, make())
+
+
+def test_steps_bounds_the_evaluation_of_a_training_stream():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    embeddings, labels = embed_dataset(model, _stream(), steps=4)
+    assert embeddings.shape == (24, 3) and labels.shape == (24,)
+    assert "recall@1" in evaluate_retrieval(model, _stream(), steps=4, ks=(1,))

@@ -1,5 +1,7 @@
 """Tests for keras_dml.evaluation.verification: equal to scikit-learn; calibration meets its target."""
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn import metrics as sk
@@ -128,3 +130,35 @@ def test_bad_input_is_a_clear_error():
         calibrate_scores([0.9, 0.9, 0.1], [True, False, False], "precision", 0.99)
     with pytest.raises(ValueError, match="at least 2 embeddings"):
         pair_scores(np.ones((1, 3)), [0])
+
+
+def test_calibration_reports_its_support_and_warns_when_it_is_a_handful_of_pairs():
+    """The reported case: precision 0.99 reached by the one top-scoring same-class pair."""
+    rng = np.random.default_rng(5)
+    scores = rng.normal(size=20_000)
+    same = rng.random(20_000) < 0.05
+    same[np.argmax(scores)] = True
+    with pytest.warns(UserWarning, match=r"too little labelled data to estimate precision >= "
+                                         r"0.99: 1 same-class pairs .*, 30 needed; 1 pairs .*"
+                                         r"300 needed.*times larger"):
+        result = calibrate_scores(scores, same, "precision", 0.99)
+    assert (result.support_same, result.support) == (1, 1)
+    summary = result.to_dict()
+    assert summary["support_same"] == 1 and "too little" in summary["warning"]
+
+
+def test_a_well_supported_calibration_has_no_warning():
+    scores, same = _scores(n=20_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = calibrate_scores(scores, same, "precision", 0.9)
+    accepted = scores >= result.threshold
+    assert result.support == accepted.sum() and result.support_same == same[accepted].sum()
+    assert result.support_same >= 30 and result.warning is None
+
+
+def test_a_far_target_needs_three_over_far_different_class_pairs():
+    scores, same = _scores(n=3000)  # about 2,400 different-class pairs
+    with pytest.warns(UserWarning, match=r"different-class pairs to show FAR <= 0.0001 "
+                                         r"\(3 / 0.0001\), 30,000 needed"):
+        calibrate_scores(scores, same, "far", 1e-4)

@@ -1,6 +1,8 @@
 """Faults: broken image files and broken list files say where they are."""
 
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -14,6 +16,7 @@ from keras_dml.data.bad_images import MAX_BAD_BATCHES_IN_A_ROW
 pytestmark = pytest.mark.faults
 
 PREP = Preprocessing(image_size=16, resize_size=20)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _jpeg(seed):
@@ -63,10 +66,11 @@ def test_a_truncated_jpeg_in_a_cub_folder_is_named_by_the_default_pipeline(tmp_p
     train = datasets.load("cub200", data_dir=str(tmp_path)).train  # classes 1-2: images 0-7
     index = train.paths.index(paths[5])
     ds = class_balanced_batches(train, 2, 4, seed=0, preprocessing=PREP)
-    with pytest.raises(tf.errors.OpError, match=f"image {index} '.*img_1.jpg'") as error:
+    # (tf.data's own error prints the message as assertion data: quotes escaped)
+    with pytest.raises(tf.errors.OpError, match=rf"image {index} \\?'.*img_1.jpg") as error:
         next(iter(ds))
     assert "skip_bad_images=True" in str(error.value)
-    with pytest.raises(tf.errors.OpError, match=f"image {index} '.*img_1.jpg'"):
+    with pytest.raises(tf.errors.OpError, match=rf"image {index} \\?'.*img_1.jpg"):
         list(evaluation_batches(train, PREP, batch_size=3))
 
 
@@ -142,3 +146,64 @@ def test_malformed_sop_and_inshop_lines_name_the_file_and_line(tmp_path):
         "img/b.jpg id_00000001 tran\n")
     with pytest.raises(ValueError, match=r"list_eval_partition.txt, line 4: evaluation_status"):
         datasets.load("inshop", data_dir=str(inshop))
+
+
+def _fit_three_steps(paths):
+    """`fit` with steps_per_epoch=3 on a 2 x 2 stream of 4 classes x 4 images (seed 0:
+    batches 0-2 hold images {0-4, 6, 9, 11-15}, batch 3 images {5, 7, 8, 10})."""
+    import keras
+
+    from keras_dml.losses import MultiSimilarity
+    from keras_dml.models import DMLModel
+
+    ds = class_balanced_batches((paths, np.repeat(np.arange(4), 4)), 2, 2, seed=0,
+                                preprocessing=PREP)
+    inputs = keras.Input(PREP.output_shape)
+    model = DMLModel(inputs, keras.layers.Dense(4)(keras.layers.Flatten()(inputs)))
+    model.compile("sgd", loss=MultiSimilarity())
+    return model.fit(ds, epochs=1, steps_per_epoch=3, verbose=0)
+
+
+def test_a_bad_image_stops_fit_with_one_clean_error_naming_it(tmp_path):
+    from keras_dml.data.bad_images import BadImageError
+
+    paths = _write_cub(str(tmp_path))
+    _truncate(paths[0])  # in batch 1
+    with pytest.raises(BadImageError) as error:
+        _fit_three_steps(paths)
+    message = str(error.value)
+    assert message.startswith("keras_dml.data: cannot read or decode image 0 '")
+    assert "img_0.jpg' (batch 1)" in message and "Graph execution" not in message
+    assert isinstance(error.value, ValueError) and error.value.__cause__ is None
+
+
+def test_a_bad_image_in_a_batch_fit_never_takes_raises_nothing(tmp_path):
+    paths = _write_cub(str(tmp_path))
+    _truncate(paths[5])  # only in batch 3, which fit prefetches but never takes
+    assert _fit_three_steps(paths).history["loss"]
+
+
+@pytest.mark.slow
+def test_a_bad_image_in_a_batch_never_taken_logs_no_traceback(tmp_path):
+    paths = _write_cub(str(tmp_path))
+    _truncate(paths[5])  # only in batch 3
+    # TensorFlow's warnings (where a pipeline logs an error's traceback) are hidden in
+    # this process: take 3 batches, as fit(steps_per_epoch=3), in one that shows them.
+    script = (
+        "import sys, time, numpy as np\n"
+        "from keras_dml.data import Preprocessing, class_balanced_batches\n"
+        f"paths = {paths!r}\n"
+        "ds = class_balanced_batches((paths, np.repeat(np.arange(4), 4)), 2, 2, seed=0,\n"
+        "    preprocessing=Preprocessing(image_size=16, resize_size=20))\n"
+        "it = iter(ds)\n"
+        "for _ in range(3): next(it)\n"
+        "time.sleep(2)  # the prefetch reaches batch 3\n"
+        "print('took 3 batches', flush=True)\n"
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1",
+           "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert "took 3 batches" in result.stdout, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and "img_1.jpg" not in result.stderr, (
+        result.stderr[-2000:])

@@ -217,3 +217,18 @@ def test_exact_search_in_gallery_blocks_equals_one_block(metric):
     np.testing.assert_allclose(blocks[1], whole[1], rtol=1e-5, atol=1e-5)
     order, _ = _brute_force(gallery, queries, 9, metric)
     np.testing.assert_array_equal(blocks[0], order)
+
+
+def test_from_model_refuses_a_training_stream_at_once_and_takes_steps():
+    import keras
+
+    from keras_dml.data import class_balanced_batches
+    from keras_dml.index.embedding import embed_batches
+
+    x = np.random.default_rng(0).normal(size=(24, 4)).astype("float32")
+    stream = class_balanced_batches((x, np.repeat(np.arange(6), 4)), 3, 2, seed=0)
+    embedder = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    with pytest.raises(ValueError, match=r"dataset is an infinite.*evaluation_batches\("):
+        Index.from_model(embedder, stream, verbose=0)
+    embeddings, labels = embed_batches(embedder, stream, verbose=0, steps=2)
+    assert embeddings.shape == (12, 3) and labels.shape == (12,)

@@ -330,6 +330,26 @@ def test_mirrored_combined_of_mean_and_sum_terms_is_a_clear_error(mirrored_strat
         model.fit(_dataset(x, y, batch=32), epochs=1, verbose=0)
 
 
+def test_compile_by_bare_class_name():
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer="sgd", loss="MultiSimilarity")
+    assert isinstance(model.dml_loss, losses.MultiSimilarity)
+    assert np.isfinite(model.fit(_dataset(x, y), epochs=1, verbose=0).history["loss"][0])
+
+
+def test_a_bare_name_keras_also_has_is_an_error_naming_both_spellings():
+    with pytest.raises(ValueError, match=r'ambiguous.*"keras_dml>Circle".*keras.losses.Circle\(\)'):
+        _model().compile(optimizer="sgd", loss="Circle")
+    _model().compile(optimizer="sgd", loss="keras_dml>Circle")
+
+
+def test_a_misspelt_loss_name_suggests_the_keras_dml_one():
+    with pytest.raises(ValueError, match="Unknown loss 'MultiSimilarty'.*did you mean "
+                                         "'MultiSimilarity'"):
+        _model().compile(optimizer="sgd", loss="MultiSimilarty")
+
+
 def test_compile_with_a_non_dml_loss_is_a_clear_error():
     model = _model()
     with pytest.raises(ValueError, match="needs a keras_dml loss"):

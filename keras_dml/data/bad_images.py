@@ -10,17 +10,23 @@ import tensorflow as tf
 MAX_BAD_BATCHES_IN_A_ROW = 20
 
 
+class BadImageError(ValueError):
+    """An image file of a keras_dml stream is missing or cannot be decoded."""
+
+
 class BadImageGuard:
     """Checks each batch's `ok` flags; raises, or skips with a counted warning.
 
-    Default (`skip=False`): the first bad image is a `ValueError` naming it
+    Default (`skip=False`): the first bad image is a `BadImageError` naming it
     (index and path) and the way out. With `skip=True` a batch holding a bad
     image is dropped and a running count is printed to stderr; after
     `MAX_BAD_BATCHES_IN_A_ROW` dropped batches in a row it raises, naming
     the bad files seen.
 
-    In a `tf.data` pipeline the `ValueError` reaches the caller as a
-    `tf.errors.InvalidArgumentError` whose message holds the same text.
+    In a `tf.data` pipeline the error reaches the caller as a
+    `tf.errors.InvalidArgumentError` whose message holds the same text;
+    `DMLModel.fit` and the evaluation functions raise it as the
+    `BadImageError` (`clear_error`).
     """
 
     def __init__(self, describe, skip=False, limit=MAX_BAD_BATCHES_IN_A_ROW):
@@ -43,7 +49,7 @@ class BadImageGuard:
             self.bad.setdefault(i, self.describe(i))
         names = "; ".join(self.bad[i] for i in new[:3])
         if not self.skip:
-            raise ValueError(
+            raise BadImageError(
                 f"keras_dml.data: cannot read or decode {names} (batch {int(batch_id)}). "
                 "Fix or remove the file, drop bad files up front with "
                 "keras_dml.data.verify_images, or skip batches holding them with "
@@ -52,7 +58,7 @@ class BadImageGuard:
         self._in_a_row += 1
         if self._in_a_row >= self.limit:
             shown = "; ".join(list(self.bad.values())[:5])
-            raise ValueError(
+            raise BadImageError(
                 f"keras_dml.data: {self._in_a_row} batches in a row held images that "
                 f"cannot be read or decoded ({len(self.bad)} bad files so far, e.g. "
                 f"{shown}); the data looks broken, stopping.")
@@ -62,17 +68,59 @@ class BadImageGuard:
         return False
 
     def keep(self, batch_id, indices, ok):
-        """The graph side of `check`: a scalar bool tensor."""
-        keep = tf.py_function(self.check, [batch_id, indices, ok], tf.bool)
+        """The graph side of `check`: a scalar bool tensor.
+
+        The error is raised by an assertion on the message `check` would raise, not
+        inside the `py_function`: TensorFlow logs a `py_function`'s Python traceback
+        (two or three times) before the error reaches the caller.
+        """
+        keep, error = tf.py_function(self._verdict, [batch_id, indices, ok],
+                                     (tf.bool, tf.string))
         keep.set_shape([])
-        return keep
+        with tf.control_dependencies([tf.debugging.Assert(tf.equal(error, ""), [error])]):
+            return tf.identity(keep)
+
+    def _verdict(self, batch_id, indices, ok):
+        """`(keep, error message or "")`."""
+        try:
+            return self.check(batch_id, indices, ok), ""
+        except BadImageError as error:
+            return False, str(error)
+
+    def stream(self, batches):
+        """Prefetched `(x, y)` batches of `batches`, a dataset of `(batch_id, indices,
+        ok, x, y)`, each checked.
+
+        Without `skip`, a batch is checked as it is taken (a map after the prefetch
+        runs in the consumer's call): a bad file in a batch that was prefetched but
+        never used (the batch after `fit`'s last step) raises nothing and logs no
+        traceback. With `skip`, which batches follow depends on the check, so it is
+        made before the prefetch.
+        """
+        if self.skip:
+            batches = batches.filter(tf.autograph.experimental.do_not_convert(
+                lambda batch_id, indices, ok, x, y: self.keep(batch_id, indices, ok)))
+            return batches.map(only_x_y).prefetch(tf.data.AUTOTUNE)
+        return batches.prefetch(tf.data.AUTOTUNE).map(self._checked)
+
+    @tf.autograph.experimental.do_not_convert
+    def _checked(self, batch_id, indices, ok, x, y):
+        with tf.control_dependencies([self.keep(batch_id, indices, ok)]):
+            return tf.identity(x), tf.identity(y)
+
+
+@tf.autograph.experimental.do_not_convert
+def only_x_y(batch_id, indices, ok, x, y):
+    """The `(x, y)` of a `(batch_id, indices, ok, x, y)` batch."""
+    return x, y
 
 
 def clear_error(error):
-    """The `ValueError` a `BadImageGuard` raised inside a `tf.data` pipeline, taken
+    """The `BadImageError` a `BadImageGuard` raised inside a `tf.data` pipeline, taken
     out of the `tf.errors.OpError` that carries it; `None` for any other error."""
     message = getattr(error, "message", str(error))
     start = message.find("keras_dml.data: ")
     if start < 0:
         return None
-    return ValueError(message[start:].splitlines()[0])
+    # The assertion prints its message as data: within [...], its quotes escaped.
+    return BadImageError(message[start:].splitlines()[0].rstrip("]").replace("\\'", "'"))

@@ -3,9 +3,10 @@
 import numpy as np
 import tensorflow as tf
 
-from keras_dml.data.bad_images import BadImageGuard
+from keras_dml.data.bad_images import BadImageGuard, only_x_y
 from keras_dml.data.options import steady
 from keras_dml.data.sources import make_source
+from keras_dml.data.stream_preprocessing import record_preprocessing
 from keras_dml.hyperparameters import integer_at_least
 
 
@@ -40,17 +41,18 @@ def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None
             "(the one used for training) so they can be decoded and resized."
         )
     labels = tf.constant(np.asarray(data.labels, np.int32))
-    guard = BadImageGuard(data.describe)
 
     @tf.autograph.experimental.do_not_convert
     def load(indices):
         x, ok = data.fetch(indices, None)
-        if data.from_files:  # a bad file is an error naming it
-            with tf.control_dependencies([guard.keep(indices[0], indices, ok)]):
-                x = tf.identity(x)
         y = tf.gather(labels, indices)
-        return transform(x, y) if transform else (x, y)
+        x, y = transform(x, y) if transform else (x, y)
+        return indices[0], indices, ok, x, y
 
-    batches = tf.data.Dataset.range(len(data.labels)).batch(batch_size)
-    return steady(batches.map(load, num_parallel_calls=tf.data.AUTOTUNE)
-                  .prefetch(tf.data.AUTOTUNE))
+    batches = tf.data.Dataset.range(len(data.labels)).batch(batch_size).map(
+        load, num_parallel_calls=tf.data.AUTOTUNE)
+    if data.from_files:  # a bad file is an error naming it, when its batch is taken
+        stream = BadImageGuard(data.describe).stream(batches)
+    else:
+        stream = batches.map(only_x_y).prefetch(tf.data.AUTOTUNE)
+    return record_preprocessing(steady(stream), preprocessing)

@@ -5,9 +5,10 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
-from keras_dml.data.bad_images import BadImageGuard
+from keras_dml.data.bad_images import BadImageGuard, only_x_y
 from keras_dml.data.options import steady
 from keras_dml.data.sampler import ClassBalancedSampler
+from keras_dml.data.stream_preprocessing import record_preprocessing
 from keras_dml.data.sources import make_source
 
 
@@ -257,12 +258,7 @@ def batches_from_indices(data, indices, seed=None, map_fn=None, skip_bad_images=
 
     ds = indices.map(build, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if data.from_files:
-        guard = BadImageGuard(data.describe, skip=skip_bad_images)
-        ds = ds.filter(tf.autograph.experimental.do_not_convert(
-            lambda batch_id, indices, ok, x, y: guard.keep(batch_id, indices, ok)))
-    return steady(ds.map(_only_x_y).prefetch(tf.data.AUTOTUNE))
-
-
-@tf.autograph.experimental.do_not_convert
-def _only_x_y(batch_id, indices, ok, x, y):
-    return x, y
+        ds = BadImageGuard(data.describe, skip=skip_bad_images).stream(ds)
+    else:
+        ds = ds.map(only_x_y).prefetch(tf.data.AUTOTUNE)
+    return record_preprocessing(steady(ds), data.preprocessing)

@@ -190,7 +190,7 @@ class Preprocessing:
         image = self._resize(self._as_float(image))
         offset = (self.resize_size - self.image_size) // 2
         end = offset + self.image_size
-        return self._normalize(image[..., offset:end, offset:end, :])
+        return self.normalize(image[..., offset:end, offset:end, :])
 
     def train(self, image, seed=None):
         """Resize, random crop, random horizontal flip and normalise (with
@@ -224,7 +224,7 @@ class Preprocessing:
                 )
         else:
             image = self._augment(image, seed)
-        return self._normalize(image)
+        return self.normalize(image)
 
     def _augment(self, image, seed=None):
         size = [self.image_size, self.image_size, self.channels]
@@ -279,5 +279,6 @@ class Preprocessing:
             return tf.image.resize_with_pad(image, *size)
         return tf.image.resize(image, size)
 
-    def _normalize(self, image):
+    def normalize(self, image):
+        """The normalisation alone: float pixels in [0, 255] to the model's range."""
         return tf.cast(_NORMALIZATIONS[self.normalization](image), tf.float32)

@@ -30,6 +30,7 @@ class Source:
             each id, `labels == i` being class `class_names[i]` (sorted, as
             `np.unique`). `None` for integer labels.
         paths: The image file paths of a file source, else `None`.
+        preprocessing: The `Preprocessing` `fetch` applies, or None.
     """
 
     labels: np.ndarray
@@ -38,6 +39,7 @@ class Source:
     describe: object = repr
     class_names: list | None = None
     paths: list | None = None
+    preprocessing: object = None
 
 
 def make_source(source, preprocessing=None, training=True):
@@ -122,7 +124,8 @@ def _array_source(x, y, preprocessing, training):
         ok = tf.ones(tf.shape(indices), tf.bool)
         return (batch if transform is None else transform(batch, seed)), ok
 
-    return Source(labels=y, fetch=fetch, from_files=False, class_names=names)
+    return Source(labels=y, fetch=fetch, from_files=False, class_names=names,
+                  preprocessing=preprocessing)
 
 
 def _file_source(paths, y, preprocessing, training):
@@ -170,7 +173,8 @@ def _encoded_source(table, y, preprocessing, training, read, describe):
         seeds = tf.random.experimental.stateless_split(seed, tf.size(indices))
         return tf.map_fn(lambda args: one(*args), (indices, seeds), fn_output_signature=spec)
 
-    return Source(labels=y, fetch=fetch, from_files=True, describe=describe)
+    return Source(labels=y, fetch=fetch, from_files=True, describe=describe,
+                  preprocessing=preprocessing)
 
 
 def _dataset_source(dataset, preprocessing, training):

@@ -1,6 +1,7 @@
 """Retrieval and clustering evaluation for deep metric learning."""
 
 from keras_dml.evaluation.clustering import nmi
+from keras_dml.evaluation.collapse import collapse_warning, embedding_spread
 from keras_dml.evaluation.embedding import embed_dataset, evaluate_retrieval
 from keras_dml.evaluation.knn import iter_nearest_neighbors, nearest_neighbors
 from keras_dml.evaluation.retrieval import METRICS, retrieval_metrics
@@ -17,9 +18,11 @@ __all__ = [
     "Calibration",
     "calibrate",
     "calibrate_scores",
+    "collapse_warning",
     "pair_scores",
     "verification_metrics",
     "embed_dataset",
+    "embedding_spread",
     "evaluate_retrieval",
     "iter_nearest_neighbors",
     "nearest_neighbors",

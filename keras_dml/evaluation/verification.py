@@ -9,6 +9,8 @@ drop_intermediate=False)` and `precision_recall_curve` do.
 """
 
 import dataclasses
+import math
+import warnings
 
 import numpy as np
 
@@ -17,6 +19,10 @@ from keras_dml import hyperparameters, ops, validation
 FAR_TARGETS = (1e-2, 1e-3, 1e-4)
 TARGETS = ("precision", "far")
 _PAIR_BUDGET = 2**23  # pair scores computed per block
+#: Same-class pairs at or above a calibrated threshold below which its precision or
+#: recall is an anecdote (the binomial standard error sqrt(p (1 - p) / n) of a rate
+#: estimated from n = 30 pairs is up to 0.09).
+MIN_SUPPORT_SAME = 30
 
 
 def pair_scores(embeddings, labels, metric="cosine", max_pairs=5_000_000, seed=0):
@@ -172,6 +178,10 @@ class Calibration:
             (NumPy arrays, thresholds ascending) at score quantiles and at
             `threshold`.
         num_same, num_different: Pairs of the calibration set.
+        support_same, support: Same-class pairs, and all pairs, scoring at or
+            above `threshold`: what the achieved precision is measured on.
+        warning: Why the set is too small to estimate the target (see
+            `support_warning`), or None.
     """
 
     threshold: float
@@ -181,6 +191,9 @@ class Calibration:
     table: dict
     num_same: int
     num_different: int
+    support_same: int = 0
+    support: int = 0
+    warning: str = None
 
     def write_csv(self, path):
         """Writes `table` as CSV; returns the path."""
@@ -195,7 +208,49 @@ class Calibration:
         """JSON-friendly summary (without the table)."""
         return {"threshold": self.threshold, "target": self.target, "value": self.value,
                 "achieved": self.achieved, "num_same": self.num_same,
-                "num_different": self.num_different}
+                "num_different": self.num_different, "support_same": self.support_same,
+                "support": self.support, "warning": self.warning}
+
+
+def support_warning(target, value, support_same, support, num_different):
+    """Why a calibration set is too small to estimate its target, or None.
+
+    Three counts must be large enough (the "rule of three": when no error is seen in
+    n trials, the 95 % upper confidence bound of the error rate is about 3 / n):
+    - `MIN_SUPPORT_SAME` (30) same-class pairs at or above the threshold, else the
+      precision and recall there rest on a handful of pairs;
+    - precision >= p: at least 3 / (1 - p) accepted pairs (300 for 0.99), else even
+      no false accept does not show an error rate below 1 - p;
+    - FAR <= f: at least 3 / f different-class pairs (30,000 for 1e-4).
+    Pairs grow with the square of the images per class, so a shortfall of a factor
+    r in pairs takes about sqrt(r) times the labelled images.
+
+    Args:
+        target, value: As in `calibrate`.
+        support_same, support: Same-class and all pairs at or above the threshold.
+        num_different: Different-class pairs of the set.
+
+    Returns:
+        A message naming the shortfall and the data it would take, or None.
+    """
+    needs = [(support_same, MIN_SUPPORT_SAME, "same-class pairs at or above the threshold")]
+    if target == "precision" and value < 1.0:
+        needs.append((support, math.ceil(3 / (1 - value) - 1e-9),
+                      f"pairs at or above it to show precision >= {value} (3 / (1 - {value}))"))
+    if target == "far":
+        needs.append((num_different, math.ceil(3 / value - 1e-9),
+                      f"different-class pairs to show FAR <= {value} (3 / {value})"))
+    short = [(have, need, what) for have, need, what in needs if have < need]
+    if not short:
+        return None
+    factor = max(need / max(have, 1) for have, need, _ in short)
+    shown = "; ".join(f"{have:,} {what}, {need:,} needed" for have, need, what in short)
+    return (f"calibrate: too little labelled data to estimate {target} "
+            f"{'>=' if target == 'precision' else '<='} {value}: {shown}. The threshold and "
+            "its achieved values are unreliable (with no error seen in n pairs, the 95 % "
+            "upper bound of the error rate is 3 / n); use a calibration set about "
+            f"{math.sqrt(factor):.1f} times larger (pairs grow with the square of the "
+            "images per class), or a less extreme target.")
 
 
 def calibrate(embeddings, labels, target="precision", value=0.99, metric="cosine",
@@ -218,7 +273,11 @@ def calibrate(embeddings, labels, target="precision", value=0.99, metric="cosine
         table_rows: Rows of the threshold table (score quantiles). Defaults to 101.
 
     Returns:
-        A `Calibration`.
+        A `Calibration`, with its support (pairs at or above the threshold). When
+        the set is too small to estimate the target (`support_warning`: fewer
+        than 30 same-class pairs at or above the threshold, or too few pairs to
+        show the target at all) its `warning` says so and how much more data it
+        takes, and a `UserWarning` is issued.
 
     Raises:
         ValueError: Bad arguments, or no threshold reaches the target (the
@@ -229,7 +288,7 @@ def calibrate(embeddings, labels, target="precision", value=0.99, metric="cosine
 
 
 def calibrate_scores(scores, same, target="precision", value=0.99, table_rows=101):
-    """`calibrate` on given pair scores and same-class flags."""
+    """`calibrate` on given pair scores and same-class flags (same warning)."""
     if target not in TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, got {target!r}.")
     value = float(value)
@@ -252,7 +311,12 @@ def calibrate_scores(scores, same, target="precision", value=0.99, table_rows=10
     table = _table(grid, thresholds, tp, fp)
     achieved = {name: float(column[np.searchsorted(grid, threshold)])
                 for name, column in table.items() if name != "threshold"}
-    return Calibration(threshold, target, value, achieved, table, int(tp[-1]), int(fp[-1]))
+    support_same, support = int(tp[chosen]), int(tp[chosen] + fp[chosen])
+    warning = support_warning(target, value, support_same, support, int(fp[-1]))
+    if warning:
+        warnings.warn(warning, stacklevel=2)
+    return Calibration(threshold, target, value, achieved, table, int(tp[-1]), int(fp[-1]),
+                       support_same, support, warning)
 
 
 def _table(grid, thresholds, tp, fp):

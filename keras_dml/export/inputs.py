@@ -108,6 +108,10 @@ class ServingInput:
         }
 
 
+class MissingPreprocessing(ValueError):
+    """An `image_bytes` export needs a `Preprocessing`, and none was given or recorded."""
+
+
 def as_preprocessing(value):
     """A `Preprocessing` from an instance, a dict or a JSON file (None stays None).
 
@@ -135,11 +139,13 @@ def serving_input(model, input_format="image_bytes", preprocessing=None):
         model: A built Keras model with one image input `(batch, H, W, C)`.
         input_format: `"image_bytes"` or `"images"`. Defaults to `"image_bytes"`.
         preprocessing: `Preprocessing` (or dict / JSON path). Required for
-            `"image_bytes"` unless the model has a `preprocessing` attribute.
+            `"image_bytes"` unless the model has a `preprocessing` attribute (a
+            `DMLModel` fitted on a keras_dml stream records the stream's).
 
     Raises:
-        ValueError: Unknown format, missing preprocessing, or a preprocessing
-            whose output shape does not fit the model's input.
+        MissingPreprocessing: `"image_bytes"` without a preprocessing.
+        ValueError: Unknown format, or a preprocessing whose output shape does
+            not fit the model's input.
     """
     if input_format not in INPUT_FORMATS:
         raise ValueError(f"input_format must be one of {INPUT_FORMATS}, got {input_format!r}.")
@@ -148,12 +154,12 @@ def serving_input(model, input_format="image_bytes", preprocessing=None):
         preprocessing = getattr(model, "preprocessing", None)
         preprocessing = preprocessing if isinstance(preprocessing, Preprocessing) else None
     if input_format == "image_bytes" and preprocessing is None:
-        raise ValueError(
+        raise MissingPreprocessing(
             "input_format='image_bytes' decodes and preprocesses images in the graph "
-            "and needs the evaluation preprocessing: pass preprocessing="
+            "and needs the evaluation preprocessing, which this model does not record (a "
+            "DMLModel fitted on a keras_dml stream records it): pass preprocessing="
             "keras_dml.data.Preprocessing(image_size=..., resize_size=..., "
-            "normalization=...) as used for evaluation (keras-dml export: --preprocessing "
-            "FILE or --image-size/--resize-size/--normalization), or use "
+            "normalization=...) as used for evaluation, or use "
             "input_format='images' for model-ready image batches."
         )
     image_spec = _image_spec(model, preprocessing)

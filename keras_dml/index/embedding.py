@@ -5,10 +5,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml.data.options import steady
-from keras_dml.evaluation.embedding import inference_function
+from keras_dml.evaluation.embedding import finite_dataset, inference_function
 
 
-def embed_batches(embedder, dataset, batch_size=256, verbose=1):
+def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None):
     """`(embeddings, labels or None)` of `dataset` embedded by `embedder` in inference mode.
 
     Args:
@@ -17,15 +17,19 @@ def embed_batches(embedder, dataset, batch_size=256, verbose=1):
             tuple of arrays, or an array of x.
         batch_size: Batch size for arrays. Defaults to 256.
         verbose: 1 shows a `keras.utils.Progbar` over batches. Defaults to 1.
+        steps: Batches taken from a dataset. Defaults to None: all of it (an
+            infinite or unknown-length dataset is refused, see `finite_dataset`).
     """
-    if not isinstance(dataset, tf.data.Dataset):
+    if isinstance(dataset, tf.data.Dataset):
+        dataset = finite_dataset(dataset, steps, "dataset")
+    else:
         if isinstance(dataset, (tuple, list)) and len(dataset) == 2:
             dataset = tf.data.Dataset.from_tensor_slices(tuple(dataset))
         else:
             dataset = tf.data.Dataset.from_tensor_slices(dataset)
         dataset = steady(dataset.batch(batch_size))
-    steps = int(dataset.cardinality())
-    progress = keras.utils.Progbar(steps if steps >= 0 else None, verbose=verbose,
+    count = int(dataset.cardinality())
+    progress = keras.utils.Progbar(count if count >= 0 else None, verbose=verbose,
                                    unit_name="batch")
     forward = inference_function(embedder)
     embeddings, labels = [], []

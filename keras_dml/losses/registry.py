@@ -7,6 +7,7 @@ and records an `Entry` in `ENTRIES`. The shared contract tests
 without touching the test files.
 """
 
+import difflib
 import typing
 
 import keras
@@ -56,9 +57,18 @@ def register(example=None, exact_weights=True, labels="classes", reference="any"
 def get(identifier):
     """A loss instance from a loss, a serialized config, or a name.
 
-    Names may be registered names ("keras_dml>MultiSimilarity", built with its
-    defaults) or anything `keras.losses.get` understands ("mse", ...).
+    Names may be keras_dml class names ("MultiSimilarity"), registered names
+    ("keras_dml>MultiSimilarity"), both built with their defaults, or anything
+    `keras.losses.get` understands ("mse", ...). A bare name that is both a
+    keras_dml loss and a Keras one ("Circle") is an error naming both spellings.
     """
+    if isinstance(identifier, str) and ">" not in identifier and identifier in ENTRIES:
+        if _keras_loss(identifier) is not None:
+            raise ValueError(
+                f"Loss {identifier!r} is ambiguous: keras_dml and Keras both have one. Pass "
+                f'"keras_dml>{identifier}" (or keras_dml.losses.{identifier}()) for '
+                f"keras_dml's, or keras.losses.{identifier}() for Keras'.")
+        identifier = f"keras_dml>{identifier}"
     if isinstance(identifier, str) and ">" in identifier:
         cls = keras.saving.get_registered_object(identifier)
         if cls is None:
@@ -73,4 +83,21 @@ def get(identifier):
                 f"{identifier!r} needs constructor arguments ({error}); pass an instance, "
                 f"e.g. {identifier.split('>')[-1]}(num_classes=...), or a serialized config."
             ) from None
+    if isinstance(identifier, str):
+        loss = _keras_loss(identifier)
+        if loss is None:
+            close = difflib.get_close_matches(identifier, ENTRIES, n=1, cutoff=0.6)
+            raise ValueError(
+                f"Unknown loss {identifier!r}: neither a keras_dml loss nor a Keras one"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f". keras_dml's: {', '.join(sorted(ENTRIES))}.")
+        return loss
     return keras.losses.get(identifier)
+
+
+def _keras_loss(name):
+    """Keras' own loss called `name`, or None."""
+    try:
+        return keras.losses.get(name)
+    except ValueError:
+        return None
