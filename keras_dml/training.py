@@ -20,13 +20,16 @@ from keras_dml.evaluation.embedding import embed_with, inference_function
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
 from keras_dml.training_config import (  # noqa: F401 (TrainConfig: re-exported)
+    DEFAULT_TEST_CLASSES,
     FILE_IMAGE_SIZE,
     LR_SCHEDULES,
+    OWN_DATASETS,
     TrainConfig,
 )
 
 KS = (1, 2, 4, 8)
 SUMMARY = "summary.json"
+CLASS_NAMES = "class_names.json"
 
 
 def make_loss(name, loss_args=None, num_classes=None):
@@ -147,6 +150,19 @@ def build_model(config, input_shape):
     backbone = backbones.get(config.backbone, input_shape, config.width)
     embeddings = EmbeddingHead(config.embedding_dim, name="embedding")(backbone.output)
     return DMLModel(backbone.input, embeddings, name=f"{config.backbone}_embedder")
+
+
+def own_files_options(config):
+    """`datasets.load` options of your own images (folder, csv): the class split.
+
+    The split is seeded by a fixed 0, not `config.seed`, so runs with other
+    seeds (or a warm start from an earlier run) are tested on the same classes.
+    """
+    if config.dataset not in OWN_DATASETS:
+        return {}
+    test_classes = config.test_classes
+    return {"test_classes": DEFAULT_TEST_CLASSES if test_classes is None else test_classes,
+            "seed": 0}
 
 
 def evaluation_splits(splits):
@@ -446,7 +462,8 @@ def run(config, report=None, resume=False):
         run_name, run_dir = run_directory(config)  # refuse before any work
         replace = os.path.exists(run_dir)
     with clock.phase("load"):
-        splits = datasets.load(config.dataset, data_dir=config.data_dir)
+        splits = datasets.load(config.dataset, data_dir=config.data_dir,
+                               **own_files_options(config))
         if config.rotated_classes:
             splits = dataclasses.replace(splits, train=splits.train.with_rotated_classes())
     input_shape, preprocessing = _input_spec(splits.train, config.image_size)
@@ -476,6 +493,8 @@ def run(config, report=None, resume=False):
     if not resume:
         with open(os.path.join(run_dir, "config.json"), "w") as f:
             json.dump(dataclasses.asdict(config), f, indent=2)
+        with open(os.path.join(run_dir, CLASS_NAMES), "w") as f:  # label i is names[i]
+            json.dump({"train": splits.train.class_names, "test": splits.test.class_names}, f)
     backup = _backup_callback(run_dir, batches, resume)
     if report:
         report.start(config, splits, run_dir)

@@ -13,7 +13,11 @@ from keras_dml.hyperparameters import below_one, integer_at_least
 
 # Names `keras-dml train --help` lists without importing TensorFlow; a test keeps them
 # equal to `keras_dml.datasets.available()` and `keras_dml.losses.LOSSES`.
-DATASETS = ("omniglot", "digits", "cub200", "cars196", "sop", "inshop")
+DATASETS = ("omniglot", "digits", "cub200", "cars196", "sop", "inshop", "folder", "csv")
+# Your own images (`keras_dml.datasets.from_directory` / `from_csv`), split by
+# `test_classes` unless the files give the split.
+OWN_DATASETS = ("folder", "csv")
+DEFAULT_TEST_CLASSES = 0.5
 IN_MEMORY_DATASETS = ("omniglot", "digits")
 LOSSES = (
     "ArcFace", "BalancedContrastive", "BinLifted", "BinomialDeviance", "Circle", "Contrastive",
@@ -44,6 +48,7 @@ class TrainConfig:
 
     dataset: str = "omniglot"
     data_dir: str = None
+    test_classes: float = None
     image_size: int = None
     classes_per_batch: int = None
     samples_per_class: int = None
@@ -78,6 +83,9 @@ class TrainConfig:
     skip_bad_images: bool = False
 
     def __post_init__(self):
+        if self.test_classes is not None and self.dataset not in OWN_DATASETS:
+            raise ValueError(f"test_classes is for your own images (dataset folder or csv); "
+                             f"{self.dataset} has its protocol split.")
         design = BATCH_DESIGNS.get(self.dataset, DEFAULT_BATCH_DESIGN)
         if self.classes_per_batch is None:
             self.classes_per_batch = design[0]
@@ -136,6 +144,11 @@ class TrainConfig:
             raise ValueError(f"--loss-args must be a JSON object, got {args.loss_args!r}.")
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in vars(args).items() if k in fields}
+        if values.get("dataset") is None:  # not given: --data-dir's layout decides
+            from keras_dml.datasets.layout import detect_dataset
+
+            values["dataset"] = (detect_dataset(args.data_dir) if args.data_dir
+                                 else default("dataset"))
         values.update(loss_args=loss_args, export=not args.no_export, plots=not args.no_plots)
         return cls(**values)
 

@@ -8,6 +8,7 @@ from keras_dml.training_config import (
     BATCH_DESIGNS,
     DATASETS,
     DEFAULT_BATCH_DESIGN,
+    DEFAULT_TEST_CLASSES,
     FILE_IMAGE_SIZE,
     LOSSES,
     LR_SCHEDULES,
@@ -21,7 +22,10 @@ _DESCRIPTION = (
     "Recall@1/2/4/8 and MAP@R on the held-out classes before and after training; save "
     "the model, logs and figures under --runs-dir/<run> and export a TF Serving "
     "SavedModel under --export-dir/<run>/<version>. Without options it trains on the "
-    "Omniglot copy shipped with the package (under 2 minutes on a 2-core CPU)."
+    "Omniglot copy shipped with the package (under 2 minutes on a 2-core CPU). Your own "
+    "images: --data-dir DIR with one folder of images per class, DIR/<class>/<image>, or a "
+    "CSV file of path,label rows; half of the classes are held out for testing "
+    "(--test-classes)."
 )
 
 
@@ -35,13 +39,25 @@ def add_commands(commands):
 def add_arguments(parser):
     """The `train` options; their defaults are `TrainConfig`'s."""
     data = parser.add_argument_group("data")
-    data.add_argument("--dataset", default=default("dataset"), choices=DATASETS,
-                      metavar="NAME",
+    data.add_argument("--dataset", default=None, choices=DATASETS, metavar="NAME",
                       help=f"one of: {', '.join(DATASETS)} (default {default('dataset')}: "
-                      "bundled; digits: bundled with scikit-learn; the others need "
-                      "--data-dir or a tensorflow_datasets download)")
+                      "bundled; digits: bundled with scikit-learn; folder and csv: your own "
+                      "images in --data-dir; the others need --data-dir or a "
+                      "tensorflow_datasets download); default with --data-dir: detected "
+                      "from it")
     data.add_argument("--data-dir", default=None,
-                      help="folder holding the dataset in its official layout")
+                      help="the dataset's folder in its official layout, or your own images: "
+                      "a folder DIR/<class>/<image> (.jpg .jpeg .png .gif .bmp; DIR/train/ + "
+                      "DIR/test/ for a given split) or a CSV file with columns path,label"
+                      "[,split]. Without --dataset: a file is csv, a folder holding a known "
+                      "dataset's list file (cub200 images.txt, cars196 cars_annos.mat, sop "
+                      "Ebay_train.txt, inshop list_eval_partition.txt, omniglot "
+                      "images_background.npz) is that dataset, any other folder is folder")
+    data.add_argument("--test-classes", type=_fraction_or_count, default=None,
+                      help="folder / csv without a given split: the classes held out for "
+                      f"testing, a fraction in (0, 1) or a count (default "
+                      f"{DEFAULT_TEST_CLASSES}; the same classes in every run, whatever "
+                      "--seed)")
     data.add_argument("--image-size", type=int, default=None,
                       help="image side: in-memory datasets (omniglot, digits) are resized to "
                       "it (default: as stored, 28 / 8); image-file datasets are resized and "
@@ -135,6 +151,19 @@ def add_arguments(parser):
     faults.add_argument("--skip-bad-images", action="store_true",
                         help="skip training batches holding an unreadable image (counted on "
                         "stderr) instead of stopping with an error naming the file")
+
+
+def _fraction_or_count(text):
+    """`--test-classes`: an int count ("20") or a fraction ("0.3")."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a fraction such as 0.3 or a number of classes; got {text!r}") from None
 
 
 def run(args):

@@ -5,51 +5,52 @@ import tensorflow as tf
 
 from keras_dml.data.bad_images import BadImageGuard
 from keras_dml.data.options import steady
-from keras_dml.data.sources import decode_or_flag
+from keras_dml.data.sources import make_source
 from keras_dml.hyperparameters import integer_at_least
 
 
 def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None):
-    """Every image of a `keras_dml.datasets` split, in order, with evaluation preprocessing.
+    """Every image of a source, in order, with evaluation preprocessing.
 
     Args:
-        split: a `LabeledImages` (e.g. `keras_dml.datasets.load(...).test`), with
-            in-memory `images` or image file `paths`.
+        split: Any source `keras_dml.data.class_balanced_batches` takes: a
+            `LabeledImages` (e.g. `keras_dml.datasets.load(...).test`), `(x, y)`
+            arrays, `(paths, labels)`, or a `tf.data.Dataset` of `(x, y)`.
+            Labels may be class names (strings): they become ids in sorted
+            order, as `np.unique(labels, return_inverse=True)`.
         preprocessing: a `keras_dml.data.Preprocessing`; its evaluation transform
-            (resize, centre crop, normalise) is applied to decoded files. Required
-            for file-based splits.
+            (resize, centre crop, normalise) is applied to decoded files and to
+            in-memory images. Required for image files (the one used for
+            training). Defaults to `None`: in-memory images as they are.
         batch_size: images per batch. Defaults to 256.
-        transform: optional `(x, y) -> (x, y)` for in-memory images (e.g. resizing).
+        transform: optional `(x, y) -> (x, y)` applied per batch (e.g. resizing
+            in-memory images).
 
     Returns:
-        A finite `tf.data.Dataset` of `(images, labels)` batches: what
-        `keras_dml.callbacks.RecallAtK` and `keras_dml.evaluation.embed_dataset` take.
+        A finite `tf.data.Dataset` of `(images, labels)` batches (its length
+        known): what `keras_dml.callbacks.RecallAtK` and
+        `keras_dml.evaluation.embed_dataset` take. An image file that cannot be
+        read or decoded stops iteration with an error naming it.
     """
     batch_size = integer_at_least("batch_size", batch_size, 1, strict=True)
-    labels = np.asarray(split.labels, np.int32)
-    if split.images is not None:
-        batches = tf.data.Dataset.from_tensor_slices((split.images, labels)).batch(batch_size)
-        return steady(batches.map(transform) if transform else batches)
-    if preprocessing is None:
+    data = make_source(split, preprocessing, training=False)
+    if data.from_files and preprocessing is None:
         raise ValueError(
             "This split holds image files: pass preprocessing=keras_dml.data.Preprocessing(...) "
             "(the one used for training) so they can be decoded and resized."
         )
-
-    paths = [str(p) for p in split.paths]
-    decode = decode_or_flag(tf.constant(paths), tf.io.read_file, preprocessing.channels)
-    guard = BadImageGuard(lambda i: f"image {i} {paths[i]!r}")
+    labels = tf.constant(np.asarray(data.labels, np.int32))
+    guard = BadImageGuard(data.describe)
 
     @tf.autograph.experimental.do_not_convert
-    def load(index, label):
-        image, ok = decode(index)
-        return index, ok, preprocessing.eval(image), label
+    def load(indices):
+        x, ok = data.fetch(indices, None)
+        if data.from_files:  # a bad file is an error naming it
+            with tf.control_dependencies([guard.keep(indices[0], indices, ok)]):
+                x = tf.identity(x)
+        y = tf.gather(labels, indices)
+        return transform(x, y) if transform else (x, y)
 
-    @tf.autograph.experimental.do_not_convert
-    def checked(indices, ok, x, y):  # a bad file is an error naming it
-        with tf.control_dependencies([guard.keep(indices[0], indices, ok)]):
-            return tf.identity(x), y
-
-    items = tf.data.Dataset.from_tensor_slices((np.arange(len(paths)), labels))
-    return steady(items.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
-                  .map(checked).prefetch(tf.data.AUTOTUNE))
+    batches = tf.data.Dataset.range(len(data.labels)).batch(batch_size)
+    return steady(batches.map(load, num_parallel_calls=tf.data.AUTOTUNE)
+                  .prefetch(tf.data.AUTOTUNE))

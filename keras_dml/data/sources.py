@@ -26,16 +26,25 @@ class Source:
         from_files: True when decoding can fail at run time.
         describe: `describe(index) -> str` names a sample in error messages
             (its path for files).
+        class_names: For class names given as labels (strings): the name of
+            each id, `labels == i` being class `class_names[i]` (sorted, as
+            `np.unique`). `None` for integer labels.
+        paths: The image file paths of a file source, else `None`.
     """
 
     labels: np.ndarray
     fetch: object
     from_files: bool
     describe: object = repr
+    class_names: list | None = None
+    paths: list | None = None
 
 
 def make_source(source, preprocessing=None, training=True):
     """Builds a `Source` from arrays, a `LabeledImages`, paths or a dataset.
+
+    Labels are integers (any ids) or class names (strings), which become ids
+    `0..C-1` in sorted order (`np.unique`), the names kept in `class_names`.
 
     Args:
         source: `(x, y)` arrays; `(paths, y)` with `paths` a list of file
@@ -52,7 +61,7 @@ def make_source(source, preprocessing=None, training=True):
         return _dataset_source(source, preprocessing, training)
     if isinstance(source, (tuple, list)) and len(source) == 2:
         x, y = source
-        if _is_paths(x):
+        if is_paths(x):
             return _file_source(list(x), y, preprocessing, training)
         return _array_source(x, y, preprocessing, training)
     raise ValueError(
@@ -61,7 +70,8 @@ def make_source(source, preprocessing=None, training=True):
     )
 
 
-def _is_paths(x):
+def is_paths(x):
+    """Whether `x` is a list (or array) of image file paths rather than images."""
     if isinstance(x, np.ndarray):
         return x.dtype.kind in "US" or (x.dtype == object and len(x) and isinstance(
             x.flat[0], (str, bytes)))
@@ -69,10 +79,20 @@ def _is_paths(x):
 
 
 def _labels(y, n):
+    """`(ids, class names or None)`: integer labels as they are, or dense ids."""
     y = np.asarray(y)
+    if y.ndim == 1 and len(y) and (y.dtype.kind in "US" or (
+            y.dtype == object and all(isinstance(v, (str, bytes)) for v in y))):
+        if len(y) != n:
+            raise ValueError(f"{n} inputs but {len(y)} labels; they must match.")
+        text = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in y.tolist()]
+        names, ids = np.unique(np.asarray(text), return_inverse=True)
+        return ids.reshape(-1).astype(np.int32), names.tolist()
     if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
         raise ValueError(
-            f"labels must be a 1-D integer array; got shape {y.shape}, dtype {y.dtype}."
+            f"labels must be a 1-D array of integer class ids or of class names (strings); "
+            f"got shape {y.shape}, dtype {y.dtype}. Other values: map them to ids with "
+            "ids = np.unique(labels, return_inverse=True)[1]."
         )
     if len(y) != n:
         raise ValueError(f"{n} inputs but {len(y)} labels; they must match.")
@@ -80,7 +100,7 @@ def _labels(y, n):
         # Not exact in float32 (Keras' losses): hashed or database ids become dense ids
         # 0..C-1, which keeps every comparison exact.
         y = np.unique(y, return_inverse=True)[1].reshape(-1)
-    return y
+    return y, None
 
 
 def _transform(preprocessing, training):
@@ -93,7 +113,7 @@ def _transform(preprocessing, training):
 
 def _array_source(x, y, preprocessing, training):
     x = np.asarray(x)
-    y = _labels(y, len(x))
+    y, names = _labels(y, len(x))
     images = tf.constant(x)
     transform = _transform(preprocessing, training)
 
@@ -102,14 +122,16 @@ def _array_source(x, y, preprocessing, training):
         ok = tf.ones(tf.shape(indices), tf.bool)
         return (batch if transform is None else transform(batch, seed)), ok
 
-    return Source(labels=y, fetch=fetch, from_files=False)
+    return Source(labels=y, fetch=fetch, from_files=False, class_names=names)
 
 
 def _file_source(paths, y, preprocessing, training):
-    y = _labels(y, len(paths))
+    y, names = _labels(y, len(paths))
     paths = [str(p) for p in paths]
-    return _encoded_source(tf.constant(paths), y, preprocessing, training,
-                           tf.io.read_file, lambda i: f"image {i} {paths[i]!r}")
+    result = _encoded_source(tf.constant(paths), y, preprocessing, training,
+                             tf.io.read_file, lambda i: f"image {i} {paths[i]!r}")
+    result.paths, result.class_names = paths, names
+    return result
 
 
 def decode_or_flag(table, read, channels):
@@ -164,10 +186,12 @@ def _dataset_source(dataset, preprocessing, training):
         for x, y in dataset.as_numpy_iterator():
             items.append(x)
             labels.append(y)
-        labels = _labels(np.asarray(labels).reshape(-1), len(items))
+        labels, names = _labels(np.asarray(labels).reshape(-1), len(items))
         table = tf.constant(items, dtype=tf.string)
-        return _encoded_source(table, labels, preprocessing, training, tf.identity,
-                               lambda i: f"element {i} of the tf.data.Dataset source")
+        result = _encoded_source(table, labels, preprocessing, training, tf.identity,
+                                 lambda i: f"element {i} of the tf.data.Dataset source")
+        result.class_names = names
+        return result
     xs, ys = [], []
     for x, y in dataset.as_numpy_iterator():
         xs.append(x)

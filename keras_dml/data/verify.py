@@ -1,4 +1,4 @@
-"""Decode every image of a file-based split once and drop the bad ones."""
+"""Decode every image file of a source once and drop the bad ones."""
 
 import dataclasses
 import warnings
@@ -7,44 +7,71 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml.data.preprocessing import decode_image
+from keras_dml.data.sources import is_paths, make_source
+from keras_dml.datasets.base import LabeledImages
 
 
-def verify_images(split, channels=3):
-    """Returns `split` without the images that cannot be read or decoded.
+def verify_images(source, channels=3):
+    """Returns `source` without the image files that cannot be read or decoded.
 
     Every file is read and fully decoded once (in parallel, `AUTOTUNE`); the
-    bad ones are dropped with one counted warning and listed in the result's
-    `skipped` as `(path, "undecodable")`. Labels are remapped again if a
-    class loses all its images (the mapping is kept).
+    bad ones are dropped with one counted warning naming the first.
 
     Args:
-        split: A file-based `keras_dml.datasets.LabeledImages`.
+        source: A source as `keras_dml.data.class_balanced_batches` takes it —
+            a `LabeledImages`, `(paths, labels)`, or `(x, y)` arrays — or a
+            bare list of image paths. In-memory images have nothing to decode
+            and are returned as they are.
         channels: Channels to decode to. Defaults to 3.
 
     Returns:
-        A `LabeledImages`.
+        The same kind of source: a `LabeledImages` (bad files listed in its
+        `skipped` as `(path, "undecodable")`; labels remapped again if a class
+        loses all its images, the mapping kept), `(kept paths, their labels)`,
+        or the list of kept paths.
+
+    Raises:
+        ValueError: For a `tf.data.Dataset` (it has no files to check: decode
+            errors there are skipped with `dataset.ignore_errors()`).
     """
-    if split.paths is None:
-        raise ValueError("verify_images needs a file-based LabeledImages (paths).")
-    n = len(split.paths)
+    if isinstance(source, tf.data.Dataset):
+        raise ValueError(
+            "verify_images checks image files: pass a LabeledImages, (paths, labels) or a "
+            "list of paths; a tf.data.Dataset can drop undecodable elements with "
+            "dataset.ignore_errors().")
+    paths = [str(p) for p in source] if is_paths(source) else make_source(source).paths
+    if paths is None:  # images in memory
+        return source
+    good = _decodable(paths, channels)
+    bad = np.flatnonzero(~good)
+    if not len(bad):
+        return source
+    warnings.warn(
+        f"verify_images: {len(bad)} of {len(paths)} images cannot be decoded and are "
+        f"skipped; first: {paths[bad[0]]}",
+        stacklevel=2,
+    )
+    kept = np.flatnonzero(good)
+    if isinstance(source, LabeledImages):
+        skipped = list(source.skipped) + [(source.paths[i], "undecodable") for i in bad]
+        return dataclasses.replace(source.subset(kept), skipped=skipped)
+    if is_paths(source):
+        return [source[i] for i in kept]
+    x, y = source
+    return [x[i] for i in kept], np.asarray(y)[kept]
+
+
+def _decodable(paths, channels):
+    """Boolean mask: which of `paths` read and decode."""
     ds = tf.data.Dataset.from_tensor_slices(
-        (tf.range(n, dtype=tf.int64), tf.constant([str(p) for p in split.paths])))
+        (tf.range(len(paths), dtype=tf.int64), tf.constant(paths)))
+
     @tf.autograph.experimental.do_not_convert
     def decode_shape(i, path):
         return i, tf.shape(decode_image(tf.io.read_file(path), channels))
 
     ds = ds.map(decode_shape, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors()
-    good = np.zeros(n, bool)
+    good = np.zeros(len(paths), bool)
     for i, _ in ds.as_numpy_iterator():
         good[i] = True
-    bad = np.flatnonzero(~good)
-    if not len(bad):
-        return split
-    warnings.warn(
-        f"verify_images: {len(bad)} of {n} images cannot be decoded and are "
-        f"skipped; first: {split.paths[bad[0]]}",
-        stacklevel=2,
-    )
-    kept = split.subset(np.flatnonzero(good))
-    skipped = list(split.skipped) + [(split.paths[i], "undecodable") for i in bad]
-    return dataclasses.replace(kept, skipped=skipped)
+    return good

@@ -79,6 +79,13 @@ class LabeledImages:
         """Number of classes in this split."""
         return len(self.class_names)
 
+    def __repr__(self):
+        if self.images is not None:
+            held = f"in memory {tuple(np.shape(self.images))} {self.images.dtype}"
+        else:
+            held = "files" + (f", first {str(self.paths[0])!r}" if len(self.paths) else "")
+        return f"LabeledImages({len(self)} images, {self.num_classes} classes, {held})"
+
     def __len__(self):
         return len(self.labels)
 
@@ -142,6 +149,9 @@ class DMLSplits:
         test: The test classes (for In-Shop: query and gallery together).
         query: In-Shop only: the query images (labels shared with `gallery`).
         gallery: In-Shop only: the gallery images.
+        root: For a user's own files (`from_directory`, `from_csv`): the folder
+            the images are listed from (`os.path.relpath(path, root)` is an
+            image's id); else `None`.
     """
 
     name: str
@@ -149,6 +159,13 @@ class DMLSplits:
     test: LabeledImages
     query: LabeledImages | None = None
     gallery: LabeledImages | None = None
+    root: str | None = None
+
+    def __repr__(self):
+        parts = [f"{split}={getattr(self, split)!r}" for split in
+                 ("train", "test", "query", "gallery") if getattr(self, split) is not None]
+        root = "" if self.root is None else f", root={self.root!r}"
+        return f"DMLSplits({self.name!r}, {', '.join(parts)}{root})"
 
     def __getitem__(self, split):
         if split not in ("train", "test", "query", "gallery"):

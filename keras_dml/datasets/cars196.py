@@ -5,7 +5,7 @@ import os
 import numpy as np
 
 from keras_dml.datasets.base import DMLSplits, check_image_files, split_by_class_halves
-from keras_dml.datasets.layout import find_root
+from keras_dml.datasets.layout import MARKERS, find_root
 from keras_dml.datasets.tfds_source import export_tfds_images, from_tfds, use_local
 
 HOW_TO_GET = (
@@ -51,8 +51,7 @@ def read_cars_annos(path):
 
 
 def _load_local(data_dir):
-    root = find_root(data_dir, "cars_annos.mat", ["stanford_cars", "cars196"], "cars196",
-                     HOW_TO_GET)
+    root = find_root(data_dir, *MARKERS["cars196"], "cars196", HOW_TO_GET)
     rel_paths, classes, names = read_cars_annos(os.path.join(root, "cars_annos.mat"))
     paths = [os.path.join(root, p) for p in rel_paths]
     paths, classes, skipped = check_image_files(paths, classes, "cars196")

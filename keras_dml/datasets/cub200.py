@@ -3,7 +3,7 @@
 import os
 
 from keras_dml.datasets.base import DMLSplits, check_image_files, split_by_class_halves
-from keras_dml.datasets.layout import find_root, integer_fields, read_rows
+from keras_dml.datasets.layout import MARKERS, find_root, integer_fields, read_rows
 from keras_dml.datasets.tfds_source import export_tfds_images, from_tfds, use_local
 
 HOW_TO_GET = (
@@ -34,7 +34,7 @@ def load_cub200(data_dir=None, source="auto"):
 
 
 def _load_local(data_dir):
-    root = find_root(data_dir, "images.txt", ["CUB_200_2011"], "cub200", HOW_TO_GET)
+    root = find_root(data_dir, *MARKERS["cub200"], "cub200", HOW_TO_GET)
     images = _by_id(root, "images.txt", ("image_id", "path"))
     labels = _by_id(root, "image_class_labels.txt", ("image_id", "class_id"), integer=1)
     names = {cid: row[1] for cid, (_, row) in

@@ -5,7 +5,7 @@ import os
 import numpy as np
 
 from keras_dml.datasets.base import DMLSplits, check_image_files, labeled_from_raw
-from keras_dml.datasets.layout import find_root, read_rows
+from keras_dml.datasets.layout import MARKERS, find_root, read_rows
 
 HOW_TO_GET = (
     "Download the In-shop Clothes Retrieval Benchmark (DeepFashion) from "
@@ -33,7 +33,7 @@ def load_inshop(data_dir=None, source="auto"):
     """
     if source == "tfds":
         raise ValueError(f"inshop has no tfds build. {HOW_TO_GET}")
-    root = find_root(data_dir, "list_eval_partition.txt", ["Eval"], "inshop", HOW_TO_GET)
+    root = find_root(data_dir, *MARKERS["inshop"], "inshop", HOW_TO_GET)
     numbered = read_rows(os.path.join(root, "list_eval_partition.txt"),
                          ("image_name", "item_id", "evaluation_status"), skip=2,
                          check=_check_row)

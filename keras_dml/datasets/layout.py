@@ -4,6 +4,15 @@ import os
 
 ENV_VAR = "KERAS_DML_DATA_DIR"
 
+# Each dataset's official layout: a marker file, in `data_dir` or one of these folders.
+MARKERS = {
+    "omniglot": ("images_background.npz", ("omniglot",)),
+    "cub200": ("images.txt", ("CUB_200_2011",)),
+    "cars196": ("cars_annos.mat", ("stanford_cars", "cars196")),
+    "sop": ("Ebay_train.txt", ("Stanford_Online_Products",)),
+    "inshop": ("list_eval_partition.txt", ("Eval",)),
+}
+
 
 class DatasetNotFoundError(FileNotFoundError):
     """The dataset is neither in `data_dir` nor obtainable through tfds."""
@@ -25,7 +34,7 @@ def find_root(data_dir, marker, subdirs, dataset, how_to_get):
         raise DatasetNotFoundError(
             f"{dataset}: no data_dir given and ${ENV_VAR} is not set. {how_to_get}")
     data_dir = os.path.expanduser(str(data_dir))
-    candidates = [data_dir] + [os.path.join(data_dir, sub) for sub in subdirs]
+    candidates = _candidates(data_dir, subdirs)
     for folder in candidates:
         if os.path.isfile(os.path.join(folder, marker)):
             return folder
@@ -33,6 +42,25 @@ def find_root(data_dir, marker, subdirs, dataset, how_to_get):
         f"{dataset}: {marker!r} not found in {' or '.join(map(repr, candidates))}. "
         f"{how_to_get}"
     )
+
+
+def detect_dataset(data_dir):
+    """The dataset whose layout `data_dir` holds: `"csv"` for a file, a known
+    dataset's name when its marker file is found (see `MARKERS`; e.g. CUB's
+    `images.txt` in `data_dir` or `data_dir/CUB_200_2011`), else `"folder"`
+    (`root/<class>/<image>`, read by `keras_dml.datasets.from_directory`)."""
+    data_dir = os.path.expanduser(str(data_dir))
+    if os.path.isfile(data_dir):
+        return "csv"
+    for dataset, (marker, subdirs) in MARKERS.items():
+        if any(os.path.isfile(os.path.join(folder, marker))
+               for folder in _candidates(data_dir, subdirs)):
+            return dataset
+    return "folder"
+
+
+def _candidates(data_dir, subdirs):
+    return [data_dir] + [os.path.join(data_dir, sub) for sub in subdirs]
 
 
 def read_rows(path, fields, skip=0, check=None):

@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from keras_dml.datasets.base import DMLSplits, labeled_from_raw
-from keras_dml.datasets.layout import find_root
+from keras_dml.datasets.layout import MARKERS, find_root
 from keras_dml.datasets.tfds_source import from_tfds, use_local
 
 HOW_TO_GET = (
@@ -88,8 +88,7 @@ def _read_npz(path, offset, what):
 
 
 def _load_local(data_dir):
-    root = find_root(data_dir, "images_background.npz", ["omniglot"], "omniglot",
-                     HOW_TO_GET)
+    root = find_root(data_dir, *MARKERS["omniglot"], "omniglot", HOW_TO_GET)
     return DMLSplits(
         name="omniglot",
         train=_read_npz(os.path.join(root, "images_background.npz"), 0, "background"),

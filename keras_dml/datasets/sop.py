@@ -3,7 +3,7 @@
 import os
 
 from keras_dml.datasets.base import DMLSplits, check_image_files, labeled_from_raw
-from keras_dml.datasets.layout import find_root, integer_fields, read_rows
+from keras_dml.datasets.layout import MARKERS, find_root, integer_fields, read_rows
 from keras_dml.datasets.tfds_source import export_tfds_images, from_tfds, use_local
 
 HOW_TO_GET = (
@@ -49,8 +49,7 @@ def _read_list(root, filename, what):
 
 
 def _load_local(data_dir):
-    root = find_root(data_dir, "Ebay_train.txt", ["Stanford_Online_Products"], "sop",
-                     HOW_TO_GET)
+    root = find_root(data_dir, *MARKERS["sop"], "sop", HOW_TO_GET)
     return DMLSplits(name="sop", train=_read_list(root, "Ebay_train.txt", "train"),
                      test=_read_list(root, "Ebay_test.txt", "test"))
 
