@@ -206,11 +206,10 @@ def _embedded(args, run):
         info.update(images=os.path.abspath(args.images), root=catalogue.root)
         labels = catalogue.labels if catalogue.labelled else None
         return embeddings, labels, catalogue.ids, info
-    batches, in_memory, class_names = split_batches(run, args.dataset, args.split,
-                                                    args.data_dir)
+    batches, class_names = split_batches(run, args.dataset, args.split, args.data_dir)
     embeddings, labels = embed_batches(run.embedder, batches)
     info.update(dataset=args.dataset or run.dataset, split=args.split,
-                in_memory_images=in_memory, class_names=class_names)
+                class_names=class_names)
     return embeddings, labels, None, info
 
 

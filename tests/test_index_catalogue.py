@@ -1,6 +1,7 @@
 """A folder or CSV of images: listed, embedded (`keras-dml embed`), indexed, searched and
 calibrated from the command line, and indexed from Python."""
 
+import io
 import json
 import re
 
@@ -12,7 +13,7 @@ import tensorflow as tf
 from keras_dml import cli, datasets
 from keras_dml.data import Preprocessing, decode_image, evaluation_batches
 from keras_dml.index import Index
-from keras_dml.index.catalogue import list_images, save_embeddings
+from keras_dml.index.catalogue import Progress, list_images, save_embeddings
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
 
@@ -197,3 +198,22 @@ def test_from_model_on_a_file_split_keeps_paths_and_class_names(photos, run_dir)
     # An evaluation dataset carries no paths: no metadata, as before.
     batches = evaluation_batches(split, PREPROCESSING)
     assert Index.from_model(embedder, batches, verbose=0).metadata == [None] * len(split)
+
+
+def test_progress_bar_shows_images_per_second_on_a_terminal():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    screen = Terminal()
+    bar = Progress(10, stream=screen)
+    bar.update(4)
+    bar.update(6)
+    bar.close()
+    assert re.search(r"^\r4/10 \[=+ +\] [\d.]+ images/s, \d+ s left", screen.getvalue())
+    assert "10/10" in screen.getvalue() and screen.getvalue().endswith("\n")
+    quiet = io.StringIO()  # not a terminal: nothing drawn, the rate still measured
+    bar = Progress(5, stream=quiet)
+    bar.update(5)
+    bar.close()
+    assert quiet.getvalue() == "" and bar.done == 5 and bar.rate > 0

@@ -69,9 +69,8 @@ def load_run(run_dir):
 
 
 def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256):
-    """`(batches, in_memory, class_names)`: `(x, y)` batches of a dataset split,
-    prepared for the run's embedder, whether the dataset is held as arrays (not
-    files), and the split's class name per label.
+    """`(batches, class_names)`: `(x, y)` batches of a dataset split, prepared for
+    the run's embedder, and the split's class name per label.
 
     Args:
         run: A `Run`.
@@ -95,8 +94,8 @@ def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256
     names = [str(name) for name in chosen.class_names]
     if chosen.images is not None:
         return data.evaluation_batches(chosen, batch_size=batch_size, transform=_array_transform(
-            chosen, run.input_shape)), True, names
-    return data.evaluation_batches(chosen, preprocessing(run), batch_size=batch_size), False, names
+            chosen, run.input_shape)), names
+    return data.evaluation_batches(chosen, preprocessing(run), batch_size=batch_size), names
 
 
 def preprocessing(run):
