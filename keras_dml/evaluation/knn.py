@@ -39,6 +39,7 @@ _SCORE_BUDGET = 2**25  # float32 scores in one chunk: 128 MB
 _MIN_CHUNK_ROWS = 1024  # fewer rows a chunk waste the matmul (a thin operand reread per chunk)
 _MAX_SCORE_BUDGET = 2**27  # how far the buffer grows (512 MB) to keep _MIN_CHUNK_ROWS
 _NEG = float(-np.finfo(np.float32).max)  # score of padding and of the query itself
+_FAISS_CHUNK_ROWS = 2**16  # queries per faiss call: results of (k + 8) x 12 bytes each
 
 
 def _group_size(width, k):
@@ -189,8 +190,8 @@ def iter_nearest_neighbors(queries, references=None, k=1, metric="cosine", chunk
             f"k={k} exceeds the {available} references available to each query"
             + (" (leave-one-out excludes the query itself)." if leave_one_out else ".")
         )
-    if chunk_size is None:
-        chunk_size = _default_chunk_size(n)
+    if chunk_size is None:  # faiss bounds its score memory itself, and slows down on small calls
+        chunk_size = _FAISS_CHUNK_ROWS if kernel == "faiss" else _default_chunk_size(n)
     chunk_size = hyperparameters.integer_at_least("chunk_size", chunk_size, 1)
 
     search = _faiss_search if kernel == "faiss" else _search
@@ -217,9 +218,11 @@ def nearest_neighbors(queries, references=None, k=1, metric="cosine", chunk_size
         k: number of neighbours per query. Defaults to 1.
         metric: "cosine", "dot" (inner product) or "euclidean". Defaults to
             "cosine". (`distance=` is its deprecated name.)
-        chunk_size: queries per chunk. Defaults to None: 2**25 / N (a 128 MB
-            score buffer), and at least 1,024 while the buffer stays within
-            512 MB (2**27 / N), as thinner chunks slow the matmul down.
+        chunk_size: queries per chunk. Defaults to None: for TensorFlow 2**25 / N
+            (a 128 MB score buffer), and at least 1,024 while the buffer stays
+            within 512 MB (2**27 / N), as thinner chunks slow the matmul down;
+            for faiss 65,536 (faiss scores in its own bounded blocks, and runs
+            slower on many small calls).
         kernel: `"auto"` (faiss' `IndexFlatIP` / `IndexFlatL2` when faiss is
             installed and TensorFlow sees no GPU, else TensorFlow), `"faiss"`
             or `"tensorflow"`. Defaults to `"auto"`. The two agree on the

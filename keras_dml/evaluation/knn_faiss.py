@@ -113,10 +113,17 @@ class FlatIndex:
         if self.metric == "euclidean":  # faiss returns squared distances
             values = -values
         deepest = values[:, -1].copy()
-        if own is not None:
-            values[found == own[:, np.newaxis]] = -np.inf
-        order = np.lexsort((found, -values), axis=-1)[:, :k]
-        found = np.take_along_axis(found, order, 1)
-        values = np.take_along_axis(values, order, 1)
+        if own is not None:  # drop each query's own row (else its last): the order holds
+            keep = found != own[:, np.newaxis]
+            keep[keep.all(axis=1), -1] = False
+            found = found[keep].reshape(len(found), fetch - 1)
+            values = values[keep].reshape(len(found), fetch - 1)
+        # faiss sorts by score; rows with equal scores are sorted again, ties by index.
+        tied = np.flatnonzero((values[:, 1:] == values[:, :-1]).any(axis=1))
+        if len(tied):
+            order = np.lexsort((found[tied], -values[tied]), axis=-1)
+            found[tied] = np.take_along_axis(found[tied], order, 1)
+            values[tied] = np.take_along_axis(values[tied], order, 1)
+        found, values = found[:, :k], values[:, :k]
         complete = (deepest < values[:, -1]) | (fetch >= self.size)
         return found, values.astype(np.float32), complete
