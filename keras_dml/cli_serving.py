@@ -115,15 +115,32 @@ def preprocessing_from_args(args):
     return Preprocessing(**fields)
 
 
-# -- index, search, calibrate ----------------------------------------------------------------
+# -- embed, index, search, calibrate ---------------------------------------------------------
 
 
 def add_index_commands(commands):
-    """Adds `keras-dml index`, `search` and `calibrate`."""
+    """Adds `keras-dml embed`, `index`, `search` and `calibrate`."""
+    embed_parser = commands.add_parser(
+        "embed", help="embed a folder or CSV list of images with a run's embedder",
+        description="Embed every image of a folder (recursively: root/<class>/<image>, "
+        "images directly in the folder without a class) or of a CSV list (path,label) with "
+        "a run's embedder and preprocessing, into a .npz that NumPy reads without keras_dml: "
+        "embeddings (n, d) float32, ids (paths relative to the folder, or as the CSV lists "
+        "them) and labels (class names; '' outside a class folder) when there are any.")
+    embed_parser.add_argument("run", help="run directory (runs/<run>, holds model.keras)")
+    embed_parser.add_argument("images", help="folder of images, or CSV file (path,label)")
+    embed_parser.add_argument("--output", required=True, help="the .npz file to write")
+    embed_parser.add_argument("--overwrite", action="store_true",
+                              help="replace an existing output file")
+    embed_parser.add_argument("--batch-size", type=int, default=64, help="default 64")
+    embed_parser.set_defaults(handler=run_embed)
+
     index_parser = commands.add_parser(
         "index", help="build and save a searchable index from a run's embedder",
-        description="Embed a dataset split with a run's embedder and save a keras_dml.index."
-        "Index (NumPy + JSON) to search with `keras-dml search`.")
+        description="Embed a dataset split, or any folder or CSV list of images (--images), "
+        "with a run's embedder and save a keras_dml.index.Index (NumPy + JSON) to search with "
+        "`keras-dml search`. With --images the items' labels are the class folders (or CSV "
+        "labels) and their metadata the image paths relative to the folder.")
     index_parser.add_argument("run", help="run directory (runs/<run>, holds model.keras)")
     _add_data_arguments(index_parser)
     index_parser.add_argument("--output", default=None,
@@ -137,7 +154,8 @@ def add_index_commands(commands):
     search_parser = commands.add_parser(
         "search", help="print the top-k index items of image files",
         description="Embed image files with the index's run embedder and print the k most "
-        "similar items (id, label, score), and with --threshold the match decision.")
+        "similar items (their image path when the index holds one, else their id; label; "
+        "score), and with --threshold the match decision.")
     search_parser.add_argument("index", help="index directory written by `keras-dml index`")
     search_parser.add_argument("images", nargs="+", help="image files (PNG, JPEG, ...)")
     search_parser.add_argument("--k", type=int, default=5, help="default 5")
@@ -148,7 +166,8 @@ def add_index_commands(commands):
 
     calibrate_parser = commands.add_parser(
         "calibrate", help="choose a match threshold for a target precision or FAR",
-        description="Score the pairs of a held-out split with a run's embedder, choose the "
+        description="Score the pairs of a held-out split, or of a labelled folder or CSV list "
+        "(--images), with a run's embedder, choose the "
         "lowest similarity threshold reaching the target, and write calibration.json, "
         "threshold_table.csv and the ROC/PR/histogram figures into <run>/calibration; "
         "optionally export a retriever that returns the match decision.")
@@ -170,6 +189,9 @@ def add_index_commands(commands):
 
 
 def _add_data_arguments(parser):
+    parser.add_argument("--images", default=None, metavar="DIR|CSV",
+                        help="a folder of images (root/<class>/<image>) or a CSV list "
+                        "(path,label), instead of a dataset split")
     parser.add_argument("--dataset", default=None,
                         help="dataset name (default: the run's training dataset)")
     parser.add_argument("--split", default="test",
@@ -177,22 +199,78 @@ def _add_data_arguments(parser):
     parser.add_argument("--data-dir", default=None, help="local dataset folder")
 
 
+def _embedded(args, run):
+    """`(embeddings, labels, metadata, info)` of --images or of the dataset split."""
+    import os
+
+    from keras_dml.index.catalogue import list_images
+    from keras_dml.index.embedding import embed_batches
+    from keras_dml.index.runs import split_batches
+
+    info = {"run": os.path.abspath(run.run_dir)}
+    if args.images is not None:
+        if args.dataset is not None or args.data_dir is not None:
+            raise ValueError("Pass either --images or --dataset/--data-dir, not both.")
+        catalogue = list_images(args.images)
+        embeddings = _embed_catalogue(run, catalogue)
+        info.update(images=os.path.abspath(args.images), root=catalogue.root)
+        labels = catalogue.labels if catalogue.labelled else None
+        return embeddings, labels, catalogue.ids, info
+    batches, class_names = split_batches(run, args.dataset, args.split, args.data_dir)
+    embeddings, labels = embed_batches(run.embedder, batches)
+    info.update(dataset=args.dataset or run.dataset, split=args.split,
+                class_names=class_names)
+    return embeddings, labels, None, info
+
+
+def _embed_catalogue(run, catalogue, batch_size=64):
+    """The catalogue's embeddings, then the line "embedded N images in S s (X images/s)"."""
+    import time
+
+    from keras_dml.index.catalogue import embed_files
+    from keras_dml.index.runs import preprocessing
+
+    started = time.perf_counter()
+    embeddings = embed_files(run.embedder, catalogue.paths, preprocessing(run), batch_size)
+    seconds = time.perf_counter() - started
+    print(f"embedded {len(embeddings)} images in {seconds:.1f} s "
+          f"({len(embeddings) / seconds:.1f} images/s)")
+    return embeddings
+
+
+def run_embed(args):
+    """`keras-dml embed`: embeds a folder or CSV list of images into a .npz."""
+    import os
+
+    from keras_dml.index.catalogue import list_images, save_embeddings
+    from keras_dml.index.runs import load_run
+
+    if os.path.exists(args.output) and not args.overwrite:
+        raise FileExistsError(f"{args.output} exists; pass --overwrite to replace it.")
+    run = load_run(args.run)
+    catalogue = list_images(args.images)
+    embeddings = _embed_catalogue(run, catalogue, args.batch_size)
+    save_embeddings(args.output, embeddings, catalogue.ids,
+                    catalogue.labels if catalogue.labelled else None, args.overwrite)
+    print(f"written: {args.output} ({len(embeddings)} x {embeddings.shape[1]}"
+          + (", with labels)" if catalogue.labelled else ", no labels)"))
+    return 0
+
+
 def run_index(args):
-    """`keras-dml index`: embeds the split and saves the index; prints where."""
+    """`keras-dml index`: embeds the split or the images and saves the index; prints where."""
     import os
 
     from keras_dml.index import Index
-    from keras_dml.index.runs import load_run, split_batches
+    from keras_dml.index.runs import load_run
 
     run = load_run(args.run)
     output = args.output or os.path.join(args.run, "index")
     if os.path.exists(output) and not args.overwrite:
         raise FileExistsError(f"{output} exists; pass --overwrite to replace it.")
-    batches, in_memory, class_names = split_batches(run, args.dataset, args.split,
-                                                    args.data_dir)
-    info = {"run": os.path.abspath(args.run), "dataset": args.dataset or run.dataset,
-            "split": args.split, "in_memory_images": in_memory, "class_names": class_names}
-    index = Index.from_model(run.embedder, batches, backend=args.backend, info=info)
+    embeddings, labels, metadata, info = _embedded(args, run)
+    index = Index(backend=args.backend, info=info)
+    index.add(embeddings, labels=labels, metadata=metadata)
     index.save(output, overwrite=args.overwrite)
     print(f"index: {output} ({len(index)} items, dimension {index.dim}, {args.backend})")
     return 0
@@ -226,8 +304,7 @@ def run_search(args):
                          "`keras-dml index RUN`.")
     run = load_run(index.info["run"])
     threshold = _threshold(args.threshold, index.info["run"])
-    images = image_files(run, args.images, index.info.get("in_memory_images", True))
-    queries = run.embedder.predict(images, verbose=0)
+    queries = run.embedder.predict(image_files(run, args.images), verbose=0)
     result = index.search(queries, min(args.k, len(index)))
     matches = None if threshold is None else index.match(queries, threshold)
     named = _class_namer(index.info.get("class_names"))
@@ -235,8 +312,10 @@ def run_search(args):
         decision = "" if matches is None else f"  match: {named(matches[row])}"
         print(f"{path}{decision}")
         for rank in range(result.ids.shape[1]):
-            print(f"  {rank + 1:>2}. id {result.ids[row, rank]:<8} label "
-                  f"{named(result.labels[row, rank]):<10} score {result.scores[row, rank]:.4f}")
+            item = result.metadata[row][rank]
+            item = f"id {result.ids[row, rank]:<8}" if item is None else str(item)
+            print(f"  {rank + 1:>2}. {item}  label {named(result.labels[row, rank]):<10} "
+                  f"score {result.scores[row, rank]:.4f}")
     return 0
 
 
@@ -248,7 +327,7 @@ def _class_namer(class_names):
         if class_names and isinstance(label, (int, np.integer)) and 0 <= label < len(
                 class_names):
             return f"{label} ({class_names[label]})"
-        return str(label)
+        return str(label) if str(label) else "-"
 
     return named
 
@@ -257,12 +336,13 @@ def run_calibrate(args):
     """`keras-dml calibrate`: threshold, table and figures into <run>/calibration."""
     import os
 
-    from keras_dml.evaluation import calibrate_scores, embed_dataset, pair_scores
-    from keras_dml.index.runs import load_run, split_batches
+    from keras_dml.evaluation import calibrate_scores, pair_scores
+    from keras_dml.index.runs import load_run
 
     run = load_run(args.run)
-    batches, in_memory, _ = split_batches(run, args.dataset, args.split, args.data_dir)
-    embeddings, labels = embed_dataset(run.embedder, batches)
+    embeddings, labels, _, info = _embedded(args, run)
+    if args.images is not None:
+        embeddings, labels = _labelled(embeddings, labels, args.images)
     scores, same = pair_scores(embeddings, labels, max_pairs=args.max_pairs)
     target, value = (("precision", args.target_precision) if args.target_precision is not None
                      else ("far", args.target_far))
@@ -270,8 +350,9 @@ def run_calibrate(args):
     folder = os.path.join(args.run, "calibration")
     os.makedirs(folder, exist_ok=True)
     calibration.write_csv(os.path.join(folder, "threshold_table.csv"))
-    summary = {**calibration.to_dict(), "dataset": args.dataset or run.dataset,
-               "split": args.split, "pairs": int(len(scores))}
+    source = ({"images": info["images"]} if args.images is not None
+              else {"dataset": info["dataset"], "split": args.split})
+    summary = {**calibration.to_dict(), **source, "pairs": int(len(scores))}
     if not args.no_plots:
         from keras_dml import plots
 
@@ -286,18 +367,33 @@ def run_calibrate(args):
     print(f"threshold {calibration.threshold:.6f} for {target} "
           f"{'>=' if target == 'precision' else '<='} {value}: precision "
           f"{achieved['precision']:.4f}, recall {achieved['recall']:.4f}, FAR "
-          f"{achieved['far']:.2e} on {len(scores)} pairs of {summary['dataset']}/{args.split}; "
+          f"{achieved['far']:.2e} on {len(scores)} pairs of "
+          f"{args.images or summary['dataset'] + '/' + args.split}; "
           f"support: {calibration.support_same:,} same-class pairs of {calibration.support:,} "
           "at or above the threshold")  # (a too small support is warned about)
     print(f"written: {folder}/calibration.json, threshold_table.csv"
           + ("" if args.no_plots else ", verification_curves.png, score_histograms.png"))
     if args.export:
-        _export_calibrated(args, run, calibration.threshold, embeddings, labels, in_memory)
+        _export_calibrated(args, run, calibration.threshold, embeddings, labels)
     return 0
 
 
-def _export_calibrated(args, run, threshold, embeddings, labels, in_memory):
-    """The retriever: in-memory datasets take float images, file datasets encoded bytes."""
+def _labelled(embeddings, labels, images):
+    """The images with a class: calibration pairs need labels."""
+    import numpy as np
+
+    if labels is None:
+        raise ValueError(f"{images} holds no class folders (or labels): calibration needs "
+                         "labelled images, root/<class>/<image>.")
+    labels = np.asarray(labels)
+    keep = labels != ""
+    if not keep.all():
+        print(f"calibrate: left out {int((~keep).sum())} images outside any class folder")
+    return embeddings[keep], labels[keep]
+
+
+def _export_calibrated(args, run, threshold, embeddings, labels):
+    """The retriever: runs on in-memory datasets take float images, others encoded bytes."""
     from keras_dml.export import export_retriever
     from keras_dml.index import Index
     from keras_dml.index.runs import preprocessing
@@ -309,7 +405,7 @@ def _export_calibrated(args, run, threshold, embeddings, labels, in_memory):
     path = export_retriever(
         run.embedder, args.export, reference_embeddings=embeddings, reference_labels=labels,
         k=min(args.k, len(labels)), threshold=threshold,
-        input_format="images" if in_memory else "image_bytes",
-        preprocessing=None if in_memory else preprocessing(run),
+        input_format="images" if run.in_memory else "image_bytes",
+        preprocessing=None if run.in_memory else preprocessing(run),
         run_info={"run": run.run_dir, "threshold": threshold})
     print(f"retriever with threshold: {path}")

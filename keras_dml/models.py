@@ -300,6 +300,10 @@ class DMLModel(keras.Model):
         return True
 
     def fit(self, x=None, y=None, *args, callbacks=None, **kwargs):
+        if isinstance(x, (tf.data.Dataset, tf.distribute.DistributedDataset)) and len(args) < 7:
+            # A dataset (a keras_dml stream) orders itself: Keras would warn on every call
+            # that its default shuffle=True is ignored. (args[6] is a positional shuffle.)
+            kwargs.setdefault("shuffle", False)
         self._check_first_labels(x, y)
         preprocessing = stream_preprocessing(x)
         if preprocessing is not None:

@@ -60,15 +60,17 @@ def assert_metrics_close(ours, expected, keys=None):
 # ---------------------------------------------------------------- nearest neighbours
 
 
+@pytest.mark.parametrize("kernel", ["tensorflow", "faiss"])
 @pytest.mark.parametrize("metric", SEARCH_METRICS)
 @pytest.mark.parametrize("k, chunk_size", [(1, 64), (9, 1000), (40, 64), (40, 1000)])
-def test_nearest_neighbors_match_reference(metric, k, chunk_size):
+def test_nearest_neighbors_match_reference(metric, k, chunk_size, kernel):
     x, _ = tied_data(500) if metric != "cosine" else unit_tied_data(500)
     expected = reference.nearest_neighbors(x, None, k, metric)
-    indices, _ = nearest_neighbors(x, k=k, metric=metric, chunk_size=chunk_size)
+    indices, _ = nearest_neighbors(x, k=k, metric=metric, chunk_size=chunk_size, kernel=kernel)
     np.testing.assert_array_equal(indices, expected)
     expected = reference.nearest_neighbors(x[:70], x[70:], k, metric)
-    indices, _ = nearest_neighbors(x[:70], x[70:], k=k, metric=metric, chunk_size=chunk_size)
+    indices, _ = nearest_neighbors(x[:70], x[70:], k=k, metric=metric, chunk_size=chunk_size,
+                                   kernel=kernel)
     np.testing.assert_array_equal(indices, expected)
 
 
@@ -79,9 +81,11 @@ def test_two_stage_and_plain_top_k_agree_on_ties_and_duplicates(metric, monkeypa
     k = 12
     assert knn._group_size(len(x), k) == 7  # the two-stage top-k is exercised
     expected = reference.nearest_neighbors(x, None, k, metric)
-    np.testing.assert_array_equal(nearest_neighbors(x, k=k, metric=metric)[0], expected)
+    found = nearest_neighbors(x, k=k, metric=metric, kernel="tensorflow")[0]
+    np.testing.assert_array_equal(found, expected)
     monkeypatch.setattr(knn, "_group_size", lambda width, k: 1)  # plain tf.math.top_k
-    np.testing.assert_array_equal(nearest_neighbors(x, k=k, metric=metric)[0], expected)
+    found = nearest_neighbors(x, k=k, metric=metric, kernel="tensorflow")[0]
+    np.testing.assert_array_equal(found, expected)
 
 
 def test_block_order_is_a_permutation_with_its_inverse():
@@ -90,9 +94,10 @@ def test_block_order_is_a_permutation_with_its_inverse():
     np.testing.assert_array_equal(knn._stored_position(order, 12, 3), np.arange(12))
 
 
-def test_leave_one_out_excludes_self_by_index_not_by_distance():
+@pytest.mark.parametrize("kernel", ["tensorflow", "faiss"])
+def test_leave_one_out_excludes_self_by_index_not_by_distance(kernel):
     x = np.repeat(np.eye(3, dtype="float32"), 4, axis=0)  # every point has 3 exact copies
-    indices, scores = nearest_neighbors(x, k=3)
+    indices, scores = nearest_neighbors(x, k=3, kernel=kernel)
     for i, row in enumerate(indices):
         assert i not in row
         assert sorted(row) == [j for j in range(4 * (i // 4), 4 * (i // 4) + 4) if j != i]

@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -369,3 +370,21 @@ def test_checkpoint_folders_exist_before_training(tmp_path):
     model.fit(_dataset(x, y), epochs=1, verbose=0, callbacks=[probe, saver])
     assert seen == [True]
     assert os.listdir(folder) == ["model-1.keras"]
+
+
+def test_fit_on_a_keras_dml_stream_gives_no_shuffle_warning():
+    """A stream orders itself; Keras' "`shuffle=True` was passed, but will be ignored"
+    must not appear on every call (an explicit shuffle=True still reaches Keras)."""
+    from keras_dml import data
+
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer="sgd", loss=losses.MultiSimilarity())
+    stream = data.class_balanced_batches((x, y), classes_per_batch=4, samples_per_class=3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(stream, steps_per_epoch=2, verbose=0)
+        model.fit(_dataset(x, y), epochs=1, verbose=0)
+    assert not [w for w in caught if "shuffle" in str(w.message)]
+    with pytest.warns(UserWarning, match="shuffle=True"):
+        model.fit(_dataset(x, y), epochs=1, verbose=0, shuffle=True)

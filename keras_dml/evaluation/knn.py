@@ -21,6 +21,10 @@ How it is fast on a CPU and still exact:
   over short rows.
 
 Ties: among bitwise-equal scores the reference with the lower index wins.
+
+Kernels: where faiss is installed and TensorFlow sees no GPU, the search runs
+in faiss' flat index instead (`kernel="auto"`, see `keras_dml.evaluation.knn_faiss`),
+in the same order; `kernel="tensorflow"` or `kernel="faiss"` forces one.
 """
 
 import math
@@ -29,11 +33,13 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml import hyperparameters, ops, validation
+from keras_dml.evaluation.knn_faiss import FlatIndex, resolve_kernel
 
 _SCORE_BUDGET = 2**25  # float32 scores in one chunk: 128 MB
 _MIN_CHUNK_ROWS = 1024  # fewer rows a chunk waste the matmul (a thin operand reread per chunk)
 _MAX_SCORE_BUDGET = 2**27  # how far the buffer grows (512 MB) to keep _MIN_CHUNK_ROWS
 _NEG = float(-np.finfo(np.float32).max)  # score of padding and of the query itself
+_FAISS_CHUNK_ROWS = 2**16  # queries per faiss call: results of (k + 8) x 12 bytes each
 
 
 def _group_size(width, k):
@@ -55,10 +61,9 @@ def _stored_position(index, total, group):
 def _top_k(scores, k, group):
     """Exact top-k of each row of `scores` (columns in `_block_order`), ties to the lower index.
 
-    Returns values and original reference indices.
+    `k` and `group` are int32 scalar tensors. Returns values and original
+    reference indices.
     """
-    if group == 1:
-        return tf.math.top_k(scores, k=k, sorted=True)
     rows, blocks = tf.shape(scores)[0], tf.shape(scores)[1] // group
     block_max = tf.reduce_max(tf.reshape(scores, [rows, group, blocks]), axis=1)
     maxima, chosen = tf.math.top_k(block_max, k=k, sorted=True)
@@ -71,16 +76,29 @@ def _top_k(scores, k, group):
     return values, tf.gather(chosen, slot // group, batch_dims=1) * group + slot % group
 
 
-@tf.function(reduce_retracing=True)
+@tf.function(input_signature=[
+    tf.TensorSpec([None, None], tf.float32),  # queries
+    tf.TensorSpec([None, None], tf.float32),  # references
+    tf.TensorSpec([None], tf.int32),  # own columns (leave-one-out), else empty
+    tf.TensorSpec([], tf.int32),  # k
+    tf.TensorSpec([], tf.int32),  # group
+])
 def _chunk(queries, references, own_columns, k, group):
-    """Queries (t, d') against all stored references (n', d'): exact top-k."""
+    """Queries (t, d') against all stored references (n', d'): exact top-k.
+
+    Traced once: shapes, k, the block size and leave-one-out are all tensors, so
+    a series of query batch sizes, k's or galleries never retraces it.
+    """
     scores = tf.matmul(queries, references, transpose_b=True)
-    if own_columns is not None:  # leave-one-out: the query's own column scores lowest
-        rows = tf.range(tf.shape(scores)[0])
-        scores = tf.tensor_scatter_nd_update(
-            scores, tf.stack([rows, own_columns], 1), tf.fill(tf.shape(rows), _NEG)
-        )
-    return _top_k(scores, k, group)
+    rows = tf.range(tf.shape(scores)[0])
+
+    def leave_own_out():  # the query's own column scores lowest
+        return tf.tensor_scatter_nd_update(
+            scores, tf.stack([rows, own_columns], 1), tf.fill(tf.shape(rows), _NEG))
+
+    scores = tf.cond(tf.size(own_columns) > 0, leave_own_out, lambda: scores)
+    return tf.cond(group > 1, lambda: _top_k(scores, k, group),
+                   lambda: tuple(tf.math.top_k(scores, k=k, sorted=True)))
 
 
 def _augment(x, metric, padded_rows, query_side):
@@ -120,15 +138,23 @@ def _search(queries, references, k, metric, chunk_size, leave_one_out):
     stored = _augment(references, metric, total - n, query_side=False)
     ref = tf.constant(stored[_block_order(total, group)])
     qry = tf.constant(_augment(queries, metric, 0, query_side=True))
-    own = None
-    if leave_one_out:
-        own = tf.constant(_stored_position(np.arange(n), total, group).astype(np.int32))
+    own = _stored_position(np.arange(n), total, group) if leave_one_out else np.zeros(0)
+    own = tf.constant(own.astype(np.int32))
     for start in range(0, queries.shape[0], chunk_size):
         stop = start + chunk_size
-        values, indices = _chunk(
-            qry[start:stop], ref, None if own is None else own[start:stop], k, group
-        )
+        values, indices = _chunk(qry[start:stop], ref, own[start:stop] if leave_one_out else own,
+                                 tf.constant(k), tf.constant(group))
         yield start, indices, values
+
+
+def _faiss_search(queries, references, k, metric, chunk_size, leave_one_out):
+    """`_search` through faiss' flat index (`knn_faiss.FlatIndex`), same order."""
+    index = FlatIndex(references, metric)
+    for start in range(0, queries.shape[0], chunk_size):
+        stop = min(start + chunk_size, queries.shape[0])
+        own = np.arange(start, stop) if leave_one_out else None
+        indices, values = index.search(queries[start:stop], k, own)
+        yield start, tf.constant(indices.astype(np.int32)), tf.constant(values)
 
 
 def _default_chunk_size(num_references):
@@ -138,13 +164,15 @@ def _default_chunk_size(num_references):
 
 
 @hyperparameters.renamed_keywords(distance="metric")
-def iter_nearest_neighbors(queries, references=None, k=1, metric="cosine", chunk_size=None):
+def iter_nearest_neighbors(queries, references=None, k=1, metric="cosine", chunk_size=None,
+                           kernel="auto"):
     """Yield `(start, indices, scores)` for consecutive chunks of queries.
 
     Same arguments and results as `nearest_neighbors`, but only one chunk of
     results is alive at a time; `indices` and `scores` are tensors of the chunk
     of queries starting at row `start`.
     """
+    kernel = resolve_kernel(kernel)
     metric = validation.check_search_metric(metric)
     k = hyperparameters.integer_at_least("k", k, 1)
     queries = validation.embedding_array(queries, "queries")
@@ -162,21 +190,25 @@ def iter_nearest_neighbors(queries, references=None, k=1, metric="cosine", chunk
             f"k={k} exceeds the {available} references available to each query"
             + (" (leave-one-out excludes the query itself)." if leave_one_out else ".")
         )
-    if chunk_size is None:
-        chunk_size = _default_chunk_size(n)
+    if chunk_size is None:  # faiss bounds its score memory itself, and slows down on small calls
+        chunk_size = _FAISS_CHUNK_ROWS if kernel == "faiss" else _default_chunk_size(n)
     chunk_size = hyperparameters.integer_at_least("chunk_size", chunk_size, 1)
 
-    yield from _search(queries, references, k, metric, chunk_size, leave_one_out)
+    search = _faiss_search if kernel == "faiss" else _search
+    yield from search(queries, references, k, metric, chunk_size, leave_one_out)
 
 
 @hyperparameters.renamed_keywords(distance="metric")
-def nearest_neighbors(queries, references=None, k=1, metric="cosine", chunk_size=None):
+def nearest_neighbors(queries, references=None, k=1, metric="cosine", chunk_size=None,
+                      kernel="auto"):
     """Exact k nearest references of every query, computed chunk by chunk.
 
     Scores are computed on the default TensorFlow device (the GPU when there is
-    one), `chunk_size` queries at a time, so memory is bounded by
+    one), or with faiss' flat index on a CPU where faiss is installed,
+    `chunk_size` queries at a time, so score memory is bounded by
     chunk_size x num_references, never queries x references. Among references
-    with bitwise-equal scores, the one with the lower index comes first.
+    with bitwise-equal scores, the one with the lower index comes first, with
+    either kernel.
 
     Args:
         queries: float array (Q, d), NumPy or tensor.
@@ -186,9 +218,17 @@ def nearest_neighbors(queries, references=None, k=1, metric="cosine", chunk_size
         k: number of neighbours per query. Defaults to 1.
         metric: "cosine", "dot" (inner product) or "euclidean". Defaults to
             "cosine". (`distance=` is its deprecated name.)
-        chunk_size: queries per chunk. Defaults to None: 2**25 / N (a 128 MB
-            score buffer), and at least 1,024 while the buffer stays within
-            512 MB (2**27 / N), as thinner chunks slow the matmul down.
+        chunk_size: queries per chunk. Defaults to None: for TensorFlow 2**25 / N
+            (a 128 MB score buffer), and at least 1,024 while the buffer stays
+            within 512 MB (2**27 / N), as thinner chunks slow the matmul down;
+            for faiss 65,536 (faiss scores in its own bounded blocks, and runs
+            slower on many small calls).
+        kernel: `"auto"` (faiss' `IndexFlatIP` / `IndexFlatL2` when faiss is
+            installed and TensorFlow sees no GPU, else TensorFlow), `"faiss"`
+            or `"tensorflow"`. Defaults to `"auto"`. The two agree on the
+            indices except among references whose scores lie within float
+            rounding of each other (faiss and TensorFlow may round the last
+            bit differently).
 
     Returns:
         `(indices, scores)`: int32 (Q, k) reference indices, nearest first, and
@@ -200,7 +240,8 @@ def nearest_neighbors(queries, references=None, k=1, metric="cosine", chunk_size
         array([[1, 2], [0, 2], [0, 1]], dtype=int32)
     """
     indices, scores = [], []
-    for _, idx, sc in iter_nearest_neighbors(queries, references, k, metric, chunk_size):
+    for _, idx, sc in iter_nearest_neighbors(queries, references, k, metric, chunk_size,
+                                             kernel):
         indices.append(idx.numpy())
         scores.append(sc.numpy())
     return np.concatenate(indices), np.concatenate(scores)

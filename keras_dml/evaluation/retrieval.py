@@ -90,6 +90,7 @@ def retrieval_metrics(
     metrics=METRICS,
     metric="cosine",
     chunk_size=None,
+    kernel="auto",
 ):
     """Recall@K, Precision@1, R-Precision and MAP@R by exact nearest-neighbour search.
 
@@ -118,6 +119,9 @@ def retrieval_metrics(
         metric: "cosine", "dot" or "euclidean": the similarity of the search.
             Defaults to "cosine". (`distance=` is its deprecated name.)
         chunk_size: queries per search chunk. Defaults to None (automatic).
+        kernel: the search kernel, `"auto"` (faiss' flat index when faiss is
+            installed and no GPU is visible), `"faiss"` or `"tensorflow"` (see
+            `nearest_neighbors`). Defaults to `"auto"`.
 
     Returns:
         dict: "recall@1", ..., "precision@1", "r_precision", "map@r" as Python
@@ -161,8 +165,8 @@ def retrieval_metrics(
     accumulator = _Accumulator(metrics, ks)
     # Leave-one-out searches every row (excluded rows are still references of others).
     search = iter_nearest_neighbors(
-        queries if leave_one_out else queries[selected], references, k, metric, chunk_size
-    )
+        queries if leave_one_out else queries[selected], references, k, metric, chunk_size,
+        kernel)
     for start, indices, _ in search:
         indices = indices.numpy()
         rows = np.arange(start, start + len(indices))

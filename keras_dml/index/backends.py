@@ -1,4 +1,4 @@
-"""Search backends of `Index`: exact (the evaluation's kNN kernel) and faiss (approximate).
+"""Search backends of `Index`: exact (the evaluation's kNN kernels) and faiss (approximate).
 
 A backend maps `(gallery (N, d), queries (Q, d), k)` to `(positions, scores)`:
 int64 `(Q, k)` gallery rows and float32 `(Q, k)` similarities, best first.
@@ -12,6 +12,7 @@ import numpy as np
 
 from keras_dml import ops
 from keras_dml.evaluation.knn import nearest_neighbors
+from keras_dml.evaluation.knn_faiss import KERNELS, FlatIndex, resolve_kernel
 from keras_dml.hyperparameters import integer_at_least
 
 BACKENDS = ("exact", "faiss_ivf", "faiss_hnsw")
@@ -19,7 +20,8 @@ BLOCK_ROWS = 2**18  # gallery rows handed to the kNN kernel at once
 
 
 def exact_search(gallery, queries, k, metric, block_rows=BLOCK_ROWS):
-    """Exact top-k by `keras_dml.evaluation.nearest_neighbors`, block by block.
+    """Exact top-k by the TensorFlow kernel of `keras_dml.evaluation.nearest_neighbors`,
+    block by block.
 
     The kernel bounds its score memory by chunks of queries but prepares a
     copy of the references it is given; handing it the gallery in blocks of
@@ -29,7 +31,8 @@ def exact_search(gallery, queries, k, metric, block_rows=BLOCK_ROWS):
     positions, scores = [], []
     for start in range(0, len(gallery), block_rows):
         block = gallery[start:start + block_rows]
-        indices, values = nearest_neighbors(queries, block, min(k, len(block)), metric)
+        indices, values = nearest_neighbors(queries, block, min(k, len(block)), metric,
+                                            kernel="tensorflow")
         positions.append(indices.astype(np.int64) + start)
         scores.append(values)
     if len(positions) == 1:
@@ -41,17 +44,28 @@ def exact_search(gallery, queries, k, metric, block_rows=BLOCK_ROWS):
 
 
 class Exact:
+    """Every item scored: faiss' flat index (kept between searches) or the TensorFlow
+    kernel, as the `kernel` option says (see `keras_dml.evaluation.nearest_neighbors`)."""
+
     name = "exact"
 
-    def __init__(self, metric):
+    def __init__(self, metric, kernel="auto"):
+        if kernel not in KERNELS:
+            raise ValueError(f"The exact backend's kernel must be one of {KERNELS}, got "
+                             f"{kernel!r}.")
         self.metric = metric
-        self.options = {}
+        self.options = {"kernel": kernel}
+        self._flat = None
 
     def invalidate(self):
-        pass
+        self._flat = None
 
     def search(self, gallery, queries, k):
-        return exact_search(gallery, queries, k, self.metric)
+        if resolve_kernel(self.options["kernel"]) == "tensorflow":
+            return exact_search(gallery, queries, k, self.metric)
+        if self._flat is None:
+            self._flat = FlatIndex(gallery, self.metric)
+        return self._flat.search(queries, k)
 
 
 class _Faiss:
@@ -142,9 +156,10 @@ class FaissHNSW(_Faiss):
 def make(name, metric, options):
     """The backend object for `name`."""
     if name == "exact":
-        if options:
-            raise ValueError(f"The exact backend takes no options, got {sorted(options)}.")
-        return Exact(metric)
+        unknown = set(options) - {"kernel"}
+        if unknown:
+            raise ValueError(f"Unknown exact options {sorted(unknown)}; known: ['kernel'].")
+        return Exact(metric, **options)
     if name == "faiss_ivf":
         return FaissIVF(metric, options)
     if name == "faiss_hnsw":

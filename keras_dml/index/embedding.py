@@ -1,4 +1,4 @@
-"""Embedding a dataset for an index, with a progress bar."""
+"""Embedding a dataset, a split or image files for an index, with a progress bar."""
 
 import keras
 import numpy as np
@@ -8,7 +8,7 @@ from keras_dml.data.options import steady
 from keras_dml.evaluation.embedding import finite_dataset, inference_function
 
 
-def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None):
+def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None, progress=None):
     """`(embeddings, labels or None)` of `dataset` embedded by `embedder` in inference mode.
 
     Args:
@@ -19,7 +19,16 @@ def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None):
         verbose: 1 shows a `keras.utils.Progbar` over batches. Defaults to 1.
         steps: Batches taken from a dataset. Defaults to None: all of it (an
             infinite or unknown-length dataset is refused, see `finite_dataset`).
+        progress: Instead of the Progbar, an object told `update(images)` after
+            each batch and `close()` at the end. Defaults to None.
+
+    Raises:
+        ValueError: An image file cannot be read or decoded (named), the
+            embedder does not return `(batch, d)`, the dataset is empty, or it
+            is infinite or of unknown length without `steps`.
     """
+    from keras_dml.data.bad_images import clear_error
+
     if isinstance(dataset, tf.data.Dataset):
         dataset = finite_dataset(dataset, steps, "dataset")
     else:
@@ -28,21 +37,90 @@ def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None):
         else:
             dataset = tf.data.Dataset.from_tensor_slices(dataset)
         dataset = steady(dataset.batch(batch_size))
-    count = int(dataset.cardinality())
-    progress = keras.utils.Progbar(count if count >= 0 else None, verbose=verbose,
-                                   unit_name="batch")
+    if progress is None:
+        count = int(dataset.cardinality())
+        bar = keras.utils.Progbar(count if count >= 0 else None, verbose=verbose,
+                                  unit_name="batch")
+        progress = _Batches(bar)
     forward = inference_function(embedder)
     embeddings, labels = [], []
-    for step, batch in enumerate(dataset, 1):
-        x, y = (batch[0], batch[1]) if isinstance(batch, (tuple, list)) else (batch, None)
-        out = forward(x)
-        if out.shape.rank != 2:
-            raise ValueError(f"The embedder must return (batch, d) embeddings, got shape "
-                             f"{tuple(out.shape)}.")
-        embeddings.append(np.asarray(out, dtype=np.float32))
-        if y is not None:
-            labels.append(np.asarray(y).reshape(len(out), -1)[:, 0])
-        progress.update(step)
+    try:
+        for batch in dataset:
+            x, y = (batch[0], batch[1]) if isinstance(batch, (tuple, list)) else (batch, None)
+            out = forward(x)
+            if out.shape.rank != 2:
+                raise ValueError(f"The embedder must return (batch, d) embeddings, got shape "
+                                 f"{tuple(out.shape)}.")
+            embeddings.append(np.asarray(out, dtype=np.float32))
+            if y is not None:
+                labels.append(np.asarray(y).reshape(len(out), -1)[:, 0])
+            progress.update(len(out))
+    except tf.errors.OpError as error:  # a bad image file: its one-line message
+        clear = clear_error(error)
+        if clear is None:
+            raise
+        raise clear from None
+    finally:
+        progress.close()
     if not embeddings:
         raise ValueError("dataset is empty: no batch to embed.")
     return np.concatenate(embeddings), np.concatenate(labels) if labels else None
+
+
+class _Batches:
+    """A Progbar counting batches, told images."""
+
+    def __init__(self, bar):
+        self.bar = bar
+
+    def update(self, images):
+        self.bar.add(1)
+
+    def close(self):
+        pass
+
+
+def embed_source(embedder, source, batch_size=256, verbose=1, preprocessing=None):
+    """`(embeddings, labels or None, paths or None)` of any image source.
+
+    Args:
+        embedder: As in `embed_batches`.
+        source: A `keras_dml.datasets.LabeledImages` (labels: its class
+            names), `(paths, labels)` image files (labels as given), or what
+            `embed_batches` takes.
+        batch_size, verbose: As in `embed_batches`.
+        preprocessing: The `Preprocessing` of image files. Defaults to None:
+            `keras_dml.index.runs.file_preprocessing` of the embedder's input.
+    """
+    from keras_dml.data import evaluation_batches
+    from keras_dml.data.sources import is_paths
+    from keras_dml.datasets import LabeledImages
+
+    if isinstance(source, LabeledImages):
+        files = source.paths is not None
+        batches = evaluation_batches(
+            source, _file_preprocessing(embedder, preprocessing) if files else preprocessing,
+            batch_size=batch_size)
+        embeddings, _ = embed_batches(embedder, batches, verbose=verbose)
+        names = np.asarray(source.class_names, str)
+        return embeddings, names[source.labels], list(source.paths) if files else None
+    if isinstance(source, (tuple, list)) and len(source) == 2 and is_paths(source[0]):
+        paths, labels = [str(p) for p in source[0]], np.asarray(source[1])
+        batches = evaluation_batches((paths, labels), _file_preprocessing(embedder, preprocessing),
+                                     batch_size=batch_size)
+        embeddings, _ = embed_batches(embedder, batches, verbose=verbose)
+        return embeddings, labels, paths
+    embeddings, labels = embed_batches(embedder, source, batch_size, verbose)
+    return embeddings, labels, None
+
+
+def _file_preprocessing(embedder, preprocessing):
+    if preprocessing is not None:
+        return preprocessing
+    from keras_dml.index.runs import file_preprocessing
+
+    inputs = getattr(embedder, "inputs", None)
+    if not inputs or len(inputs[0].shape) != 4:
+        raise ValueError("Image files need preprocessing=keras_dml.data.Preprocessing(...): the "
+                         "embedder has no (batch, H, W, C) Keras input to take its size from.")
+    return file_preprocessing(tuple(int(d) for d in inputs[0].shape[1:]))

@@ -37,9 +37,10 @@ class Index:
     has an int64 id (running integers by default), a label (int or str;
     unknown: -1 or "") and optional JSON metadata. `search` finds the k most
     similar items of each query. The `"exact"` backend scores every item with
-    the evaluation's chunked exact kNN kernel
-    (`keras_dml.evaluation.iter_nearest_neighbors`: TensorFlow, bounded memory,
-    on the GPU when there is one); `"faiss_ivf"` and `"faiss_hnsw"` are
+    the evaluation's exact kNN kernels (`keras_dml.evaluation.nearest_neighbors`):
+    faiss' flat index where faiss is installed and TensorFlow sees no GPU, else
+    TensorFlow's chunked kernel (bounded memory, on the GPU when there is one),
+    both ranking equal scores by insertion order; `"faiss_ivf"` and `"faiss_hnsw"` are
     approximate (`pip install "keras_dml[ann]"`) and report their recall on
     your data with `recall_vs_exact`. `save` writes NumPy and JSON files (no
     pickle: a saved index is data, not code); `Index.load` reads them.
@@ -49,7 +50,8 @@ class Index:
         backend: `"exact"` (default), `"faiss_ivf"` or `"faiss_hnsw"`.
         info: A JSON dict saved with the index (e.g. where its embeddings come
             from). Defaults to None (empty).
-        **backend_options: For `"faiss_ivf"`: `nlist` (default ~4 sqrt(N)),
+        **backend_options: For `"exact"`: `kernel`, `"auto"` (default),
+            `"faiss"` or `"tensorflow"`. For `"faiss_ivf"`: `nlist` (default ~4 sqrt(N)),
             `nprobe` (default 16); for `"faiss_hnsw"`: `m` (default 32),
             `ef_search` (default 64), `ef_construction` (default 80).
 
@@ -163,8 +165,9 @@ class Index:
         """The k most similar items of each query (`SearchResult`, best first).
 
         Ties between bitwise-equal scores go to the item added first (exact
-        backend; the gallery is scored in blocks of 2**18 rows, and copies of
-        one vector in different blocks may score one float rounding apart).
+        backend; the TensorFlow kernel scores the gallery in blocks of 2**18
+        rows, and copies of one vector in different blocks may score one float
+        rounding apart).
         """
         positions, scores = self._positions(queries, k)
         return self._result(positions, scores)
@@ -189,7 +192,7 @@ class Index:
         `queries` (your data), the figure to tune `nprobe` / `ef_search` by.
         """
         positions, _ = self._positions(queries, k)
-        exact, _ = backends.exact_search(self.embeddings, self._queries(queries), k, self.metric)
+        exact, _ = backends.Exact(self.metric).search(self.embeddings, self._queries(queries), k)
         found = [np.intersect1d(a, b).size for a, b in zip(positions, exact)]
         return float(np.mean(found) / k)
 
@@ -279,21 +282,37 @@ class Index:
 
     @classmethod
     def from_model(cls, embedder, dataset, metric="cosine", backend="exact", batch_size=256,
-                   verbose=1, info=None, **backend_options):
+                   verbose=1, info=None, metadata=None, preprocessing=None, **backend_options):
         """An index of `dataset` embedded by `embedder`, with a progress bar.
 
         Args:
             embedder: A Keras model (or callable) mapping an image batch to
                 `(batch, d)` embeddings, run in inference mode.
-            dataset: A `tf.data.Dataset` of `(x, y)` batches (y = labels) or of
-                `x` batches, or an `(x, y)` tuple of arrays.
+            dataset: What to embed: a `LabeledImages` split (e.g.
+                `keras_dml.datasets.from_directory(root).test`; labels: its
+                class names), image files `(paths, labels)`, an `(x, y)` tuple
+                of arrays, or a `tf.data.Dataset` of `(x, y)` or `x` batches
+                (e.g. `keras_dml.data.evaluation_batches`).
             metric, backend, info, backend_options: As in `Index`.
-            batch_size: Batch size for arrays. Defaults to 256.
+            batch_size: Batch size for splits, files and arrays. Defaults to 256.
             verbose: 1 shows a progress bar. Defaults to 1.
-        """
-        from keras_dml.index.embedding import embed_batches
+            metadata: A list of one JSON value per image. Defaults to None: the
+                image paths of a file-based split or of `(paths, labels)`, else
+                none.
+            preprocessing: The `keras_dml.data.Preprocessing` of image files.
+                Defaults to None: as `keras-dml train` prepares files for the
+                embedder's input size (resize 256, centre crop, [0, 1]).
 
-        embeddings, labels = embed_batches(embedder, dataset, batch_size, verbose)
+        Examples:
+
+        >>> splits = keras_dml.datasets.from_directory("photos")
+        >>> index = Index.from_model(model.embedder(), splits.test)
+        >>> index.search(queries, k=3).metadata[0]  # the three nearest photos' paths
+        """
+        from keras_dml.index.embedding import embed_source
+
+        embeddings, labels, paths = embed_source(embedder, dataset, batch_size, verbose,
+                                                 preprocessing)
         index = cls(metric, backend, info=info, **backend_options)
-        index.add(embeddings, labels=labels)
+        index.add(embeddings, labels=labels, metadata=paths if metadata is None else metadata)
         return index

@@ -1,9 +1,10 @@
 """A `keras-dml train` run as the source of an index: its embedder, data and image inputs.
 
 A run directory holds `model.keras` and `summary.json` (the training
-configuration). Its images are prepared as training prepared them: in-memory
-datasets (digits, Omniglot) as float32 in [0, 1] resized to the model input,
-image-file datasets with `Preprocessing(image_size=...)` evaluation transforms.
+configuration and export settings). Image files are prepared for its embedder
+by `preprocessing(run)`: for runs on image-file datasets the evaluation
+transform training recorded; for runs on in-memory datasets (digits, Omniglot)
+a resize to the model input and a scale to [0, 1].
 """
 
 import dataclasses
@@ -16,19 +17,31 @@ import tensorflow as tf
 SPLITS = ("test", "train", "query", "gallery")
 
 
+ARRAY_DATASETS = ("digits", "omniglot")  # held in memory: their runs take float images
+
+
 @dataclasses.dataclass
 class Run:
     """A loaded run: `run_dir`, `embedder` (Keras model), `config` (dict),
-    `input_shape` (H, W, C)."""
+    `input_shape` (H, W, C) and `export` (the summary's export settings:
+    `input_format`, `preprocessing`; empty when not recorded)."""
 
     run_dir: str
     embedder: object
     config: dict
     input_shape: tuple
+    export: dict = dataclasses.field(default_factory=dict)
 
     @property
     def dataset(self):
         return self.config.get("dataset")
+
+    @property
+    def in_memory(self):
+        """Whether the run trained on images held as arrays (digits, Omniglot), not files."""
+        if self.export.get("input_format"):
+            return self.export["input_format"] == "images"
+        return self.dataset in ARRAY_DATASETS
 
 
 def load_run(run_dir):
@@ -44,21 +57,20 @@ def load_run(run_dir):
     if not os.path.isfile(model_path):
         raise FileNotFoundError(f"{model_path} does not exist: {run_dir!r} is not a keras-dml "
                                 "run directory (keras-dml train writes runs/<run>/model.keras).")
-    config = {}
+    summary = {}
     summary_path = os.path.join(run_dir, "summary.json")
     if os.path.isfile(summary_path):
         with open(summary_path) as f:
-            config = json.load(f).get("config", {})
+            summary = json.load(f)
     model = load_keras_model(model_path)
     embedder = model.embedder() if hasattr(model, "embedder") else model
     shape = tuple(int(d) for d in embedder.inputs[0].shape[1:])
-    return Run(run_dir, embedder, config, shape)
+    return Run(run_dir, embedder, summary.get("config", {}), shape, summary.get("export") or {})
 
 
 def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256):
-    """`(batches, in_memory, class_names)`: `(x, y)` batches of a dataset split,
-    prepared for the run's embedder, whether the dataset is held as arrays (not
-    files), and the split's class name per label.
+    """`(batches, class_names)`: `(x, y)` batches of a dataset split, prepared for
+    the run's embedder, and the split's class name per label.
 
     Args:
         run: A `Run`.
@@ -86,15 +98,34 @@ def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256
     names = [str(name) for name in chosen.class_names]
     if chosen.images is not None:
         return data.evaluation_batches(chosen, batch_size=batch_size, transform=_array_transform(
-            chosen, run.input_shape)), True, names
-    return data.evaluation_batches(chosen, preprocessing(run), batch_size=batch_size), False, names
+            chosen, run.input_shape)), names
+    return data.evaluation_batches(chosen, preprocessing(run), batch_size=batch_size), names
 
 
 def preprocessing(run):
-    """The run's `Preprocessing` for image files (as `keras-dml train` builds it)."""
+    """The run's `Preprocessing` for image files.
+
+    A run on image files: the one training recorded (its summary), else the one
+    `keras-dml train` builds for the input size. A run on in-memory images:
+    resize to the input size and scale to [0, 1], as training saw its arrays.
+    """
     from keras_dml.data import Preprocessing
 
-    return Preprocessing(image_size=run.input_shape[0], channels=run.input_shape[-1])
+    height, _, channels = run.input_shape
+    if run.in_memory:
+        return Preprocessing(image_size=height, resize_size=height, channels=channels)
+    if run.export.get("preprocessing"):
+        return Preprocessing.from_dict(run.export["preprocessing"])
+    return file_preprocessing(run.input_shape)
+
+
+def file_preprocessing(input_shape):
+    """The `Preprocessing` `keras-dml train` gives image files for a model input
+    `(H, W, C)`: resize to 256 (or H when larger), centre crop H, scale to [0, 1]."""
+    from keras_dml.data import Preprocessing
+
+    height, _, channels = input_shape
+    return Preprocessing(image_size=height, resize_size=max(256, height), channels=channels)
 
 
 def _array_transform(split, input_shape):
@@ -103,28 +134,24 @@ def _array_transform(split, input_shape):
     return array_transform(split, input_shape)
 
 
-def image_files(run, paths, in_memory=True):
-    """Image files decoded and prepared as model input `(n, H, W, C)`.
+def image_files(run, paths):
+    """Image files decoded and prepared as model input `(n, H, W, C)` by the run's
+    `preprocessing`.
 
-    For runs on in-memory datasets (`in_memory=True`): decoded, scaled to
-    [0, 1] and resized to the model input, as training saw its arrays; else
-    the evaluation `Preprocessing`.
+    Raises:
+        FileNotFoundError: A path is not a file.
+        ValueError: A file is not a decodable image.
     """
     from keras_dml.data import decode_image
 
-    height, width, channels = run.input_shape
+    prepare = preprocessing(run)
     images = []
     for path in paths:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"No image file at {path!r}.")
         try:
-            image = decode_image(tf.io.read_file(path), channels=channels)
+            image = decode_image(tf.io.read_file(path), channels=prepare.channels)
         except tf.errors.InvalidArgumentError as error:
             raise ValueError(f"{path} is not a decodable image: {error.message}") from None
-        if in_memory:
-            image = tf.image.resize(tf.cast(image, tf.float32) / 255.0, (height, width),
-                                    antialias=True)
-        else:
-            image = preprocessing(run).eval(image)
-        images.append(image.numpy())
+        images.append(prepare.eval(image).numpy())
     return np.stack(images)

@@ -1,0 +1,209 @@
+"""A catalogue of image files: listed from a folder or a CSV, embedded, saved as `.npz`.
+
+`list_images(DIR or CSV)` lists every image with its id (path relative to the
+folder, or as the CSV lists it) and class name; `embed_files` embeds image
+files with a progress bar in images per second; `save_embeddings` writes the
+`.npz` that `keras-dml embed` writes, which NumPy reads without keras_dml:
+
+    embeddings  float32 (n, d)
+    ids         str (n,): paths relative to the folder / as in the CSV
+    labels      str (n,): class names, "" for an image outside a class folder
+                (present when any image has a class)
+"""
+
+import dataclasses
+import os
+import sys
+import time
+
+import numpy as np
+
+UNLABELLED = ""  # the label of an image outside any class folder (as `Index`'s unknown)
+
+
+@dataclasses.dataclass
+class Catalogue:
+    """Listed image files.
+
+    Attributes:
+        root: Absolute folder the ids are relative to (a CSV file's folder).
+        paths: Absolute image paths.
+        ids: Paths relative to `root` (absolute where a CSV lists a file outside it).
+        labels: Class name per image, `UNLABELLED` for one outside a class folder.
+    """
+
+    root: str
+    paths: list
+    ids: list
+    labels: list
+
+    def __len__(self):
+        return len(self.paths)
+
+    @property
+    def labelled(self):
+        """Whether any image has a class."""
+        return any(label != UNLABELLED for label in self.labels)
+
+
+def list_images(source):
+    """Every image of a folder or a CSV list, in a stable order.
+
+    A folder is read recursively as `keras_dml.datasets.from_directory` reads
+    it (`root/<class>/<image>`, or `root/train|test|query|gallery/<class>/`,
+    hidden and non-image files skipped with one counted warning); images lying
+    directly in the folder are listed too, without a class. A CSV file is read
+    by `keras_dml.datasets.from_csv` (columns `path,label[,split]`): all its
+    rows, whatever their split.
+
+    Args:
+        source: A folder or a CSV file.
+
+    Returns:
+        A `Catalogue`.
+
+    Raises:
+        FileNotFoundError: `source` does not exist.
+        ValueError: It holds no image (or, for a CSV, see `from_csv`).
+    """
+    source = os.path.abspath(os.path.expanduser(os.fspath(source)))
+    if not os.path.exists(source):
+        raise FileNotFoundError(f"{source} does not exist: give a folder of images (class "
+                                "folders optional) or a CSV file with path,label columns.")
+    if os.path.isdir(source):
+        return _from_folder(source)
+    return _from_csv(source)
+
+
+def _from_folder(root):
+    from keras_dml.datasets.files import SPLITS, _is_image, _Listing
+
+    listing = _Listing()
+    folders, files = listing.entries(root)
+    loose = sorted(os.path.join(root, name) for name in files if _is_image(name))
+    for name in files:
+        if not _is_image(name):
+            listing.skip("not an image", os.path.join(root, name))
+    parts = [part for part in SPLITS if part in folders]
+    if parts:
+        for part in parts:
+            listing.add_classes(os.path.join(root, part), part)
+    elif folders:
+        listing.add_classes(root, None, (folders, []))
+    listing.warn(f"{root}")
+    if not loose and not listing.paths:
+        raise ValueError(f"{root} holds no image (image files end in .jpg, .jpeg, .png, .gif "
+                         "or .bmp, any case).")
+    paths = loose + listing.paths
+    labels = [UNLABELLED] * len(loose) + [str(name) for name in listing.classes]
+    return Catalogue(root, paths, [os.path.relpath(p, root) for p in paths], labels)
+
+
+def _from_csv(path):
+    from keras_dml.datasets import from_csv
+
+    splits = from_csv(path)
+    listed = [splits.train, splits.test]
+    paths = [p for split in listed for p in split.paths]
+    labels = [split.class_names[label] for split in listed for label in split.labels]
+    order = np.argsort(paths, kind="stable")
+    root = os.path.dirname(path)
+    paths = [paths[i] for i in order]
+    ids = [os.path.relpath(p, root) if p.startswith(root + os.sep) else p for p in paths]
+    return Catalogue(root, paths, ids, [str(labels[i]) for i in order])
+
+
+def embed_files(embedder, paths, preprocessing, batch_size=64, progress=True):
+    """float32 `(n, d)` embeddings of image files, in order, in inference mode.
+
+    Args:
+        embedder: A Keras model (or callable) mapping image batches to `(batch, d)`.
+        paths: Image file paths.
+        preprocessing: The `keras_dml.data.Preprocessing` the embedder's input
+            needs (its evaluation transform is applied).
+        batch_size: Images per batch. Defaults to 64.
+        progress: Show a progress bar with images per second on stderr when it
+            is a terminal. Defaults to True.
+
+    Raises:
+        ValueError: A file cannot be read or decoded (named), or the embedder
+            does not return `(batch, d)`.
+    """
+    from keras_dml.data import evaluation_batches
+    from keras_dml.index.embedding import embed_batches
+
+    paths = [str(p) for p in paths]
+    if not paths:
+        raise ValueError("No image to embed.")
+    batches = evaluation_batches((paths, np.zeros(len(paths), np.int32)), preprocessing,
+                                 batch_size=batch_size)
+    embeddings, _ = embed_batches(embedder, batches, progress=Progress(len(paths), progress))
+    return embeddings
+
+
+class Progress:
+    """A one-line progress bar on stderr: images done, images per second, time left.
+
+    Drawn only when stderr is a terminal (and `enabled`); `rate` and `seconds`
+    are measured either way.
+    """
+
+    def __init__(self, total, enabled=True, stream=None):
+        self.total, self.done = total, 0
+        self.stream = stream or sys.stderr
+        self.enabled = enabled and self.stream.isatty()
+        self.started = time.perf_counter()
+
+    @property
+    def seconds(self):
+        return time.perf_counter() - self.started
+
+    @property
+    def rate(self):
+        return self.done / max(self.seconds, 1e-9)
+
+    def update(self, count):
+        self.done += count
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * self.done / self.total)
+        left = (self.total - self.done) / max(self.rate, 1e-9)
+        self.stream.write(f"\r{self.done}/{self.total} [{'=' * filled:<{width}}] "
+                          f"{self.rate:.1f} images/s, {left:.0f} s left ")
+        self.stream.flush()
+
+    def close(self):
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def save_embeddings(path, embeddings, ids, labels=None, overwrite=False):
+    """Writes the `.npz` of a catalogue's embeddings (see the module docstring).
+
+    Written to a temporary file and renamed, so a failed write leaves no
+    partial file. `labels` is stored when given.
+
+    Raises:
+        FileExistsError: `path` exists and `overwrite` is False.
+    """
+    path = os.fspath(path)
+    if os.path.exists(path) and not overwrite:
+        raise FileExistsError(f"{path} exists; pass --overwrite (overwrite=True) to replace it.")
+    if os.path.isdir(path):
+        raise FileExistsError(f"{path} is a folder; give a file name such as embeddings.npz.")
+    arrays = {"embeddings": np.asarray(embeddings, np.float32), "ids": np.asarray(ids, str)}
+    if labels is not None:
+        arrays["labels"] = np.asarray(labels, str)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    staging = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        with open(staging, "wb") as handle:  # a handle: NumPy appends no ".npz"
+            np.savez(handle, **arrays)
+        os.replace(staging, path)
+    finally:
+        if os.path.exists(staging):
+            os.remove(staging)
+    return path
