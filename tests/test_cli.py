@@ -246,7 +246,8 @@ def test_memory_momentum_and_batch_loss_reach_the_wrapper(tmp_path, capsys):
 @pytest.mark.parametrize("flags, message", [
     (["--memory-momentum", "0.9"], "need a memory"),
     (["--memory-batch-loss"], "need a memory"),
-    (["--memory-size", "64", "--memory-momentum", "1.0"], "--memory-momentum must be in [0, 1), got 1.0"),
+    (["--memory-size", "64", "--memory-momentum", "1.0"],
+     "--memory-momentum must be in [0, 1), got 1.0"),
 ])
 def test_memory_option_errors_name_the_problem(tmp_path, capsys, flags, message):
     code = cli.main(["train", *TINY, *flags, "--runs-dir", str(tmp_path), "--run-name", "bad",

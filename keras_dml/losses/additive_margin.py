@@ -195,7 +195,8 @@ class ArcFace(MarginSoftmax):
     def __init__(self, num_classes, margin=28.6, scale=64.0, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, reduction="sum_over_batch_size", name="arcface",
                  dtype=None):
-        super().__init__(num_classes, _degrees(margin), scale, proxy_lr_multiplier=proxy_lr_multiplier,
+        super().__init__(num_classes, _degrees(margin), scale,
+                         proxy_lr_multiplier=proxy_lr_multiplier,
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)
 

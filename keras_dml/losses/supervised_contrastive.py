@@ -72,7 +72,8 @@ class _TemperatureLoss(PairLoss):
     def compute_terms(self, matrix, pairs):
         positive, negative = pairs.positive, pairs.negative
         sign = -1.0 if self.is_distance else 1.0
-        value, weights = type(self).logit_terms(sign * matrix / self.temperature, positive, negative)
+        logits = sign * matrix / self.temperature
+        value, weights = type(self).logit_terms(logits, positive, negative)
         return value, weights * (sign / self.temperature)
 
     def get_config(self):
