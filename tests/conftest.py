@@ -46,3 +46,21 @@ def mixed_precision():
     keras.mixed_precision.set_global_policy("mixed_float16")
     yield
     keras.mixed_precision.set_global_policy("float32")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full", action="store_true", default=False,
+        help="also run the tests marked slow (peer references against PyTorch, PML and faiss, "
+             "training runs, multi-worker and kill-and-resume runs, the benchmarks' end-to-end "
+             "checks); CI runs the full suite")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The quick tier: without --full (or a -m expression naming slow), slow tests are left out."""
+    if config.getoption("--full") or "slow" in (config.getoption("markexpr") or ""):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]

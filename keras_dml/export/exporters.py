@@ -117,8 +117,8 @@ def export_retriever(model, base_dir, reference_images=None, reference_embedding
         reference_labels: Labels `(N,)`, integers or strings. Required unless
             `reference_images` is a dataset yielding `(images, labels)`.
         k: Neighbours returned per query, at most N. Defaults to 10.
-        version, input_format, preprocessing, overwrite, warmup,
-            warmup_batch_sizes, warmup_inputs, run_info, verify: As in
+        version, input_format, preprocessing, overwrite: As in `export_embedder`.
+        warmup, warmup_batch_sizes, warmup_inputs, run_info, verify: As in
             `export_embedder`.
         chunk_size: Gallery rows scored at once. Defaults to 32768.
         batch_size: Batch size for embedding `reference_images`. Defaults to 256.

@@ -289,9 +289,9 @@ class SubCenterArcFace(MarginSoftmax):
         `threshold` degrees is an outlier (label noise to drop before retraining).
 
         Returns:
-            (indices of the outlier samples (int64 NumPy array, sorted),
-             dominant sub-centres (C, d) NumPy array; rows of classes absent from
-             `labels` are zero).
+            (indices of the outlier samples (int64 NumPy array, sorted), dominant
+            sub-centres (C, d) NumPy array; rows of classes absent from `labels` are
+            zero).
         """
         threshold = _hyper.positive("threshold", threshold)
         embeddings = np.asarray(ops.to_float32(embeddings))
