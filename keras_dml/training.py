@@ -143,6 +143,7 @@ def _augmented(transform, config, input_shape):
 
 
 def build_model(config, input_shape):
+    """The run's `DMLModel`: the configured backbone and an `EmbeddingHead`, seeded."""
     keras.utils.set_random_seed(config.seed)
     backbone = backbones.get(config.backbone, input_shape, config.width)
     embeddings = EmbeddingHead(config.embedding_dim, name="embedding")(backbone.output)
@@ -402,6 +403,7 @@ class ConsoleReport:
 
 
 def metrics_row(title, metrics, ks=KS):
+    """One printed line: `title`, then Recall@K for each K and MAP@R, in %."""
     row = "  ".join(f"R@{k} {100 * metrics[f'recall@{k}']:5.1f}" for k in ks)
     return f"{title:<16}{row}  MAP@R {100 * metrics['map@r']:5.1f}"
 

@@ -14,6 +14,9 @@ import pytest
 from benchmarks import cases, processes
 from conftest import SHARED_DATASETS
 
+# The benchmarks' end-to-end checks, against PyTorch and faiss: the full tier.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -256,6 +256,7 @@ def test_memory_option_errors_name_the_problem(tmp_path, capsys, flags, message)
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slow  # a distributed training run
 def test_strategy_mirrored_trains_on_two_replicas(tmp_path, capsys, monkeypatch,
                                                  mirrored_strategy):
     """`--strategy mirrored` over the two logical CPUs of conftest. `make_strategy` runs

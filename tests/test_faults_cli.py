@@ -20,6 +20,7 @@ FAST = ["--dataset", "digits", "--epochs", "2", "--steps-per-epoch", "2", "--no-
         "--no-plots", "--classes-per-batch", "2", "--samples-per-class", "2"]
 
 
+@pytest.mark.slow  # kill and resume of a training run
 def test_a_killed_train_run_resumes_with_its_history(tmp_path, capsys):
     # Killed after epoch 1 is logged to history.csv but before its backup is written:
     # the resume starts from the backup of epoch 0 and must not log epoch 1 twice.

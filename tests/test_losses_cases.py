@@ -269,6 +269,7 @@ def _pml_value_and_gradient(name, labels, x):
     return float(value), xt.grad.numpy()
 
 
+@pytest.mark.slow  # peer reference (PyTorch, PML)
 @pytest.mark.parametrize("cls", [Circle, SupervisedContrastive, NTXent, SmoothAP],
                          ids=lambda cls: cls.__name__)
 @pytest.mark.parametrize("classes, k", [(4, 4), (8, 2)])

@@ -110,7 +110,7 @@ def evaluate_retrieval(
 
     Examples:
         >>> model = keras.Sequential([keras.layers.Dense(8)])
-        >>> evaluate_retrieval(model, (x_test, y_test), ks=(1, 2))["recall@1"]
+        >>> evaluate_retrieval(model, (x_test, y_test), ks=(1, 2))["recall@1"]  # doctest: +SKIP
     """
     queries, query_labels = embed_dataset(model, dataset, batch_size)
     references = reference_labels = None

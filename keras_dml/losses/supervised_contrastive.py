@@ -148,7 +148,8 @@ class NTXent(_TemperatureLoss):
 
     Examples:
 
-    >>> batches = keras_dml.data.two_view_batches(images, augment, instances_per_batch=256)
+    >>> batches = keras_dml.data.two_view_batches(images, augment,  # doctest: +SKIP
+    ...                                           instances_per_batch=256)
     >>> model.compile(optimizer="adam", loss=keras_dml.losses.NTXent(temperature=0.1))
 
     Reference:
