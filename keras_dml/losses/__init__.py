@@ -27,9 +27,9 @@ from keras_dml.losses.soft_triple import SoftTriple
 from keras_dml.losses.supervised_contrastive import NTXent, SupervisedContrastive
 from keras_dml.losses.triplet import Triplet
 
-# The losses a user trains with, from the registry (the bases PairLoss and ProxyLoss are
-# for subclassing).
 LOSSES = tuple(sorted(ENTRIES))
+"""The names of the losses a user trains with, from the registry (the bases `PairLoss`
+and `ProxyLoss` are for subclassing)."""
 
 __all__ = [
     "ArcFace",
