@@ -48,6 +48,7 @@ def test_resume_of_a_folder_that_is_not_a_run_is_a_clear_error(tmp_path, capsys)
     assert "config.json" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a training run
 def test_skip_bad_images_on_the_command_line(tmp_path, capfd):
     paths = _write_cub(str(tmp_path / "cub"), classes=4, per_class=6)
     _truncate(paths[1])  # a training class (the first half)
