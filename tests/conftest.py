@@ -60,6 +60,8 @@ def pytest_addoption(parser):
 #: `@pytest.mark.slow` in their files: the heaviest of the quick tier in a measured run
 #: (`pytest -q -n 2 --durations=0`, 2026-11-26), each 20 s or more in all on 2 busy cores.
 SLOW_FUNCTIONS = {
+    "tests/test_losses_cross_batch_memory.py::test_wrapped_loss_weights_are_trained_and_saved_with_the_model",
+    "tests/test_data_designs.py::test_samplers_draw_pairs_with_the_paper_q",
     "tests/test_cli.py::test_import_keras_dml_registers_every_serializable_class",
     "tests/test_data_pipeline.py::test_mirrored_strategy_each_replica_gets_whole_classes",
     "tests/test_export.py::test_export_from_keras_file_via_cli_arguments",
