@@ -155,7 +155,8 @@ def markdown(rows, info):
     lines = [
         ("" if info["mode"] == "full" else f"Mode `--{info['mode']}` (not the full sizes). ")
         + f"Measured {info['date']} on {info['cpu']} ({info['logical_cpus']} logical CPUs), "
-        f"{info['threads']} thread(s) per system, device {info['device']}, load average {info['load_average_start'][0]:.1f}"
+        f"{info['threads']} thread(s) per system, device {info['device']}, "
+        f"load average {info['load_average_start'][0]:.1f}"
         f" at the start and {info['load_average_end'][0]:.1f} at the end; {versions}, "
         f"TF_ENABLE_ONEDNN_OPTS={info['tf_onednn']}. "
         "Times: median [interquartile range] over interleaved rounds, each system in "

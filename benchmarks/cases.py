@@ -73,7 +73,8 @@ def _loss_case(name, ours, peer, target, floor=False, same_value=True, sizes=Non
         systems["floor"] = (f"{TF}:matmul_floor",
                             {**common, **(floor if isinstance(floor, dict) else {})})
     return Case("losses", name, systems, sizes or _LOSS_SIZES, target,
-                inner=1 if slow_peer else _LOSS_CALLS, per_call="forward + backward, d = 512, C x 4",
+                inner=1 if slow_peer else _LOSS_CALLS,
+                per_call="forward + backward, d = 512, C x 4",
                 repeats={"full": 5, "quick": 3} if slow_peer else {"full": 15, "quick": 7},
                 same_value=same_value)
 
@@ -206,7 +207,8 @@ CASES = [
                                             "samples_per_class": 1}),
           "peer": (f"{TORCH}:multiple_negatives_ranking", {"samples_per_class": 1}),
           "floor": (f"{TF}:matmul_floor", {"samples_per_class": 1, "halves": True})},
-         _LOSS_SIZES, 0.7, inner=_LOSS_CALLS, per_call="forward + backward, N (query | positive) rows",
+         _LOSS_SIZES, 0.7, inner=_LOSS_CALLS,
+         per_call="forward + backward, N (query | positive) rows",
          repeats={"full": 15, "quick": 7}, same_value=True),
     _sampler_case(90, 2),
     _sampler_case(32, 4),

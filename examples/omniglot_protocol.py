@@ -208,7 +208,8 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
     if initial_weights:
         model.load_weights(initial_weights)
     rate = learning_rate_schedule(learning_rate, steps, warmup_steps, schedule)
-    model.compile(optimizer=adam(rate, weight_decay), loss=loss, jit_compile=False, run_eagerly=run_eagerly)
+    model.compile(optimizer=adam(rate, weight_decay), loss=loss, jit_compile=False,
+                  run_eagerly=run_eagerly)
 
     images, labels = tf.constant(x_train), tf.constant(y_train)
     augment = augmentation(augment_shift, augment_rotation, augment_scale, SIZE, seed)

@@ -78,8 +78,9 @@ def read_state(folder):
         raise BackupError(f"backup {folder!r} is corrupt: cannot read state.json ({error}). "
                           "Delete the folder to start over.") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
+        found = state.get("format") if isinstance(state, dict) else None
         raise BackupError(f"backup {folder!r} is corrupt or from another version: "
-                          f"state.json has format {state.get('format') if isinstance(state, dict) else None!r}, "
+                          f"state.json has format {found!r}, "
                           f"expected {FORMAT}.")
     return state
 

@@ -100,7 +100,7 @@ class RecallAtK(_EmbeddingCallback):
         last_results: the latest `{log_key: value}`.
 
     Examples:
-        >>> model.fit(
+        >>> model.fit(  # doctest: +SKIP
         ...     train_ds, epochs=20,
         ...     callbacks=[
         ...         keras_dml.callbacks.RecallAtK((x_val, y_val), ks=(1, 2, 4, 8)),

@@ -1,4 +1,7 @@
-"""Hyperparameter checks shared by losses, miners and layers: a clear ValueError, never a NaN later."""
+"""Hyperparameter checks shared by losses, miners and layers.
+
+Each raises a clear ValueError at once, never a NaN later.
+"""
 
 import functools
 import math

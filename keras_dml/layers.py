@@ -183,8 +183,9 @@ class MultiLevelEmbedding(keras.layers.Layer):
 
     Examples:
 
-    >>> maps = [backbone.get_layer(n).output for n in keras_dml.backbones.RESNET50_LEVELS]
-    >>> embeddings = keras_dml.layers.MultiLevelEmbedding([512, 512, 512])(maps)
+    >>> levels = keras_dml.backbones.RESNET50_LEVELS
+    >>> maps = [backbone.get_layer(n).output for n in levels]  # doctest: +SKIP
+    >>> embeddings = keras_dml.layers.MultiLevelEmbedding([512, 512, 512])(maps)  # doctest: +SKIP
 
     Reference:
         Wang et al., "Instance Cross Entropy for Deep Metric Learning", 2019

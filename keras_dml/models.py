@@ -226,7 +226,7 @@ class DMLModel(keras.Model):
         extra = self.losses
         if extra:  # regularizers: each replica adds its 1 / num_replicas share, as Keras does
             replicas = tf.distribute.get_strategy().num_replicas_in_sync
-            value = value + tf.add_n([tf.cast(l, value.dtype) for l in extra]) / replicas
+            value = value + tf.add_n([tf.cast(term, value.dtype) for term in extra]) / replicas
         return value
 
     def train_step(self, data):

@@ -25,6 +25,7 @@ def is_distance(metric):
 
 
 def check_metric(metric):
+    """Raises a ValueError naming `metric` unless it is one of `METRICS`."""
     if metric not in METRICS:
         raise ValueError(f"Unknown metric {metric!r}: expected one of {METRICS}.")
 

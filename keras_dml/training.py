@@ -465,6 +465,7 @@ class ConsoleReport:
 
 
 def metrics_row(title, metrics, ks=KS):
+    """One printed line: `title`, then Recall@K for each K and MAP@R, in %."""
     row = "  ".join(f"R@{k} {100 * metrics[f'recall@{k}']:5.1f}" for k in ks)
     return f"{title:<16}{row}  MAP@R {100 * metrics['map@r']:5.1f}"
 

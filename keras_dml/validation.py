@@ -63,6 +63,7 @@ def check_embeddings(embeddings, name="embeddings"):
 
 
 def check_labels_and_embeddings(labels, embeddings):
+    """`check_embeddings` and `check_class_labels` for one batch; returns both, checked."""
     embeddings = check_embeddings(embeddings)
     labels = check_class_labels(labels, batch_size=embeddings.shape[0])
     return labels, embeddings

@@ -14,6 +14,9 @@ import pytest
 from benchmarks import cases, processes
 from conftest import SHARED_DATASETS
 
+# The benchmarks' end-to-end checks, against PyTorch and faiss: the full tier.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -143,7 +146,8 @@ def test_matmul_floor_computes_the_product_the_loss_needs(case):
         product = x[:, :d // 2] @ x[:, d // 2:].T
     else:
         product = x @ x.T
-    assert float(value) == pytest.approx(float(np.sum(product, dtype=np.float64)), rel=1e-4, abs=1e-3)
+    expected = float(np.sum(product, dtype=np.float64))
+    assert float(value) == pytest.approx(expected, rel=1e-4, abs=1e-3)
 
 
 def test_value_checks_cover_the_losses_that_meet_pml():

@@ -58,7 +58,8 @@ def test_logs_drive_model_checkpoint_and_csv_logger(tmp_path):
     ] == pytest.approx(checkpoint.best)
     with open(tmp_path / "log.csv") as handle:
         rows = list(csv.DictReader(handle))
-    assert [float(r["val_recall@1"]) for r in rows] == pytest.approx(history.history["val_recall@1"])
+    recalls = [float(r["val_recall@1"]) for r in rows]
+    assert recalls == pytest.approx(history.history["val_recall@1"])
 
 
 def test_early_stopping_reads_the_metric():

@@ -148,6 +148,7 @@ def test_train_prints_recall_saves_and_exports(tmp_path, capsys):
     assert code == 2 and "--overwrite" in err and "overwrite=True" not in err
 
 
+@pytest.mark.slow  # a training run (test_train_prints_recall_saves_and_exports is the quick one)
 def test_overwrite_replaces_the_run_folder(tmp_path, capsys):
     runs = tmp_path / "runs"
     (runs / "again").mkdir(parents=True)
@@ -190,6 +191,7 @@ def test_unknown_loss_is_a_clear_error(tmp_path, capsys):
     assert "Unknown loss 'NoSuchLoss'" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a training run (test_train_prints_recall_saves_and_exports is the quick one)
 def test_proxy_loss_gets_the_training_class_count(tmp_path, capsys):
     code = cli.main(["train", *TINY, "--loss", "ProxyAnchor", "--runs-dir", str(tmp_path),
                      "--run-name", "proxies", "--no-export", "--no-plots"])
@@ -203,6 +205,7 @@ def test_proxy_loss_gets_the_training_class_count(tmp_path, capsys):
     assert training.make_loss("Margin", num_classes=5).num_classes is None  # optional: global
 
 
+@pytest.mark.slow  # a training run (test_train_prints_recall_saves_and_exports is the quick one)
 def test_memory_size_wraps_the_loss_in_a_cross_batch_memory(tmp_path, capsys):
     code = cli.main(["train", *TINY, "--memory-size", "64", "--runs-dir", str(tmp_path),
                      "--run-name", "xbm", "--no-export", "--no-plots"])
@@ -229,6 +232,7 @@ def test_memory_size_wraps_the_loss_in_a_cross_batch_memory(tmp_path, capsys):
     assert not (tmp_path / "refused").exists()
 
 
+@pytest.mark.slow  # a training run (test_train_prints_recall_saves_and_exports is the quick one)
 def test_memory_momentum_and_batch_loss_reach_the_wrapper(tmp_path, capsys):
     code = cli.main(["train", *TINY, "--memory-size", "64", "--memory-momentum", "0.99",
                      "--memory-batch-loss", "--runs-dir", str(tmp_path), "--run-name", "moco",
@@ -246,7 +250,8 @@ def test_memory_momentum_and_batch_loss_reach_the_wrapper(tmp_path, capsys):
 @pytest.mark.parametrize("flags, message", [
     (["--memory-momentum", "0.9"], "need a memory"),
     (["--memory-batch-loss"], "need a memory"),
-    (["--memory-size", "64", "--memory-momentum", "1.0"], "--memory-momentum must be in [0, 1), got 1.0"),
+    (["--memory-size", "64", "--memory-momentum", "1.0"],
+     "--memory-momentum must be in [0, 1), got 1.0"),
 ])
 def test_memory_option_errors_name_the_problem(tmp_path, capsys, flags, message):
     code = cli.main(["train", *TINY, *flags, "--runs-dir", str(tmp_path), "--run-name", "bad",
@@ -255,6 +260,7 @@ def test_memory_option_errors_name_the_problem(tmp_path, capsys, flags, message)
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slow  # a distributed training run
 def test_strategy_mirrored_trains_on_two_replicas(tmp_path, capsys, monkeypatch,
                                                  mirrored_strategy):
     """`--strategy mirrored` over the two logical CPUs of conftest. `make_strategy` runs
@@ -304,6 +310,7 @@ def test_bad_training_options_are_clear_errors(args, message, tmp_path, capsys):
     assert not os.listdir(tmp_path)  # nothing written for a refused run
 
 
+@pytest.mark.slow  # a training run (test_train_prints_recall_saves_and_exports is the quick one)
 def test_rotated_classes_and_weight_decay_reach_the_run(tmp_path, capsys):
     code = cli.main(["train", *TINY, "--rotated-classes", "--weight-decay", "0.05",
                      "--runs-dir", str(tmp_path), "--run-name", "rot", "--no-export",
@@ -332,6 +339,7 @@ def test_width_sets_the_filters_of_the_backbone():
         == [4, 8, 16]
 
 
+@pytest.mark.slow  # a training run (test_train_prints_recall_saves_and_exports is the quick one)
 def test_fresh_process_loads_a_cli_run_and_fits_a_string_loss(tmp_path):
     """What a user meets: the console script's output, then `import keras_dml` alone."""
     result = _run_script(tmp_path, "train", *TINY, "--run-name", "fresh", "--no-plots",
@@ -368,6 +376,7 @@ def test_null_or_empty_preprocessing_means_none(tmp_path):
     assert as_preprocessing({}) is None and as_preprocessing({"preprocessing": {}}) is None
 
 
+@pytest.mark.slow  # a training run (test_train_prints_recall_saves_and_exports is the quick one)
 def test_inshop_is_evaluated_query_against_gallery(tmp_path, capsys):
     """In-Shop's protocol: queries ranked against the gallery, not leave-one-out."""
     import glob

@@ -248,7 +248,8 @@ def test_sop_bad_images_are_skipped_with_a_counted_warning(tmp_path):
     os.remove(root / rows[1].split()[3])  # missing
     (root / rows[2].split()[3]).write_text("<html>not found</html>")  # not an image
     (root / rows[4].split()[3]).write_bytes(b"")  # empty
-    with pytest.warns(UserWarning, match=r"skipped 3 of 6 images \(empty: 1, missing: 1, not an image: 1\)"):
+    skipped = r"skipped 3 of 6 images \(empty: 1, missing: 1, not an image: 1\)"
+    with pytest.warns(UserWarning, match=skipped):
         splits = load("sop", data_dir=root, split=None)
     assert len(splits.train) == 3 and len(splits.train.skipped) == 3
     np.testing.assert_array_equal(splits.train.class_counts(), [1, 2])

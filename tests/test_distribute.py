@@ -74,6 +74,7 @@ def _assert_same(a, b, atol=1e-5):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=atol)
 
 
+@pytest.mark.slow  # multi-worker run
 def test_two_workers_train_like_one_process_on_the_global_batch(tmp_path):
     checkpoints = tmp_path / "checkpoints"
     procs = _start_workers(tmp_path, "ms", ["--epochs", "2", "--steps", "2",
@@ -95,6 +96,7 @@ def test_two_workers_train_like_one_process_on_the_global_batch(tmp_path):
         _assert_same(saved.get_weights(), weights, atol=0)
 
 
+@pytest.mark.slow  # multi-worker kill and resume
 def test_killed_worker_resumes_from_the_backup_with_proxies_optimizer_and_stream(tmp_path):
     backup = tmp_path / "backup"
     common = ["--loss", "proxy_anchor", "--epochs", "4", "--steps", "2",

@@ -188,6 +188,7 @@ def test_deprecated_distance_keyword_warns_and_gives_the_metric_result():
         nearest_neighbors(x, k=3, metric="cosine", distance="euclidean")
 
 
+@pytest.mark.slow  # peer reference (PML, faiss)
 @pytest.mark.parametrize("data", [random_data, tied_data, duplicated_data])
 def test_metrics_match_pytorch_metric_learning(data):
     accuracy_calculator = pytest.importorskip("pytorch_metric_learning.utils.accuracy_calculator")

@@ -1,4 +1,7 @@
-"""Tests for keras_dml.evaluation.verification: equal to scikit-learn; calibration meets its target."""
+"""Tests for keras_dml.evaluation.verification.
+
+Equal to scikit-learn; calibration meets its target.
+"""
 
 import warnings
 

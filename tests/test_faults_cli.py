@@ -20,6 +20,7 @@ FAST = ["--dataset", "digits", "--epochs", "2", "--steps-per-epoch", "2", "--no-
         "--no-plots", "--classes-per-batch", "2", "--samples-per-class", "2"]
 
 
+@pytest.mark.slow  # kill and resume of a training run
 def test_a_killed_train_run_resumes_with_its_history(tmp_path, capsys):
     # Killed after epoch 1 is logged to history.csv but before its backup is written:
     # the resume starts from the backup of epoch 0 and must not log epoch 1 twice.
@@ -47,6 +48,7 @@ def test_resume_of_a_folder_that_is_not_a_run_is_a_clear_error(tmp_path, capsys)
     assert "config.json" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a training run
 def test_skip_bad_images_on_the_command_line(tmp_path, capfd):
     paths = _write_cub(str(tmp_path / "cub"), classes=4, per_class=6)
     _truncate(paths[1])  # a training class (the first half)

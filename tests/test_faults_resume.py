@@ -35,6 +35,7 @@ def _fit(backup_dir, epochs, **kwargs):
     return model, backup
 
 
+@pytest.mark.slow  # kill and resume
 def test_sigkill_mid_epoch_then_resume_reproduces_the_loss_trajectory(tmp_path):
     reference = _fit(str(tmp_path / "reference"), 4)[1].history["loss"]
     backup_dir = str(tmp_path / "killed")
@@ -83,6 +84,7 @@ def test_a_crash_at_any_stage_of_a_save_leaves_a_usable_backup(tmp_path, monkeyp
         assert not [n for n in os.listdir(backup_dir) if n.startswith(".partial")]
 
 
+@pytest.mark.slow  # kill and resume
 def test_sigkill_at_random_moments_never_leaves_a_corrupt_backup(tmp_path):
     rng = random.Random(0)
     backup_dir = str(tmp_path / "b")

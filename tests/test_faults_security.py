@@ -4,7 +4,6 @@ import ast
 import os
 
 import keras
-import numpy as np
 import pytest
 
 from keras_dml import cli

@@ -163,6 +163,7 @@ def test_the_index_copies_what_it_is_given():
     assert index.search(np.eye(3, dtype=np.float32)).labels.ravel().tolist() == [0, 1, 2]
 
 
+@pytest.mark.slow  # peer reference (faiss)
 @pytest.mark.parametrize("backend, options", [
     ("faiss_ivf", {"nlist": 8, "nprobe": 8}), ("faiss_hnsw", {"ef_search": 200})])
 def test_faiss_backends_report_their_recall_against_exact(backend, options):

@@ -61,6 +61,7 @@ def _pml(loss):
     return cls(C, DIM, margin=loss.margin, scale=loss.scale)
 
 
+@pytest.mark.slow  # peer reference (PyTorch, PML)
 @pytest.mark.parametrize("make", [s[0] for s in SETTINGS])
 def test_equals_pytorch_metric_learning_with_the_same_weights(make):
     import torch

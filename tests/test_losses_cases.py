@@ -185,7 +185,7 @@ def test_all_pairs_easy_batch_is_finite(name, factory, reference):
         assert np.all(np.abs(grad) < 1e-6)  # every constraint satisfied: nothing to learn
 
 
-@pytest.mark.parametrize("loss", SERIALIZED, ids=[type(l).__name__ for l in SERIALIZED])
+@pytest.mark.parametrize("loss", SERIALIZED, ids=[type(case).__name__ for case in SERIALIZED])
 def test_config_round_trip_and_lookup_by_name(loss):
     checks.assert_config_round_trip(loss)  # from_config, keras.saving, losses.get by name
     restored = keras.losses.deserialize(keras.losses.serialize(loss))
@@ -269,6 +269,7 @@ def _pml_value_and_gradient(name, labels, x):
     return float(value), xt.grad.numpy()
 
 
+@pytest.mark.slow  # peer reference (PyTorch, PML)
 @pytest.mark.parametrize("cls", [Circle, SupervisedContrastive, NTXent, SmoothAP],
                          ids=lambda cls: cls.__name__)
 @pytest.mark.parametrize("classes, k", [(4, 4), (8, 2)])
@@ -326,7 +327,7 @@ def test_degenerate_batches_are_finite(cls):
 
 
 @pytest.mark.parametrize("loss", FAMILY_SERIALIZED,
-                         ids=[type(l).__name__ for l in FAMILY_SERIALIZED])
+                         ids=[type(case).__name__ for case in FAMILY_SERIALIZED])
 def test_config_and_save_load(loss, tmp_path):
     checks.assert_config_round_trip(loss)
     if not isinstance(loss, MultipleNegativesRanking):

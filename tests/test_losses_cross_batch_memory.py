@@ -42,6 +42,7 @@ def _ours_values_and_grads(batches, loss):
     return out
 
 
+@pytest.mark.slow  # peer reference (PyTorch, PML)
 @pytest.mark.parametrize("function", [False, True], ids=["eager", "tf_function"])
 def test_values_and_gradients_equal_pml_before_and_after_wrap_around(function):
     batches = _batches()  # 6 batches of 8 into a memory of 20: wraps at the third

@@ -99,6 +99,7 @@ def test_npair_one_per_class_with_a_miner_mines_the_c_by_c_matrix():
     assert 0.0 < value < unmined  # easy negatives dropped from the denominators
 
 
+@pytest.mark.slow  # peer reference (PyTorch, PML)
 def test_npair_one_per_class_equals_pytorch_metric_learning():
     torch = pytest.importorskip("torch")
     pml_losses = pytest.importorskip("pytorch_metric_learning.losses")

@@ -7,7 +7,7 @@ import numpy as np
 import reference as ref
 from keras_dml import weighting
 from keras_dml.losses import ProxyNCA
-from proxy_checks import CLASSES, with_proxies
+from proxy_checks import with_proxies
 
 
 def test_single_class_problem_matches_reference():

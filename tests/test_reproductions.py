@@ -9,6 +9,9 @@ import sys
 import numpy as np
 import pytest
 
+# Training runs of the examples and their PyTorch side: the full tier.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))

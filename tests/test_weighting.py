@@ -97,7 +97,7 @@ def test_pair_weights_are_non_negative_for_distance_losses_too():
 
 @pytest.mark.parametrize("loss", [losses.MultiSimilarity(), losses.Contrastive(),
                                   losses.Contrastive(metric="euclidean")],
-                         ids=lambda l: type(l).__name__)
+                         ids=lambda loss: type(loss).__name__)
 @pytest.mark.parametrize("labels", [np.arange(6), np.zeros(6), np.array([0, 0, 1, 1, 2, 3])],
                          ids=["no-positives", "one-class", "k=1-mixed"])
 def test_degenerate_batches_are_finite(loss, labels):

@@ -17,7 +17,6 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_dml import backbones, data, datasets, evaluation, losses  # noqa: E402

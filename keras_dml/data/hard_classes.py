@@ -42,8 +42,8 @@ class HardNegativeClassSampler(ClassBalancedSampler):
     Examples:
 
     >>> sampler = HardNegativeClassSampler(labels, classes_per_batch=32)
-    >>> sampler.update(class_embeddings)  # (num_classes, d), row = class index
-    >>> batch = sampler.next_batch()
+    >>> sampler.update(class_embeddings)  # (num_classes, d), row = class index  # doctest: +SKIP
+    >>> batch = sampler.next_batch()  # doctest: +SKIP
     """
 
     def __init__(self, labels, classes_per_batch, samples_per_class=2, num_neighbors=None,

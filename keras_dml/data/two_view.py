@@ -54,9 +54,9 @@ def two_view_batches(source, augment, instances_per_batch, *, labels="instance",
 
     >>> augment = keras.Sequential([keras.layers.RandomTranslation(0.1, 0.1),
     ...                             keras.layers.RandomRotation(0.05)])
-    >>> ds = keras_dml.data.two_view_batches(images, augment, 128, seed=0)
+    >>> ds = keras_dml.data.two_view_batches(images, augment, 128, seed=0)  # doctest: +SKIP
     >>> model.compile("adam", loss=keras_dml.losses.NTXent(temperature=0.1))
-    >>> model.fit(ds, steps_per_epoch=100)
+    >>> model.fit(ds, steps_per_epoch=100)  # doctest: +SKIP
 
     Reference: Chen et al., "A Simple Framework for Contrastive Learning of Visual
     Representations" (SimCLR), ICML 2020, Algorithm 1.

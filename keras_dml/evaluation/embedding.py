@@ -163,7 +163,7 @@ def evaluate_retrieval(
 
     Examples:
         >>> model = keras.Sequential([keras.layers.Dense(8)])
-        >>> evaluate_retrieval(model, (x_test, y_test), ks=(1, 2))["recall@1"]
+        >>> evaluate_retrieval(model, (x_test, y_test), ks=(1, 2))["recall@1"]  # doctest: +SKIP
     """
     # both checked before the first is embedded
     dataset = as_dataset(dataset, batch_size, steps, "dataset")

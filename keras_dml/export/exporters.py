@@ -96,9 +96,10 @@ def export_retriever(model, base_dir, reference_images=None, reference_embedding
     or `images`), outputs `indices` (int64 `(batch, k)`, rows of the reference
     gallery), `labels` (`(batch, k)`, their labels: int64, or string for
     string labels) and `scores` (float32 `(batch, k)`, cosine similarity),
-    best first (and, with a `threshold`, `match` and `is_match`). The gallery lives in the SavedModel, so TF Serving alone serves
-    retrieval. Layout, warm-up, sidecar and publishing are as in
-    `export_embedder`; the sidecar's `retrieval` section records the gallery.
+    best first (and, with a `threshold`, `match` and `is_match`). The gallery lives in
+    the SavedModel, so TF Serving alone serves retrieval. Layout, warm-up, sidecar and
+    publishing are as in `export_embedder`; the sidecar's `retrieval` section records
+    the gallery.
 
     Size limits: the gallery takes `N x d x 4` bytes of server RAM (1M x 128
     is 512 MB) and each query costs `N x d` multiply-adds; a request uses
@@ -116,8 +117,8 @@ def export_retriever(model, base_dir, reference_images=None, reference_embedding
         reference_labels: Labels `(N,)`, integers or strings. Required unless
             `reference_images` is a dataset yielding `(images, labels)`.
         k: Neighbours returned per query, at most N. Defaults to 10.
-        version, input_format, preprocessing, overwrite, warmup,
-            warmup_batch_sizes, warmup_inputs, run_info, verify: As in
+        version, input_format, preprocessing, overwrite: As in `export_embedder`.
+        warmup, warmup_batch_sizes, warmup_inputs, run_info, verify: As in
             `export_embedder`.
         chunk_size: Gallery rows scored at once. Defaults to 32768.
         batch_size: Batch size for embedding `reference_images`. Defaults to 256.

@@ -96,7 +96,8 @@ def read_export_info(export_dir):
     Examples:
 
     >>> info = read_export_info("savedmodels/cub/3")  # doctest: +SKIP
-    >>> info["outputs"]["embedding"]["shape"]  # doctest: +SKIP
+    >>> outputs = info["outputs"]  # doctest: +SKIP
+    >>> outputs["embedding"].get("shape")  # doctest: +SKIP
     [None, 512]
     """
     path = tf.io.gfile.join(str(export_dir), SIDECAR_NAME)

@@ -58,7 +58,8 @@ class Index:
     Examples:
 
     >>> index = Index()
-    >>> index.add(np.eye(3, dtype="float32"), labels=[7, 8, 9])
+    >>> index.add(np.eye(3, dtype="float32"), labels=[7, 8, 9])  # returns the new ids
+    array([0, 1, 2])
     >>> index.search(np.array([[1.0, 0.1, 0.0]], "float32"), k=2).labels
     array([[7, 8]])
     >>> index.match(np.array([[1.0, 0.1, 0.0], [1, 1, 1]], "float32"), threshold=0.9)

@@ -27,6 +27,48 @@ from keras_dml.losses.soft_triple import SoftTriple
 from keras_dml.losses.supervised_contrastive import NTXent, SupervisedContrastive
 from keras_dml.losses.triplet import Triplet
 
-# The losses a user trains with, from the registry (the bases PairLoss and ProxyLoss are
-# for subclassing).
 LOSSES = tuple(sorted(ENTRIES))
+"""The names of the losses a user trains with, from the registry (the bases `PairLoss`
+and `ProxyLoss` are for subclassing)."""
+
+__all__ = [
+    "ArcFace",
+    "BalancedContrastive",
+    "BinLifted",
+    "BinomialDeviance",
+    "Circle",
+    "Combined",
+    "Contrastive",
+    "CosFace",
+    "CrossBatchMemory",
+    "ENTRIES",
+    "GeneralizedLiftedStructure",
+    "Histogram",
+    "InstanceCrossEntropy",
+    "LOSSES",
+    "LiftedStructure",
+    "LogRatio",
+    "Margin",
+    "MemoryBank",
+    "MultiSimilarity",
+    "MultipleNegativesRanking",
+    "NCA",
+    "NPair",
+    "NTXent",
+    "NormalizedSoftmax",
+    "PairLoss",
+    "PairTerms",
+    "Pairs",
+    "ProxyAnchor",
+    "ProxyLoss",
+    "ProxyNCA",
+    "Reference",
+    "RelativeAbsoluteWeighting",
+    "SmoothAP",
+    "SoftTriple",
+    "SubCenterArcFace",
+    "SupervisedContrastive",
+    "Triplet",
+    "get",
+    "register",
+]

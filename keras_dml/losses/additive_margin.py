@@ -195,7 +195,8 @@ class ArcFace(MarginSoftmax):
     def __init__(self, num_classes, margin=28.6, scale=64.0, proxy_lr_multiplier=1.0,
                  proxy_initializer=None, reduction="sum_over_batch_size", name="arcface",
                  dtype=None):
-        super().__init__(num_classes, _degrees(margin), scale, proxy_lr_multiplier=proxy_lr_multiplier,
+        super().__init__(num_classes, _degrees(margin), scale,
+                         proxy_lr_multiplier=proxy_lr_multiplier,
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)
 
@@ -288,9 +289,9 @@ class SubCenterArcFace(MarginSoftmax):
         `threshold` degrees is an outlier (label noise to drop before retraining).
 
         Returns:
-            (indices of the outlier samples (int64 NumPy array, sorted),
-             dominant sub-centres (C, d) NumPy array; rows of classes absent from
-             `labels` are zero).
+            (indices of the outlier samples (int64 NumPy array, sorted), dominant
+            sub-centres (C, d) NumPy array; rows of classes absent from `labels` are
+            zero).
         """
         threshold = _hyper.positive("threshold", threshold)
         embeddings = np.asarray(ops.to_float32(embeddings))

@@ -116,9 +116,10 @@ class BalancedContrastive(PairLoss):
 
     >>> from keras_dml.data.designs import GroupDesign, design_batches
     >>> design = GroupDesign(m=4, n=16)
-    >>> counts = np.bincount(train_labels)
-    >>> loss = keras_dml.losses.BalancedContrastive(class_counts=counts, design=design)
-    >>> model.fit(design_batches(train_source, design), steps_per_epoch=100)
+    >>> counts = np.bincount(train_labels)  # doctest: +SKIP
+    >>> loss = keras_dml.losses.BalancedContrastive(class_counts=counts,  # doctest: +SKIP
+    ...                                             design=design)
+    >>> model.fit(design_batches(train_source, design), steps_per_epoch=100)  # doctest: +SKIP
 
     Reference:
         Hong, Park, Kim, "Deep Metric Learning via Weighted Contrastive Loss",

@@ -132,7 +132,7 @@ class Margin(PairLoss):
     Examples:
 
     >>> loss = keras_dml.losses.Margin(miner=keras_dml.mining.DistanceWeighted(seed=0))
-    >>> model = keras_dml.models.DMLModel(inputs, embeddings)
+    >>> model = keras_dml.models.DMLModel(inputs, embeddings)  # doctest: +SKIP
     >>> model.compile(optimizer="adam", loss=loss)   # beta is in model.trainable_weights
 
     Reference:

@@ -104,7 +104,7 @@ class MultipleNegativesRanking(PairLoss):
     >>> pairs = keras.layers.Concatenate()([tower(q), tower(p)])
     >>> model = keras_dml.models.DMLModel([q, p], pairs)
     >>> model.compile("adam", loss=keras_dml.losses.MultipleNegativesRanking())
-    >>> model.fit((queries, positives), numpy.arange(len(queries)), batch_size=64)
+    >>> model.fit((queries, positives), numpy.arange(len(queries)), batch_size=64)  # doctest: +SKIP
 
     Reference:
         Henderson et al., "Efficient Natural Language Response Suggestion for Smart

@@ -46,7 +46,7 @@ class ProxyAnchor(ProxyLoss):
     Examples:
 
     >>> loss = keras_dml.losses.ProxyAnchor(num_classes=100, proxy_lr_multiplier=100)
-    >>> model = keras_dml.models.DMLModel(inputs, embeddings)
+    >>> model = keras_dml.models.DMLModel(inputs, embeddings)  # doctest: +SKIP
     >>> model.compile(optimizer=keras.optimizers.AdamW(1e-4), loss=loss)
 
     Reference:

@@ -72,7 +72,8 @@ class _TemperatureLoss(PairLoss):
     def compute_terms(self, matrix, pairs):
         positive, negative = pairs.positive, pairs.negative
         sign = -1.0 if self.is_distance else 1.0
-        value, weights = type(self).logit_terms(sign * matrix / self.temperature, positive, negative)
+        logits = sign * matrix / self.temperature
+        value, weights = type(self).logit_terms(logits, positive, negative)
         return value, weights * (sign / self.temperature)
 
     def get_config(self):
@@ -147,7 +148,8 @@ class NTXent(_TemperatureLoss):
 
     Examples:
 
-    >>> batches = keras_dml.data.two_view_batches(images, augment, instances_per_batch=256)
+    >>> batches = keras_dml.data.two_view_batches(images, augment,  # doctest: +SKIP
+    ...                                           instances_per_batch=256)
     >>> model.compile(optimizer="adam", loss=keras_dml.losses.NTXent(temperature=0.1))
 
     Reference:

@@ -7,3 +7,16 @@ from keras_dml.mining.triplet import PairMarginMiner
 from keras_dml.mining.triplet import SemiHardMiner
 from keras_dml.mining.triplet import TripletMiner
 from keras_dml.mining.distance_weighted import DistanceWeighted
+
+__all__ = [
+    "DistanceWeighted",
+    "EasyMiner",
+    "HardMiner",
+    "Miner",
+    "MultiSimilarityMiner",
+    "PairMarginMiner",
+    "SemiHardMiner",
+    "TripletMiner",
+    "get",
+    "serialize",
+]

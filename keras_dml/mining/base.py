@@ -100,4 +100,5 @@ def get(identifier):
 
 
 def serialize(miner):
+    """The Keras config of `miner` (for a loss's `get_config`), or None without one."""
     return None if miner is None else keras.saving.serialize_keras_object(miner)

@@ -15,6 +15,9 @@ _FUNCTIONS = {
 }
 
 
+__all__ = sorted(_FUNCTIONS)
+
+
 def __getattr__(name):
     if name in _FUNCTIONS:
         return getattr(importlib.import_module(_FUNCTIONS[name]), name)

@@ -73,8 +73,8 @@ def recall_curves(history, path="recall_curves.png", keys=None, dpi=100, steps_p
         dict `{key: (x, values_in_percent)}`, x as drawn (epochs 1-based, or steps).
 
     Examples:
-        >>> history = model.fit(..., callbacks=[RecallAtK((x_val, y_val))])
-        >>> recall_curves(history, "runs/recall.png")
+        >>> history = model.fit(..., callbacks=[RecallAtK((x_val, y_val))])  # doctest: +SKIP
+        >>> recall_curves(history, "runs/recall.png")  # doctest: +SKIP
     """
     from matplotlib.ticker import MaxNLocator
 
