@@ -9,7 +9,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: the pages whose first ```python block is the quickstart
-PAGES = ("docs/index.md",)
+PAGES = ("README.md", "docs/index.md")
 
 
 def first_python_block(path):
