@@ -109,7 +109,7 @@ def recall_curves(history, path="recall_curves.png", keys=None, dpi=100, steps_p
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylim(bottom=0, top=100)
     if any(x[0] == 0 for x, _ in drawn.values()):
-        axes.set_title("Recall@K (at 0: the untrained network)", fontsize="medium")
+        axes.set_title("Recall@K (at 0: before training)", fontsize="medium")
     axes.grid(alpha=0.3)
     axes.legend(fontsize="small", loc="lower right")
     figure.tight_layout()
