@@ -1,6 +1,6 @@
 """`TrainConfig`: every setting of `keras-dml train`, with its default (no TensorFlow here).
 
-The command line builds its options from these defaults (`keras_dml.commands.train`),
+The command line builds its options from these defaults (`keras_dml.cli.train`),
 so the defaults live in one place; `keras_dml.training.run(config)` runs a config.
 """
 

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from keras_dml import cli
+from keras_dml.cli.parser import _bad_image_hint, _missing_module_message
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 TINY = ["--dataset", "digits", "--epochs", "1", "--steps-per-epoch", "2",
@@ -181,8 +182,23 @@ def test_errors_use_the_command_words(tmp_path, capsys):
 
 def test_missing_optional_dependency_names_the_extra():
     error = ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
-    assert cli._missing_module_message(error) == \
+    assert _missing_module_message(error) == \
         'matplotlib is not installed: pip install "keras_dml[plots]"'
+
+
+@pytest.mark.parametrize("command", ["train", "embed", "index", "calibrate"])
+def test_bad_image_hint_names_only_the_commands_own_flags(command):
+    from keras_dml.data.bad_images import BadImageGuard
+
+    with pytest.raises(ValueError) as error:
+        BadImageGuard(lambda i: f"image {i} 'x.jpg'").check(0, [0], [False])
+    command_parser = cli.build_parser().command_parsers[command]
+    message = cli.flag_words(_bad_image_hint(str(error.value), command_parser), command_parser)
+    assert "x.jpg" in message and "skip_bad_images" not in message
+    ending = ("(keras_dml.data.verify_images finds bad files up front), or skip batches "
+              "holding them with --skip-bad-images." if command == "train" else
+              "(keras_dml.data.verify_images finds bad files up front).")
+    assert message.endswith(ending), message
 
 
 def test_unknown_loss_is_a_clear_error(tmp_path, capsys):

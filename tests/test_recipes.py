@@ -4,12 +4,13 @@ given on the command line override it, and unknown names are refused clearly."""
 import pytest
 
 from keras_dml import cli, recipes
+from keras_dml.cli.parser import _with_recipe
 
 
 def _parsed(argv):
     parser = cli.build_parser()
     args = parser.parse_args(argv)
-    return cli._with_recipe(parser, argv, args) if args.recipe or args.list_recipes else args
+    return _with_recipe(parser, argv, args) if args.recipe or args.list_recipes else args
 
 
 @pytest.mark.parametrize("name", sorted(recipes.RECIPES))

@@ -9,6 +9,10 @@ import tensorflow as tf
 #: stream whose every batch holds a bad file fails instead of hanging.
 MAX_BAD_BATCHES_IN_A_ROW = 20
 
+#: The way out a `BadImageError` ends with; the command line rewrites it for each
+#: command (`--skip-bad-images` is `keras-dml train`'s alone).
+SKIP_HINT = ", or skip batches holding them with skip_bad_images=True (CLI: --skip-bad-images)"
+
 
 class BadImageError(ValueError):
     """An image file of a keras_dml stream is missing or cannot be decoded."""
@@ -51,9 +55,8 @@ class BadImageGuard:
         if not self.skip:
             raise BadImageError(
                 f"keras_dml.data: cannot read or decode {names} (batch {int(batch_id)}). "
-                "Fix or remove the file, drop bad files up front with "
-                "keras_dml.data.verify_images, or skip batches holding them with "
-                "skip_bad_images=True (CLI: --skip-bad-images).")
+                "Fix or remove the file (keras_dml.data.verify_images finds bad files up "
+                f"front){SKIP_HINT}.")
         self.skipped_batches += 1
         self._in_a_row += 1
         if self._in_a_row >= self.limit:

@@ -32,7 +32,7 @@ _DESCRIPTION = (
 )
 
 
-def add_commands(commands):
+def add_command(commands):
     """Adds `train` to the `keras-dml` sub-parsers."""
     parser = commands.add_parser("train", help=HELP, description=_DESCRIPTION)
     add_arguments(parser)
@@ -210,6 +210,7 @@ def _backbone(name):
 
 
 def run(args):
+    """`keras-dml train`: trains (or resumes) the run; returns the exit code."""
     from keras_dml import training
     from keras_dml.training_config import TrainConfig
 

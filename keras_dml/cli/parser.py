@@ -1,8 +1,8 @@
-"""The `keras-dml` command: train, evaluate and export deep metric learning models.
+"""The `keras-dml` parser, entry point and error messages.
 
-Each command module (see `keras_dml.commands`) is listed in `COMMAND_MODULES` and
-adds its subcommands and options; none imports TensorFlow before a command runs,
-so `keras-dml --help` and `keras-dml train --help` answer at once.
+Each command module (see `keras_dml.cli`) is listed in `COMMAND_MODULES` and adds
+its subcommand and options; none imports TensorFlow before a command runs, so
+`keras-dml --help` and `keras-dml train --help` answer at once.
 """
 
 import argparse
@@ -14,8 +14,12 @@ import sys
 
 # Modules adding subcommands, in the order of `keras-dml --help`.
 COMMAND_MODULES = (
-    "keras_dml.commands.train",
-    "keras_dml.cli_serving",  # export
+    "keras_dml.cli.train",
+    "keras_dml.cli.export",
+    "keras_dml.cli.embed",
+    "keras_dml.cli.index",
+    "keras_dml.cli.search",
+    "keras_dml.cli.calibrate",
 )
 
 # Optional dependencies -> the extra that installs them (setup.cfg).
@@ -23,9 +27,9 @@ EXTRAS = {
     "matplotlib": "plots",
     "sklearn": "plots",
     "tensorflow_serving": "export",
-    "faiss": "bench",
-    "torch": "bench",
-    "pytorch_metric_learning": "bench",
+    "faiss": "ann",
+    "torch": "peers",
+    "pytorch_metric_learning": "peers",
 }
 
 
@@ -36,7 +40,7 @@ def build_parser():
         "train an embedder, measure retrieval, export it for TF Serving.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMAND_MODULES:
-        importlib.import_module(module).add_commands(commands)
+        importlib.import_module(module).add_command(commands)
     parser.command_parsers = dict(commands.choices)
     return parser
 
@@ -107,6 +111,18 @@ def flag_words(message, command_parser):
     return message
 
 
+def _bad_image_hint(message, command_parser):
+    """keras_dml.data's bad-image hint as the command's: `--skip-bad-images` where the
+    command has it (train), no skipping hint where it has not (embed, index, ...)."""
+    if "--skip-bad-images" not in message:
+        return message
+    from keras_dml.data.bad_images import SKIP_HINT
+
+    has_flag = "--skip-bad-images" in command_parser._option_string_actions  # noqa: SLF001
+    return message.replace(SKIP_HINT, ", or skip batches holding them with "
+                           "--skip-bad-images" if has_flag else "")
+
+
 def _missing_module_message(error):
     top = (error.name or "").split(".")[0]
     extra = EXTRAS.get(top)
@@ -129,12 +145,10 @@ def main(argv=None):
     except ModuleNotFoundError as error:
         message = _missing_module_message(error)
     except (ValueError, FileNotFoundError, FileExistsError) as error:
-        message = flag_words(str(error), parser.command_parsers[args.command])
+        command_parser = parser.command_parsers[args.command]
+        message = flag_words(_bad_image_hint(str(error), command_parser), command_parser)
     except KeyboardInterrupt:
         message = "interrupted"
     print(f"keras-dml {args.command}: error: {message}", file=sys.stderr)
     return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Arguments and steps shared by several `keras-dml` commands (index, calibrate, embed)."""
+
+
+def add_data_arguments(parser):
+    """Adds --images, --dataset, --split and --data-dir: the images a command embeds."""
+    parser.add_argument("--images", default=None, metavar="DIR|CSV",
+                        help="a folder of images (root/<class>/<image>) or a CSV list "
+                        "(path,label), instead of a dataset split")
+    parser.add_argument("--dataset", default=None,
+                        help="dataset name (default: the run's training dataset)")
+    parser.add_argument("--split", default="test",
+                        help="test (default: held-out classes), train, query or gallery")
+    parser.add_argument("--data-dir", default=None, help="local dataset folder")
+
+
+def embedded(args, run):
+    """`(embeddings, labels, metadata, info)` of --images or of the dataset split."""
+    import os
+
+    from keras_dml.index.catalogue import list_images
+    from keras_dml.index.embedding import embed_batches
+    from keras_dml.index.runs import split_batches
+
+    info = {"run": os.path.abspath(run.run_dir)}
+    if args.images is not None:
+        if args.dataset is not None or args.data_dir is not None:
+            raise ValueError("Pass either --images or --dataset/--data-dir, not both.")
+        catalogue = list_images(args.images)
+        embeddings = embed_catalogue(run, catalogue)
+        info.update(images=os.path.abspath(args.images), root=catalogue.root)
+        labels = catalogue.labels if catalogue.labelled else None
+        return embeddings, labels, catalogue.ids, info
+    batches, class_names = split_batches(run, args.dataset, args.split, args.data_dir)
+    embeddings, labels = embed_batches(run.embedder, batches)
+    info.update(dataset=args.dataset or run.dataset, split=args.split,
+                class_names=class_names)
+    return embeddings, labels, None, info
+
+
+def embed_catalogue(run, catalogue, batch_size=64):
+    """The catalogue's embeddings, then the line "embedded N images in S s (X images/s)"."""
+    import time
+
+    from keras_dml.index.catalogue import embed_files
+    from keras_dml.index.runs import preprocessing
+
+    started = time.perf_counter()
+    embeddings = embed_files(run.embedder, catalogue.paths, preprocessing(run), batch_size)
+    seconds = time.perf_counter() - started
+    print(f"embedded {len(embeddings)} images in {seconds:.1f} s "
+          f"({len(embeddings) / seconds:.1f} images/s)")
+    return embeddings
