@@ -420,3 +420,15 @@ def test_inshop_is_evaluated_query_against_gallery(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     summary = json.loads((tmp_path / "runs" / "inshop" / "summary.json").read_text())
     assert summary["recall_after"]["num_queries"] == 3  # the 3 query images, not 12
+
+
+def test_warnings_print_as_one_command_line():
+    import warnings
+
+    from keras_dml.cli.parser import _warnings_as_lines
+
+    saved = warnings.formatwarning
+    with _warnings_as_lines("embed"):
+        line = warnings.formatwarning("3 hidden files skipped", UserWarning, "somewhere.py", 12)
+    assert line == "keras-dml embed: warning: 3 hidden files skipped\n"
+    assert warnings.formatwarning is saved

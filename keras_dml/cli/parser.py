@@ -11,6 +11,7 @@ import importlib
 import os
 import re
 import sys
+import warnings
 
 # Modules adding subcommands, in the order of `keras-dml --help`.
 COMMAND_MODULES = (
@@ -131,6 +132,19 @@ def _missing_module_message(error):
     return f"{error.name} is not installed: pip install \"keras_dml[{extra}]\""
 
 
+@contextlib.contextmanager
+def _warnings_as_lines(command):
+    """Python warnings print as `keras-dml COMMAND: warning: message`, without the
+    source file and line that mean nothing to a command-line user."""
+    saved = warnings.formatwarning
+    warnings.formatwarning = (
+        lambda message, *args, **kwargs: f"keras-dml {command}: warning: {message}\n")
+    try:
+        yield
+    finally:
+        warnings.formatwarning = saved
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
@@ -141,7 +155,8 @@ def main(argv=None):
             if args is None:
                 return 0
         load_tensorflow()
-        return args.handler(args)
+        with _warnings_as_lines(args.command):
+            return args.handler(args)
     except ModuleNotFoundError as error:
         message = _missing_module_message(error)
     except (ValueError, FileNotFoundError, FileExistsError) as error:
