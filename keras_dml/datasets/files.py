@@ -59,8 +59,8 @@ def from_directory(root, test_classes=0.5, seed=0):
 
     Examples:
 
-    >>> splits = keras_dml.datasets.from_directory("photos", test_classes=0.3)
-    >>> splits.train.class_names[:2], splits.train.paths[0]
+    >>> splits = keras_dml.datasets.from_directory("photos", test_classes=0.3)  # doctest: +SKIP
+    >>> splits.train.class_names[:2], splits.train.paths[0]  # doctest: +SKIP
     (['cat', 'dog'], '/home/me/photos/cat/001.jpg')
     """
     root = os.path.abspath(os.path.expanduser(os.fspath(root)))
