@@ -70,7 +70,7 @@ def from_directory(root, test_classes=0.5, seed=0):
     if not os.path.isdir(root):
         raise ValueError(f"{root} is not a folder: give a folder of class folders "
                          "(root/<class>/<image>), or a CSV file to from_csv.")
-    listing = _Listing()
+    listing = ImageListing()
     folders, files = listing.entries(root)
     given = [part for part in SPLITS if part in folders]
     if given:
@@ -171,7 +171,7 @@ def _check_source(name, data_dir, source, layout):
         raise ValueError(f"dataset {name!r} needs data_dir ({layout}).")
 
 
-class _Listing:
+class ImageListing:
     """Image paths with their class folder and split part, and what was skipped."""
 
     def __init__(self):
@@ -201,7 +201,7 @@ class _Listing:
         """Adds the images of each class folder in `folder`."""
         folders, files = entries or self.entries(folder)
         if not folders:
-            images = [name for name in files if _is_image(name)]
+            images = [name for name in files if is_image_file(name)]
             if images:
                 raise ValueError(
                     f"{folder} holds {len(images)} images but no class folders: put each "
@@ -235,7 +235,7 @@ class _Listing:
             visited.add(real)
             folders, files = self.entries(current)
             for name in files:
-                if _is_image(name):
+                if is_image_file(name):
                     found.append(os.path.join(current, name))
                 else:
                     self.skip("not an image", os.path.join(current, name))
@@ -255,7 +255,9 @@ class _Listing:
                       stacklevel=3)
 
 
-def _is_image(name):
+def is_image_file(name):
+    """Whether a file name has an image extension TensorFlow decodes (any case); the
+    file itself is not opened."""
     return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 

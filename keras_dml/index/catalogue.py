@@ -76,13 +76,13 @@ def list_images(source):
 
 
 def _from_folder(root):
-    from keras_dml.datasets.files import SPLITS, _is_image, _Listing
+    from keras_dml.datasets.files import SPLITS, is_image_file, ImageListing
 
-    listing = _Listing()
+    listing = ImageListing()
     folders, files = listing.entries(root)
-    loose = sorted(os.path.join(root, name) for name in files if _is_image(name))
+    loose = sorted(os.path.join(root, name) for name in files if is_image_file(name))
     for name in files:
-        if not _is_image(name):
+        if not is_image_file(name):
             listing.skip("not an image", os.path.join(root, name))
     parts = [part for part in SPLITS if part in folders]
     if parts:
