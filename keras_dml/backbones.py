@@ -109,7 +109,7 @@ def cnn3(input_shape, filters=64, blocks=3, name="cnn3"):
     return keras.Model(inputs, keras.layers.Flatten(name="flatten")(x), name=name)
 
 
-def get(name, input_shape, weights=None, width=None):
+def get(name, input_shape, weights=None, width=None, source=None):
     """A backbone by name: a feature-map (or, for cnn3, feature-vector) model.
 
     Args:
@@ -123,6 +123,8 @@ def get(name, input_shape, weights=None, width=None):
             None.
         width: filters of cnn3's convolutions (default 64) or of convnet's first
             stage (default 32, doubled per stage); the Applications have no width.
+        source: `load_source(weights)` when the caller has it already (to read the
+            saved head of the same file too). Defaults to None: loaded here.
 
     Returns:
         A `keras.Model` from raw pixels (in [0, 255] for the Applications) to features.
@@ -134,7 +136,8 @@ def get(name, input_shape, weights=None, width=None):
     """
     name = backbone_name(name)
     weights = None if weights in (None, "none") else os.fspath(weights)
-    source = None if weights in (None, "imagenet") else load_source(weights)  # fail fast
+    if source is None and weights not in (None, "imagenet"):
+        source = load_source(weights)  # fail fast, before building
     if name in FAMILIES:
         if width is not None:
             raise ValueError(f"width={width!r} applies to cnn3 and convnet, not {name}.")

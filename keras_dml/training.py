@@ -166,10 +166,8 @@ def build_model(config, input_shape, weights=None):
     keras.utils.set_random_seed(config.seed)
     weights = config.weights if weights is None else weights
     source = None if weights in ("none", "imagenet") else backbones.load_source(weights)
-    backbone = backbones.get(config.backbone, input_shape, width=config.width,
-                             weights="imagenet" if weights == "imagenet" else None)
-    if weights not in ("none", "imagenet"):
-        backbones.load_weights(backbone, weights, source=source)
+    backbone = backbones.get(config.backbone, input_shape, weights=weights,
+                             width=config.width, source=source)
     if config.freeze_bn:
         fine_tuning.freeze_batch_norm(backbone)
     embeddings = EmbeddingHead(config.embedding_dim, name="embedding")(backbone.output)
