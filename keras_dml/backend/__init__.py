@@ -1,0 +1,44 @@
+"""The few places where keras_dml's code differs by Keras backend.
+
+Everything else in the package is written in `keras.ops` and runs on TensorFlow, JAX
+and PyTorch alike. Code that needs one backend, or TensorFlow itself (tf.data,
+SavedModel export, `tf.distribute`), asks here instead of importing it at module level,
+so that `import keras_dml` works on a machine without TensorFlow.
+"""
+
+import importlib
+
+import keras
+
+
+class TensorFlowRequiredError(ImportError):
+    """A TensorFlow-only feature was used where TensorFlow is not installed."""
+
+
+def name():
+    """The running Keras backend: "tensorflow", "jax" or "torch"."""
+    return keras.backend.backend()
+
+
+def is_tensorflow():
+    """True when Keras runs on TensorFlow."""
+    return name() == "tensorflow"
+
+
+def tensorflow_installed():
+    """True when `import tensorflow` would succeed (without importing it)."""
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+def require_tensorflow(feature):
+    """The `tensorflow` module, or a one-line `TensorFlowRequiredError` naming `feature`.
+
+    For what stays TensorFlow's whatever the Keras backend: tf.data pipelines, image
+    decoding, SavedModel / TF Serving export and `tf.distribute`.
+    """
+    try:
+        return importlib.import_module("tensorflow")
+    except ImportError as error:
+        raise TensorFlowRequiredError(
+            f"{feature} needs TensorFlow, which is not installed here: "
+            f"pip install 'keras-dml[tensorflow]' (Keras backend: {name()}).") from error
