@@ -7,6 +7,7 @@ so that `import keras_dml` works on a machine without TensorFlow.
 """
 
 import importlib
+import importlib.util
 
 import keras
 
