@@ -9,7 +9,6 @@ op it ran before, and JAX and PyTorch use `keras.ops` or their own batched op.
 """
 
 import keras
-import numpy as np
 
 from keras_dml.backend import is_tensorflow, name
 
@@ -93,30 +92,3 @@ def set_diagonal(x, diagonal):
     size = keras.ops.shape(x)[0]
     on_diagonal = keras.ops.eye(size, dtype="bool")
     return keras.ops.where(on_diagonal, keras.ops.expand_dims(diagonal, 0), x)
-
-
-def run_after(dependencies, function):
-    """`function()`, whose ops TensorFlow's graph runs only once `dependencies` are computed.
-
-    Orders two branches that would each hold an (N, M) matrix, so that they do not hold
-    them at the same time; JAX and PyTorch run the function as it is.
-    """
-    if is_tensorflow():
-        with _tf().control_dependencies(dependencies):
-            return function()
-    return function()
-
-
-def concrete(x):
-    """`x` as a NumPy array when its value is known now (eager), None while tracing a graph
-    (`tf.function`, `jax.jit`): for checks that can only run on values."""
-    if is_tensorflow():
-        tf = _tf()
-        if not tf.executing_eagerly():
-            return None
-        return np.asarray(x)
-    if name() == "jax":
-        import jax
-
-        return None if isinstance(x, jax.core.Tracer) else np.asarray(x)
-    return keras.ops.convert_to_numpy(x)

@@ -8,6 +8,7 @@ import numpy as np
 from keras_dml import hyperparameters as _hyper
 from keras_dml import validation
 from keras_dml.backend import pairs as primitives
+from keras_dml.backend import tensors
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
@@ -175,12 +176,12 @@ class BalancedContrastive(PairLoss):
 
     def check(self, labels, embeddings):
         labels, embeddings = super().check(labels, embeddings)
-        values = None if self.class_counts is None else primitives.concrete(labels)
-        if values is not None:
+        if self.class_counts is not None and tensors.is_concrete(labels):
             size = len(self.class_counts)
             validation.check_label_range(labels, size, bound="len(class_counts)",
                                          name=f"labels (class_counts has {size} classes)")
-            empty = sorted({int(v) for v in values if self.class_counts[v] == 0})
+            empty = sorted({int(v) for v in keras.ops.convert_to_numpy(labels)
+                            if self.class_counts[v] == 0})
             if empty:
                 raise ValueError(f"labels {empty[:5]} have class_counts 0: a batch cannot "
                                  "hold a class the training set does not.")

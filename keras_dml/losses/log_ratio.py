@@ -6,6 +6,7 @@ import numpy as np
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops, validation
 from keras_dml.backend import pairs as primitives
+from keras_dml.backend import tensors
 from keras_dml.losses.base import PairLoss, Pairs
 from keras_dml.losses.registry import register
 
@@ -154,8 +155,8 @@ class LogRatio(PairLoss):
                 f"labels and embeddings disagree in batch size: labels have shape "
                 f"{tuple(labels.shape)}, embeddings {tuple(embeddings.shape)}."
             )
-        values = primitives.concrete(labels)
-        if values is not None and not np.all(np.isfinite(values)):
+        if tensors.is_concrete(labels) and not np.all(
+                np.isfinite(keras.ops.convert_to_numpy(labels))):
             raise ValueError("labels contain NaN or Inf values.")
         return ops.to_float32(labels), embeddings
 

@@ -10,7 +10,7 @@ import keras
 import numpy as np
 
 from keras_dml import ops
-from keras_dml.backend import pairs as primitives
+from keras_dml.backend import tensors
 from keras_dml.hyperparameters import finite
 
 #: the largest float32 (its negation is the lowest): the fill of masked-out entries
@@ -75,8 +75,10 @@ class MultiSimilarityMiner(Miner):
             similarity, positive, keepdims=True, empty_value=FLOAT32_MAX
         )
         # one (N, M) masked copy at a time: the second waits for the first reduction
-        hardest_negative = primitives.run_after([hardest_positive], lambda: ops.masked_max(
-            similarity, negative, keepdims=True, empty_value=-FLOAT32_MAX))
+        with tensors.control_dependencies([hardest_positive]):
+            hardest_negative = ops.masked_max(
+                similarity, negative, keepdims=True, empty_value=-FLOAT32_MAX
+            )
         kept_negative = negative & (similarity > hardest_positive - self.epsilon)
         kept_positive = positive & (similarity < hardest_negative + self.epsilon)
         return kept_positive, kept_negative

@@ -4,7 +4,7 @@ import math
 
 import keras
 
-from keras_dml.backend import pairs as primitives
+from keras_dml.backend import tensors
 from keras_dml.hyperparameters import integer_at_least
 from keras_dml.mining.base import FLOAT32_MAX, Miner
 
@@ -47,9 +47,9 @@ class DistanceWeighted(Miner):
     Computation is in log space, O(N^2) memory, static shapes (XLA, `jax.jit`):
     draws are Gumbel-top-k (exactly sampling without replacement proportionally to
     w), with noise from the miner's `keras.random.SeedGenerator` (`seed_generator`),
-    and the draws are selected without sorting (see `largest_per_row`). Kept pairs are a mask, so a negative
-    is kept at most once per anchor (Wu et al. draw with replacement); an anchor
-    with fewer candidates than draws keeps all its candidates.
+    and the draws are selected without sorting (see `largest_per_row`). Kept pairs
+    are a mask, so a negative is kept at most once per anchor (Wu et al. draw with
+    replacement); an anchor with fewer candidates than draws keeps all its candidates.
 
     Args:
         cutoff: lower clip of the distance in the weights. Defaults to 0.5 (Wu et al.).
@@ -195,9 +195,9 @@ def _distance(name, value):
 
 def _check_cosine(similarity):
     """Eagerly refuse similarities that cannot come from L2-normalised embeddings."""
-    values = primitives.concrete(similarity)
-    if values is None:
+    if not tensors.is_concrete(similarity):
         return
+    values = keras.ops.convert_to_numpy(similarity)
     largest = float(abs(values).max()) if values.size > 0 else 0.0
     if largest > 1.0 + 1e-3:
         raise ValueError(
