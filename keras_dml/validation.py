@@ -7,7 +7,7 @@ evaluation, the index and the plots.
 import keras
 import numpy as np
 
-from keras_dml.backend import primitives
+from keras_dml.backend import primitives, tensors
 
 
 def check_class_labels(labels, batch_size=None, name="labels"):
@@ -39,7 +39,7 @@ def check_class_labels(labels, batch_size=None, name="labels"):
             f"{name} and embeddings disagree in batch size: {name} has shape "
             f"{tuple(labels.shape)}, embeddings have {batch_size} rows."
         )
-    values = primitives.concrete(labels)
+    values = _values(labels)
     if values is not None:
         check_label_values(values, name=name)
     elif dtype != "int32":  # run time: fractional or huge ids would merge classes
@@ -48,6 +48,12 @@ def check_class_labels(labels, batch_size=None, name="labels"):
             f"{name} must be integer class ids below 2**24 in magnitude; got values such as",
             [labels])
     return labels if dtype == "int32" else keras.ops.cast(labels, "int32")
+
+
+def _values(x):
+    """The values of tensor `x` as a NumPy array, or None while tracing (a TensorFlow
+    graph, a JAX tracer): the checks run on values where they can."""
+    return keras.ops.convert_to_numpy(x) if tensors.is_concrete(x) else None
 
 
 def _whole_and_small(labels):
@@ -68,7 +74,7 @@ def check_embeddings(embeddings, name="embeddings"):
         raise ValueError(
             f"{name} must have rank 2, shape (batch, dim), got shape {tuple(embeddings.shape)}."
         )
-    values = primitives.concrete(embeddings)
+    values = _values(embeddings)
     if values is not None and not np.isfinite(values).all():
         count = int(np.sum(~np.isfinite(values)))
         raise ValueError(
@@ -93,7 +99,7 @@ def check_label_range(labels, size, name="labels", bound="num_classes"):
     jitted JAX has none, so there a caller that gathers with the labels must guard
     itself (`ProxyLoss.call` turns the loss into NaN rather than matching a wrong proxy).
     """
-    values = primitives.concrete(labels)
+    values = _values(labels)
     if values is not None:
         bad = values[(values < 0) | (values >= size)]
         if bad.size:
@@ -155,9 +161,9 @@ def check_label_values(values, num_classes=None, name="labels"):
 def check_no_overflow(value, embeddings, loss_name):
     """Eager: a non-finite loss from finite embeddings is a ValueError (float32 overflow
     on huge embeddings), not an inf for the optimizer. Graph: `DMLModel` skips the step."""
-    values = primitives.concrete(value)
+    values = _values(value)
     if values is not None and not np.isfinite(values).all():
-        largest = float(np.max(np.abs(primitives.concrete(embeddings).astype(np.float32))))
+        largest = float(np.max(np.abs(_values(embeddings).astype(np.float32))))
         raise ValueError(
             f"{loss_name}: the loss overflows float32 on these embeddings (largest "
             f"|value| {largest:.3g}); normalize or scale them down (e.g. an "

@@ -1,10 +1,11 @@
-"""Tensor primitives whose best form differs by Keras backend.
+"""Tensor primitives of the engine and `keras_dml.ops` whose best form differs by backend.
 
-Each is one `keras.ops` expression on JAX and PyTorch and the TensorFlow op the
-package used before it ran on every backend (so TensorFlow's graphs, and speed, stay
-what they were): matmuls with transposed operands, row gathers without
-`keras.ops.take`'s negative-index rewrite, scatters (`keras.ops.scatter` is a Python
-loop on PyTorch), run-time assertions and XLA compilation of a function.
+Each is one `keras.ops` expression (or the backend's own op) on JAX and PyTorch and
+the TensorFlow op the package used before it ran on every backend, so TensorFlow's
+graphs, and speed, stay what they were: scatters (`keras.ops.scatter` is a Python
+loop on PyTorch), run-time assertions, shapes, XLA. The row-wise primitives (gathers,
+matmuls with transposes, stable sorts) are in `keras_dml.backend.pairs`, the control
+dependencies and value checks in `keras_dml.backend.tensors`.
 """
 
 import numpy as np
@@ -18,30 +19,6 @@ def _tf():
     import tensorflow as tf  # only ever reached on the TensorFlow backend
 
     return tf
-
-
-def matmul(a, b, transpose_a=False, transpose_b=False):
-    """a @ b with either operand transposed (a 2-D matrix each)."""
-    if backend.is_tensorflow():
-        return _tf().matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-    a = keras.ops.transpose(a) if transpose_a else a
-    b = keras.ops.transpose(b) if transpose_b else b
-    return keras.ops.matmul(a, b)
-
-
-def gather(x, indices):
-    """The rows `x[indices]` of `x` (non-negative int indices)."""
-    if backend.is_tensorflow():
-        return _tf().gather(x, indices)
-    return keras.ops.take(x, indices, axis=0)
-
-
-def row_entries(x, columns):
-    """x[i, columns[i]] for each row i of a 2-D `x`: shape (N,)."""
-    if backend.is_tensorflow():
-        return _tf().gather(x, columns, batch_dims=1)
-    columns = keras.ops.cast(columns, "int32")
-    return keras.ops.take_along_axis(x, keras.ops.expand_dims(columns, 1), axis=1)[:, 0]
 
 
 def scatter_rows(indices, rows, num_rows):
@@ -68,27 +45,6 @@ def subtract_at(x, columns, amount):
         return tf.tensor_scatter_nd_sub(x, own, tf.fill(tf.shape(columns),
                                                          tf.cast(amount, x.dtype)))
     return x - amount * keras.ops.one_hot(columns, keras.ops.shape(x)[1], dtype=x.dtype)
-
-
-def without_diagonal(mask):
-    """A square boolean `mask` with its diagonal set to False."""
-    if backend.is_tensorflow():
-        tf = _tf()  # one pass over the diagonal, not an N x N eye and a logical_and
-        return tf.linalg.set_diag(mask, tf.zeros_like(tf.linalg.diag_part(mask)))
-    return keras.ops.logical_and(mask, keras.ops.logical_not(
-        keras.ops.eye(keras.ops.shape(mask)[0], dtype="bool")))
-
-
-def stable_argsort(x):
-    """The indices that sort the 1-D `x`, equal entries in their original order."""
-    name = backend.name()
-    if name == "tensorflow":
-        return _tf().argsort(x, stable=True)
-    if name == "torch":
-        import torch
-
-        return torch.argsort(x, stable=True)
-    return keras.ops.argsort(x)  # jnp.argsort is stable
 
 
 def first_pairs(labels):
@@ -153,37 +109,6 @@ def xla_compiled(function):
     if not backend.is_tensorflow():
         return None
     return _tf().function(function, jit_compile=True, reduce_retracing=True)
-
-
-def after(dependencies, function):
-    """`function()`, run after `dependencies` on TensorFlow (so that their temporaries
-    are freed first); just `function()` elsewhere (program order already)."""
-    if backend.is_tensorflow() and dependencies:
-        with _tf().control_dependencies(dependencies):
-            return function()
-    return function()
-
-
-def concrete(x):
-    """The values of tensor `x` as a NumPy array, or None while tracing (a TensorFlow
-    graph, a JAX tracer): what input checks read when they can."""
-    name = backend.name()
-    if name == "tensorflow":
-        tf = _tf()
-        if not tf.executing_eagerly() or not hasattr(x, "numpy"):
-            return None
-        return x.numpy()
-    if name == "jax":
-        import jax
-
-        return None if isinstance(x, jax.core.Tracer) else np.asarray(x)
-    if name == "torch":
-        import torch
-
-        if torch.compiler.is_compiling():
-            return None
-        return x.detach().cpu().numpy()
-    return np.asarray(x)
 
 
 def assert_that(x, condition, message, data=(), summarize=8):
