@@ -4,6 +4,12 @@ Everything else in the package is written in `keras.ops` and runs on TensorFlow,
 and PyTorch alike. Code that needs one backend, or TensorFlow itself (tf.data,
 SavedModel export, `tf.distribute`), asks here instead of importing it at module level,
 so that `import keras_dml` works on a machine without TensorFlow.
+
+Submodules: `gradients` (the engine's VJP through its matrix; plain autodiff for
+tests), `primitives` (scatters, shapes, XLA, run-time assertions), `pairs` (row-wise
+gathers, sorts, matmuls), `tensors` (control dependencies, value checks),
+`tensorflow_row_blocks` (the TensorFlow form of `keras_dml.losses.row_blocks`),
+`batch_norm`.
 """
 
 import importlib

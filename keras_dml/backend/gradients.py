@@ -6,7 +6,8 @@ matrix from its sources, and the custom gradient (over the sources) replays it: 
 backward pass keeps W and the matrix's own inputs (the unit embeddings), never the
 matrix or the masks. On JAX and PyTorch the custom gradient is over the matrix itself
 and their autodiff carries `upstream * W` on to the sources (under `jit`, XLA frees
-the matrix as early as TensorFlow does).
+the matrix as early as TensorFlow does; PyTorch's autograd.Function keeps it, one
+(N, M) float32 more than TensorFlow until the backward pass).
 """
 
 import keras
