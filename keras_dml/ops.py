@@ -39,7 +39,7 @@ def check_metric(metric):
 
 def to_float32(x):
     """Cast half-precision (or integer) input to float32; keep float32 as it is."""
-    x = keras.ops.convert_to_tensor(x)
+    x = primitives.as_tensor(x)
     return x if keras.backend.standardize_dtype(x.dtype) == "float32" \
         else keras.ops.cast(x, "float32")
 
@@ -66,7 +66,7 @@ def l2_normalize(x, axis=-1, epsilon=NORM_EPSILON):
 
         return x * scale, grad
 
-    return unit(keras.ops.convert_to_tensor(x))
+    return unit(primitives.as_tensor(x))
 
 
 def unit_rows(x):

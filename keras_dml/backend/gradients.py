@@ -13,6 +13,7 @@ the matrix as early as TensorFlow does; PyTorch's autograd.Function keeps it, on
 import keras
 
 from keras_dml import backend
+from keras_dml.backend import primitives
 
 
 class MatrixGradient:
@@ -59,9 +60,10 @@ def differentiable_matrix(matrix_fn, sources):
 
     Args:
         matrix_fn: function of `sources` returning the float32 (N, M) matrix.
-        sources: the tensors the gradient reaches (embeddings, trainable keys).
+        sources: the tensors (or variables, read here) the gradient reaches
+            (embeddings, trainable keys).
     """
-    sources = tuple(sources)
+    sources = tuple(primitives.as_tensor(source) for source in sources)
     if backend.is_tensorflow():
         import tensorflow as tf
 

@@ -21,6 +21,14 @@ def _tf():
     return tf
 
 
+def as_tensor(x):
+    """`x` (an array, a tensor, or a variable, read) as a tensor of the backend:
+    `tf.convert_to_tensor` on TensorFlow, which keeps a Keras variable otherwise."""
+    if backend.is_tensorflow():
+        return _tf().convert_to_tensor(x)
+    return keras.ops.convert_to_tensor(x.value if isinstance(x, keras.Variable) else x)
+
+
 def scatter_rows(indices, rows, num_rows):
     """A dense (num_rows, d) tensor holding `rows` (K, d) at `indices` (K,), zeros
     elsewhere; repeated indices add up."""

@@ -241,9 +241,7 @@ class PairLoss(keras.losses.Loss):
         separate_keys = (reference.trainable and not reference.is_batch
                          and reference.rows is None
                          and reference.embeddings is not embeddings)  # proxies
-        if separate_keys:  # a variable's value, as a tensor the gradient reaches
-            reference = reference._replace(
-                embeddings=keras.ops.convert_to_tensor(reference.embeddings))
+        if separate_keys:  # proxies: the gradient reaches them too
             sources.append(reference.embeddings)
 
         def matrix_fn(queries, *keys):
