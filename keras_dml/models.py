@@ -1,15 +1,14 @@
 """`DMLModel`: a Keras model whose loss sees the whole (global) batch of embeddings."""
 
-import importlib
 import math
 import os
-import sys
 import weakref
 
 import keras
 import numpy as np
 
 from keras_dml import backend, losses, validation
+from keras_dml.backend.trainer import clear_data_error, is_tf_dataset, steps
 
 NONFINITE_MESSAGE = (
     "keras_dml: NaN or Inf in the embeddings or gradients of a training batch; the "
@@ -17,16 +16,6 @@ NONFINITE_MESSAGE = (
     "pipeline for NaN pixels, lower the learning rate, or clip gradients; with a "
     "proxy loss under jit_compile=True, labels outside [0, num_classes) also give NaN)."
 )
-
-
-def trainer():
-    """The running backend's train steps: `keras_dml.backend.trainer_<backend>`.
-
-    These are the places where `DMLModel` differs by backend: TensorFlow keeps its
-    `tf.GradientTape` step with `tf.distribute` gathering; JAX and PyTorch run Keras'
-    own steps around `DMLModel.compute_loss`, each with the NaN guard.
-    """
-    return importlib.import_module(f"keras_dml.backend.trainer_{backend.name()}")
 
 
 #: Under a LossScaleOptimizer, a loss scale below this means the gradients overflowed
@@ -75,25 +64,6 @@ def _create_checkpoint_folders(callbacks):
                     folder)
             else:
                 os.makedirs(folder, exist_ok=True)
-
-
-def _tensorflow_dataset(data):
-    """Whether `data` is a `tf.data.Dataset` or a `tf.distribute.DistributedDataset`
-    (without importing TensorFlow: neither exists unless it was imported)."""
-    tf = sys.modules.get("tensorflow")
-    return tf is not None and isinstance(data, (tf.data.Dataset,
-                                                tf.distribute.DistributedDataset))
-
-
-def _clear_data_error(error):
-    """The error a bad image file in a tf.data pipeline raised, naming the file; None
-    for any other error."""
-    tf = sys.modules.get("tensorflow")
-    if tf is None or not isinstance(error, tf.errors.OpError):
-        return None
-    from keras_dml.data.bad_images import clear_error
-
-    return clear_error(error)
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -227,9 +197,9 @@ class DMLModel(keras.Model):
         replicas = 1
         if backend.is_tensorflow():
             continuous = getattr(self.dml_loss, "continuous_labels", False)
-            embeddings, y, sample_weight, keys = trainer().global_batch(
+            embeddings, y, sample_weight, keys = steps().global_batch(
                 embeddings, y, sample_weight, continuous, keys)
-            replicas = trainer().replicas()
+            replicas = steps().replicas()
         elif keys is not None:
             keys = keras.ops.stop_gradient(keys)
         memory = {"enqueue": training} if getattr(self.dml_loss, "updates_state", False) else {}
@@ -242,12 +212,15 @@ class DMLModel(keras.Model):
         return value
 
     def train_step(self, *args):
-        """`(data)` on TensorFlow and PyTorch, `(state, data)` on JAX: see `trainer`."""
-        return trainer().train_step(self, *args)
+        """`(data)` on TensorFlow and PyTorch, `(state, data)` on JAX: the steps that differ
+        by backend are in `keras_dml.backend.trainer_<backend>`: TensorFlow keeps its
+        `tf.GradientTape` step with `tf.distribute` gathering; JAX and PyTorch run
+        Keras' own steps around `compute_loss`, each with the NaN guard."""
+        return steps().train_step(self, *args)
 
     def test_step(self, *args):
         if backend.is_tensorflow():
-            return trainer().test_step(self, *args)
+            return steps().test_step(self, *args)
         return super().test_step(*args)
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
@@ -266,11 +239,11 @@ class DMLModel(keras.Model):
         with self.distribute_strategy.scope():
             # Keras pulls a batch from `iterator` only when something is unbuilt: a
             # later `fit` or `evaluate` call starts no extra pass over the dataset.
-            self._symbolic_build(iterator=trainer().local_batches(iterator),
+            self._symbolic_build(iterator=steps().local_batches(iterator),
                                  data_batch=data_batch)
 
     def fit(self, x=None, y=None, *args, callbacks=None, **kwargs):
-        if _tensorflow_dataset(x) and len(args) < 7:
+        if is_tf_dataset(x) and len(args) < 7:
             # A dataset (a keras_dml stream) orders itself: Keras would warn on every call
             # that its default shuffle=True is ignored. (args[6] is a positional shuffle.)
             kwargs.setdefault("shuffle", False)
@@ -283,7 +256,7 @@ class DMLModel(keras.Model):
         try:
             return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
         except Exception as error:  # a bad image file: its own error, naming it
-            clear = _clear_data_error(error)
+            clear = clear_data_error(error)
             if clear is None:
                 raise
             raise clear from None
@@ -315,7 +288,7 @@ class DMLModel(keras.Model):
             if not isinstance(batch, (tuple, list)) or len(batch) < 2:
                 return
             y, dataset = batch[1], x
-        elif y is None and _tensorflow_dataset(x) and hasattr(x, "element_spec"):
+        elif y is None and is_tf_dataset(x) and hasattr(x, "element_spec"):
             spec = x.element_spec
             if not isinstance(spec, tuple) or len(spec) < 2:
                 return
@@ -364,7 +337,7 @@ def global_batch_loss(loss, labels, embeddings, sample_weight=None, **state):
     values a vector, so every mean-reduced loss is scaled, and the product by
     num_replicas restores the one-device value.
     """
-    replicas = trainer().replicas() if backend.is_tensorflow() else 1
+    replicas = steps().replicas() if backend.is_tensorflow() else 1
     mean = {reduction in _MEAN_REDUCTIONS for reduction in _reductions(loss)}
     if replicas == 1 or mean == {False}:
         return loss(labels, embeddings, sample_weight=sample_weight, **state)
