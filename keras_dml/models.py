@@ -131,12 +131,14 @@ class DMLModel(keras.Model):
             _check_reduced(loss)
         self._attach_loss_layer(loss)
         self._attach_key_encoder(loss)
+        # tracked, their states are model variables: a jitted JAX step advances them
+        self.loss_seed_generators = _seed_generators(loss)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
         self.dml_loss = loss
 
     def compile_from_config(self, config):
         """Recompile from a saved `.keras` file (the overridden `compile` is safe to call)."""
-        config = keras.saving.deserialize_keras_object(config)
+        config = keras.saving.deserialize_keras_object(_public_optimizer_modules(config))
         self.compile(**config)
         if getattr(self, "optimizer", None) is not None and self.built:
             self.optimizer.build(self.trainable_variables)
@@ -303,6 +305,44 @@ class DMLModel(keras.Model):
                                           getattr(self.dml_loss, "num_classes", None))
         if dataset is not None:
             checked.add(dataset)  # its first batch passed
+
+
+def _seed_generators(loss):
+    """The `keras.random.SeedGenerator`s of `loss`, of its miner, and of the losses it
+    wraps (`Combined`'s terms, `CrossBatchMemory`'s loss), each once."""
+    found = {}
+
+    def visit(value):
+        if isinstance(value, keras.random.SeedGenerator):
+            found.setdefault(id(value), value)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                visit(item)
+        elif isinstance(value, keras.losses.Loss):
+            for attribute in vars(value).values():
+                visit(attribute)
+        elif getattr(value, "seed_generator", None) is not None:  # a miner
+            visit(value.seed_generator)
+
+    visit(loss)
+    return list(found.values())
+
+
+def _public_optimizer_modules(config):
+    """`config` with Keras' PyTorch optimizer modules named by their public module.
+
+    Keras 3.15 on PyTorch saves e.g. Adam as `keras.src.backend.torch.optimizers.
+    torch_adam.Adam`: loading that under another backend would give a PyTorch
+    optimizer. `keras.optimizers.Adam` is the same optimizer on every backend.
+    """
+    if isinstance(config, dict):
+        module = config.get("module")
+        if isinstance(module, str) and module.startswith("keras.src.backend.torch.optimizers"):
+            config = {**config, "module": "keras.optimizers"}
+        return {key: _public_optimizer_modules(value) for key, value in config.items()}
+    if isinstance(config, list):
+        return [_public_optimizer_modules(value) for value in config]
+    return config
 
 
 _MEAN_REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight")
