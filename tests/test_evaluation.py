@@ -84,7 +84,7 @@ def test_two_stage_and_plain_top_k_agree_on_ties_and_duplicates(metric, monkeypa
     expected = reference.nearest_neighbors(x, None, k, metric)
     found = nearest_neighbors(x, k=k, metric=metric, kernel="tensorflow")[0]
     np.testing.assert_array_equal(found, expected)
-    monkeypatch.setattr(knn, "_group_size", lambda width, k: 1)  # plain tf.math.top_k
+    monkeypatch.setattr(knn_tensorflow, "_group_size", lambda width, k: 1)  # plain tf.math.top_k
     found = nearest_neighbors(x, k=k, metric=metric, kernel="tensorflow")[0]
     np.testing.assert_array_equal(found, expected)
 

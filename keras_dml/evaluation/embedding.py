@@ -75,7 +75,8 @@ def as_dataset(data, batch_size, steps=None, name="data"):
         return steady(tf.data.Dataset.from_tensor_slices((batches.x, batches.y)).batch(
             batches.batch_size))
     if is_tf_dataset(data) or isinstance(data, keras.utils.PyDataset) or (
-            hasattr(data, "__iter__") and not isinstance(data, (str, bytes, dict))):
+            hasattr(data, "__iter__") and not hasattr(data, "shape")  # an array: no batches
+            and not isinstance(data, (str, bytes, dict))):
         return finite_dataset(data, steps, name)
     raise ValueError(
         f"{name} must be a tf.data.Dataset, a keras.utils.PyDataset or an iterable of "
