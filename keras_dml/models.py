@@ -186,8 +186,19 @@ class DMLModel(keras.Model):
     # -- training ---------------------------------------------------------------------
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """The keras_dml loss of the batch of embeddings `y_pred` with labels `y`, plus the
-        model's regularization losses: what Keras' JAX and PyTorch steps minimise."""
-        return self.dml_loss_value(y, y_pred, sample_weight, training)
+        model's regularization losses: what Keras' JAX and PyTorch steps minimise. In
+        training, a momentum key encoder is updated first and encodes the keys of `x`."""
+        keys = self.momentum_keys(x) if training else None
+        return self.dml_loss_value(y, y_pred, sample_weight, training, keys)
+
+    def momentum_keys(self, x):
+        """With a momentum key encoder (MoCo): update it, then return the keys of `x`;
+        None without one."""
+        encoder = getattr(self, "key_encoder", None)
+        if encoder is None:
+            return None
+        encoder.update(self.encoder_variables())
+        return encoder.keys(self, x)
 
     def dml_loss_value(self, y, embeddings, sample_weight, training, keys=None):
         """The loss of the global batch (gathered across `tf.distribute` replicas on
