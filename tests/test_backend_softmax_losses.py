@@ -284,3 +284,41 @@ def test_a_loss_and_a_layer_round_trip_through_keras_serialization(tmp_path):
     model.save(path)
     np.testing.assert_allclose(numpy(keras.saving.load_model(path)(x)), numpy(model(x)),
                                rtol=1e-6)
+
+
+def _fitted(loss, x, y, batch_size, epochs=1):
+    from keras_dml.models import DMLModel
+
+    inputs = keras.Input((x.shape[1],))
+    model = DMLModel(inputs, layers.EmbeddingHead(DIM)(inputs))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+    return model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0)
+
+
+def test_dml_model_fit_steps_the_proxies_at_their_learning_rate_multiplier():
+    x, steps = _embeddings(seed=8, n=16)[:, :5], {}
+    y = np.repeat(np.arange(CLASSES), 4).astype("int32")
+    for multiplier in (1.0, 10.0):
+        keras.utils.set_random_seed(0)
+        loss = losses.ProxyNCA(CLASSES, proxy_lr_multiplier=multiplier)
+        loss.trainable_layer.build((None, DIM))
+        before = numpy(loss.proxies)
+        _fitted(loss, x, y, batch_size=16)
+        steps[multiplier] = numpy(loss.proxies) - before
+    assert np.abs(steps[1.0]).max() > 1e-3
+    np.testing.assert_allclose(steps[10.0], 10.0 * steps[1.0], atol=1e-5)
+
+
+def test_dml_model_fit_fills_the_memory_and_reports_combined_terms():
+    x = _embeddings(seed=9, n=16)[:, :5]
+    y = np.repeat(np.arange(CLASSES), 4).astype("int32")
+    memory = losses.CrossBatchMemory(losses.NCA(scale=4.0), memory_size=16, momentum=0.9)
+    history = _fitted(memory, x, y, batch_size=8)
+    bank = memory.trainable_layer
+    assert [int(numpy(v)) for v in (bank.filled, bank.next_slot, bank.steps)] == [16, 0, 2]
+    np.testing.assert_array_equal(numpy(bank.labels), y)
+    assert np.isfinite(history.history["loss"]).all()
+    combined = losses.Combined([losses.NCA(scale=4.0), losses.ArcFace(CLASSES, scale=16.0)],
+                               [1.0, 0.5])
+    logs = {k: v[-1] for k, v in _fitted(combined, x, y, batch_size=16).history.items()}
+    np.testing.assert_allclose(logs["loss"], logs["nca"] + 0.5 * logs["arcface"], rtol=1e-5)
