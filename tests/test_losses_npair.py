@@ -174,16 +174,16 @@ def test_npair_bad_inputs_raise_value_error():
 
 
 def test_npair_one_per_class_in_a_jit_compiled_fit_uses_static_shapes(monkeypatch):
-    from keras_dml import ops
+    from keras_dml.backend import primitives
 
     contexts = []
 
     def spy():
-        contexts.append(in_xla())
+        contexts.append(static_shapes())
         return contexts[-1]
 
-    in_xla = ops.in_xla_context
-    monkeypatch.setattr(ops, "in_xla_context", spy)
+    static_shapes = primitives.static_shapes
+    monkeypatch.setattr(primitives, "static_shapes", spy)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 6)).astype("float32")
     y = np.repeat(np.arange(16), 4).astype("int32")
