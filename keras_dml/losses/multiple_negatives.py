@@ -4,7 +4,7 @@ import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
-from keras_dml.backend import pairs as primitives
+from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss, Pairs, Reference
 from keras_dml.losses.registry import register
 

@@ -7,11 +7,10 @@ import keras
 from keras_dml import hyperparameters as _hyper
 from keras_dml import mining as mining_lib
 from keras_dml import ops
-from keras_dml.backend import pairs as primitives
+from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 from keras_dml.mining import triplet as triplet_mining
-from keras_dml.mining.base import FLOAT32_MAX
 from keras_dml.mining.triplet import TRIPLET_MINERS, TripletMiner
 
 _MINING = ("all",) + tuple(TRIPLET_MINERS)
@@ -43,9 +42,9 @@ def all_triplet_terms_by_sorting(closeness, positive, negative, margin):
     n = keras.ops.shape(closeness)[1]
     # [mining] negatives n with c_an > c_ap - margin, per (a, p)
     thresholds = closeness - margin
-    keys, at_most = _count_below(closeness, negative, thresholds, "right", -FLOAT32_MAX)
+    keys, at_most = _count_below(closeness, negative, thresholds, "right", ops.FLOAT32_MIN)
     active = n - at_most  # negatives strictly above the threshold
-    values = keras.ops.where(keys > -FLOAT32_MAX, keys, 0.0)
+    values = keras.ops.where(keys > ops.FLOAT32_MIN, keys, 0.0)
     prefix = keras.ops.concatenate(
         [keras.ops.zeros_like(values[:, :1]), keras.ops.cumsum(values, axis=1)], axis=1)
     above = prefix[:, -1:] - primitives.take_along_rows(prefix, at_most)
@@ -53,7 +52,7 @@ def all_triplet_terms_by_sorting(closeness, positive, negative, margin):
     # [loss] sum_n (c_an - c_ap + margin) over the active negatives
     per_pair = keras.ops.where(positive, above - active_f * thresholds, 0.0)
     # [weighting] each negative counts the positives p with c_ap < c_an + margin
-    _, pulls = _count_below(closeness, positive, closeness + margin, "left", FLOAT32_MAX)
+    _, pulls = _count_below(closeness, positive, closeness + margin, "left", ops.FLOAT32_MAX)
     pushes = keras.ops.where(negative, keras.ops.cast(pulls, "float32"), 0.0)
     return keras.ops.sum(per_pair, axis=1), pushes - active_f
 
@@ -119,7 +118,7 @@ def _per_anchor_terms(closeness, positive, negative, margin, miner):
 def _semihard_terms_by_slots(closeness, positive, negative, margin, miner):
     """Semi-hard selection and the hinge fused in one pass per positive slot."""
     fixed = keras.ops.stop_gradient(closeness)
-    negatives_only = ops.masked_fill(fixed, negative, -FLOAT32_MAX)
+    negatives_only = ops.masked_fill(fixed, negative, ops.FLOAT32_MIN)
 
     def body(slot, total, gradient, count):
         column = primitives.argmax_rows(keras.ops.cast(slot, "int32"))

@@ -4,9 +4,10 @@ import math
 
 import keras
 
-from keras_dml.backend import tensors
+from keras_dml import ops
+from keras_dml.backend import primitives
 from keras_dml.hyperparameters import integer_at_least
-from keras_dml.mining.base import FLOAT32_MAX, Miner
+from keras_dml.mining.base import Miner
 
 # 1 - d^2 / 4 is clamped here before its log: d = 2 (antipodal points) would give log 0.
 _MIN_ANTIPODAL_FACTOR = 1e-8
@@ -129,7 +130,7 @@ class DistanceWeighted(Miner):
         uniform = keras.random.uniform(keras.ops.shape(similarity), minval=1e-20, maxval=1.0,
                                        seed=self.seed_generator)
         gumbel = -keras.ops.log(-keras.ops.log(uniform))
-        shift = keras.ops.max(keras.ops.where(candidates, log_weights, -FLOAT32_MAX), axis=1,
+        shift = keras.ops.max(keras.ops.where(candidates, log_weights, ops.FLOAT32_MIN), axis=1,
                               keepdims=True)
         return positive, largest_per_row(log_weights - shift + gumbel, candidates, draws)
 
@@ -173,16 +174,20 @@ def _by_bisection(keys, counts):
     # Flip the magnitude bits of negative floats: integer order == float order.
     ordered = keras.ops.where(bits < 0, keras.ops.bitwise_xor(bits, 0x7FFFFFFF), bits)
     counts = keras.ops.expand_dims(keras.ops.cast(counts, "float32"), 1)
-    low = keras.ops.full(keras.ops.shape(counts), -(2**31), "int32")
-    high = keras.ops.full(keras.ops.shape(counts), 2**31 - 1, "int32")
-    for _ in range(32):  # invariant: count(>= low) >= counts > count(>= high + 1)
+
+    def halve(_, bounds):  # invariant: count(>= low) >= counts > count(>= high + 1)
+        low, high = bounds
         # ceil((low + high) / 2) without leaving int32 (no int64: JAX runs 32-bit)
         middle = (keras.ops.floor_divide(low, 2) + keras.ops.floor_divide(high, 2)
                   + keras.ops.floor_divide(low % 2 + high % 2 + 1, 2))
         above = keras.ops.cast(finite & (ordered >= middle), "float32")
         enough = keras.ops.sum(above, axis=1, keepdims=True) >= counts
-        low = keras.ops.where(enough, middle, low)
-        high = keras.ops.where(enough, high, middle - 1)
+        return (keras.ops.where(enough, middle, low),
+                keras.ops.where(enough, high, middle - 1))
+
+    low = keras.ops.full(keras.ops.shape(counts), -(2**31), "int32")
+    high = keras.ops.full(keras.ops.shape(counts), 2**31 - 1, "int32")
+    low, _ = keras.ops.fori_loop(0, 32, halve, (low, high))  # 32 halvings: one value
     return finite & (ordered >= low) & (counts > 0)
 
 
@@ -195,7 +200,7 @@ def _distance(name, value):
 
 def _check_cosine(similarity):
     """Eagerly refuse similarities that cannot come from L2-normalised embeddings."""
-    if not tensors.is_concrete(similarity):
+    if not primitives.is_concrete(similarity):
         return
     values = keras.ops.convert_to_numpy(similarity)
     largest = float(abs(values).max()) if values.size > 0 else 0.0

@@ -19,11 +19,11 @@ negated distance, so "closest" always means "largest similarity".
 import keras
 
 from keras_dml import ops
-from keras_dml.backend import pairs as primitives
+from keras_dml.backend import primitives
 from keras_dml.hyperparameters import finite
-from keras_dml.mining.base import FLOAT32_MAX, Miner
+from keras_dml.mining.base import Miner
 
-_BIG = FLOAT32_MAX
+_BIG = ops.FLOAT32_MAX
 
 
 # Up to this many kept positives per anchor, per-positive loops over "slots" (one
@@ -58,7 +58,7 @@ def _rows(vector):
 
 
 def _semihard_by_slots(similarity, positive, negative):
-    negatives_only = ops.masked_fill(similarity, negative, -FLOAT32_MAX)
+    negatives_only = ops.masked_fill(similarity, negative, ops.FLOAT32_MIN)
 
     def body(slot, valid, negative_index):
         anchor_positive = keras.ops.sum(keras.ops.where(slot, similarity, 0.0), axis=1,
