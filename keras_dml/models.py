@@ -256,7 +256,8 @@ class DMLModel(keras.Model):
                                  data_batch=data_batch)
 
     def fit(self, x=None, y=None, *args, callbacks=None, **kwargs):
-        if is_tf_dataset(x) and len(args) < 7:
+        endless = isinstance(x, keras.utils.PyDataset) and x.num_batches is None
+        if (is_tf_dataset(x) or endless) and len(args) < 7:
             # A dataset (a keras_dml stream) orders itself: Keras would warn on every call
             # that its default shuffle=True is ignored. (args[6] is a positional shuffle.)
             kwargs.setdefault("shuffle", False)

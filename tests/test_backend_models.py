@@ -4,6 +4,7 @@ keras.ops losses, no TensorFlow in the test. Run under each KERAS_BACKEND."""
 import os
 import subprocess
 import sys
+import warnings
 
 import keras
 import numpy as np
@@ -80,7 +81,10 @@ def test_pair_loss_trains_on_a_py_dataset(endless):
 
     model = checks.model()
     model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=checks.OpsContrastive())
-    history = model.fit(Batches(), epochs=3, verbose=0, steps_per_epoch=4 if endless else None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "shuffle=True ... will be ignored" warning
+        history = model.fit(Batches(), epochs=3, verbose=0,
+                            steps_per_epoch=4 if endless else None)
     assert history.history["loss"][-1] < history.history["loss"][0]
 
 
