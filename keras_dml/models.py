@@ -256,7 +256,8 @@ class DMLModel(keras.Model):
                                  data_batch=data_batch)
 
     def fit(self, x=None, y=None, *args, callbacks=None, **kwargs):
-        if is_tf_dataset(x) and len(args) < 7:
+        endless = isinstance(x, keras.utils.PyDataset) and x.num_batches is None
+        if (is_tf_dataset(x) or endless) and len(args) < 7:
             # A dataset (a keras_dml stream) orders itself: Keras would warn on every call
             # that its default shuffle=True is ignored. (args[6] is a positional shuffle.)
             kwargs.setdefault("shuffle", False)
@@ -295,7 +296,7 @@ class DMLModel(keras.Model):
         dataset = None  # set when `y` is the first batch of dataset `x`
         if y is None and isinstance(x, keras.utils.PyDataset):
             checked = self.__dict__.setdefault("_datasets_checked", weakref.WeakSet())
-            if x in checked or not len(x):
+            if x in checked or x.num_batches == 0:  # None: infinite (no len)
                 return
             batch = x[0]
             if not isinstance(batch, (tuple, list)) or len(batch) < 2:

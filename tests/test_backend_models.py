@@ -4,6 +4,7 @@ keras.ops losses, no TensorFlow in the test. Run under each KERAS_BACKEND."""
 import os
 import subprocess
 import sys
+import warnings
 
 import keras
 import numpy as np
@@ -63,19 +64,27 @@ def test_keras_dml_losses_train_and_their_proxies_learn(name):
         assert np.abs(_numpy(_proxies(model)) - before).max() > 1e-2
 
 
-def test_pair_loss_trains_on_a_py_dataset():
+@pytest.mark.parametrize("endless", [False, True])
+def test_pair_loss_trains_on_a_py_dataset(endless):
+    """A finite PyDataset, or an endless one (`num_batches` None, as the C x k sampler's
+    `ClassBalancedPyDataset`) bounded by `steps_per_epoch`."""
     x, y = checks.data()
 
     class Batches(keras.utils.PyDataset):
-        def __len__(self):
-            return 4
+        @property
+        def num_batches(self):
+            return None if endless else 4
 
         def __getitem__(self, index):
+            index %= 4
             return x[16 * index:16 * index + 16], y[16 * index:16 * index + 16]
 
     model = checks.model()
     model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=checks.OpsContrastive())
-    history = model.fit(Batches(), epochs=3, verbose=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "shuffle=True ... will be ignored" warning
+        history = model.fit(Batches(), epochs=3, verbose=0,
+                            steps_per_epoch=4 if endless else None)
     assert history.history["loss"][-1] < history.history["loss"][0]
 
 
