@@ -90,5 +90,20 @@ def __dir__():
     return sorted(list(globals()) + list(_SUBMODULES))
 
 
+def _check_keras_backend():
+    """Keras' backend must be installed: else one line saying which extra brings one."""
+    try:
+        import keras  # noqa: F401
+    except ModuleNotFoundError as error:
+        missing = (error.name or "").split(".")[0]
+        if missing not in ("tensorflow", "jax", "torch"):
+            raise
+        raise ImportError(
+            f"keras_dml needs a Keras backend, and Keras' backend {missing!r} "
+            f"(KERAS_BACKEND) is not installed: pip install \"keras_dml[tensorflow]\" "
+            f"(or [jax], [torch], with KERAS_BACKEND=jax / torch).") from None
+
+
 if not _in_command_line():
+    _check_keras_backend()
     import_all()
