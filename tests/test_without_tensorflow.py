@@ -50,6 +50,9 @@ def test_import_registers_the_losses_and_the_numpy_stream_runs(tmp_path):
                                          seed=0)
         x, y = batches[3]
         assert x.shape == (32, 28, 28) and len(set(y.tolist())) == 8
+        # A saved model's Preprocessing is plain data here too.
+        prep = keras_dml.data.Preprocessing(image_size=64, normalization="imagenet")
+        assert keras_dml.data.Preprocessing.from_dict(prep.to_dict()) == prep
         print("ok")
     """, tmp_path))
 
@@ -57,6 +60,8 @@ def test_import_registers_the_losses_and_the_numpy_stream_runs(tmp_path):
 def test_tensorflow_only_features_raise_one_line_naming_them(tmp_path):
     result = _run("""
         import importlib
+
+        import numpy as np
 
         import keras_dml
         from keras_dml.backend import TensorFlowRequiredError
@@ -70,7 +75,8 @@ def test_tensorflow_only_features_raise_one_line_naming_them(tmp_path):
 
         uses = {
             "keras_dml.data.class_balanced_batches": lambda: keras_dml.data.class_balanced_batches,
-            "keras_dml.data.Preprocessing": lambda: keras_dml.data.Preprocessing,
+            "keras_dml.data.Preprocessing's image ops": lambda: keras_dml.data.Preprocessing(
+                image_size=8).eval(np.zeros((9, 9, 3), np.uint8)),
             "keras_dml.export": lambda: keras_dml.export,
             "keras_dml.export ": lambda: importlib.import_module("keras_dml.export"),
             "keras_dml.distribute": lambda: keras_dml.distribute,
