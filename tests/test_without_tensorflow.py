@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import keras
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKEND = "jax" if keras.backend.backend() == "tensorflow" else keras.backend.backend()
@@ -117,6 +118,7 @@ def test_no_keras_backend_installed_is_one_line(tmp_path):
     assert 'pip install "keras_dml[tensorflow]" (or [jax], [torch]' in last
 
 
+@pytest.mark.slow  # a training run (about 2 minutes on 2 busy cores: JAX/torch compile)
 def test_train_runs_on_numpy_batches_and_skips_the_export_in_one_line(tmp_path):
     result = _run("""
         from keras_dml.cli import main
