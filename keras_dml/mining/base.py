@@ -7,9 +7,9 @@ similarity (higher = closer); losses on distances pass the negated distance.
 """
 
 import keras
-import tensorflow as tf
 
 from keras_dml import ops
+from keras_dml.backend import primitives
 from keras_dml.hyperparameters import finite
 
 
@@ -21,9 +21,9 @@ class Miner:
     row_local = False
 
     def __call__(self, similarity, positive, negative):
-        similarity = tf.stop_gradient(ops.to_float32(similarity))
+        similarity = keras.ops.stop_gradient(ops.to_float32(similarity))
         positive, negative = self.mine(similarity, positive, negative)
-        return tf.stop_gradient(positive), tf.stop_gradient(negative)
+        return keras.ops.stop_gradient(positive), keras.ops.stop_gradient(negative)
 
     def mine(self, similarity, positive, negative):
         raise NotImplementedError
@@ -68,12 +68,12 @@ class MultiSimilarityMiner(Miner):
 
     def mine(self, similarity, positive, negative):
         hardest_positive = ops.masked_min(
-            similarity, positive, keepdims=True, empty_value=tf.float32.max
+            similarity, positive, keepdims=True, empty_value=ops.FLOAT32_MAX
         )
         # one (N, M) masked copy at a time: the second waits for the first reduction
-        with tf.control_dependencies([hardest_positive]):
+        with primitives.control_dependencies([hardest_positive]):
             hardest_negative = ops.masked_max(
-                similarity, negative, keepdims=True, empty_value=tf.float32.min
+                similarity, negative, keepdims=True, empty_value=ops.FLOAT32_MIN
             )
         kept_negative = negative & (similarity > hardest_positive - self.epsilon)
         kept_positive = positive & (similarity < hardest_negative + self.epsilon)
