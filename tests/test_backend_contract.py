@@ -98,7 +98,7 @@ def test_config_round_trip_and_lookup_by_name(name):
     assert type(loss).from_config(config).get_config() == config
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
     assert type(restored) is type(loss) and restored.get_config() == config
-    assert type(losses.get(f"keras_dml>{name}")) is type(loss)
+    assert keras.saving.get_registered_object(f"keras_dml>{name}") is type(loss)
 
 
 # == miners ===========================================================================
