@@ -4,11 +4,14 @@ Keras 3 normalises a batch with separate moment, subtract, scale and shift ops
 (`tf.nn.moments` and `tf.nn.batch_normalization`); on a CPU their forward and
 backward passes cost more than the convolutions of a small CNN. TensorFlow's
 fused kernel (`FusedBatchNormV3`, oneDNN on Intel CPUs) computes the same
-function in one op each way.
+function in one op each way. On JAX and PyTorch the layer is Keras' own (XLA fuses
+the ops there).
 """
 
 import keras
-import tensorflow as tf
+
+from keras_dml import backend
+from keras_dml.backend.batch_norm import fused_batch_norm
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -19,34 +22,33 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
     (`moving = momentum * moving + (1 - momentum) * batch`, with the batch's
     biased variance) and outputs up to float rounding. The fused kernel runs on
     4-D inputs normalised over their last axis (channels-last images) without a
-    mask, renorm or synchronisation; everything else takes Keras' own path.
+    mask, renorm or synchronisation on TensorFlow; everything else (and every other
+    backend) takes Keras' own path.
     """
 
     def _fusable(self, inputs, mask):
         axis = self.axis if isinstance(self.axis, int) else None
-        return (len(inputs.shape) == 4 and axis in (-1, 3) and mask is None
-                and not self.renorm and not self.synchronized)
+        return (backend.is_tensorflow() and len(inputs.shape) == 4 and axis in (-1, 3)
+                and mask is None and not self.renorm and not self.synchronized)
 
     def call(self, inputs, training=None, mask=None):
         if not self._fusable(inputs, mask):
             return super().call(inputs, training=training, mask=mask)
-        x = tf.cast(inputs, "float32")
+        x = keras.ops.cast(inputs, "float32")
         channels = x.shape[-1]
-        gamma = tf.cast(self.gamma, "float32") if self.scale else tf.ones([channels])
-        beta = tf.cast(self.beta, "float32") if self.center else tf.zeros([channels])
+        gamma = (keras.ops.cast(self.gamma, "float32") if self.scale
+                 else keras.ops.ones([channels]))
+        beta = keras.ops.cast(self.beta, "float32") if self.center else keras.ops.zeros([channels])
         if training and self.trainable:
-            y, mean, unbiased, _, _, _ = tf.raw_ops.FusedBatchNormV3(
-                x=x, scale=gamma, offset=beta, mean=tf.zeros([0]), variance=tf.zeros([0]),
-                epsilon=self.epsilon, data_format="NHWC", is_training=True)
-            count = tf.cast(tf.size(x) // channels, "float32")
+            y, mean, unbiased = fused_batch_norm(x, gamma, beta, self.epsilon)
+            count = keras.ops.cast(keras.ops.size(x) // channels, "float32")
             variance = unbiased * (count - 1.0) / count  # the kernel returns n / (n - 1) x
             self.moving_mean.assign(self.moving_mean * self.momentum
                                     + mean * (1.0 - self.momentum))
             self.moving_variance.assign(self.moving_variance * self.momentum
                                         + variance * (1.0 - self.momentum))
         else:
-            y = tf.raw_ops.FusedBatchNormV3(
-                x=x, scale=gamma, offset=beta, mean=tf.cast(self.moving_mean, "float32"),
-                variance=tf.cast(self.moving_variance, "float32"), epsilon=self.epsilon,
-                data_format="NHWC", is_training=False)[0]
-        return tf.cast(y, self.compute_dtype)
+            y = fused_batch_norm(x, gamma, beta, self.epsilon,
+                                 mean=keras.ops.cast(self.moving_mean, "float32"),
+                                 variance=keras.ops.cast(self.moving_variance, "float32"))
+        return keras.ops.cast(y, self.compute_dtype)

@@ -1,7 +1,6 @@
 """Layers that turn any backbone into an embedder."""
 
 import keras
-from keras import ops
 
 from keras_dml import hyperparameters
 from keras_dml.batch_norm import FusedBatchNormalization  # noqa: F401 (public here)
@@ -19,9 +18,9 @@ class L2Normalize(keras.layers.Layer):
         self.axis, self.epsilon = axis, float(epsilon)
 
     def call(self, inputs):
-        inputs = ops.cast(inputs, "float32")
-        squared = ops.sum(ops.square(inputs), axis=self.axis, keepdims=True)
-        return inputs * ops.rsqrt(ops.maximum(squared, self.epsilon))
+        inputs = keras.ops.cast(inputs, "float32")
+        squared = keras.ops.sum(keras.ops.square(inputs), axis=self.axis, keepdims=True)
+        return inputs * keras.ops.rsqrt(keras.ops.maximum(squared, self.epsilon))
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -66,10 +65,10 @@ class GeneralizedMeanPooling(keras.layers.Layer):
                                  trainable=self.trainable_p)
 
     def call(self, inputs):
-        p = ops.maximum(ops.cast(self.p, "float32"), 1.0)
-        x = ops.maximum(ops.cast(inputs, "float32"), self.epsilon)
+        p = keras.ops.maximum(keras.ops.cast(self.p, "float32"), 1.0)
+        x = keras.ops.maximum(keras.ops.cast(inputs, "float32"), self.epsilon)
         axes = tuple(range(1, len(inputs.shape) - 1))
-        return ops.power(ops.mean(ops.power(x, p), axis=axes), 1.0 / p)
+        return keras.ops.power(keras.ops.mean(keras.ops.power(x, p), axis=axes), 1.0 / p)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], input_shape[-1])
@@ -138,12 +137,12 @@ class EmbeddingHead(keras.layers.Layer):
             return inputs
         if self.gem is not None:
             return self.gem(inputs)
-        reduce = ops.mean if self.pooling == "avg" else ops.max
+        reduce = keras.ops.mean if self.pooling == "avg" else keras.ops.max
         return reduce(inputs, axis=axes)
 
     def call(self, inputs):
         embeddings = self.projection(self._pool(inputs))
-        return self.l2(embeddings) if self.normalize else ops.cast(embeddings, "float32")
+        return self.l2(embeddings) if self.normalize else keras.ops.cast(embeddings, "float32")
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.dim)
@@ -223,7 +222,7 @@ class MultiLevelEmbedding(keras.layers.Layer):
     def call(self, inputs):
         self._check_levels(inputs)
         levels = [head(x) for head, x in zip(self.heads, inputs)]
-        return self.l2(ops.concatenate(levels, axis=-1))
+        return self.l2(keras.ops.concatenate(levels, axis=-1))
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0][0], sum(self.dims))
@@ -267,7 +266,7 @@ class BackbonePreprocessing(keras.layers.Layer):
         self.preprocess = getattr(keras.applications, FAMILIES[family].module).preprocess_input
 
     def call(self, inputs):
-        return self.preprocess(ops.cast(inputs, "float32"))
+        return self.preprocess(keras.ops.cast(inputs, "float32"))
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -11,7 +11,6 @@ drift slowly, instead of the query embeddings of past steps.
 """
 
 import keras
-import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 
@@ -39,12 +38,12 @@ class MomentumEncoder(keras.layers.Layer):
 
     def update(self, variables):
         """theta_k <- m theta_k + (1 - m) theta_q; a plain copy at the first update."""
-        m = tf.where(self.started > 0, self.momentum, 0.0)
+        m = keras.ops.where(self.started > 0, self.momentum, 0.0)
         for shadow, variable in zip(self.shadows, variables):
-            value = tf.convert_to_tensor(variable)
-            if value.dtype.is_floating:
-                mixed = tf.cast(m, value.dtype) * shadow + (1 - tf.cast(m, value.dtype)) * value
-                shadow.assign(mixed)
+            value = keras.ops.convert_to_tensor(variable)
+            if keras.backend.is_float_dtype(value.dtype):
+                m_value = keras.ops.cast(m, value.dtype)
+                shadow.assign(m_value * shadow + (1 - m_value) * value)
             else:
                 shadow.assign(value)
         self.started.assign(1)
@@ -54,12 +53,12 @@ class MomentumEncoder(keras.layers.Layer):
         shadow_of = {id(v): s for v, s in zip(model.encoder_variables(), self.shadows)}
 
         def values(variables):
-            return [tf.convert_to_tensor(shadow_of.get(id(v), v)) for v in variables]
+            return [keras.ops.convert_to_tensor(shadow_of.get(id(v), v)) for v in variables]
 
         outputs, _ = model.stateless_call(values(model.trainable_variables),
                                           values(model.non_trainable_variables), x,
                                           training=False)
-        return tf.stop_gradient(outputs)
+        return keras.ops.stop_gradient(outputs)
 
     def get_config(self):
         config = super().get_config()

@@ -30,7 +30,6 @@ stale (also after `load_weights` or with gradient accumulation).
 """
 
 import keras
-import tensorflow as tf
 
 from keras_dml import hyperparameters
 
@@ -58,7 +57,7 @@ class _StepMultiplier(keras.constraints.Constraint):
         self.constraint = constraint
 
     def __call__(self, w):
-        origin = tf.convert_to_tensor(self.origin)
+        origin = keras.ops.convert_to_tensor(self.origin)
         w = origin + self.multiplier * (w - origin)
         return w if self.constraint is None else self.constraint(w)
 
@@ -136,7 +135,7 @@ class Proxies(keras.layers.Layer):
                 f"Embeddings of size {inputs.shape[-1]} do not match the proxies of size "
                 f"{self.proxies.shape[-1]} (proxies have shape {tuple(self.proxies.shape)})."
             )
-        proxies = tf.convert_to_tensor(self.proxies)
+        proxies = keras.ops.convert_to_tensor(self.proxies)
         if self.step_origin is not None:
             self.step_origin.assign(proxies)
         return proxies

@@ -2,7 +2,6 @@
 `EmbeddingHead(embedding_regularizer=...)`)."""
 
 import keras
-from keras import ops
 
 from keras_dml import hyperparameters
 
@@ -32,13 +31,13 @@ class LpNorm(keras.regularizers.Regularizer):
         self.power = hyperparameters.positive("power", power)
 
     def __call__(self, x):
-        x = ops.reshape(ops.cast(x, "float32"), (ops.shape(x)[0], -1))
+        x = keras.ops.reshape(keras.ops.cast(x, "float32"), (keras.ops.shape(x)[0], -1))
         if self.p == 2.0:
-            norms = ops.sqrt(ops.maximum(ops.sum(ops.square(x), axis=1), 1e-24))
+            norms = keras.ops.sqrt(keras.ops.maximum(keras.ops.sum(keras.ops.square(x), axis=1), 1e-24))
         else:
-            norms = ops.power(ops.sum(ops.power(ops.abs(x) + 1e-12, self.p), axis=1),
+            norms = keras.ops.power(keras.ops.sum(keras.ops.power(keras.ops.abs(x) + 1e-12, self.p), axis=1),
                               1.0 / self.p)
-        return self.weight * ops.sum(ops.power(norms, self.power))
+        return self.weight * keras.ops.sum(keras.ops.power(norms, self.power))
 
     def get_config(self):
         return {"weight": self.weight, "p": self.p, "power": self.power}

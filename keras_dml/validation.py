@@ -1,26 +1,34 @@
-"""Input checks: clear errors before TensorFlow sees bad data.
+"""Input checks: clear errors before the backend sees bad data.
 
 Tensors for losses and models; NumPy arrays (the `*_array` functions) for
 evaluation, the index and the plots.
 """
 
+import keras
 import numpy as np
-import tensorflow as tf
+
+from keras_dml.backend import primitives, tensors
 
 
 def check_class_labels(labels, batch_size=None, name="labels"):
     """Validate integer class labels of shape (N,) or (N, 1); return int32 (N,).
 
     Floats are accepted only when they hold whole numbers (Keras may convert
-    labels to float): in eager mode the values are checked, and a fractional
-    label is a ValueError.
+    labels to float): where the values are known (eager), they are checked, and a
+    fractional label is a ValueError; in a TensorFlow graph, a run-time assertion.
+    Jitted JAX has no run-time check: `DMLModel.fit` checks labels where they enter.
     """
-    labels = tf.convert_to_tensor(labels)
-    if labels.dtype == tf.bool or labels.dtype.is_complex or labels.dtype == tf.string:
-        raise ValueError(f"{name} must be integer class ids, got dtype {labels.dtype.name}.")
-    rank = labels.shape.rank
+    if isinstance(labels, (np.ndarray, list, tuple)):
+        kind = np.asarray(labels).dtype.kind
+        if kind in "USO":
+            check_label_values(labels, name=name)  # the message for strings
+    labels = keras.ops.convert_to_tensor(labels)
+    dtype = keras.backend.standardize_dtype(labels.dtype)
+    if dtype == "bool" or dtype.startswith("complex") or dtype == "string":
+        raise ValueError(f"{name} must be integer class ids, got dtype {dtype}.")
+    rank = len(labels.shape)
     if rank == 2 and labels.shape[1] == 1:
-        labels = tf.reshape(labels, [-1])
+        labels = keras.ops.reshape(labels, [-1])
     elif rank != 1:
         raise ValueError(
             f"{name} must have shape (N,) or (N, 1) of integer class ids, got shape "
@@ -31,30 +39,44 @@ def check_class_labels(labels, batch_size=None, name="labels"):
             f"{name} and embeddings disagree in batch size: {name} has shape "
             f"{tuple(labels.shape)}, embeddings have {batch_size} rows."
         )
-    if tf.executing_eagerly():
-        check_label_values(labels.numpy(), name=name)
-    elif labels.dtype != tf.int32:  # run time: fractional or huge ids would merge classes
-        exact = tf.reduce_all(tf.equal(tf.round(tf.cast(labels, tf.float64)),
-                                       tf.cast(labels, tf.float64)))
-        small = tf.reduce_all(tf.abs(tf.cast(labels, tf.float64)) < MAX_EXACT_LABEL)
-        with tf.control_dependencies([tf.debugging.Assert(
-                exact & small, [f"{name} must be integer class ids below 2**24 in "
-                                "magnitude; got values such as", labels], summarize=8)]):
-            labels = tf.identity(labels)
-    return tf.cast(labels, tf.int32)
+    values = _values(labels)
+    if values is not None:
+        check_label_values(values, name=name)
+    elif dtype != "int32":  # run time: fractional or huge ids would merge classes
+        labels = primitives.assert_that(
+            labels, lambda: _whole_and_small(labels),
+            f"{name} must be integer class ids below 2**24 in magnitude; got values such as",
+            [labels])
+    return labels if dtype == "int32" else keras.ops.cast(labels, "int32")
+
+
+def _values(x):
+    """The values of tensor `x` as a NumPy array, or None while tracing (a TensorFlow
+    graph, a JAX tracer): the checks run on values where they can."""
+    return keras.ops.convert_to_numpy(x) if tensors.is_concrete(x) else None
+
+
+def _whole_and_small(labels):
+    """Whether every label is a whole number below `MAX_EXACT_LABEL` in magnitude (a
+    TensorFlow graph's run-time check, in float64 as TensorFlow runs it)."""
+    wide = keras.ops.cast(labels, "float64")
+    exact = keras.ops.all(keras.ops.equal(keras.ops.round(wide), wide))
+    return keras.ops.logical_and(exact, keras.ops.all(keras.ops.abs(wide) < MAX_EXACT_LABEL))
 
 
 def check_embeddings(embeddings, name="embeddings"):
     """Validate a float (N, d) embedding batch; eager NaN/Inf is a ValueError."""
-    embeddings = tf.convert_to_tensor(embeddings)
-    if not embeddings.dtype.is_floating:
-        raise ValueError(f"{name} must be floating point, got dtype {embeddings.dtype.name}.")
-    if embeddings.shape.rank != 2:
+    embeddings = keras.ops.convert_to_tensor(embeddings)
+    dtype = keras.backend.standardize_dtype(embeddings.dtype)
+    if not keras.backend.is_float_dtype(dtype):
+        raise ValueError(f"{name} must be floating point, got dtype {dtype}.")
+    if len(embeddings.shape) != 2:
         raise ValueError(
             f"{name} must have rank 2, shape (batch, dim), got shape {tuple(embeddings.shape)}."
         )
-    if tf.executing_eagerly() and not bool(tf.reduce_all(tf.math.is_finite(embeddings))):
-        count = int(tf.reduce_sum(tf.cast(~tf.math.is_finite(embeddings), tf.int32)))
+    values = _values(embeddings)
+    if values is not None and not np.isfinite(values).all():
+        count = int(np.sum(~np.isfinite(values)))
         raise ValueError(
             f"{name} contain {count} NaN or Inf values: the model diverged or the input "
             "is corrupt; refusing to train on them."
@@ -73,12 +95,12 @@ def check_label_range(labels, size, name="labels", bound="num_classes"):
     """Check 0 <= labels < size (`bound` names the size in messages), e.g. class ids.
 
     Eager: a ValueError naming the offending values. In a tf.function: a
-    `tf.errors.InvalidArgumentError` at run time. XLA drops run-time assertions, so
-    under `jit_compile=True` a caller that gathers with the labels must guard itself
-    (`ProxyLoss.call` turns the loss into NaN rather than matching a wrong proxy).
+    `tf.errors.InvalidArgumentError` at run time. XLA drops run-time assertions and
+    jitted JAX has none, so there a caller that gathers with the labels must guard
+    itself (`ProxyLoss.call` turns the loss into NaN rather than matching a wrong proxy).
     """
-    if tf.executing_eagerly():
-        values = labels.numpy()
+    values = _values(labels)
+    if values is not None:
         bad = values[(values < 0) | (values >= size)]
         if bad.size:
             raise ValueError(
@@ -86,12 +108,9 @@ def check_label_range(labels, size, name="labels", bound="num_classes"):
                 f"{bad.size} out-of-range values such as {np.unique(bad)[:5].tolist()}."
             )
         return labels
-    message = f"{name} must lie in [0, {bound}) = [0, {size})"
-    with tf.control_dependencies([
-        tf.debugging.assert_non_negative(labels, message=message),
-        tf.debugging.assert_less(labels, size, message=message),
-    ]):
-        return tf.identity(labels)
+    return primitives.assert_that(
+        labels, lambda: keras.ops.all((labels >= 0) & (labels < size)),
+        f"{name} must lie in [0, {bound}) = [0, {size}); got values such as", [labels])
 
 
 #: Keras' `Loss.__call__` converts labels to float32, where integers are exact only
@@ -142,8 +161,9 @@ def check_label_values(values, num_classes=None, name="labels"):
 def check_no_overflow(value, embeddings, loss_name):
     """Eager: a non-finite loss from finite embeddings is a ValueError (float32 overflow
     on huge embeddings), not an inf for the optimizer. Graph: `DMLModel` skips the step."""
-    if tf.executing_eagerly() and not bool(tf.reduce_all(tf.math.is_finite(value))):
-        largest = float(tf.reduce_max(tf.abs(tf.cast(embeddings, tf.float32))))
+    values = _values(value)
+    if values is not None and not np.isfinite(values).all():
+        largest = float(np.max(np.abs(_values(embeddings).astype(np.float32))))
         raise ValueError(
             f"{loss_name}: the loss overflows float32 on these embeddings (largest "
             f"|value| {largest:.3g}); normalize or scale them down (e.g. an "
@@ -157,9 +177,7 @@ SEARCH_METRICS = ("cosine", "dot", "euclidean")  # the `metric=` of kNN search a
 
 def embedding_array(embeddings, name="embeddings"):
     """Return `embeddings` as a finite float32 NumPy array of shape (N, d)."""
-    if hasattr(embeddings, "numpy"):
-        embeddings = embeddings.numpy()
-    array = np.asarray(embeddings)
+    array = _numpy(embeddings)
     if array.dtype == object or not (
         np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
     ):
@@ -180,9 +198,7 @@ def embedding_array(embeddings, name="embeddings"):
 
 def label_array(labels, num_samples, name="labels"):
     """Return `labels` as a 1-D NumPy array of length `num_samples`."""
-    if hasattr(labels, "numpy"):
-        labels = labels.numpy()
-    array = np.asarray(labels)
+    array = _numpy(labels)
     if array.ndim == 2 and array.shape[1] == 1:
         array = array[:, 0]
     if array.ndim != 1:
@@ -194,6 +210,13 @@ def label_array(labels, num_samples, name="labels"):
     if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
         raise ValueError(f"{name} contain NaN or Inf.")
     return array
+
+
+def _numpy(x):
+    """`x` (an array, a list, a tensor of any backend) as a NumPy array."""
+    if isinstance(x, (np.ndarray, list, tuple)) or np.isscalar(x):
+        return np.asarray(x)
+    return keras.ops.convert_to_numpy(x)
 
 
 def check_search_metric(metric):

@@ -7,31 +7,32 @@ turns that statement into code (see docs/architecture.md for the whole flow):
 
     batch x reference set --similarity--> M (N x M) --masks/mining--> kept pairs
         --loss.compute_terms--> (value, W = d value / d M)
-        --tf.custom_gradient--> backward pass uses W (and not M)
+        --keras.ops.custom_gradient--> backward pass uses W (and not M)
 
 so a loss declares its value and its weights once, the backward pass costs one
 multiply by W, and reweighting losses (ICE) may state weights that are not the
 derivative of their value. `pair_weights` exposes the unified view's w_ij.
 """
 
+import keras
 import numpy as np
-import tensorflow as tf
+
+from keras_dml.backend import gradients
 
 
-def weighted_pair_loss(sources, tape, matrix, terms_fn, parameters=()):
-    """Value of a pair loss whose gradient w.r.t. `matrix` is the loss's pair weights.
+def weighted_pair_loss(matrix, terms_fn, parameters=()):
+    """Value of a pair loss whose gradient w.r.t. the matrix is the loss's pair weights.
 
-    The custom gradient is taken w.r.t. `sources`, the tensors `matrix` was built
-    from under `tape`: its backward pass is `tape.gradient(matrix, sources,
-    upstream * weights)`. So the backward pass keeps W and what the matrix's own
-    backward needs (the unit embeddings), never the matrix or the masks: they are
-    freed once the forward pass is done with them (an N x N float32 each).
+    The custom gradient (`keras.ops.custom_gradient`) sends `upstream * weights` back
+    through the matrix to the tensors it was built from (`matrix.gradients`, the
+    VJP of the backend: a replayed `tf.GradientTape` on TensorFlow, so its backward
+    pass keeps W and what the matrix's own backward needs (the unit embeddings),
+    never the matrix or the masks; the framework's autodiff on JAX and PyTorch).
 
     Args:
-        sources: tensors (or variables) the matrix is differentiated back to (the
-            embeddings, trainable keys); watched by `tape`.
-        tape: a persistent `tf.GradientTape` that recorded `matrix` from `sources`.
-        matrix: float32 (N, M) similarity or distance matrix (query x key).
+        matrix: a `keras_dml.backend.gradients.MatrixGradient`, the float32 (N, M)
+            similarity or distance matrix (query x key) and its sources
+            (`gradients.differentiable_matrix`).
         terms_fn: function `(matrix, *parameters) -> (value, weights)`, plus the
             gradients of `parameters` when there are any. `value` is either a
             per-query vector (N,) whose entry a depends only on row a of
@@ -42,27 +43,25 @@ def weighted_pair_loss(sources, tape, matrix, terms_fn, parameters=()):
 
     Returns:
         `value`, with the custom gradient: `upstream * weights` back through the
-        matrix to `sources`.
+        matrix to its sources.
     """
-    sources, parameters = tuple(sources), tuple(parameters)
+    parameters = tuple(parameters)
+    count = len(matrix.inputs)
 
-    @tf.custom_gradient
+    @keras.ops.custom_gradient
     def _loss(*inputs):
-        out = terms_fn(matrix, *inputs[len(sources):])
-        value, weights = out[0], tf.stop_gradient(out[1])
-        stated = [tf.stop_gradient(g) for g in out[2]] if parameters else []
+        out = terms_fn(matrix.matrix_of(inputs), *inputs[count:])
+        value, weights = out[0], keras.ops.stop_gradient(out[1])
+        stated = [keras.ops.stop_gradient(g) for g in out[2]] if parameters else []
 
-        def grad(upstream):
-            rows = upstream[:, tf.newaxis] if value.shape.rank == 1 else upstream
-            through_matrix = tape.gradient(
-                matrix, sources, output_gradients=rows * weights,
-                unconnected_gradients=tf.UnconnectedGradients.ZERO)
-            return ([tf.convert_to_tensor(g) for g in through_matrix]
-                    + [upstream * g for g in stated])
+        def grad(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream
+            rows = keras.ops.expand_dims(upstream, 1) if len(value.shape) == 1 else upstream
+            return tuple(matrix.gradients(rows * weights) + [upstream * g for g in stated])
 
         return value, grad
 
-    return _loss(*sources, *parameters)
+    return _loss(*matrix.inputs, *parameters)
 
 
 def pair_weights(loss, labels, embeddings, reference=None):
@@ -85,22 +84,24 @@ def pair_weights(loss, labels, embeddings, reference=None):
         against a reference set of M keys.
     """
     terms = loss.terms(labels, embeddings, reference)
-    derivative = terms.weights
-    if terms.value.shape.rank == 1:
-        derivative = derivative / tf.cast(tf.shape(terms.value)[0], tf.float32)
+    derivative = keras.ops.convert_to_numpy(terms.weights)
+    if len(terms.value.shape) == 1:
+        derivative = derivative / np.float32(terms.value.shape[0])
     sign = 1.0 if terms.is_distance else -1.0
-    weights = tf.where(
-        terms.positive,
-        sign * derivative,
-        tf.where(terms.negative, -sign * derivative, tf.zeros_like(derivative)),
-    )
+    positive = keras.ops.convert_to_numpy(terms.positive)
+    negative = keras.ops.convert_to_numpy(terms.negative)
+    weights = np.where(positive, sign * derivative,
+                       np.where(negative, -sign * derivative, 0.0)).astype(np.float32)
     reference = terms.reference
     if reference is not None and reference.rows is not None:  # keys drawn from the batch
-        n = tf.shape(embeddings)[0]
-        rows = tf.where(reference.query_rows >= 0, reference.query_rows, n)
-        index = tf.stack(tf.meshgrid(rows, reference.rows, indexing="ij"), axis=-1)
-        weights = tf.scatter_nd(index, weights, [n + 1, n])[:n]
-    return np.asarray(weights)
+        n = embeddings.shape[0]
+        rows = keras.ops.convert_to_numpy(reference.query_rows)
+        rows = np.where(rows >= 0, rows, n)
+        columns = keras.ops.convert_to_numpy(reference.rows)
+        dense = np.zeros((n + 1, n), np.float32)
+        np.add.at(dense, (rows[:, np.newaxis], columns[np.newaxis, :]), weights)
+        weights = dense[:n]
+    return weights
 
 
 def autodiff_weights(loss, labels, embeddings, reference=None):
@@ -113,8 +114,7 @@ def autodiff_weights(loss, labels, embeddings, reference=None):
     matrix = loss.pair_matrix(embeddings, reference)
     pairs = loss.pairs(labels, reference, matrix)
     parameters = loss.parameters(pairs)
-    with tf.GradientTape() as tape:
-        tape.watch(matrix)
-        value, weights = loss.compute_terms(matrix, pairs, *parameters)[:2]
-        total = tf.reduce_sum(value)
-    return np.asarray(tape.gradient(total, matrix)), np.asarray(weights)
+    _, weights, derivative = gradients.value_and_gradient(
+        lambda m: tuple(loss.compute_terms(m, pairs, *parameters)[:2]),
+        keras.ops.stop_gradient(matrix))
+    return keras.ops.convert_to_numpy(derivative), keras.ops.convert_to_numpy(weights)

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from keras_dml import losses, weighting
+from keras_dml.backend import gradients
 from keras_dml.losses.base import PairLoss
 
 
@@ -30,12 +31,10 @@ def test_backward_pass_uses_the_stated_weights_not_autodiff():
     labels, x, reference = loss.prepare(labels, x)
     source = tf.Variable(loss.pair_matrix(x, reference))
     with tf.GradientTape() as tape:
-        with tf.GradientTape(persistent=True) as matrix_tape:
-            matrix = tf.identity(source)
-        pairs = loss.pairs(labels, reference, matrix)
+        matrix = gradients.differentiable_matrix(tf.identity, [source])
+        pairs = loss.pairs(labels, reference, matrix.matrix)
         pos, neg = pairs.positive, pairs.negative
-        value = weighting.weighted_pair_loss(
-            [source], matrix_tape, matrix, lambda m: loss.compute_terms(m, pairs))
+        value = weighting.weighted_pair_loss(matrix, lambda m: loss.compute_terms(m, pairs))
         total = tf.reduce_mean(value)
     grad = tape.gradient(total, source).numpy()
     expected = (3.0 * neg.numpy() - 2.0 * pos.numpy()) / len(labels)

@@ -14,10 +14,10 @@ import math
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
+from keras_dml.backend import tensors
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 
@@ -33,18 +33,18 @@ def arcface_target(cosine, margin):
     and cos theta - m sin m beyond (keeps phi decreasing in theta; the fallback of
     the insightface code and pytorch-metric-learning).
     """
-    sine = tf.sqrt(tf.maximum(1.0 - tf.square(cosine), _MIN_SINE ** 2))
+    sine = keras.ops.sqrt(keras.ops.maximum(1.0 - keras.ops.square(cosine), _MIN_SINE ** 2))
     inside = cosine >= math.cos(math.pi - margin)
-    phi = tf.where(inside, cosine * math.cos(margin) - sine * math.sin(margin),
-                   cosine - margin * math.sin(margin))
-    slope = tf.where(inside, math.cos(margin) + cosine / sine * math.sin(margin),
-                     tf.ones_like(cosine))
+    phi = keras.ops.where(inside, cosine * math.cos(margin) - sine * math.sin(margin),
+                          cosine - margin * math.sin(margin))
+    slope = keras.ops.where(inside, math.cos(margin) + cosine / sine * math.sin(margin),
+                            keras.ops.ones_like(cosine))
     return phi, slope
 
 
 def cosface_target(cosine, margin):
     """CosFace's target logit cos theta - m and its derivative (1)."""
-    return cosine - margin, tf.ones_like(cosine)
+    return cosine - margin, keras.ops.ones_like(cosine)
 
 
 def sub_center_cosines(matrix, sub_centers):
@@ -54,14 +54,15 @@ def sub_center_cosines(matrix, sub_centers):
     sub-centre, the first of ties). The max runs over the middle axis of the
     (N, K, C) view (`proxies.centre_major`): no copy of the matrix.
     """
-    by_center = tf.reshape(matrix, [tf.shape(matrix)[0], sub_centers, -1])
-    closest = tf.reduce_max(by_center, axis=1)
-    taken, hits = tf.zeros_like(closest, tf.bool), []
-    for cosines in tf.unstack(by_center, num=sub_centers, axis=1):
-        hit = tf.equal(cosines, closest) & ~taken
+    by_center = keras.ops.reshape(matrix, (keras.ops.shape(matrix)[0], sub_centers, -1))
+    closest = keras.ops.max(by_center, axis=1)
+    taken, hits = keras.ops.zeros_like(closest, dtype="bool"), []
+    for cosines in keras.ops.unstack(by_center, num=sub_centers, axis=1):
+        hit = keras.ops.logical_and(keras.ops.equal(cosines, closest),
+                                    keras.ops.logical_not(taken))
         hits.append(hit)
-        taken |= hit
-    return closest, tf.cast(tf.stack(hits, axis=1), tf.float32)
+        taken = keras.ops.logical_or(taken, hit)
+    return closest, keras.ops.cast(keras.ops.stack(hits, axis=1), "float32")
 
 
 def margin_softmax_terms(matrix, labels, scale, target_fn):
@@ -81,11 +82,11 @@ def margin_softmax_terms(matrix, labels, scale, target_fn):
         target_fn: `cosine -> (phi, phi')` (`arcface_target`, `cosface_target`).
     """
     own = ops.own_entries(labels)
-    phi, slope = target_fn(tf.gather_nd(matrix, own))
+    phi, slope = target_fn(tensors.gather_entries(matrix, own))
     value, probabilities, _ = ops.scaled_softmax(
-        tf.tensor_scatter_nd_update(matrix, own, phi), labels, scale)
-    own_grad = (tf.gather_nd(probabilities, own) - scale) * slope  # s (p_iy - 1) phi'
-    return value, tf.tensor_scatter_nd_update(probabilities, own, own_grad)
+        keras.ops.scatter_update(matrix, own, phi), labels, scale)
+    own_grad = (tensors.gather_entries(probabilities, own) - scale) * slope  # s (p_iy - 1) phi'
+    return value, keras.ops.scatter_update(probabilities, own, own_grad)
 
 
 def _default_initializer():
@@ -130,7 +131,8 @@ class MarginSoftmax(ProxyLoss):
         cosines, closest = sub_center_cosines(matrix, k)
         value, weights = margin_softmax_terms(cosines, labels, self.scale, self.target)
         # each class's weight goes to its closest sub-centre's column (centre-major)
-        return value, tf.reshape(weights[:, tf.newaxis, :] * closest, tf.shape(matrix))
+        return value, keras.ops.reshape(weights[:, None, :] * closest,
+                                        keras.ops.shape(matrix))
 
     def class_cosines(self, embeddings):
         """Cosines (N, C) of embeddings to each class (its closest sub-centre)."""
@@ -144,7 +146,7 @@ class MarginSoftmax(ProxyLoss):
     def logits(self, embeddings):
         """Classification logits s cos theta (N, C), without the margin (for inference).
 
-        `tf.argmax(loss.logits(x), axis=1)` is the predicted class; the softmax of
+        `keras.ops.argmax(loss.logits(x), axis=1)` is the predicted class; the softmax of
         the logits its probabilities. Builds the proxies on first use.
         """
         return self.scale * self.class_cosines(embeddings)
@@ -294,7 +296,7 @@ class SubCenterArcFace(MarginSoftmax):
             zero).
         """
         threshold = _hyper.positive("threshold", threshold)
-        embeddings = np.asarray(ops.to_float32(embeddings))
+        embeddings = keras.ops.convert_to_numpy(ops.to_float32(embeddings))
         labels = np.asarray(labels).reshape(-1).astype(np.int64)
         if labels.shape[0] != embeddings.shape[0]:
             raise ValueError(f"outliers: {labels.shape[0]} labels for "
@@ -302,8 +304,9 @@ class SubCenterArcFace(MarginSoftmax):
         if labels.size and (labels.min() < 0 or labels.max() >= self.num_classes):
             raise ValueError(f"outliers: labels must lie in [0, {self.num_classes}), got "
                              f"values in [{labels.min()}, {labels.max()}].")
-        cosines = np.asarray(ops.cosine_between(embeddings, self.trainable_layer(embeddings)))
-        proxies = np.asarray(self.proxies)
+        cosines = keras.ops.convert_to_numpy(
+            ops.cosine_between(embeddings, self.trainable_layer(embeddings)))
+        proxies = keras.ops.convert_to_numpy(self.proxies)
         k = self.sub_centers
         dominant = np.zeros((self.num_classes, proxies.shape[1]), np.float32)
         limit = math.cos(math.radians(threshold))

@@ -2,11 +2,13 @@
 
 import dataclasses
 
+import keras
 import numpy as np
-import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import validation
+from keras_dml.backend import pairs as primitives
+from keras_dml.backend import tensors
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
@@ -61,15 +63,16 @@ def balanced_contrastive_terms(distance, positive, negative, eta, importance, ma
     sampled = positive | negative
     if importance is not None:
         sampled &= importance > 0
-        importance = tf.where(sampled, importance, 0.0)
+        importance = keras.ops.where(sampled, importance, 0.0)
     else:
-        importance = tf.cast(sampled, tf.float32)
-    rows = tf.cast(tf.shape(distance)[0], tf.float32)
-    scale = tf.math.divide_no_nan(rows, tf.reduce_sum(tf.cast(sampled, tf.float32)))
-    positive_w = tf.where(positive, importance, 0.0) * scale
-    negative_w = tf.where(negative, importance * eta, 0.0) * scale
-    gap = tf.nn.relu(margin - distance)
-    value = tf.reduce_sum(positive_w * tf.square(distance) + negative_w * tf.square(gap), 1)
+        importance = keras.ops.cast(sampled, "float32")
+    rows = keras.ops.cast(keras.ops.shape(distance)[0], "float32")
+    scale = keras.ops.divide_no_nan(rows, keras.ops.sum(keras.ops.cast(sampled, "float32")))
+    positive_w = keras.ops.where(positive, importance, 0.0) * scale
+    negative_w = keras.ops.where(negative, importance * eta, 0.0) * scale
+    gap = keras.ops.relu(margin - distance)
+    value = keras.ops.sum(positive_w * keras.ops.square(distance)
+                          + negative_w * keras.ops.square(gap), 1)
     return value, 2.0 * (positive_w * distance - negative_w * gap)
 
 
@@ -146,22 +149,24 @@ class BalancedContrastive(PairLoss):
         """eta_ij of eq. 16 for every (query, key) pair, (N, M)."""
         reference_labels = labels if reference_labels is None else reference_labels
         if self.class_counts is None:  # the reference set is taken as the dataset
-            present = tf.cast(reference_labels >= 0, tf.float32)
-            same = tf.cast(tf.equal(reference_labels[:, None], reference_labels[None, :]),
-                           tf.float32) * present[None, :]
-            table = tf.reduce_sum(same, axis=1)
-            num_classes = tf.reduce_sum(tf.math.divide_no_nan(present, table))
-            counts = tf.reduce_sum(tf.cast(tf.equal(labels[:, None], reference_labels[None, :]),
-                                           tf.float32) * present[None, :], axis=1)
+            present = keras.ops.cast(reference_labels >= 0, "float32")
+            same = keras.ops.cast(
+                keras.ops.equal(reference_labels[:, None], reference_labels[None, :]),
+                "float32") * present[None, :]
+            table = keras.ops.sum(same, axis=1)
+            num_classes = keras.ops.sum(keras.ops.divide_no_nan(present, table))
+            counts = keras.ops.sum(
+                keras.ops.cast(keras.ops.equal(labels[:, None], reference_labels[None, :]),
+                               "float32") * present[None, :], axis=1)
             key_counts = table
         else:
-            table = tf.constant(self.class_counts, tf.float32)
+            table = keras.ops.convert_to_tensor(self.class_counts, "float32")
             size = len(self.class_counts) - 1
-            counts = tf.gather(table, tf.clip_by_value(labels, 0, size))
-            key_counts = tf.gather(table, tf.clip_by_value(reference_labels, 0, size))
-            num_classes = tf.reduce_sum(tf.cast(table > 0, tf.float32))
-        ratio = tf.math.divide_no_nan(counts[:, None] - 1.0, key_counts[None, :])
-        return tf.math.divide_no_nan(self.lam, num_classes - 1.0) * ratio
+            counts = primitives.gather(table, keras.ops.clip(labels, 0, size))
+            key_counts = primitives.gather(table, keras.ops.clip(reference_labels, 0, size))
+            num_classes = float(sum(count > 0 for count in self.class_counts))
+        ratio = keras.ops.divide_no_nan(counts[:, None] - 1.0, key_counts[None, :])
+        return keras.ops.divide_no_nan(self.lam, num_classes - 1.0) * ratio
 
     def importance_weights(self, labels):
         """W_ij of the batch design (eq. 24-25), or None without a design."""
@@ -171,11 +176,12 @@ class BalancedContrastive(PairLoss):
 
     def check(self, labels, embeddings):
         labels, embeddings = super().check(labels, embeddings)
-        if self.class_counts is not None and tf.executing_eagerly():
+        if self.class_counts is not None and tensors.is_concrete(labels):
             size = len(self.class_counts)
             validation.check_label_range(labels, size, bound="len(class_counts)",
                                          name=f"labels (class_counts has {size} classes)")
-            empty = sorted({int(v) for v in labels.numpy() if self.class_counts[v] == 0})
+            empty = sorted({int(v) for v in keras.ops.convert_to_numpy(labels)
+                            if self.class_counts[v] == 0})
             if empty:
                 raise ValueError(f"labels {empty[:5]} have class_counts 0: a batch cannot "
                                  "hold a class the training set does not.")

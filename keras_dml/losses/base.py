@@ -9,9 +9,10 @@ masks, mining, the custom gradient, serialization, Keras' reduction and
 import typing
 
 import keras
-import tensorflow as tf
 
 from keras_dml import hyperparameters, mining, ops, validation
+from keras_dml.backend import gradients, primitives, tensors
+from keras_dml.backend import pairs as rowwise
 from keras_dml.losses import row_blocks
 from keras_dml.weighting import weighted_pair_loss
 
@@ -177,11 +178,12 @@ class PairLoss(keras.losses.Loss):
         """The (N, M) query x key matrix."""
         if reference.rows is not None:
             return ops.similarities_between_rows(
-                embeddings, tf.maximum(reference.query_rows, 0), reference.rows, self.metric)
+                embeddings, keras.ops.maximum(reference.query_rows, 0), reference.rows,
+                self.metric)
         if reference.is_batch:
             return ops.pairwise(embeddings, metric=self.metric)
         keys = reference.embeddings
-        keys = keys if reference.trainable else tf.stop_gradient(keys)
+        keys = keys if reference.trainable else keras.ops.stop_gradient(keys)
         return ops.pairwise(embeddings, keys, metric=self.metric)
 
     def pairs(self, labels, reference, matrix):
@@ -189,15 +191,18 @@ class PairLoss(keras.losses.Loss):
         if reference.is_batch:
             positive, negative = ops.label_masks(labels)
         else:
-            present = reference.labels[tf.newaxis, :] >= 0
+            present = keras.ops.expand_dims(reference.labels >= 0, 0)
             if reference.query_rows is not None:  # a row < 0 is padding
-                labels = tf.gather(labels, tf.maximum(reference.query_rows, 0))
-                present &= reference.query_rows[:, tf.newaxis] >= 0
+                labels = rowwise.gather(labels, keras.ops.maximum(reference.query_rows, 0))
+                present = keras.ops.logical_and(
+                    present, keras.ops.expand_dims(reference.query_rows >= 0, 1))
             if reference.own is not None:
-                present &= ~tf.one_hot(reference.own, tf.shape(reference.labels)[0],
-                                       on_value=True, off_value=False)
+                own = keras.ops.one_hot(reference.own, keras.ops.shape(reference.labels)[0],
+                                        dtype="bool")
+                present = keras.ops.logical_and(present, keras.ops.logical_not(own))
             positive, negative = ops.label_masks(labels, reference.labels, exclude_self=False)
-            positive, negative = positive & present, negative & present
+            positive = keras.ops.logical_and(positive, present)
+            negative = keras.ops.logical_and(negative, present)
         return self.mined(labels, reference.labels, positive, negative, matrix)
 
     def mined(self, labels, key_labels, positive, negative, matrix):
@@ -233,15 +238,21 @@ class PairLoss(keras.losses.Loss):
     def _against_whole(self, labels, embeddings, reference):
         """Unreduced values from the whole (N, M) matrix at once."""
         sources = [embeddings]
-        if reference.trainable and not reference.is_batch and reference.rows is None \
-                and reference.embeddings is not embeddings:  # separate keys: proxies
-            reference = reference._replace(embeddings=tf.convert_to_tensor(reference.embeddings))
+        separate_keys = (reference.trainable and not reference.is_batch
+                         and reference.rows is None
+                         and reference.embeddings is not embeddings)  # proxies
+        if separate_keys:  # a variable's value, as a tensor the gradient reaches
+            reference = reference._replace(
+                embeddings=keras.ops.convert_to_tensor(reference.embeddings))
             sources.append(reference.embeddings)
-        with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
-            tape.watch(sources)
-            matrix = self.pair_matrix(embeddings, reference)
+
+        def matrix_fn(queries, *keys):
+            keyed = reference._replace(embeddings=keys[0]) if keys else reference
+            return self.pair_matrix(queries, keyed)
+
+        matrix = gradients.differentiable_matrix(matrix_fn, sources)
         if self.reads_pair_masks:
-            pairs = self.pairs(labels, reference, matrix)
+            pairs = self.pairs(labels, reference, matrix.matrix)
             masks = [pairs.positive, pairs.negative]
         else:
             pairs, masks = Pairs(labels, reference.labels, None, None), []
@@ -249,30 +260,26 @@ class PairLoss(keras.losses.Loss):
         def terms(m, *parameters):
             # after the masks and mining: the terms' (N, M) temporaries do not coexist
             # with the miner's, and the matrix's last reader may reuse its buffer
-            with tf.control_dependencies(masks):
+            with tensors.control_dependencies(masks):
                 return self._terms(m, pairs, *parameters)
 
-        return weighted_pair_loss(sources, tape, matrix, terms, self.parameters(pairs))
+        return weighted_pair_loss(matrix, terms, self.parameters(pairs))
 
     def _terms(self, matrix, pairs, *parameters):
         """`compute_terms`, through XLA where the loss opts in and the matrix is small."""
-        if not self.xla_terms:
+        compiled = self._compiled_terms() if self.xla_terms else None
+        if compiled is None:
             return self.compute_terms(matrix, pairs, *parameters)
-        compiled = self._compiled_terms()
-        entries = matrix.shape.num_elements()
-        small = (entries <= XLA_TERMS_MAX_ENTRIES if entries is not None
-                 else tf.size(matrix, out_type=tf.int64) <= XLA_TERMS_MAX_ENTRIES)
+        small = primitives.num_elements(matrix) <= XLA_TERMS_MAX_ENTRIES
         return ops.cond(small, lambda: compiled(matrix, pairs, *parameters),
                         lambda: self.compute_terms(matrix, pairs, *parameters))
 
     def _compiled_terms(self):
-        """`compute_terms` as an XLA-compiled `tf.function`, made on first use."""
-        compiled = getattr(self, "_xla_compute_terms", None)
-        if compiled is None:
-            compiled = tf.function(self.compute_terms, jit_compile=True,
-                                   reduce_retracing=True)
-            self._xla_compute_terms = compiled
-        return compiled
+        """`compute_terms` as one XLA cluster on TensorFlow (made on first use); None on
+        JAX, whose whole step is jitted, and PyTorch."""
+        if not hasattr(self, "_xla_compute_terms"):
+            self._xla_compute_terms = primitives.xla_compiled(self.compute_terms)
+        return self._xla_compute_terms
 
     def terms(self, labels, embeddings, reference=None):
         """The engine's `PairTerms` of one batch (what `weighting.pair_weights` reads)."""
@@ -287,8 +294,8 @@ class PairLoss(keras.losses.Loss):
     def __call__(self, y_true, y_pred, sample_weight=None, reference=None):
         labels, embeddings, reference = self.prepare(y_true, y_pred, reference)
         if embeddings.shape[0] == 0:  # no pair: 0, with a zero gradient
-            empty = tf.reduce_sum(ops.to_float32(y_pred), axis=1) * 0.0
-            return empty if self.reduction in (None, "none") else tf.reduce_sum(empty)
+            empty = keras.ops.sum(ops.to_float32(y_pred), axis=1) * 0.0
+            return empty if self.reduction in (None, "none") else keras.ops.sum(empty)
         self._reference = (labels, reference)
         try:
             value = super().__call__(labels, embeddings, sample_weight=sample_weight)

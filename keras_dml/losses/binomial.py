@@ -1,6 +1,6 @@
 """Binomial deviance loss and BinLifted, its direct combination with lifted structure."""
 
-import tensorflow as tf
+import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
@@ -26,11 +26,10 @@ class _ScaledPairLoss(PairLoss):
         positive, negative = pairs.positive, pairs.negative
         pull = self.alpha * (self.base - matrix)
         push = self.beta * (matrix - self.base)
-        zero = tf.zeros_like(matrix)
-        values = (tf.where(positive, tf.math.softplus(pull) / self.alpha, zero),
-                  tf.where(negative, tf.math.softplus(push) / self.beta, zero))
-        slopes = (tf.where(positive, tf.sigmoid(pull), zero),
-                  tf.where(negative, tf.sigmoid(push), zero))
+        values = (keras.ops.where(positive, keras.ops.softplus(pull) / self.alpha, 0.0),
+                  keras.ops.where(negative, keras.ops.softplus(push) / self.beta, 0.0))
+        slopes = (keras.ops.where(positive, keras.ops.sigmoid(pull), 0.0),
+                  keras.ops.where(negative, keras.ops.sigmoid(push), 0.0))
         return values, slopes
 
 
@@ -80,12 +79,14 @@ class BinomialDeviance(_ScaledPairLoss):
 
     def compute_terms(self, matrix, pairs):
         (pull, push), (pull_slope, push_slope) = self.binomial_parts(matrix, pairs)
-        positives = tf.reduce_sum(tf.cast(pairs.positive, tf.float32), axis=1, keepdims=True)
-        negatives = tf.reduce_sum(tf.cast(pairs.negative, tf.float32), axis=1, keepdims=True)
-        value = tf.reduce_sum(tf.math.divide_no_nan(pull, positives)
-                              + tf.math.divide_no_nan(push, negatives), axis=1)
-        weights = (tf.math.divide_no_nan(push_slope, negatives)
-                   - tf.math.divide_no_nan(pull_slope, positives))
+        positives = keras.ops.sum(keras.ops.cast(pairs.positive, "float32"), axis=1,
+                                  keepdims=True)
+        negatives = keras.ops.sum(keras.ops.cast(pairs.negative, "float32"), axis=1,
+                                  keepdims=True)
+        value = keras.ops.sum(keras.ops.divide_no_nan(pull, positives)
+                              + keras.ops.divide_no_nan(push, negatives), axis=1)
+        weights = (keras.ops.divide_no_nan(push_slope, negatives)
+                   - keras.ops.divide_no_nan(pull_slope, positives))
         return value, weights
 
 
@@ -137,7 +138,7 @@ class BinLifted(_ScaledPairLoss):
         (pull, push), (pull_slope, push_slope) = self.binomial_parts(matrix, pairs)
         lifted = (ops.masked_logsumexp(-self.alpha * matrix, positive) / self.alpha
                   + ops.masked_logsumexp(self.beta * matrix, negative) / self.beta)
-        value = 0.5 * (tf.reduce_sum(pull + push, axis=1) + lifted)
+        value = 0.5 * (keras.ops.sum(pull + push, axis=1) + lifted)
         weights = 0.5 * (push_slope + ops.masked_softmax(self.beta * matrix, negative)
                          - pull_slope - ops.masked_softmax(-self.alpha * matrix, positive))
         return value, weights

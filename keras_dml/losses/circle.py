@@ -1,6 +1,6 @@
 """Circle loss (Sun et al. CVPR 2020), pair form."""
 
-import tensorflow as tf
+import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
@@ -23,16 +23,16 @@ def circle_terms(matrix, positive, negative, margin, gamma):
 
     with x_i the softplus argument. Anchors without a positive or a negative give 0.
     """
-    pull_scale = -gamma * tf.stop_gradient(tf.nn.relu(1.0 + margin - matrix))
-    push_scale = gamma * tf.stop_gradient(tf.nn.relu(matrix + margin))
+    pull_scale = -gamma * keras.ops.stop_gradient(keras.ops.relu(1.0 + margin - matrix))
+    push_scale = gamma * keras.ops.stop_gradient(keras.ops.relu(matrix + margin))
     pull_lse, pull_softmax, has_pull = ops.masked_softmax_parts(
         pull_scale * (matrix - (1.0 - margin)), positive)
     push_lse, push_softmax, has_push = ops.masked_softmax_parts(
         push_scale * (matrix - margin), negative)
-    both = tf.logical_and(has_pull, has_push)[:, 0]
+    both = keras.ops.logical_and(has_pull, has_push)[:, 0]
     total = pull_lse + push_lse
-    value = tf.where(both, tf.nn.softplus(total), tf.zeros_like(total))
-    gate = tf.where(both, tf.sigmoid(total), tf.zeros_like(total))[:, tf.newaxis]
+    value = keras.ops.where(both, keras.ops.softplus(total), 0.0)
+    gate = keras.ops.where(both, keras.ops.sigmoid(total), 0.0)[:, None]
     weights = gate * (pull_softmax * pull_scale + push_softmax * push_scale)
     return value, weights
 

@@ -1,7 +1,6 @@
 """`Combined`: a weighted sum of keras_dml losses on the same batch."""
 
 import keras
-import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 
@@ -102,9 +101,9 @@ class Combined(keras.losses.Loss):
         total = 0.0
         for loss, weight, metric in zip(self.losses, self.weights, self.trainable_layer.terms):
             extra = state if getattr(loss, "updates_state", False) else {}
-            value = tf.convert_to_tensor(loss(y_true, y_pred, sample_weight=sample_weight,
-                                              **extra))
-            if value.shape.rank:
+            value = keras.ops.convert_to_tensor(loss(y_true, y_pred,
+                                                     sample_weight=sample_weight, **extra))
+            if len(value.shape):
                 raise ValueError(f"Combined needs reduced terms; {loss.name} has reduction "
                                  f"{loss.reduction!r}.")
             metric.update_state(value)

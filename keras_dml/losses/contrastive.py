@@ -1,6 +1,6 @@
 """Contrastive loss on cosine similarities or Euclidean distances."""
 
-import tensorflow as tf
+import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.base import PairLoss
@@ -74,15 +74,15 @@ class Contrastive(PairLoss):
                                 if neg_margin is None else neg_margin)
 
     def compute_terms(self, matrix, pairs):
-        positive = tf.cast(pairs.positive, tf.float32)
-        negative = tf.cast(pairs.negative, tf.float32)
+        positive = keras.ops.cast(pairs.positive, "float32")
+        negative = keras.ops.cast(pairs.negative, "float32")
         if self.metric == "cosine":
-            pull = tf.nn.relu(self.pos_margin - matrix) * positive
-            push = tf.nn.relu(matrix - self.neg_margin) * negative
-            value = tf.reduce_sum(pull + push, axis=1)
-            weights = tf.cast(push > 0, tf.float32) - tf.cast(pull > 0, tf.float32)
+            pull = keras.ops.relu(self.pos_margin - matrix) * positive
+            push = keras.ops.relu(matrix - self.neg_margin) * negative
+            value = keras.ops.sum(pull + push, axis=1)
+            weights = keras.ops.cast(push > 0, "float32") - keras.ops.cast(pull > 0, "float32")
             return value, weights
-        pull = tf.nn.relu(matrix - self.pos_margin) * positive
-        push = tf.nn.relu(self.neg_margin - matrix) * negative
-        value = tf.reduce_sum(tf.square(pull) + tf.square(push), axis=1)
+        pull = keras.ops.relu(matrix - self.pos_margin) * positive
+        push = keras.ops.relu(self.neg_margin - matrix) * negative
+        value = keras.ops.sum(keras.ops.square(pull) + keras.ops.square(push), axis=1)
         return value, 2.0 * (pull - push)

@@ -8,7 +8,6 @@
 """
 
 import keras
-import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops, validation
@@ -57,24 +56,25 @@ class MemoryBank(keras.layers.Layer):
 
     def enqueue(self, embeddings, labels, active):
         """Write the batch into the next slots (only when `active`); return its slots."""
-        n = tf.shape(embeddings)[0]
-        slots = (self.next_slot + tf.range(n, dtype=tf.int32)) % self.memory_size
-        written = tf.where(active, tf.cast(embeddings, self.embeddings.dtype),
-                           tf.gather(self.embeddings, slots))
-        written_labels = tf.where(active, tf.cast(labels, tf.int32),
-                                  tf.gather(self.labels, slots))
-        self.embeddings.assign(tf.tensor_scatter_nd_update(
-            self.embeddings, slots[:, tf.newaxis], written))
-        self.labels.assign(tf.tensor_scatter_nd_update(
-            self.labels, slots[:, tf.newaxis], written_labels))
-        step = tf.cast(active, tf.int32) * n
+        n = keras.ops.shape(embeddings)[0]
+        slots = (self.next_slot + keras.ops.arange(n, dtype="int32")) % self.memory_size
+        stored = keras.ops.convert_to_tensor(self.embeddings)
+        stored_labels = keras.ops.convert_to_tensor(self.labels)
+        written = keras.ops.where(active, keras.ops.cast(embeddings, stored.dtype),
+                                  keras.ops.take(stored, slots, axis=0))
+        written_labels = keras.ops.where(active, keras.ops.cast(labels, "int32"),
+                                         keras.ops.take(stored_labels, slots, axis=0))
+        self.embeddings.assign(keras.ops.scatter_update(stored, slots[:, None], written))
+        self.labels.assign(keras.ops.scatter_update(stored_labels, slots[:, None],
+                                                    written_labels))
+        step = keras.ops.cast(active, "int32") * n
         self.next_slot.assign((self.next_slot + step) % self.memory_size)
-        self.filled.assign(tf.minimum(self.filled + step, self.memory_size))
+        self.filled.assign(keras.ops.minimum(self.filled + step, self.memory_size))
         return slots
 
     def reset(self):
         for variable in (self.embeddings, self.labels, self.filled, self.next_slot, self.steps):
-            variable.assign(tf.zeros_like(variable))
+            variable.assign(keras.ops.zeros(variable.shape, variable.dtype))
 
     def get_config(self):
         config = super().get_config()
@@ -196,22 +196,23 @@ class CrossBatchMemory(keras.losses.Loss):
         active = bank.steps >= self.warmup_steps
         if self._enqueue:
             keys = embeddings if self._keys is None else ops.to_float32(self._keys)
-            slots = bank.enqueue(tf.stop_gradient(keys), labels, active)
+            slots = bank.enqueue(keras.ops.stop_gradient(keys), labels, active)
             bank.steps.assign_add(1)
-        else:
-            slots = tf.fill(tf.shape(labels), -1)  # evaluation: no copy of the batch inside
+        else:  # evaluation: no copy of the batch inside
+            slots = keras.ops.full_like(labels, -1, dtype="int32")
         memory_value = self._memory_terms(labels, embeddings, slots)
         batch_value = self.loss.call(labels, embeddings)
         if self.include_batch_loss:
             memory_value = batch_value + self.memory_weight * memory_value
-        return tf.where(active, memory_value, batch_value)
+        return keras.ops.where(active, memory_value, batch_value)
 
     def _memory_terms(self, labels, embeddings, slots):
         """Per-query values of the wrapped loss against the memory (no gradient into it)."""
         bank = self.trainable_layer
-        present = tf.range(self.memory_size) < bank.filled
-        memory = Reference(tf.where(present, bank.labels, -1),
-                           tf.cast(bank.embeddings, tf.float32), trainable=False, own=slots)
+        present = keras.ops.arange(self.memory_size, dtype="int32") < bank.filled
+        memory = Reference(keras.ops.where(present, bank.labels, -1),
+                           keras.ops.cast(bank.embeddings, "float32"), trainable=False,
+                           own=slots)
         return self.loss.against(labels, embeddings, memory)
 
     def get_config(self):

@@ -1,8 +1,9 @@
 """Histogram loss (Ustinova and Lempitsky 2016): a batch-global pair loss."""
 
-import tensorflow as tf
+import keras
 
 from keras_dml import hyperparameters as _hyper
+from keras_dml.backend import pairs as primitives
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
@@ -15,19 +16,19 @@ def _soft_histogram(similarity, mask, bins):
     node p + 1.
     """
     delta = 2.0 / (bins - 1)
-    position = (tf.clip_by_value(similarity, -1.0, 1.0) + 1.0) / delta
-    lower = tf.clip_by_value(tf.floor(position), 0.0, bins - 2.0)
+    position = (keras.ops.clip(similarity, -1.0, 1.0) + 1.0) / delta
+    lower = keras.ops.clip(keras.ops.floor(position), 0.0, bins - 2.0)
     upper_share = position - lower
-    index = tf.cast(lower, tf.int32)
-    mask_f = tf.cast(mask, tf.float32)
-    count = tf.reduce_sum(mask_f)
-    flat_index = tf.reshape(index, [-1])
-    histogram = tf.math.unsorted_segment_sum(
-        tf.reshape(mask_f * (1.0 - upper_share), [-1]), flat_index, bins
-    ) + tf.math.unsorted_segment_sum(
-        tf.reshape(mask_f * upper_share, [-1]), flat_index + 1, bins
+    index = keras.ops.cast(lower, "int32")
+    mask_f = keras.ops.cast(mask, "float32")
+    count = keras.ops.sum(mask_f)
+    flat_index = keras.ops.reshape(index, (-1,))
+    histogram = keras.ops.segment_sum(
+        keras.ops.reshape(mask_f * (1.0 - upper_share), (-1,)), flat_index, bins
+    ) + keras.ops.segment_sum(
+        keras.ops.reshape(mask_f * upper_share, (-1,)), flat_index + 1, bins
     )
-    return index, tf.math.divide_no_nan(histogram, count), count
+    return index, keras.ops.divide_no_nan(histogram, count), count
 
 
 def histogram_terms(similarity, positive, negative, bins):
@@ -40,11 +41,12 @@ def histogram_terms(similarity, positive, negative, bins):
     delta = 2.0 / (bins - 1)
     index, positive_hist, positive_count = _soft_histogram(similarity, positive, bins)
     _, negative_hist, negative_count = _soft_histogram(similarity, negative, bins)
-    value = tf.reduce_sum(negative_hist * tf.cumsum(positive_hist))
-    pull = tf.math.divide_no_nan(tf.gather(negative_hist, index), delta * positive_count)
-    push = tf.math.divide_no_nan(tf.gather(positive_hist, index + 1), delta * negative_count)
-    zeros = tf.zeros_like(similarity)
-    weights = tf.where(negative, push, zeros) - tf.where(positive, pull, zeros)
+    value = keras.ops.sum(negative_hist * keras.ops.cumsum(positive_hist))
+    pull = keras.ops.divide_no_nan(primitives.gather(negative_hist, index),
+                                   delta * positive_count)
+    push = keras.ops.divide_no_nan(primitives.gather(positive_hist, index + 1),
+                                   delta * negative_count)
+    weights = keras.ops.where(negative, push, 0.0) - keras.ops.where(positive, pull, 0.0)
     return value, weights
 
 

@@ -1,11 +1,15 @@
 """Instance cross entropy (ICE) with the paper's normalised gradient reweighting."""
 
-import tensorflow as tf
+import keras
+import numpy as np
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
+from keras_dml.backend import tensors
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
+
+_FLOAT32_MIN = float(np.finfo(np.float32).min)
 
 
 def instance_cross_entropy_terms(similarity, positive, negative, scale):
@@ -30,25 +34,25 @@ def instance_cross_entropy_terms(similarity, positive, negative, scale):
     eq. 13-14. Anchors without a positive or a negative get 0.
     """
     logits = scale * similarity
-    has_negative = tf.reduce_any(negative, axis=1, keepdims=True)
-    has_positive = tf.reduce_any(positive, axis=1, keepdims=True)
+    has_negative = keras.ops.any(negative, axis=1, keepdims=True)
+    has_positive = keras.ops.any(positive, axis=1, keepdims=True)
     # [matching distributions] one per (anchor, positive); empty without negatives.
-    active = tf.logical_and(positive, has_negative)
+    active = keras.ops.logical_and(positive, has_negative)
     negative_lse = ops.masked_logsumexp(logits, negative, keepdims=True)
     # x = l_a - z_a. on every entry (finite): the margin on the active positives, and
     # minus the negatives' log-softmax on the negatives. One (N, M) matrix for both, and
     # each step below waits for the previous one, so at most two are alive at a time.
     margin = negative_lse - logits
     # [loss] eq. 5, anchor by anchor.
-    value = tf.reduce_sum(tf.where(active, tf.math.softplus(margin), 0.0), 1)
+    value = keras.ops.sum(keras.ops.where(active, keras.ops.softplus(margin), 0.0), 1)
     # [weighting] eq. 13: (1 - p^) / sum (1 - p^) = softmax of log(1 - p^) = log sigmoid.
-    with tf.control_dependencies([value]):
-        positive_weights = ops.masked_softmax(tf.math.log_sigmoid(margin), active)
+    with tensors.control_dependencies([value]):
+        positive_weights = ops.masked_softmax(keras.ops.log_sigmoid(margin), active)
     # eq. 14, factorised: sum_i p^(j|a,i) / sum_i (1 - p^(i|a)) = q_aj, the softmax of
     # the negatives (reusing their log-sum-exp); zero for anchors without a positive.
-    keep = tf.logical_and(negative, has_positive)
-    with tf.control_dependencies([positive_weights]):
-        negative_weights = tf.exp(tf.where(keep, -margin, tf.float32.min))
+    keep = keras.ops.logical_and(negative, has_positive)
+    with tensors.control_dependencies([positive_weights]):
+        negative_weights = keras.ops.exp(keras.ops.where(keep, -margin, _FLOAT32_MIN))
     return value, 0.5 * (negative_weights - positive_weights)
 
 

@@ -1,6 +1,6 @@
 """Lifted structure losses: the original (Song et al. 2016) and the generalised form."""
 
-import tensorflow as tf
+import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
@@ -73,22 +73,21 @@ class LiftedStructure(_MarginAndMetric):
         # [lifted negatives] per row, log sum_{N_i} exp(c_ik) and its softmax
         row_lse = ops.masked_logsumexp(closeness, negative, empty_value=_EMPTY)
         softmax = ops.masked_softmax(closeness, negative)
-        has_negative = tf.reduce_any(negative, axis=1)
-        valid = positive & (has_negative[:, tf.newaxis] | has_negative[tf.newaxis, :])
-        first, second = row_lse[:, tf.newaxis], row_lse[tf.newaxis, :]
-        top = tf.maximum(first, second)
-        pair_lse = top + tf.math.log(tf.exp(first - top) + tf.exp(second - top))
+        has_negative = keras.ops.any(negative, axis=1)
+        valid = positive & (has_negative[:, None] | has_negative[None, :])
+        first, second = row_lse[:, None], row_lse[None, :]
+        top = keras.ops.maximum(first, second)
+        pair_lse = top + keras.ops.log(keras.ops.exp(first - top) + keras.ops.exp(second - top))
         # [loss] J_ij = margin + log(e^{lse_i} + e^{lse_j}) - c_ij, hinged and squared
-        hinge = tf.where(valid, tf.nn.relu(self.margin + pair_lse - closeness),
-                         tf.zeros_like(closeness))
-        pairs = tf.reduce_sum(tf.cast(valid, tf.float32))
-        value = tf.math.divide_no_nan(tf.reduce_sum(tf.square(hinge)), 2.0 * pairs)
+        hinge = keras.ops.where(valid, keras.ops.relu(self.margin + pair_lse - closeness), 0.0)
+        pairs = keras.ops.sum(keras.ops.cast(valid, "float32"))
+        value = keras.ops.divide_no_nan(keras.ops.sum(keras.ops.square(hinge)), 2.0 * pairs)
         # [weighting] dL/dc: -h_ij/|P| on positives; negatives of row i collect
         # softmax_ik * sum_j (h_ij + h_ji)/|P| * e^{lse_i} / (e^{lse_i} + e^{lse_j})
-        share = tf.sigmoid(row_lse[:, tf.newaxis] - row_lse[tf.newaxis, :])
-        scaled = tf.math.divide_no_nan(hinge, pairs)
-        lifted = tf.reduce_sum((scaled + tf.transpose(scaled)) * share, axis=1)
-        gradient = softmax * lifted[:, tf.newaxis] - scaled
+        share = keras.ops.sigmoid(row_lse[:, None] - row_lse[None, :])
+        scaled = keras.ops.divide_no_nan(hinge, pairs)
+        lifted = keras.ops.sum((scaled + keras.ops.transpose(scaled)) * share, axis=1)
+        gradient = softmax * lifted[:, None] - scaled
         return value, sign * gradient
 
 
@@ -133,12 +132,12 @@ class GeneralizedLiftedStructure(_MarginAndMetric):
         positive, negative = pairs.positive, pairs.negative
         sign = -1.0 if self.is_distance else 1.0
         closeness = sign * matrix
-        valid = tf.reduce_any(positive, axis=1) & tf.reduce_any(negative, axis=1)
+        valid = keras.ops.any(positive, axis=1) & keras.ops.any(negative, axis=1)
         inside = (self.margin + ops.masked_logsumexp(-closeness, positive)
                   + ops.masked_logsumexp(closeness, negative))
         active = valid & (inside > 0)
-        value = tf.where(active, inside, tf.zeros_like(inside))
+        value = keras.ops.where(active, inside, 0.0)
         gradient = ops.masked_softmax(closeness, negative) - ops.masked_softmax(
             -closeness, positive)
-        gradient = tf.where(active[:, tf.newaxis], gradient, tf.zeros_like(gradient))
+        gradient = keras.ops.where(active[:, None], gradient, 0.0)
         return value, sign * gradient

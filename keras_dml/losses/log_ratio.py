@@ -2,10 +2,11 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops, validation
+from keras_dml.backend import pairs as primitives
+from keras_dml.backend import tensors
 from keras_dml.losses.base import PairLoss, Pairs
 from keras_dml.losses.registry import register
 
@@ -21,10 +22,10 @@ def _squared_differences(labels, keys):
     """
     columns = labels.shape[1]
     if columns is None:
-        return tf.reduce_sum(tf.square(labels[:, None, :] - keys[None, :, :]), axis=2)
+        return keras.ops.sum(keras.ops.square(labels[:, None, :] - keys[None, :, :]), axis=2)
     total = 0.0
     for k in range(columns):
-        total += tf.square(labels[:, k, None] - keys[None, :, k])
+        total += keras.ops.square(labels[:, k, None] - keys[None, :, k])
     return total
 
 
@@ -92,7 +93,9 @@ class LogRatio(PairLoss):
         super().__init__(reduction=reduction, name=name, dtype=dtype)
         if isinstance(label_distance, dict):
             label_distance = keras.saving.deserialize_keras_object(label_distance)
-        if isinstance(label_distance, (list, tuple, np.ndarray, tf.Tensor)):
+        if keras.ops.is_tensor(label_distance):
+            label_distance = keras.ops.convert_to_numpy(label_distance)
+        if isinstance(label_distance, (list, tuple, np.ndarray)):
             label_distance = np.asarray(label_distance, dtype="float32")
             if (label_distance.ndim != 2 or label_distance.shape[0] != label_distance.shape[1]
                     or not np.all(np.isfinite(label_distance)) or np.any(label_distance < 0)):
@@ -124,7 +127,7 @@ class LogRatio(PairLoss):
     # -- validation -------------------------------------------------------------------
     def check(self, labels, embeddings):
         embeddings = validation.check_embeddings(embeddings)
-        labels = tf.convert_to_tensor(labels)
+        labels = keras.ops.convert_to_tensor(labels)
         if self.precomputed:
             labels = validation.check_class_labels(labels, embeddings.shape[0],
                                                    name="labels (indices)")
@@ -133,14 +136,15 @@ class LogRatio(PairLoss):
                 labels, size, name="labels (indices of the precomputed label_distance matrix)",
                 bound="size")
             return labels, embeddings
-        if not labels.dtype.is_floating:
+        dtype = keras.backend.standardize_dtype(labels.dtype)
+        if "float" not in dtype:
             raise ValueError(
                 "LogRatio needs continuous label vectors: a float matrix (N, m), got "
-                f"{labels.dtype.name} labels of shape {tuple(labels.shape)}, which look like "
+                f"{dtype} labels of shape {tuple(labels.shape)}, which look like "
                 "class ids. Use a class-label loss (e.g. MultiSimilarity) for class ids, or "
                 "pass a precomputed label_distance matrix indexed by the labels."
             )
-        if labels.shape.rank != 2:
+        if len(labels.shape) != 2:
             raise ValueError(
                 "LogRatio needs continuous label vectors of shape (N, m), got shape "
                 f"{tuple(labels.shape)}; reshape a scalar target to (N, 1)."
@@ -151,7 +155,8 @@ class LogRatio(PairLoss):
                 f"labels and embeddings disagree in batch size: labels have shape "
                 f"{tuple(labels.shape)}, embeddings {tuple(embeddings.shape)}."
             )
-        if tf.executing_eagerly() and not bool(tf.reduce_all(tf.math.is_finite(labels))):
+        if tensors.is_concrete(labels) and not np.all(
+                np.isfinite(keras.ops.convert_to_numpy(labels))):
             raise ValueError("labels contain NaN or Inf values.")
         return ops.to_float32(labels), embeddings
 
@@ -162,10 +167,10 @@ class LogRatio(PairLoss):
     # -- the engine hooks -------------------------------------------------------------
     def pair_matrix(self, embeddings, reference):
         # Centring (distances are translation invariant) keeps |a|^2 - 2ab + |b|^2 precise.
-        centre = tf.reduce_mean(embeddings, axis=0, keepdims=True)
+        centre = keras.ops.mean(embeddings, axis=0, keepdims=True)
         if reference.is_batch:
             return ops.pairwise(embeddings - centre, metric="squared_euclidean")
-        keys = reference.embeddings if reference.trainable else tf.stop_gradient(
+        keys = reference.embeddings if reference.trainable else keras.ops.stop_gradient(
             reference.embeddings)
         return ops.pairwise(embeddings - centre, ops.to_float32(keys) - centre,
                             metric="squared_euclidean")
@@ -174,14 +179,14 @@ class LogRatio(PairLoss):
         """The (N, M) label distances D_y between the batch and the reference set."""
         reference_labels = labels if reference_labels is None else reference_labels
         if self.precomputed:
-            table = tf.constant(self.label_distance)
-            return tf.gather(tf.gather(table, labels), reference_labels, axis=1)
+            table = keras.ops.convert_to_tensor(self.label_distance)
+            return primitives.gather(primitives.gather(table, labels), reference_labels, axis=1)
         if callable(self.label_distance):
             if reference_labels is not labels:
                 raise ValueError("A label_distance function takes one batch of labels: use "
                                  "a metric name or a precomputed matrix with a reference set.")
             matrix = ops.to_float32(self.label_distance(labels))
-            if matrix.shape.rank != 2:
+            if len(matrix.shape) != 2:
                 raise ValueError(
                     f"label_distance must return an (N, N) matrix, got shape "
                     f"{tuple(matrix.shape)}."
@@ -190,7 +195,7 @@ class LogRatio(PairLoss):
         squared = _squared_differences(labels, reference_labels)
         if self.label_distance == "squared_euclidean":
             return squared
-        return tf.sqrt(squared)
+        return keras.ops.sqrt(squared)
 
     def pairs(self, labels, reference, matrix):
         """Every anchor's partners (no class masks); the label distances ride along."""
@@ -198,34 +203,35 @@ class LogRatio(PairLoss):
             labels, labels if reference.is_batch else reference.labels)
         partners = self.partners(label_matrix, exclude_self=reference.is_batch)
         if reference.own is not None:
-            partners &= ~tf.one_hot(reference.own, tf.shape(partners)[1], on_value=True,
-                                    off_value=False)
+            partners &= ~keras.ops.one_hot(reference.own, keras.ops.shape(partners)[1],
+                                           dtype="bool")
         return Pairs(labels, reference.labels, partners, partners, label_matrix)
 
     def partners(self, label_matrix, exclude_self=True):
         """(N, M) mask of each anchor's partners: all others, or its nearest in label space."""
-        others = tf.ones_like(label_matrix, dtype=tf.bool)
+        others = keras.ops.ones_like(label_matrix, dtype="bool")
         if exclude_self:
-            others = tf.linalg.set_diag(others, tf.zeros_like(tf.linalg.diag_part(others)))
+            others = primitives.set_diagonal(
+                others, keras.ops.zeros_like(keras.ops.diagonal(others)))
         if self.max_partners is None:
             return others
-        ranked = tf.where(others, label_matrix, tf.fill(tf.shape(label_matrix), -1.0))
-        order = tf.argsort(ranked, axis=1, stable=True)
-        rank = tf.argsort(order, axis=1, stable=True)
-        return tf.logical_and(others, rank <= (self.max_partners if exclude_self
-                                               else self.max_partners - 1))
+        ranked = keras.ops.where(others, label_matrix, -1.0)
+        order = primitives.argsort_rows(ranked)
+        rank = primitives.argsort_rows(order)
+        return keras.ops.logical_and(others, rank <= (self.max_partners if exclude_self
+                                                      else self.max_partners - 1))
 
     def compute_terms(self, matrix, pairs):
-        mask = tf.cast(pairs.positive, tf.float32)
-        u = (tf.math.log(matrix + self.epsilon)
-             - tf.math.log(tf.stop_gradient(pairs.context) + self.epsilon)) * mask
-        count = tf.reduce_sum(mask, axis=1, keepdims=True)
+        mask = keras.ops.cast(pairs.positive, "float32")
+        u = (keras.ops.log(matrix + self.epsilon)
+             - keras.ops.log(keras.ops.stop_gradient(pairs.context) + self.epsilon)) * mask
+        count = keras.ops.sum(mask, axis=1, keepdims=True)
         pairs_count = count * (count - 1.0) / 2.0
         # sum_{i<j} (u_i - u_j)^2 = n sum_i (u_i - mean u)^2, in the stable centred form.
-        centred = (u - tf.math.divide_no_nan(tf.reduce_sum(u, axis=1, keepdims=True), count))
+        centred = (u - keras.ops.divide_no_nan(keras.ops.sum(u, axis=1, keepdims=True), count))
         centred *= mask
-        scale = tf.math.divide_no_nan(count, pairs_count)
-        value = tf.squeeze(scale, 1) * tf.reduce_sum(tf.square(centred), axis=1)
+        scale = keras.ops.divide_no_nan(count, pairs_count)
+        value = keras.ops.squeeze(scale, 1) * keras.ops.sum(keras.ops.square(centred), axis=1)
         weights = 2.0 * scale * centred / (matrix + self.epsilon)
         return value, weights
 

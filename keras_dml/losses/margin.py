@@ -2,9 +2,9 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from keras_dml import ops, validation
+from keras_dml.backend import pairs as primitives
 from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
@@ -41,14 +41,14 @@ class MarginBeta(keras.layers.Layer):
         )
 
     def call(self, labels):
-        beta = tf.convert_to_tensor(self.beta)
+        beta = keras.ops.convert_to_tensor(self.beta)
         if self.num_classes is None:
-            return tf.fill(tf.shape(labels), beta[0])
+            return keras.ops.broadcast_to(beta[:1], keras.ops.shape(labels))
         labels = validation.check_label_range(
             labels, self.num_classes,
             name=f"labels (Margin has one beta per class, num_classes={self.num_classes})")
         # XLA drops the run-time check: clip so the gather itself stays in bounds.
-        return tf.gather(beta, tf.clip_by_value(labels, 0, self.num_classes - 1))
+        return primitives.gather(beta, keras.ops.clip(labels, 0, self.num_classes - 1))
 
     def get_config(self):
         return {**super().get_config(), "num_classes": self.num_classes,
@@ -58,7 +58,8 @@ class MarginBeta(keras.layers.Layer):
 def _sphere_distance(similarity):
     """d = sqrt(2 - 2 S) and dd/dS = -1/d; both 0 where the points coincide."""
     distance = ops.safe_sqrt(2.0 - 2.0 * similarity)
-    slope = tf.where(distance > 0, -1.0 / tf.where(distance > 0, distance, 1.0), 0.0)
+    slope = keras.ops.where(distance > 0, -1.0 / keras.ops.where(distance > 0, distance, 1.0),
+                            0.0)
     return distance, slope
 
 
@@ -74,20 +75,21 @@ def margin_terms(similarity, positive, negative, anchor_beta, alpha, nu, average
     so that the mean over the N anchors is the batch loss. Returns (value (N,),
     d value_a / d S_a: (N, M), d value_a / d beta_a: (N,)).
     """
-    positive_f, negative_f = tf.cast(positive, tf.float32), tf.cast(negative, tf.float32)
+    positive_f = keras.ops.cast(positive, "float32")
+    negative_f = keras.ops.cast(negative, "float32")
     distance, slope = _sphere_distance(similarity)
-    beta = anchor_beta[:, tf.newaxis]
-    pull = tf.nn.relu(distance - beta + alpha) * positive_f
-    push = tf.nn.relu(alpha + beta - distance) * negative_f
-    pull_active = tf.cast(pull > 0, tf.float32)
-    push_active = tf.cast(push > 0, tf.float32)
+    beta = keras.ops.expand_dims(anchor_beta, 1)
+    pull = keras.ops.relu(distance - beta + alpha) * positive_f
+    push = keras.ops.relu(alpha + beta - distance) * negative_f
+    pull_active = keras.ops.cast(pull > 0, "float32")
+    push_active = keras.ops.cast(push > 0, "float32")
     counted = positive_f + negative_f if average == "pairs" else pull_active + push_active
-    rows = tf.cast(tf.shape(similarity)[0], tf.float32)
-    scale = tf.math.divide_no_nan(rows, tf.reduce_sum(counted))
-    kept = tf.reduce_sum(positive_f + negative_f, axis=1)
-    value = scale * (tf.reduce_sum(pull + push, axis=1) + nu * anchor_beta * kept)
+    rows = keras.ops.cast(keras.ops.shape(similarity)[0], "float32")
+    scale = keras.ops.divide_no_nan(rows, keras.ops.sum(counted))
+    kept = keras.ops.sum(positive_f + negative_f, axis=1)
+    value = scale * (keras.ops.sum(pull + push, axis=1) + nu * anchor_beta * kept)
     weights = scale * (pull_active - push_active) * slope
-    beta_gradient = scale * (tf.reduce_sum(push_active - pull_active, axis=1) + nu * kept)
+    beta_gradient = scale * (keras.ops.sum(push_active - pull_active, axis=1) + nu * kept)
     return value, weights, beta_gradient
 
 
@@ -165,7 +167,7 @@ class Margin(PairLoss):
     def parameters(self, pairs):
         """beta_i of every anchor: the layer's current weights (built on first use)."""
         beta = self._built_beta_layer()(pairs.labels)
-        return (beta if self.learn_beta else tf.stop_gradient(beta),)
+        return (beta if self.learn_beta else keras.ops.stop_gradient(beta),)
 
     def compute_terms(self, matrix, pairs, anchor_beta):
         value, weights, beta_gradient = margin_terms(

@@ -2,10 +2,9 @@
 
 import warnings
 
-import tensorflow as tf
-
 from keras_dml import ops
 from keras_dml import hyperparameters as _hyper
+from keras_dml.backend import tensors
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 from keras_dml.mining import MultiSimilarityMiner
@@ -80,7 +79,7 @@ class MultiSimilarity(PairLoss):
         pull_lse, pull_weights = ops.masked_logsumexp_and_softmax(pull, pairs.positive,
                                                                   include_zero=True)
         # the negatives' side once the positives' is done: two (N, M) matrices at a time
-        with tf.control_dependencies([pull_weights]):
+        with tensors.control_dependencies([pull_weights]):
             push = self.beta * (matrix - self.base)
         push_lse, push_weights = ops.masked_logsumexp_and_softmax(push, pairs.negative,
                                                                   include_zero=True)

@@ -1,9 +1,10 @@
 """Multiple-negatives ranking loss: (query, positive) pairs with in-batch negatives."""
 
-import tensorflow as tf
+import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
+from keras_dml.backend import pairs as primitives
 from keras_dml.losses.base import PairLoss, Pairs, Reference
 from keras_dml.losses.registry import register
 
@@ -16,10 +17,10 @@ def ranking_terms(logits, negative):
     diagonal: its log-sum-exp over the positives is the diagonal logit itself, so
     one masked softmax serves.
     """
-    pool = tf.linalg.set_diag(negative, tf.ones_like(tf.linalg.diag_part(negative)))
+    pool = primitives.set_diagonal(negative, keras.ops.ones_like(keras.ops.diagonal(negative)))
     lse, softmax = ops.masked_logsumexp_and_softmax(logits, pool)
-    return (lse - tf.linalg.diag_part(logits),
-            tf.linalg.set_diag(softmax, tf.linalg.diag_part(softmax) - 1.0))
+    return (lse - keras.ops.diagonal(logits),
+            primitives.set_diagonal(softmax, keras.ops.diagonal(softmax) - 1.0))
 
 
 # Up to this scale the diagonal's softmax probability, at least exp(-2 s) / N for
@@ -38,38 +39,40 @@ def one_softmax_values(queries, documents, labels, scale):
     duplicate labels. Needs `scale <= ONE_SOFTMAX_MAX_SCALE`.
     """
 
-    @tf.custom_gradient
+    @keras.ops.custom_gradient
     def values(units_q, units_d):
-        logits = tf.matmul(scale * units_q, units_d, transpose_b=True)
-        logits = tf.cond(_all_distinct(labels), lambda: logits,
-                         lambda: _without_duplicates(logits, labels))
-        probabilities = tf.nn.softmax(logits)
+        logits = primitives.matmul(scale * units_q, units_d, transpose_b=True)
+        logits = keras.ops.cond(_all_distinct(labels), lambda: logits,
+                                lambda: _without_duplicates(logits, labels))
+        probabilities = keras.ops.softmax(logits)
         # One label: every pool is the query's own document, value and gradient 0
         # exactly (a fused softmax may round that lone probability to 1 - 2^-24).
-        one_label = tf.reduce_min(labels) == tf.reduce_max(labels)
+        one_label = keras.ops.min(labels) == keras.ops.max(labels)
 
-        def gradient(upstream):
-            upstream = tf.where(one_label, tf.zeros_like(upstream), upstream)
-            row_scale = scale * upstream[:, tf.newaxis]
+        def gradient(*args, upstream=None):
+            # TensorFlow and JAX pass the upstream gradient; PyTorch the inputs and it
+            upstream = args[0] if upstream is None else upstream
+            upstream = keras.ops.where(one_label, 0.0, upstream)
+            row_scale = scale * upstream[:, None]
             weighted_q = row_scale * units_q
-            return (row_scale * (tf.matmul(probabilities, units_d) - units_d),
-                    tf.matmul(probabilities, weighted_q, transpose_a=True) - weighted_q)
+            return (row_scale * (keras.ops.matmul(probabilities, units_d) - units_d),
+                    primitives.matmul(probabilities, weighted_q, transpose_a=True) - weighted_q)
 
-        value = -tf.math.log(tf.linalg.diag_part(probabilities))
-        return tf.where(one_label, tf.zeros_like(value), value), gradient
+        value = -keras.ops.log(keras.ops.diagonal(probabilities))
+        return keras.ops.where(one_label, 0.0, value), gradient
 
     return values(ops.l2_normalize(queries), ops.l2_normalize(documents))
 
 
 def _all_distinct(labels):
-    ordered = tf.sort(labels)
-    return tf.reduce_all(ordered[1:] != ordered[:-1])
+    ordered = keras.ops.sort(labels)
+    return keras.ops.all(ordered[1:] != ordered[:-1])
 
 
 def _without_duplicates(logits, labels):
     """-inf where a document shares the query's label but is not its own."""
     duplicate, _ = ops.label_masks(labels)  # same label, the diagonal excluded
-    return tf.where(duplicate, tf.constant(-float("inf"), logits.dtype), logits)
+    return keras.ops.where(duplicate, -float("inf"), logits)
 
 
 @register(reference="batch")
@@ -135,7 +138,7 @@ class MultipleNegativesRanking(PairLoss):
                    and reference.rows is None and reference.own is None)
         if self.symmetric or not default or self.scale > ONE_SOFTMAX_MAX_SCALE:
             return super().against(labels, embeddings, reference)
-        queries, documents = tf.split(embeddings, 2, axis=1)
+        queries, documents = keras.ops.split(embeddings, 2, axis=1)
         return one_softmax_values(queries, documents, labels, self.scale)
 
     def default_reference(self, labels, embeddings):
@@ -143,25 +146,25 @@ class MultipleNegativesRanking(PairLoss):
         return Reference(labels, embeddings, trainable=True)
 
     def pair_matrix(self, embeddings, reference):
-        queries = tf.split(embeddings, 2, axis=1)[0]
-        documents = tf.split(reference.embeddings, 2, axis=1)[1]
+        queries = keras.ops.split(embeddings, 2, axis=1)[0]
+        documents = keras.ops.split(reference.embeddings, 2, axis=1)[1]
         return ops.pairwise(queries, documents, metric="cosine")
 
     def pairs(self, labels, reference, matrix):
         """Query i's positive is document i; documents of other labels are negatives."""
-        same = tf.equal(labels[:, tf.newaxis], reference.labels[tf.newaxis, :])
-        positive = tf.linalg.set_diag(tf.zeros_like(same), tf.linalg.diag_part(same))
-        return Pairs(labels, reference.labels, positive, tf.logical_not(same))
+        same = keras.ops.equal(labels[:, None], reference.labels[None, :])
+        positive = primitives.set_diagonal(keras.ops.zeros_like(same), keras.ops.diagonal(same))
+        return Pairs(labels, reference.labels, positive, keras.ops.logical_not(same))
 
     def compute_terms(self, matrix, pairs):
         value, weights = ranking_terms(self.scale * matrix, pairs.negative)
         if not self.symmetric:
             return value, self.scale * weights
-        back_value, back_weights = ranking_terms(self.scale * tf.transpose(matrix),
-                                                 tf.transpose(pairs.negative))
-        count = 2.0 * tf.cast(tf.shape(matrix)[0], tf.float32)
-        total = (tf.reduce_sum(value) + tf.reduce_sum(back_value)) / count
-        return total, self.scale * (weights + tf.transpose(back_weights)) / count
+        back_value, back_weights = ranking_terms(self.scale * keras.ops.transpose(matrix),
+                                                 keras.ops.transpose(pairs.negative))
+        count = 2.0 * keras.ops.cast(keras.ops.shape(matrix)[0], "float32")
+        total = (keras.ops.sum(value) + keras.ops.sum(back_value)) / count
+        return total, self.scale * (weights + keras.ops.transpose(back_weights)) / count
 
     def get_config(self):
         config = super().get_config()

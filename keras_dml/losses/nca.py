@@ -1,6 +1,6 @@
 """Neighbourhood components analysis (NCA) loss with a scale parameter."""
 
-import tensorflow as tf
+import keras
 
 from keras_dml import ops
 from keras_dml import hyperparameters as _hyper
@@ -21,7 +21,7 @@ def nca_terms(logits, positive, negative):
     """
     positive_lse, positive_softmax, has_positive = ops.masked_softmax_parts(logits, positive)
     pool_lse, pool_softmax, _ = ops.masked_softmax_parts(
-        logits, tf.logical_or(positive, negative), rows=has_positive)
+        logits, keras.ops.logical_or(positive, negative), rows=has_positive)
     return pool_lse - positive_lse, pool_softmax - positive_softmax
 
 

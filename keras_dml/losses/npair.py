@@ -1,6 +1,6 @@
 """Multi-class N-pair loss (Sohn 2016) on any C x k batch, with its L2 penalty."""
 
-import tensorflow as tf
+import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
@@ -28,18 +28,19 @@ def npair_terms(similarity, positive, negative):
     O(N^2): the sum over positives of the negatives' softmax factorises. An anchor
     without a positive or without a negative has value 0 and zero weights.
     """
-    has_negative = tf.reduce_any(negative, axis=1, keepdims=True)
-    active = tf.logical_and(positive, has_negative)
-    count = tf.reduce_sum(tf.cast(active, tf.float32), axis=1, keepdims=True)
+    has_negative = keras.ops.any(negative, axis=1, keepdims=True)
+    active = keras.ops.logical_and(positive, has_negative)
+    count = keras.ops.sum(keras.ops.cast(active, "float32"), axis=1, keepdims=True)
     negative_lse = ops.masked_logsumexp(similarity, negative, keepdims=True)
-    margin = tf.where(active, negative_lse - similarity, tf.zeros_like(similarity))
-    zeros = tf.zeros_like(similarity)
-    per_pair = tf.where(active, tf.math.softplus(margin), zeros)
-    value = tf.math.divide_no_nan(tf.reduce_sum(per_pair, axis=1, keepdims=True), count)
-    pull = tf.math.divide_no_nan(tf.where(active, tf.sigmoid(margin), zeros), count)
-    softmax = tf.where(negative, tf.exp(similarity - negative_lse), zeros)  # <= 1
-    push = tf.reduce_sum(pull, axis=1, keepdims=True) * softmax
-    return tf.squeeze(value, axis=1), push - pull
+    zeros = keras.ops.zeros_like(similarity)
+    margin = keras.ops.where(active, negative_lse - similarity, zeros)
+    per_pair = keras.ops.where(active, keras.ops.softplus(margin), zeros)
+    value = keras.ops.divide_no_nan(keras.ops.sum(per_pair, axis=1, keepdims=True), count)
+    pull = keras.ops.divide_no_nan(keras.ops.where(active, keras.ops.sigmoid(margin), zeros),
+                                   count)
+    softmax = keras.ops.where(negative, keras.ops.exp(similarity - negative_lse), zeros)  # <= 1
+    push = keras.ops.sum(pull, axis=1, keepdims=True) * softmax
+    return keras.ops.squeeze(value, axis=1), push - pull
 
 
 @register()
@@ -114,21 +115,21 @@ class NPair(PairLoss):
         # Padded slots (static shapes, under XLA) get labels -1 / -2: they form no pair.
         padded = ops.in_xla_context()
         anchors, positives, valid = ops.first_pair_per_class(labels, padded=padded)
-        return Reference(tf.where(valid, tf.gather(labels, positives), -2), embeddings,
-                         trainable=True, rows=positives,
-                         query_rows=tf.where(valid, anchors, -1) if padded else anchors)
+        return Reference(keras.ops.where(valid, keras.ops.take(labels, positives), -2),
+                         embeddings, trainable=True, rows=positives,
+                         query_rows=keras.ops.where(valid, anchors, -1) if padded else anchors)
 
     def compute_terms(self, matrix, pairs):
         value, weights = npair_terms(matrix, pairs.positive, pairs.negative)
         if self.tuples == "all":
             return value, weights
         # N-pair-mc: the mean over the C pairs, one scalar for the batch
-        pairs_count = tf.reduce_sum(tf.cast(pairs.reference_labels >= 0, tf.float32))
-        scale = tf.math.divide_no_nan(1.0, pairs_count)
-        return tf.reduce_sum(value) * scale, weights * scale
+        pairs_count = keras.ops.sum(keras.ops.cast(pairs.reference_labels >= 0, "float32"))
+        scale = keras.ops.divide_no_nan(1.0, pairs_count)
+        return keras.ops.sum(value) * scale, weights * scale
 
     def penalty(self, labels, embeddings):
         """l2_penalty ||f_a||^2 of every sample (N,)."""
         if self.l2_penalty == 0.0:
             return None
-        return self.l2_penalty * tf.reduce_sum(tf.square(embeddings), axis=1)
+        return self.l2_penalty * keras.ops.sum(keras.ops.square(embeddings), axis=1)

@@ -1,9 +1,10 @@
 """`ProxyLoss`: the pair-weighting engine with learnable proxies as the key set."""
 
+import keras
 import numpy as np
-import tensorflow as tf
 
 from keras_dml import validation
+from keras_dml.backend import tensors
 from keras_dml.losses.base import PairLoss, Reference
 from keras_dml.proxy_layers import Proxies
 
@@ -15,8 +16,9 @@ def centre_major(proxies, num_classes, proxies_per_class):
     where TensorFlow is fast (no transpose of the matrix, forward or backward)."""
     if proxies_per_class == 1:
         return proxies
-    by_class = tf.reshape(proxies, [num_classes, proxies_per_class, -1])
-    return tf.reshape(tf.transpose(by_class, [1, 0, 2]), [num_classes * proxies_per_class, -1])
+    by_class = keras.ops.reshape(proxies, (num_classes, proxies_per_class, -1))
+    return keras.ops.reshape(keras.ops.transpose(by_class, (1, 0, 2)),
+                             (num_classes * proxies_per_class, -1))
 
 
 class ProxyLoss(PairLoss):
@@ -49,8 +51,8 @@ class ProxyLoss(PairLoss):
     `loss.trainable_layer.trainable_weights` to the variables the optimizer updates.
 
     Labels outside [0, C) raise a ValueError in eager mode and an
-    InvalidArgumentError in a tf.function; under XLA (`jit_compile=True`), which
-    cannot raise at run time, the loss of such a batch is NaN.
+    InvalidArgumentError in a tf.function; under XLA (`jit_compile=True`) and in a
+    jitted JAX step, which cannot raise at run time, the loss of such a batch is NaN.
     """
 
     config_keys = ("num_classes",)
@@ -92,7 +94,7 @@ class ProxyLoss(PairLoss):
         """The proxies, centre-major (`centre_major`): column k C + c is proxy k of class c."""
         keys = centre_major(self.trainable_layer(embeddings), self.num_classes,
                             self.proxies_per_class)
-        return Reference(tf.constant(self._key_classes()), keys, trainable=True)
+        return Reference(keras.ops.convert_to_tensor(self._key_classes()), keys, trainable=True)
 
     def _key_classes(self):
         """int32 class ids of the keys, centre-major: key k C + c is of class c."""
@@ -108,25 +110,21 @@ class ProxyLoss(PairLoss):
         reference = super().check_reference(reference, embeddings)
         layout = self._key_classes()
         message = (f"{type(self).__name__}: reference labels must be the proxies' "
-                   f"centre-major class ids, tf.range({layout.size}) % {self.num_classes} "
+                   f"centre-major class ids, arange({layout.size}) % {self.num_classes} "
                    f"(key k C + c is proxy k of class c; `keras_dml.losses.proxies."
                    f"centre_major` lays (C K, d) proxies out so)")
         labels = reference.labels
         if labels.shape[0] is not None and labels.shape[0] != layout.size:
             raise ValueError(f"{message}; got {labels.shape[0]} keys.")
-        if tf.executing_eagerly():
-            if not np.array_equal(labels.numpy(), layout):
-                raise ValueError(f"{message}; got {labels.numpy()[:8].tolist()}...")
-            return reference
-        with tf.control_dependencies([tf.debugging.assert_equal(labels, layout,
-                                                                message=message)]):
-            return reference._replace(labels=tf.identity(labels))
+        labels, keys = tensors.assert_equal(labels, layout, message, reference.embeddings)
+        return reference._replace(labels=labels, embeddings=keys)
 
     def penalty(self, labels, embeddings):
         penalty = self.proxy_penalty(self.trainable_layer.proxies)
-        # XLA drops the label range check: such a batch's loss is NaN, never a wrong proxy.
-        in_range = tf.reduce_all((labels >= 0) & (labels < self.num_classes))
-        return tf.where(in_range, 0.0 if penalty is None else penalty, np.float32("nan"))
+        # XLA and JAX's jit drop the label range check: such a batch's loss is NaN,
+        # never a wrong proxy.
+        in_range = keras.ops.all(keras.ops.logical_and(labels >= 0, labels < self.num_classes))
+        return keras.ops.where(in_range, 0.0 if penalty is None else penalty, np.float32("nan"))
 
     def get_config(self):
         layer = self.trainable_layer

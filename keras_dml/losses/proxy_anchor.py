@@ -1,9 +1,11 @@
 """Proxy Anchor loss: proxies as anchors, weighted by the samples' relative hardness."""
 
-import tensorflow as tf
+import keras
+import numpy as np
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
+from keras_dml.backend import tensors
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 
@@ -65,30 +67,30 @@ class ProxyAnchor(ProxyLoss):
 
     def compute_terms(self, matrix, pairs):
         labels = pairs.labels
-        num_proxies = tf.shape(matrix)[1]
-        proxies_f = tf.cast(num_proxies, tf.float32)
+        num_proxies = self.trainable_layer.num_proxies
         own_index = ops.own_entries(labels)
         # [positives] one own proxy per sample: an O(N) problem grouped by proxy
-        own = tf.gather_nd(matrix, own_index)
+        own = tensors.gather_entries(matrix, own_index)
         pull_terms, pull_share = ops.grouped_softplus_lse(
             -self.alpha * (own - self.delta), labels, num_proxies
         )
-        members = tf.math.unsorted_segment_sum(tf.ones_like(own), labels, num_proxies)
-        with_positive = tf.reduce_sum(tf.cast(members > 0, tf.float32))
+        members = keras.ops.segment_sum(keras.ops.ones_like(own), labels, num_proxies)
+        with_positive = keras.ops.sum(keras.ops.cast(members > 0, "float32"))
         # [negatives] per proxy, softplus of the column LSE without its own samples
-        push = tf.tensor_scatter_nd_update(
+        push = keras.ops.scatter_update(
             self.alpha * (matrix + self.delta), own_index,
-            tf.fill(tf.shape(own), tf.float32.min),
+            keras.ops.full_like(own, np.finfo(np.float32).min),
         )
-        shift = tf.stop_gradient(tf.maximum(tf.reduce_max(push, axis=0), 0.0))
-        exps = tf.exp(push - shift)
-        total = tf.reduce_sum(exps, axis=0) + tf.exp(-shift)
-        push_terms = tf.math.log(total) + shift
+        shift = keras.ops.stop_gradient(keras.ops.maximum(keras.ops.max(push, axis=0), 0.0))
+        exps = keras.ops.exp(push - shift)
+        total = keras.ops.sum(exps, axis=0) + keras.ops.exp(-shift)
+        push_terms = keras.ops.log(total) + shift
         # [loss] and [weighting]: the slides' hardness formula
-        pull_scale = tf.math.divide_no_nan(self.alpha, with_positive)
-        value = (tf.math.divide_no_nan(tf.reduce_sum(pull_terms), with_positive)
-                 + tf.reduce_sum(push_terms) / proxies_f)
-        weights = tf.tensor_scatter_nd_update(
-            self.alpha / proxies_f * (exps / total), own_index, -pull_scale * pull_share
+        pull_scale = keras.ops.divide_no_nan(self.alpha, with_positive)
+        value = (keras.ops.divide_no_nan(keras.ops.sum(pull_terms), with_positive)
+                 + keras.ops.sum(push_terms) / float(num_proxies))
+        weights = keras.ops.scatter_update(
+            self.alpha / float(num_proxies) * (exps / total), own_index,
+            -pull_scale * pull_share
         )
         return value, weights

@@ -1,9 +1,11 @@
 """Proxy NCA loss: NCA of each sample against one learnable proxy per class."""
 
-import tensorflow as tf
+import keras
+import numpy as np
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
+from keras_dml.backend import tensors
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 
@@ -58,14 +60,15 @@ class ProxyNCA(ProxyLoss):
         labels = pairs.labels
         logits = 2.0 * self.scale * matrix
         own_index = ops.own_entries(labels)
-        own = tf.gather_nd(logits, own_index)
+        own = tensors.gather_entries(logits, own_index)
         if self.num_classes == 1:  # no negative proxy: L_i = s D(f_i, p^+)
-            return 2.0 * self.scale - own, tf.tensor_scatter_nd_update(
-                tf.zeros_like(matrix), own_index, tf.fill(tf.shape(own), -2.0 * self.scale))
+            return 2.0 * self.scale - own, keras.ops.scatter_update(
+                keras.ops.zeros_like(matrix), own_index,
+                keras.ops.full_like(own, -2.0 * self.scale))
         # [negatives] the softmax over all proxies but the sample's own
-        others = tf.tensor_scatter_nd_update(logits, own_index,
-                                             tf.fill(tf.shape(own), tf.float32.min))
-        value = tf.reduce_logsumexp(others, axis=1) - own
-        weights = tf.tensor_scatter_nd_update(tf.nn.softmax(others), own_index,
-                                              -tf.ones_like(own))
+        others = keras.ops.scatter_update(logits, own_index,
+                                          keras.ops.full_like(own, np.finfo(np.float32).min))
+        value = keras.ops.logsumexp(others, axis=1) - own
+        weights = keras.ops.scatter_update(keras.ops.softmax(others, axis=-1), own_index,
+                                           -keras.ops.ones_like(own))
         return value, 2.0 * self.scale * weights

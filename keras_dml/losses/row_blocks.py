@@ -13,10 +13,18 @@ again. Beyond
 `STORED_WEIGHTS_MAX_ENTRIES`, or on distances, the backward pass computes each
 block's matrix, masks and weights again: memory is then a few blocks, for the
 forward matmul and terms done twice.
-"""
-import tensorflow as tf
 
-from keras_dml import ops
+That is TensorFlow's form (`keras_dml.backend.tensorflow_row_blocks`, a
+`tf.while_loop` with dynamic shapes). On JAX and PyTorch, whose shapes are static
+(JAX) or eager (PyTorch), the blocks are a Python loop over static slices, each
+block the engine's `weighted_pair_loss` on its own (rows, M) matrix: the same
+values and gradient, with each block's weights kept for the backward pass.
+"""
+import keras
+
+from keras_dml import backend, ops
+from keras_dml.backend import gradients, primitives
+from keras_dml.weighting import weighted_pair_loss
 
 #: (N, M) matrices with more entries are computed in row blocks (2,048^2: 16 MB)
 ROW_BLOCKS_ABOVE_ENTRIES = 2048 * 2048
@@ -57,7 +65,7 @@ def applies(loss, reference):
 
 def is_large(embeddings, reference):
     """Python bool for static shapes, else a boolean tensor: more entries than the limit."""
-    return _more_entries(embeddings, reference.embeddings, ROW_BLOCKS_ABOVE_ENTRIES)
+    return more_entries(embeddings, reference.embeddings, ROW_BLOCKS_ABOVE_ENTRIES)
 
 
 def row_blocked_values(loss, labels, embeddings, reference):
@@ -67,105 +75,45 @@ def row_blocked_values(loss, labels, embeddings, reference):
     blocked matmuls); the gradient reaches the embeddings and, for trainable
     keys that are not the batch (proxies), the keys.
     """
+    if backend.is_tensorflow():
+        from keras_dml.backend import tensorflow_row_blocks
+
+        return tensorflow_row_blocks.row_blocked_values(loss, labels, embeddings, reference)
     batch = reference.is_batch
-    separate_keys = not batch and reference.trainable
-    sources = [embeddings]
-    if separate_keys:
-        sources.append(tf.convert_to_tensor(reference.embeddings))
-    fixed_keys = None if batch or separate_keys else tf.stop_gradient(reference.embeddings)
-    n = tf.shape(embeddings)[0]
-    store = _stores_weights(loss.metric, embeddings, reference.embeddings)
-    xla = loss.xla_terms and _more_entries(embeddings, reference.embeddings,
-                                           XLA_BLOCKS_FROM_ENTRIES - 1)
+    keys = embeddings if batch else reference.embeddings
+    if not reference.trainable:
+        keys = keras.ops.stop_gradient(keys)
+    n, m = embeddings.shape[0], keys.shape[0]
+    size = max(1, min(BLOCK_ENTRIES // m, (n + MIN_BLOCKS - 1) // MIN_BLOCKS))
+    values = []
+    for start in range(0, n, size):
+        stop = min(start + size, n)
+        sources = [embeddings] if batch else [embeddings, keys]
 
-    def block_terms(start, matrix):
-        rows = tf.shape(matrix)[0]
-        query_labels = labels[start:start + rows]
-        if batch:  # label equality, without the block's own columns start, start + 1, ...
-            positive, negative = ops.label_masks(query_labels, labels, exclude_self=False)
-            positive &= ~tf.one_hot(tf.range(start, start + rows), tf.shape(matrix)[1],
-                                    on_value=True, off_value=False)
-            pairs = loss.mined(query_labels, labels, positive, negative, matrix)
-        else:  # a whole key set: the engine's own masks for these queries
-            pairs = loss.pairs(query_labels, reference, matrix)
-        with tf.control_dependencies([pairs.positive, pairs.negative]):
-            return ops.cond(xla, lambda: loss._terms(matrix, pairs)[:2],
-                            lambda: loss.compute_terms(matrix, pairs)[:2])
+        def matrix_fn(queries, *other, start=start, stop=stop):
+            return ops.pairwise(queries[start:stop], other[0] if other else queries,
+                                loss.metric)
 
-    @tf.custom_gradient
-    def values(*inputs):
-        queries = inputs[0]
-        keys = queries if batch else (inputs[1] if separate_keys else fixed_keys)
-        size = tf.maximum(1, tf.minimum(BLOCK_ENTRIES // tf.shape(keys)[0],
-                                        (n + MIN_BLOCKS - 1) // MIN_BLOCKS))
-        count = (n + size - 1) // size
-        no_weights = tf.zeros([0, tf.shape(keys)[0]])
-
-        def forward(i, values, weights):
-            start = i * size
-            matrix = ops.pairwise(queries[start:start + size], keys, loss.metric)
-            value, block_weights = block_terms(start, matrix)
-            kept = ops.cond(store, lambda: block_weights, lambda: no_weights)
-            return i + 1, values.write(i, value), weights.write(i, kept)
-
-        _, values, weights = tf.while_loop(
-            lambda i, *_: i < count, forward,
-            (tf.constant(0), _blocks(count), _blocks(count)), parallel_iterations=1)
-        value = tf.reshape(values.concat(), [-1])
-        value.set_shape(embeddings.shape[:1])
-
-        def from_weights(upstream):  # W's blocks, never concatenated into a second copy
-            return ops.similarity_gradients(queries, keys, weights, upstream, loss.metric,
-                                            key_gradient=fixed_keys is None, block_rows=size)
-
-        def recomputed(upstream):
-            def backward(i, query_grads, key_grad):
-                start = i * size
-                block = queries[start:start + size]  # sliced outside the tape: its own source
-                targets = [block] if fixed_keys is not None else [block, keys]
-                with tf.GradientTape() as tape:
-                    tape.watch(targets)
-                    matrix = ops.pairwise(block, keys, loss.metric)
-                _, block_weights = block_terms(start, tf.stop_gradient(matrix))
-                rows = upstream[start:start + size][:, tf.newaxis] * block_weights
-                grads = tape.gradient(matrix, targets, output_gradients=rows,
-                                      unconnected_gradients=tf.UnconnectedGradients.ZERO)
-                if fixed_keys is None:
-                    key_grad = tf.reshape(key_grad + grads[1], tf.shape(key_grad))
-                return i + 1, query_grads.write(i, grads[0]), key_grad
-
-            _, query_grads, key_grad = tf.while_loop(
-                lambda i, *_: i < count, backward,
-                (tf.constant(0), _blocks(count), tf.zeros_like(keys)), parallel_iterations=1)
-            return tf.reshape(query_grads.concat(), tf.shape(queries)), key_grad
-
-        def grad(upstream):
-            query_grad, key_grad = ops.cond(store, lambda: from_weights(upstream),
-                                            lambda: recomputed(upstream))
-            if batch:
-                return query_grad + key_grad
-            return (query_grad, key_grad) if separate_keys else query_grad
-
-        return value, grad
-
-    return values(*sources)
+        matrix = gradients.differentiable_matrix(matrix_fn, sources)
+        pairs = _block_pairs(loss, labels, reference, start, stop, matrix.matrix)
+        values.append(weighted_pair_loss(
+            matrix, lambda block, pairs=pairs: loss.compute_terms(block, pairs)[:2]))
+    return keras.ops.concatenate(values, axis=0)
 
 
-def _stores_weights(metric, embeddings, keys):
-    """Whether the forward pass keeps W: a Python bool, or a boolean tensor."""
-    if metric not in ("cosine", "dot"):
-        return False
-    more = _more_entries(embeddings, keys, STORED_WEIGHTS_MAX_ENTRIES)
-    return not more if isinstance(more, bool) else tf.logical_not(more)
+def _block_pairs(loss, labels, reference, start, stop, matrix):
+    """The `Pairs` of query rows start:stop against the whole key set."""
+    query_labels = labels[start:stop]
+    if not reference.is_batch:  # a whole key set: the engine's own masks for these queries
+        return loss.pairs(query_labels, reference, matrix)
+    # label equality, without the block's own columns start, start + 1, ...
+    positive, negative = ops.label_masks(query_labels, labels, exclude_self=False)
+    own = keras.ops.one_hot(keras.ops.arange(start, stop), keras.ops.shape(matrix)[1],
+                            dtype="bool")
+    positive = keras.ops.logical_and(positive, keras.ops.logical_not(own))
+    return loss.mined(query_labels, labels, positive, negative, matrix)
 
 
-def _more_entries(queries, keys, limit):
+def more_entries(queries, keys, limit):
     """N x M > limit: a Python bool for static shapes, else a boolean tensor."""
-    n, m = queries.shape[0], keys.shape[0]
-    if n is not None and m is not None:
-        return n * m > limit
-    return tf.cast(tf.shape(queries)[0], tf.int64) * tf.cast(tf.shape(keys)[0], tf.int64) > limit
-
-
-def _blocks(count):
-    return tf.TensorArray(tf.float32, size=count, infer_shape=False)
+    return primitives.num_rows(queries) * primitives.num_rows(keys) > limit

@@ -1,8 +1,9 @@
 """Smooth-AP (Brown et al. ECCV 2020): a smoothed average precision per anchor."""
 
-import tensorflow as tf
+import keras
 
 from keras_dml import hyperparameters as _hyper
+from keras_dml.backend import pairs as primitives
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
@@ -23,31 +24,33 @@ def smooth_ap_terms(matrix, positive, negative, temperature):
     and (N, M) memory, with no N^3 tensor in graph mode or under XLA. Anchors without
     a positive give 0.
     """
-    in_positive = tf.cast(positive, tf.float32)
-    retrieval = tf.cast(tf.logical_or(positive, negative), tf.float32)
-    counts = tf.reduce_sum(in_positive, axis=1)
-    inverse_count = tf.where(counts > 0, 1.0 / tf.maximum(counts, 1.0), 0.0)
-    order = tf.cumsum(in_positive, axis=1) * in_positive  # the j-th positive has j + 1
+    in_positive = keras.ops.cast(positive, "float32")
+    retrieval = keras.ops.cast(keras.ops.logical_or(positive, negative), "float32")
+    counts = keras.ops.sum(in_positive, axis=1)
+    inverse_count = keras.ops.where(counts > 0, 1.0 / keras.ops.maximum(counts, 1.0), 0.0)
+    order = keras.ops.cumsum(in_positive, axis=1) * in_positive  # the j-th positive has j + 1
 
     def add_slot(j, precision, derivative):
-        at_r = tf.cast(tf.equal(order, tf.cast(j + 1, tf.float32)), tf.float32)  # one-hot r
-        share = tf.cast(counts > tf.cast(j, tf.float32), tf.float32) * inverse_count
-        ranked = tf.reduce_sum(matrix * at_r, axis=1, keepdims=True)  # s_qr, (N, 1)
-        sig = tf.sigmoid((matrix - ranked) / temperature) * (1.0 - at_r)  # b != r
-        rank_positive = 1.0 + tf.reduce_sum(sig * in_positive, axis=1)
-        rank_all = 1.0 + tf.reduce_sum(sig * retrieval, axis=1)
+        at_r = keras.ops.cast(keras.ops.equal(order, keras.ops.cast(j + 1, "float32")),
+                              "float32")  # one-hot r
+        share = keras.ops.cast(counts > keras.ops.cast(j, "float32"), "float32") * inverse_count
+        ranked = keras.ops.sum(matrix * at_r, axis=1, keepdims=True)  # s_qr, (N, 1)
+        sig = keras.ops.sigmoid((matrix - ranked) / temperature) * (1.0 - at_r)  # b != r
+        rank_positive = 1.0 + keras.ops.sum(sig * in_positive, axis=1)
+        rank_all = 1.0 + keras.ops.sum(sig * retrieval, axis=1)
         c = share / rank_all
-        e = share * rank_positive / tf.square(rank_all)
+        e = share * rank_positive / keras.ops.square(rank_all)
         part = sig * (1.0 - sig) / temperature * (
-            c[:, tf.newaxis] * in_positive - e[:, tf.newaxis] * retrieval)
-        derivative += at_r * tf.reduce_sum(part, axis=1, keepdims=True) - part
+            c[:, None] * in_positive - e[:, None] * retrieval)
+        derivative += at_r * keras.ops.sum(part, axis=1, keepdims=True) - part
         return j + 1, precision + share * rank_positive / rank_all, derivative
 
-    slots = tf.cast(tf.reduce_max(tf.concat([counts, [0.0]], axis=0)), tf.int32)
-    _, precision, derivative = tf.while_loop(
+    slots = keras.ops.cast(keras.ops.max(counts, initial=0.0), "int32")
+    start = keras.ops.convert_to_tensor(0, "int32")
+    _, precision, derivative = keras.ops.while_loop(
         lambda j, *_: j < slots, add_slot,
-        (tf.constant(0), tf.zeros_like(counts), tf.zeros_like(matrix)))
-    value = tf.where(counts > 0, 1.0 - precision, tf.zeros_like(counts))
+        (start, keras.ops.zeros_like(counts), keras.ops.zeros_like(matrix)))
+    value = keras.ops.where(counts > 0, 1.0 - precision, 0.0)
     return value, derivative
 
 
@@ -94,8 +97,8 @@ class SmoothAP(PairLoss):
     def compute_terms(self, matrix, pairs):
         positive, negative = pairs.positive, pairs.negative
         if self.include_anchor:
-            diagonal = tf.ones_like(tf.linalg.diag_part(positive))
-            positive = tf.linalg.set_diag(positive, diagonal)
+            diagonal = keras.ops.ones_like(keras.ops.diagonal(positive))
+            positive = primitives.set_diagonal(positive, diagonal)
         return smooth_ap_terms(matrix, positive, negative, self.temperature)
 
     def get_config(self):

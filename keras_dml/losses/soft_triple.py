@@ -1,7 +1,7 @@
 """SoftTriple loss: a softmax over classes, each represented by K learned centres."""
 
+import keras
 import numpy as np
-import tensorflow as tf
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
@@ -78,29 +78,29 @@ class SoftTriple(ProxyLoss):
         classes, k = self.num_classes, self.proxies_per_class
         # (N, K, C): the matrix is centre-major (ProxyLoss), K on the middle axis; the
         # softmax over it written out (tf.nn.softmax would transpose a non-last axis)
-        scaled = tf.reshape(matrix, [-1, k, classes]) / self.gamma
-        exp = tf.exp(scaled - tf.reduce_max(scaled, axis=1, keepdims=True))
-        q = exp / tf.reduce_sum(exp, axis=1, keepdims=True)
-        relaxed = self.gamma * tf.reduce_sum(q * scaled, axis=1)
-        logits = self.la * (relaxed - self.margin * tf.one_hot(labels, classes))
+        scaled = keras.ops.reshape(matrix, (-1, k, classes)) / self.gamma
+        exp = keras.ops.exp(scaled - keras.ops.max(scaled, axis=1, keepdims=True))
+        q = exp / keras.ops.sum(exp, axis=1, keepdims=True)
+        relaxed = self.gamma * keras.ops.sum(q * scaled, axis=1)
+        logits = self.la * (relaxed - self.margin * keras.ops.one_hot(labels, classes))
         value, d_logits = ops.softmax_cross_entropy(logits, labels)
         d_relaxed = self.la * d_logits
         # d relaxed_c / d S_ck = q_ck (1 + (S_ck - relaxed_c) / gamma)
-        d_centres = q * (scaled + (1.0 - relaxed / self.gamma)[:, tf.newaxis, :])
-        weights = tf.reshape(d_relaxed[:, tf.newaxis, :] * d_centres, tf.shape(matrix))
+        d_centres = q * (scaled + (1.0 - relaxed / self.gamma)[:, None, :])
+        weights = keras.ops.reshape(d_relaxed[:, None, :] * d_centres, keras.ops.shape(matrix))
         return value, weights
 
     def proxy_penalty(self, proxies):
         k = self.proxies_per_class
         if self.tau == 0 or k == 1:
-            return tf.constant(0.0)
+            return keras.ops.convert_to_tensor(0.0)
         # Per-class Gram of the raw centres, normalised on the (C, K, K) result: no
         # normalised (C K, d) copy of the centres and no pass over it backwards.
-        centres = tf.reshape(ops.to_float32(proxies), [self.num_classes, k, -1])
+        centres = keras.ops.reshape(ops.to_float32(proxies), (self.num_classes, k, -1))
         inverse, _ = ops.inverse_norms(centres, axis=2)
-        gram = (tf.matmul(centres, centres, transpose_b=True)
-                * inverse[:, :, tf.newaxis] * inverse[:, tf.newaxis, :])
-        upper = tf.constant(np.triu(np.ones((k, k), "float32"), 1))
-        distances = tf.sqrt(tf.maximum(2.0 + 1e-5 - 2.0 * gram, 0.0))
-        total = tf.reduce_sum(distances * upper)
+        gram = (keras.ops.einsum("cid,cjd->cij", centres, centres)
+                * inverse[:, :, None] * inverse[:, None, :])
+        upper = keras.ops.convert_to_tensor(np.triu(np.ones((k, k), "float32"), 1))
+        distances = keras.ops.sqrt(keras.ops.maximum(2.0 + 1e-5 - 2.0 * gram, 0.0))
+        total = keras.ops.sum(distances * upper)
         return self.tau * total / (self.num_classes * k * (k - 1))

@@ -1,11 +1,12 @@
 """Supervised contrastive (SupCon) and NT-Xent / InfoNCE losses."""
 
-import tensorflow as tf
+import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
+from keras_dml.mining.base import FLOAT32_MAX
 
 
 def supcon_terms(logits, positive, negative):
@@ -18,12 +19,12 @@ def supcon_terms(logits, positive, negative):
 
     Anchors without a positive give 0.
     """
-    count = tf.reduce_sum(tf.cast(positive, tf.float32), axis=1, keepdims=True)
+    count = keras.ops.sum(keras.ops.cast(positive, "float32"), axis=1, keepdims=True)
     has_positive = count > 0
     pool_lse, pool_softmax, _ = ops.masked_softmax_parts(
-        logits, tf.logical_or(positive, negative), rows=has_positive)
-    share = tf.where(positive, 1.0 / tf.maximum(count, 1.0), 0.0)
-    mean_positive = tf.reduce_sum(share * logits, axis=1)
+        logits, keras.ops.logical_or(positive, negative), rows=has_positive)
+    share = keras.ops.where(positive, 1.0 / keras.ops.maximum(count, 1.0), 0.0)
+    mean_positive = keras.ops.sum(share * logits, axis=1)
     return pool_lse - mean_positive, pool_softmax - share
 
 
@@ -41,20 +42,19 @@ def ntxent_terms(logits, positive, negative):
     with D_ip = log(e^{z_ip} + sum_{n in N_i} e^{z_in}). Anchors without a positive
     give 0.
     """
-    count = tf.reduce_sum(tf.cast(positive, tf.float32), axis=1, keepdims=True)
+    count = keras.ops.sum(keras.ops.cast(positive, "float32"), axis=1, keepdims=True)
     negative_lse, negative_softmax, has_negative = ops.masked_softmax_parts(logits, negative)
-    lowest = tf.float32.min
-    negative_lse = tf.where(has_negative, negative_lse[:, tf.newaxis], lowest)
+    negative_lse = keras.ops.where(has_negative, negative_lse[:, None], -FLOAT32_MAX)
     pair_lse = ops.logaddexp(logits, negative_lse)  # D_ip, (N, M)
-    share = tf.where(positive, 1.0 / tf.maximum(count, 1.0), 0.0)
-    value = tf.reduce_sum(share * (pair_lse - logits), axis=1)
-    positive_weights = share * (tf.exp(tf.minimum(logits - pair_lse, 0.0)) - 1.0)
-    spill = tf.reduce_sum(share * tf.exp(tf.minimum(negative_lse - pair_lse, 0.0)), axis=1,
-                          keepdims=True)
+    share = keras.ops.where(positive, 1.0 / keras.ops.maximum(count, 1.0), 0.0)
+    value = keras.ops.sum(share * (pair_lse - logits), axis=1)
+    positive_weights = share * (keras.ops.exp(keras.ops.minimum(logits - pair_lse, 0.0)) - 1.0)
+    spill = keras.ops.sum(share * keras.ops.exp(keras.ops.minimum(negative_lse - pair_lse, 0.0)),
+                          axis=1, keepdims=True)
     # an anchor without negatives has nothing to contrast: exactly 0 (under XLA, whose
     # exp and log round, D_ip - z_ip would come out near 1e-8 instead)
-    value = tf.where(has_negative[:, 0], value, 0.0)
-    positive_weights = tf.where(has_negative, positive_weights, 0.0)
+    value = keras.ops.where(has_negative[:, 0], value, 0.0)
+    positive_weights = keras.ops.where(has_negative, positive_weights, 0.0)
     return value, positive_weights + negative_softmax * spill
 
 

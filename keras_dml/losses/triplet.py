@@ -2,24 +2,31 @@
 
 import warnings
 
-import tensorflow as tf
+import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import mining as mining_lib
 from keras_dml import ops
+from keras_dml.backend import pairs as primitives
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 from keras_dml.mining import triplet as triplet_mining
+from keras_dml.mining.base import FLOAT32_MAX
 from keras_dml.mining.triplet import TRIPLET_MINERS, TripletMiner
 
 _MINING = ("all",) + tuple(TRIPLET_MINERS)
 _DEFAULT_MARGIN = {"cosine": 0.1, "euclidean": 0.2, "squared_euclidean": 0.2}
 
 
+def _rows(vector):
+    """(N,) -> (N, 1)."""
+    return keras.ops.expand_dims(vector, 1)
+
+
 def _count_below(values, mask, queries, side, fill):
     """Per row, how many masked-in `values` are < (side="left") / <= ("right") each query."""
-    keys = tf.sort(tf.where(mask, values, tf.fill(tf.shape(values), fill)), axis=1)
-    return keys, tf.searchsorted(keys, queries, side=side)
+    keys = keras.ops.sort(keras.ops.where(mask, values, fill), axis=1)
+    return keys, primitives.searchsorted_rows(keys, queries, side=side)
 
 
 def all_triplet_terms_by_sorting(closeness, positive, negative, margin):
@@ -33,35 +40,37 @@ def all_triplet_terms_by_sorting(closeness, positive, negative, margin):
     Returns:
         (per-anchor sum (N,), its derivative w.r.t. `closeness` (N, N)).
     """
-    n = tf.shape(closeness)[1]
+    n = keras.ops.shape(closeness)[1]
     # [mining] negatives n with c_an > c_ap - margin, per (a, p)
     thresholds = closeness - margin
-    keys, at_most = _count_below(closeness, negative, thresholds, "right", tf.float32.min)
-    active = tf.cast(n, tf.int32) - at_most  # negatives strictly above the threshold
-    values = tf.where(keys > tf.float32.min, keys, tf.zeros_like(keys))
-    prefix = tf.concat([tf.zeros_like(values[:, :1]), tf.cumsum(values, axis=1)], axis=1)
-    above = prefix[:, -1:] - tf.gather(prefix, at_most, batch_dims=1)
-    active_f = tf.where(positive, tf.cast(active, tf.float32), tf.zeros_like(closeness))
+    keys, at_most = _count_below(closeness, negative, thresholds, "right", -FLOAT32_MAX)
+    active = n - at_most  # negatives strictly above the threshold
+    values = keras.ops.where(keys > -FLOAT32_MAX, keys, 0.0)
+    prefix = keras.ops.concatenate(
+        [keras.ops.zeros_like(values[:, :1]), keras.ops.cumsum(values, axis=1)], axis=1)
+    above = prefix[:, -1:] - primitives.take_along_rows(prefix, at_most)
+    active_f = keras.ops.where(positive, keras.ops.cast(active, "float32"), 0.0)
     # [loss] sum_n (c_an - c_ap + margin) over the active negatives
-    per_pair = tf.where(positive, above - active_f * thresholds, tf.zeros_like(closeness))
+    per_pair = keras.ops.where(positive, above - active_f * thresholds, 0.0)
     # [weighting] each negative counts the positives p with c_ap < c_an + margin
-    _, pulls = _count_below(closeness, positive, closeness + margin, "left", tf.float32.max)
-    pushes = tf.where(negative, tf.cast(pulls, tf.float32), tf.zeros_like(closeness))
-    return tf.reduce_sum(per_pair, axis=1), pushes - active_f
+    _, pulls = _count_below(closeness, positive, closeness + margin, "left", FLOAT32_MAX)
+    pushes = keras.ops.where(negative, keras.ops.cast(pulls, "float32"), 0.0)
+    return keras.ops.sum(per_pair, axis=1), pushes - active_f
 
 
 def _all_triplets_by_slots(closeness, positive, negative, margin):
     def body(slot, total, gradient):
-        anchor_positive = tf.reduce_sum(tf.where(slot, closeness, 0.0), axis=1, keepdims=True)
-        rows = tf.reduce_any(slot, axis=1, keepdims=True)  # anchors with a j-th positive
-        hinge = tf.where(negative & rows, closeness - anchor_positive + margin, 0.0)
-        active = tf.cast(hinge > 0, tf.float32)
-        pulls = tf.reduce_sum(active, axis=1, keepdims=True)
-        gradient += active - tf.cast(slot, tf.float32) * pulls
-        return total + tf.reduce_sum(tf.nn.relu(hinge), axis=1), gradient
+        anchor_positive = keras.ops.sum(keras.ops.where(slot, closeness, 0.0), axis=1,
+                                        keepdims=True)
+        rows = keras.ops.any(slot, axis=1, keepdims=True)  # anchors with a j-th positive
+        hinge = keras.ops.where(negative & rows, closeness - anchor_positive + margin, 0.0)
+        active = keras.ops.cast(hinge > 0, "float32")
+        pulls = keras.ops.sum(active, axis=1, keepdims=True)
+        gradient += active - keras.ops.cast(slot, "float32") * pulls
+        return total + keras.ops.sum(keras.ops.relu(hinge), axis=1), gradient
 
     return triplet_mining.for_each_slot(
-        positive, body, (tf.zeros(tf.shape(closeness)[:1]), tf.zeros_like(closeness)))
+        positive, body, (keras.ops.zeros_like(closeness[:, 0]), keras.ops.zeros_like(closeness)))
 
 
 def all_triplet_terms(closeness, positive, negative, margin):
@@ -73,13 +82,13 @@ def all_triplet_terms(closeness, positive, negative, margin):
     Returns:
         (per-anchor sum (N,), its derivative w.r.t. `closeness` (N, N), triplet count).
     """
-    total, gradient = tf.cond(
+    total, gradient = keras.ops.cond(
         triplet_mining.slots(positive)[1] <= triplet_mining.SLOT_LIMIT,
         lambda: _all_triplets_by_slots(closeness, positive, negative, margin),
         lambda: all_triplet_terms_by_sorting(closeness, positive, negative, margin))
-    count = tf.reduce_sum(
-        tf.cast(tf.math.count_nonzero(positive, axis=1), tf.float32)
-        * tf.cast(tf.math.count_nonzero(negative, axis=1), tf.float32)
+    count = keras.ops.sum(
+        keras.ops.sum(keras.ops.cast(positive, "float32"), axis=1)
+        * keras.ops.sum(keras.ops.cast(negative, "float32"), axis=1)
     )
     return total, gradient, count
 
@@ -87,57 +96,58 @@ def all_triplet_terms(closeness, positive, negative, margin):
 def _one_triplet_per_anchor(closeness, positive_index, negative_index, valid, margin, miner):
     """[c_an - c_ap + margin]_+ of one triplet (a, p_a, n_a) per anchor (where `valid`,
     and within the miner's margin), its gradient w.r.t. `closeness` and its count."""
-    anchor_positive = tf.gather(closeness, positive_index, batch_dims=1)
-    anchor_negative = tf.gather(closeness, negative_index, batch_dims=1)
+    anchor_positive = primitives.take_along_rows(closeness, positive_index)
+    anchor_negative = primitives.take_along_rows(closeness, negative_index)
     if miner.margin is not None:
-        valid &= tf.stop_gradient(anchor_negative - anchor_positive) > -miner.margin
-    hinge = tf.where(valid, anchor_negative - anchor_positive + margin, 0.0)
-    active = tf.cast(hinge > 0, tf.float32)[:, tf.newaxis]
-    n = tf.shape(closeness)[1]
-    gradient = (tf.one_hot(negative_index, n) - tf.one_hot(positive_index, n)) * active
-    return tf.nn.relu(hinge), gradient, tf.reduce_sum(tf.cast(valid, tf.float32))
+        valid &= keras.ops.stop_gradient(anchor_negative - anchor_positive) > -miner.margin
+    hinge = keras.ops.where(valid, anchor_negative - anchor_positive + margin, 0.0)
+    active = _rows(keras.ops.cast(hinge > 0, "float32"))
+    n = keras.ops.shape(closeness)[1]
+    gradient = (keras.ops.one_hot(negative_index, n) - keras.ops.one_hot(positive_index, n)) \
+        * active
+    return keras.ops.relu(hinge), gradient, keras.ops.sum(keras.ops.cast(valid, "float32"))
 
 
 def _per_anchor_terms(closeness, positive, negative, margin, miner):
     """Batch-hard / easy-positive: one triplet per anchor, in a few (N, N) passes."""
     chosen_positive, chosen_negative, valid = triplet_mining.per_anchor_choice(
-        tf.stop_gradient(closeness), positive, negative, miner.easiest_positive)
+        keras.ops.stop_gradient(closeness), positive, negative, miner.easiest_positive)
     return _one_triplet_per_anchor(closeness, chosen_positive, chosen_negative, valid,
                                    margin, miner)
 
 
 def _semihard_terms_by_slots(closeness, positive, negative, margin, miner):
     """Semi-hard selection and the hinge fused in one pass per positive slot."""
-    fixed = tf.stop_gradient(closeness)
-    negatives_only = ops.masked_fill(fixed, negative, tf.float32.min)
+    fixed = keras.ops.stop_gradient(closeness)
+    negatives_only = ops.masked_fill(fixed, negative, -FLOAT32_MAX)
 
     def body(slot, total, gradient, count):
-        column = tf.argmax(tf.cast(slot, tf.int32), axis=1, output_type=tf.int32)
-        fixed_positive = tf.gather(fixed, column, batch_dims=1)[:, tf.newaxis]
+        column = primitives.argmax_rows(keras.ops.cast(slot, "int32"))
+        fixed_positive = _rows(primitives.take_along_rows(fixed, column))
         chosen, below = ops.closest_below(negatives_only, fixed_positive)
-        found = tf.gather(slot, column, batch_dims=1) & below
+        found = primitives.take_along_rows(slot, column) & below
         hinge, step, kept = _one_triplet_per_anchor(closeness, column, chosen, found, margin,
                                                     miner)
         return total + hinge, gradient + step, count + kept
 
     return triplet_mining.for_each_slot(
-        positive, body, (tf.zeros_like(closeness[:, 0]), tf.zeros_like(closeness),
-                         tf.constant(0.0)))
+        positive, body, (keras.ops.zeros_like(closeness[:, 0]), keras.ops.zeros_like(closeness),
+                         keras.ops.convert_to_tensor(0.0, "float32")))
 
 
 def _generic_terms(closeness, positive, negative, margin, miner):
     """Any triplet miner: [c_an(a,p) - c_ap + margin]_+ over its `select`ed triplets."""
     valid, negative_index = miner.select(closeness, positive, negative)
-    negative_closeness = tf.gather(closeness, negative_index, batch_dims=1)
-    hinge = tf.where(valid, negative_closeness - closeness + margin, tf.zeros_like(closeness))
-    active = tf.cast(hinge > 0, tf.float32)
+    negative_closeness = primitives.take_along_rows(closeness, negative_index)
+    hinge = keras.ops.where(valid, negative_closeness - closeness + margin, 0.0)
+    active = keras.ops.cast(hinge > 0, "float32")
     pushes = triplet_mining.chosen_negative_counts(valid, negative_index, active)
-    count = tf.reduce_sum(tf.cast(valid, tf.float32))
-    return tf.reduce_sum(tf.nn.relu(hinge), axis=1), pushes - active, count
+    count = keras.ops.sum(keras.ops.cast(valid, "float32"))
+    return keras.ops.sum(keras.ops.relu(hinge), axis=1), pushes - active, count
 
 
 def _semihard_terms(closeness, positive, negative, margin, miner):
-    return tf.cond(
+    return keras.ops.cond(
         triplet_mining.slots(positive)[1] <= triplet_mining.SLOT_LIMIT,
         lambda: _semihard_terms_by_slots(closeness, positive, negative, margin, miner),
         lambda: _generic_terms(closeness, positive, negative, margin, miner))
@@ -243,5 +253,6 @@ class Triplet(PairLoss):
             terms = _FAST_TERMS.get(type(self.selector), _generic_terms)
             total, gradient, count = terms(closeness, pairs.positive, pairs.negative,
                                            self.margin, self.selector)
-        scale = tf.math.divide_no_nan(tf.cast(tf.shape(matrix)[0], tf.float32), count)
+        rows = keras.ops.cast(keras.ops.shape(matrix)[0], "float32")
+        scale = keras.ops.divide_no_nan(rows, count)
         return scale * total, (sign * scale) * gradient

@@ -7,10 +7,14 @@ similarity (higher = closer); losses on distances pass the negated distance.
 """
 
 import keras
-import tensorflow as tf
+import numpy as np
 
 from keras_dml import ops
+from keras_dml.backend import tensors
 from keras_dml.hyperparameters import finite
+
+#: the largest float32 (its negation is the lowest): the fill of masked-out entries
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class Miner:
@@ -21,9 +25,9 @@ class Miner:
     row_local = False
 
     def __call__(self, similarity, positive, negative):
-        similarity = tf.stop_gradient(ops.to_float32(similarity))
+        similarity = keras.ops.stop_gradient(ops.to_float32(similarity))
         positive, negative = self.mine(similarity, positive, negative)
-        return tf.stop_gradient(positive), tf.stop_gradient(negative)
+        return keras.ops.stop_gradient(positive), keras.ops.stop_gradient(negative)
 
     def mine(self, similarity, positive, negative):
         raise NotImplementedError
@@ -68,12 +72,12 @@ class MultiSimilarityMiner(Miner):
 
     def mine(self, similarity, positive, negative):
         hardest_positive = ops.masked_min(
-            similarity, positive, keepdims=True, empty_value=tf.float32.max
+            similarity, positive, keepdims=True, empty_value=FLOAT32_MAX
         )
         # one (N, M) masked copy at a time: the second waits for the first reduction
-        with tf.control_dependencies([hardest_positive]):
+        with tensors.control_dependencies([hardest_positive]):
             hardest_negative = ops.masked_max(
-                similarity, negative, keepdims=True, empty_value=tf.float32.min
+                similarity, negative, keepdims=True, empty_value=-FLOAT32_MAX
             )
         kept_negative = negative & (similarity > hardest_positive - self.epsilon)
         kept_positive = positive & (similarity < hardest_negative + self.epsilon)

@@ -3,10 +3,10 @@
 import math
 
 import keras
-import tensorflow as tf
 
+from keras_dml.backend import tensors
 from keras_dml.hyperparameters import integer_at_least
-from keras_dml.mining.base import Miner
+from keras_dml.mining.base import FLOAT32_MAX, Miner
 
 # 1 - d^2 / 4 is clamped here before its log: d = 2 (antipodal points) would give log 0.
 _MIN_ANTIPODAL_FACTOR = 1e-8
@@ -18,9 +18,10 @@ def log_inverse_sphere_density(distance, dim, cutoff):
     On the unit sphere in R^n the distance d between two uniformly random points
     has density q(d) proportional to d^(n-2) (1 - d^2/4)^((n-3)/2), 0 < d < 2.
     """
-    distance = tf.maximum(distance, cutoff)
-    antipodal = tf.maximum(1.0 - 0.25 * tf.square(distance), _MIN_ANTIPODAL_FACTOR)
-    return -(dim - 2.0) * tf.math.log(distance) - 0.5 * (dim - 3.0) * tf.math.log(antipodal)
+    distance = keras.ops.maximum(distance, cutoff)
+    antipodal = keras.ops.maximum(1.0 - 0.25 * keras.ops.square(distance), _MIN_ANTIPODAL_FACTOR)
+    return (-(dim - 2.0) * keras.ops.log(distance)
+            - 0.5 * (dim - 3.0) * keras.ops.log(antipodal))
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -43,12 +44,12 @@ class DistanceWeighted(Miner):
     with its defaults) are never drawn. An anchor whose negatives are all beyond
     the cutoff samples among them uniformly, as in Wu et al.'s code.
 
-    Computation is in log space, O(N^2) memory, and XLA-compatible: draws are
-    Gumbel-top-k (exactly sampling without replacement proportionally to w), with
-    noise from a seeded `tf.random.Generator`, and the draws are selected without
-    sorting (see `largest_per_row`). Kept pairs are a mask, so a negative
-    is kept at most once per anchor (Wu et al. draw with replacement); an anchor
-    with fewer candidates than draws keeps all its candidates.
+    Computation is in log space, O(N^2) memory, static shapes (XLA, `jax.jit`):
+    draws are Gumbel-top-k (exactly sampling without replacement proportionally to
+    w), with noise from the miner's `keras.random.SeedGenerator` (`seed_generator`),
+    and the draws are selected without sorting (see `largest_per_row`). Kept pairs
+    are a mask, so a negative is kept at most once per anchor (Wu et al. draw with
+    replacement); an anchor with fewer candidates than draws keeps all its candidates.
 
     Args:
         cutoff: lower clip of the distance in the weights. Defaults to 0.5 (Wu et al.).
@@ -86,36 +87,27 @@ class DistanceWeighted(Miner):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an int or None, got {seed!r}.")
         self.seed = seed
+        #: the state of the miner's draws (a Keras variable): a model that tracks it
+        #: advances it at every step, also inside a compiled JAX step
+        self.seed_generator = keras.random.SeedGenerator(seed, name="distance_weighted_seed")
         self._bound_dim = None
-        self._generator = None
 
     def bind_dimension(self, dim):
         """Use `dim` as n unless `dim` was given to the constructor (called by losses)."""
         if dim is not None:
             self._bound_dim = int(dim)
 
-    @property
-    def generator(self):
-        """The miner's random generator, created on first use (outside any graph)."""
-        if self._generator is None:
-            with tf.init_scope():
-                self._generator = (
-                    tf.random.Generator.from_non_deterministic_state() if self.seed is None
-                    else tf.random.Generator.from_seed(self.seed)
-                )
-        return self._generator
-
     def sampling_log_weights(self, similarity, negative, dim):
         """log w_an of every candidate negative, and the candidate mask."""
-        distance = tf.sqrt(tf.maximum(2.0 - 2.0 * similarity, 0.0))
+        distance = keras.ops.sqrt(keras.ops.maximum(2.0 - 2.0 * similarity, 0.0))
         log_weights = log_inverse_sphere_density(distance, float(dim), self.cutoff)
         candidates = negative
         if self.nonzero_loss_cutoff is not None:
             candidates = negative & (distance < self.nonzero_loss_cutoff)
         # Anchors with no negative in range sample uniformly among all negatives.
-        in_range = tf.reduce_any(candidates, axis=1, keepdims=True)
-        candidates = tf.where(in_range, candidates, negative)
-        log_weights = tf.where(in_range, log_weights, tf.zeros_like(log_weights))
+        in_range = keras.ops.any(candidates, axis=1, keepdims=True)
+        candidates = keras.ops.where(in_range, candidates, negative)
+        log_weights = keras.ops.where(in_range, log_weights, 0.0)
         return log_weights, candidates
 
     def mine(self, similarity, positive, negative):
@@ -127,14 +119,17 @@ class DistanceWeighted(Miner):
                 "supplies it."
             )
         _check_cosine(similarity)
-        similarity = tf.clip_by_value(similarity, -1.0, 1.0)
+        similarity = keras.ops.clip(similarity, -1.0, 1.0)
         log_weights, candidates = self.sampling_log_weights(similarity, negative, dim)
-        draws = self.negatives_per_positive * tf.reduce_sum(tf.cast(positive, tf.int32), axis=1)
-        draws = tf.minimum(draws, tf.reduce_sum(tf.cast(candidates, tf.int32), axis=1))
+        draws = self.negatives_per_positive * keras.ops.sum(keras.ops.cast(positive, "int32"),
+                                                            axis=1)
+        draws = keras.ops.minimum(draws, keras.ops.sum(keras.ops.cast(candidates, "int32"),
+                                                       axis=1))
         # [sampling] Gumbel-top-k: the `draws` largest log w + Gumbel keys per row.
-        uniform = self.generator.uniform(tf.shape(similarity), minval=1e-20, maxval=1.0)
-        gumbel = -tf.math.log(-tf.math.log(uniform))
-        shift = tf.reduce_max(tf.where(candidates, log_weights, tf.float32.min), axis=1,
+        uniform = keras.random.uniform(keras.ops.shape(similarity), minval=1e-20, maxval=1.0,
+                                       seed=self.seed_generator)
+        gumbel = -keras.ops.log(-keras.ops.log(uniform))
+        shift = keras.ops.max(keras.ops.where(candidates, log_weights, -FLOAT32_MAX), axis=1,
                               keepdims=True)
         return positive, largest_per_row(log_weights - shift + gumbel, candidates, draws)
 
@@ -152,39 +147,42 @@ def largest_per_row(keys, candidates, counts):
     float32 total order. Tied keys (probability 0 for continuous keys) may keep
     more than `counts[a]` entries.
     """
-    keys = tf.where(candidates, tf.cast(keys, tf.float32), -float("inf"))
-    counts = tf.cast(counts, tf.int32)
-    return tf.cond(tf.reduce_max(counts) <= 32, lambda: _by_argmax(keys, counts),
-                   lambda: _by_bisection(keys, counts))
+    keys = keras.ops.where(candidates, keras.ops.cast(keys, "float32"), -float("inf"))
+    counts = keras.ops.cast(counts, "int32")
+    return keras.ops.cond(keras.ops.max(counts, initial=0) <= 32,
+                          lambda: _by_argmax(keys, counts), lambda: _by_bisection(keys, counts))
 
 
 def _by_argmax(keys, counts):
     def body(step, keys, kept):
-        row_max = tf.reduce_max(keys, axis=1, keepdims=True)
-        take = (step < counts)[:, tf.newaxis] & (row_max > -float("inf"))
+        row_max = keras.ops.max(keys, axis=1, keepdims=True)
+        take = keras.ops.expand_dims(step < counts, 1) & (row_max > -float("inf"))
         best = (keys >= row_max) & take
-        return step + 1, tf.where(best, -float("inf"), keys), kept | best
+        return step + 1, keras.ops.where(best, -float("inf"), keys), kept | best
 
-    kept = tf.zeros(tf.shape(keys), tf.bool)
-    _, _, kept = tf.while_loop(lambda step, *_: step < tf.reduce_max(counts), body,
-                               (tf.constant(0), keys, kept))
+    kept = keras.ops.zeros(keras.ops.shape(keys), "bool")
+    most = keras.ops.max(counts, initial=0)
+    start = keras.ops.convert_to_tensor(0, "int32")
+    _, _, kept = keras.ops.while_loop(lambda step, *_: step < most, body, (start, keys, kept))
     return kept
 
 
 def _by_bisection(keys, counts):
     finite = keys > -float("inf")
-    bits = tf.bitcast(keys, tf.int32)
+    bits = keras.ops.view(keys, "int32")
     # Flip the magnitude bits of negative floats: integer order == float order.
-    ordered = tf.cast(tf.where(bits < 0, tf.bitwise.bitwise_xor(bits, 0x7FFFFFFF), bits), tf.int64)
-    counts = tf.cast(counts, tf.float32)[:, tf.newaxis]
-    low = tf.fill(tf.shape(counts), tf.constant(-(2**31), tf.int64))
-    high = tf.fill(tf.shape(counts), tf.constant(2**31 - 1, tf.int64))
+    ordered = keras.ops.where(bits < 0, keras.ops.bitwise_xor(bits, 0x7FFFFFFF), bits)
+    counts = keras.ops.expand_dims(keras.ops.cast(counts, "float32"), 1)
+    low = keras.ops.full(keras.ops.shape(counts), -(2**31), "int32")
+    high = keras.ops.full(keras.ops.shape(counts), 2**31 - 1, "int32")
     for _ in range(32):  # invariant: count(>= low) >= counts > count(>= high + 1)
-        middle = (low + high + 1) // 2
-        above = tf.cast(finite & (ordered >= middle), tf.float32)
-        enough = tf.reduce_sum(above, axis=1, keepdims=True) >= counts
-        low = tf.where(enough, middle, low)
-        high = tf.where(enough, high, middle - 1)
+        # ceil((low + high) / 2) without leaving int32 (no int64: JAX runs 32-bit)
+        middle = (keras.ops.floor_divide(low, 2) + keras.ops.floor_divide(high, 2)
+                  + keras.ops.floor_divide(low % 2 + high % 2 + 1, 2))
+        above = keras.ops.cast(finite & (ordered >= middle), "float32")
+        enough = keras.ops.sum(above, axis=1, keepdims=True) >= counts
+        low = keras.ops.where(enough, middle, low)
+        high = keras.ops.where(enough, high, middle - 1)
     return finite & (ordered >= low) & (counts > 0)
 
 
@@ -197,9 +195,10 @@ def _distance(name, value):
 
 def _check_cosine(similarity):
     """Eagerly refuse similarities that cannot come from L2-normalised embeddings."""
-    if not tf.executing_eagerly():
+    if not tensors.is_concrete(similarity):
         return
-    largest = float(tf.reduce_max(tf.abs(similarity))) if tf.size(similarity) > 0 else 0.0
+    values = keras.ops.convert_to_numpy(similarity)
+    largest = float(abs(values).max()) if values.size > 0 else 0.0
     if largest > 1.0 + 1e-3:
         raise ValueError(
             "DistanceWeighted requires cosine similarities of L2-normalised embeddings "

@@ -17,13 +17,13 @@ negated distance, so "closest" always means "largest similarity".
 """
 
 import keras
-import tensorflow as tf
 
 from keras_dml import ops
+from keras_dml.backend import pairs as primitives
 from keras_dml.hyperparameters import finite
-from keras_dml.mining.base import Miner
+from keras_dml.mining.base import FLOAT32_MAX, Miner
 
-_BIG = tf.float32.max
+_BIG = FLOAT32_MAX
 
 
 # Up to this many kept positives per anchor, per-positive loops over "slots" (one
@@ -33,45 +33,51 @@ SLOT_LIMIT = 16
 
 def slots(mask):
     """Rank (1..K) of each True entry within its row, 0 elsewhere, and K (max per row)."""
-    mask = tf.cast(mask, tf.int32)
-    rank = tf.cumsum(mask, axis=1) * mask
-    return rank, tf.reduce_max(tf.concat([tf.reshape(rank, [-1]), [0]], 0))
+    mask = keras.ops.cast(mask, "int32")
+    rank = keras.ops.cumsum(mask, axis=1) * mask
+    return rank, keras.ops.max(rank, initial=0)
 
 
 def for_each_slot(mask, body, state):
-    """Runs `state = body(slot, *state)` for slot = (rank == j), j = 1..K (a tf.while_loop).
+    """Runs `state = body(slot, *state)` for slot = (rank == j), j = 1..K (a while loop).
 
     Each slot holds at most one True per row: the j-th kept entry of every row.
     """
     rank, count = slots(mask)
 
     def step(j, *state):
-        return (j + 1,) + tuple(body(tf.equal(rank, j), *state))
+        return (j + 1,) + tuple(body(keras.ops.equal(rank, j), *state))
 
-    return tf.while_loop(lambda j, *_: j <= count, step, (tf.constant(1),) + tuple(state))[1:]
+    start = keras.ops.convert_to_tensor(1, "int32")
+    return keras.ops.while_loop(lambda j, *_: j <= count, step, (start,) + tuple(state))[1:]
+
+
+def _rows(vector):
+    """(N,) -> (N, 1)."""
+    return keras.ops.expand_dims(vector, 1)
 
 
 def _semihard_by_slots(similarity, positive, negative):
-    negatives_only = ops.masked_fill(similarity, negative, tf.float32.min)
+    negatives_only = ops.masked_fill(similarity, negative, -FLOAT32_MAX)
 
     def body(slot, valid, negative_index):
-        anchor_positive = tf.reduce_sum(tf.where(slot, similarity, 0.0), axis=1, keepdims=True)
+        anchor_positive = keras.ops.sum(keras.ops.where(slot, similarity, 0.0), axis=1,
+                                        keepdims=True)
         chosen, found = ops.closest_below(negatives_only, anchor_positive)
-        return (valid | (slot & found[:, tf.newaxis]),
-                tf.where(slot, tf.broadcast_to(chosen[:, tf.newaxis], tf.shape(slot)),
-                         negative_index))
+        return (valid | (slot & _rows(found)),
+                keras.ops.where(slot, _rows(chosen), negative_index))
 
-    return for_each_slot(positive, body, (tf.zeros_like(positive),
-                                          tf.zeros(tf.shape(similarity), tf.int32)))
+    return for_each_slot(positive, body, (keras.ops.zeros_like(positive),
+                                          keras.ops.zeros(keras.ops.shape(similarity), "int32")))
 
 
 def _semihard_by_sorting(similarity, positive, negative):
     keys = ops.masked_fill(similarity, negative, _BIG)  # non-negatives sorted to the end
-    order = tf.argsort(keys, axis=1, stable=True)
-    ordered = tf.gather(keys, order, batch_dims=1)
-    below = tf.searchsorted(ordered, similarity, side="left")  # negatives with s < s_ap
+    order = primitives.argsort_rows(keys)
+    ordered = primitives.take_along_rows(keys, order)
+    below = primitives.searchsorted_rows(ordered, similarity, side="left")  # s < s_ap
     valid = positive & (below > 0)
-    negative_index = tf.gather(order, tf.maximum(below - 1, 0), batch_dims=1)
+    negative_index = primitives.take_along_rows(order, keras.ops.maximum(below - 1, 0))
     return valid, negative_index
 
 
@@ -88,9 +94,9 @@ def semihard_triplets(similarity, positive, negative):
         (valid, negative_index): bool (N, N) and int32 (N, N).
     """
     _, count = slots(positive)
-    return tf.cond(count <= SLOT_LIMIT,
-                   lambda: _semihard_by_slots(similarity, positive, negative),
-                   lambda: _semihard_by_sorting(similarity, positive, negative))
+    return keras.ops.cond(count <= SLOT_LIMIT,
+                          lambda: _semihard_by_slots(similarity, positive, negative),
+                          lambda: _semihard_by_sorting(similarity, positive, negative))
 
 
 def per_anchor_choice(similarity, positive, negative, easiest_positive):
@@ -101,21 +107,20 @@ def per_anchor_choice(similarity, positive, negative, easiest_positive):
     """
     positive_keys = ops.masked_fill(similarity, positive, -_BIG if easiest_positive else _BIG)
     if easiest_positive:
-        chosen_positive = tf.argmax(positive_keys, axis=1, output_type=tf.int32)
+        chosen_positive = primitives.argmax_rows(positive_keys)
     else:
-        chosen_positive = tf.argmin(positive_keys, axis=1, output_type=tf.int32)
-    chosen_negative = tf.argmax(ops.masked_fill(similarity, negative, -_BIG), axis=1,
-                                output_type=tf.int32)
-    has_both = tf.reduce_any(positive, axis=1) & tf.reduce_any(negative, axis=1)
+        chosen_positive = primitives.argmin_rows(positive_keys)
+    chosen_negative = primitives.argmax_rows(ops.masked_fill(similarity, negative, -_BIG))
+    has_both = keras.ops.any(positive, axis=1) & keras.ops.any(negative, axis=1)
     return chosen_positive, chosen_negative, has_both
 
 
 def _one_per_anchor(similarity, positive, negative, easiest_positive):
     chosen_positive, chosen_negative, has_both = per_anchor_choice(
         similarity, positive, negative, easiest_positive)
-    n = tf.shape(similarity)[1]
-    valid = tf.cast(tf.one_hot(chosen_positive, n), tf.bool) & has_both[:, tf.newaxis]
-    negative_index = tf.broadcast_to(chosen_negative[:, tf.newaxis], tf.shape(similarity))
+    n = keras.ops.shape(similarity)[1]
+    valid = keras.ops.one_hot(chosen_positive, n, dtype="bool") & _rows(has_both)
+    negative_index = keras.ops.broadcast_to(_rows(chosen_negative), keras.ops.shape(similarity))
     return valid, negative_index
 
 
@@ -134,24 +139,27 @@ def chosen_negative_counts(valid, negative_index, weights=None):
 
     Without `weights`, the number of kept triplets each (a, n) pair belongs to.
     """
-    weights = tf.cast(valid, tf.float32) if weights is None else tf.where(
-        valid, weights, tf.zeros_like(weights))
-    n = tf.shape(valid)[1]
+    weights = keras.ops.cast(valid, "float32") if weights is None else keras.ops.where(
+        valid, weights, 0.0)
+    n = keras.ops.shape(valid)[1]
 
     def by_slots():
         def body(slot, counts):
-            chosen = tf.reduce_sum(tf.where(slot, negative_index, 0), axis=1)
-            weight = tf.reduce_sum(tf.where(slot, weights, 0.0), axis=1, keepdims=True)
-            return (counts + tf.one_hot(chosen, n) * weight,)
+            chosen = keras.ops.sum(keras.ops.where(slot, negative_index, 0), axis=1)
+            weight = keras.ops.sum(keras.ops.where(slot, weights, 0.0), axis=1, keepdims=True)
+            return (counts + keras.ops.one_hot(chosen, n) * weight,)
 
-        return for_each_slot(valid, body, (tf.zeros_like(weights),))[0]
+        return for_each_slot(valid, body, (keras.ops.zeros_like(weights),))[0]
 
     def by_scatter():
-        rows = tf.broadcast_to(tf.range(tf.shape(valid)[0])[:, tf.newaxis], tf.shape(valid))
-        indices = tf.stack([rows, negative_index], axis=-1)
-        return tf.tensor_scatter_nd_add(tf.zeros_like(weights), indices, weights)
+        # row a's weights, summed per chosen column: one segment per (row, column)
+        rows = keras.ops.shape(valid)[0]
+        segments = negative_index + _rows(keras.ops.arange(rows, dtype="int32")) * n
+        counts = keras.ops.segment_sum(keras.ops.reshape(weights, (-1,)),
+                                       keras.ops.reshape(segments, (-1,)), rows * n)
+        return keras.ops.reshape(counts, keras.ops.shape(weights))
 
-    return tf.cond(slots(valid)[1] <= SLOT_LIMIT, by_slots, by_scatter)
+    return keras.ops.cond(slots(valid)[1] <= SLOT_LIMIT, by_slots, by_scatter)
 
 
 def chosen_negative_mask(valid, negative_index):
@@ -176,12 +184,12 @@ class TripletMiner(Miner):
 
     def select(self, similarity, positive, negative):
         """Kept triplets as (valid (N, N) bool, negative_index (N, N) int32)."""
-        similarity = tf.stop_gradient(ops.to_float32(similarity))
+        similarity = keras.ops.stop_gradient(ops.to_float32(similarity))
         valid, negative_index = type(self).select_fn(similarity, positive, negative)
         if self.margin is not None:
-            negative_similarity = tf.gather(similarity, negative_index, batch_dims=1)
+            negative_similarity = primitives.take_along_rows(similarity, negative_index)
             valid = valid & (negative_similarity > similarity - self.margin)
-        return tf.stop_gradient(valid), tf.stop_gradient(negative_index)
+        return keras.ops.stop_gradient(valid), keras.ops.stop_gradient(negative_index)
 
     def mine(self, similarity, positive, negative):
         valid, negative_index = self.select(similarity, positive, negative)
