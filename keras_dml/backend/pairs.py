@@ -19,28 +19,14 @@ def _tf():
     return tf
 
 
-def take_along_rows(x, index):
-    """x[a, index[a]] for index (N,), or x[a, index[a, k]] for index (N, K)."""
+def take_along_rows(x, columns):
+    """x[a, columns[a, k]] for a 2-D `x` and int `columns` (N, K): shape (N, K).
+
+    (`keras_dml.backend.primitives.row_entries` takes one column per row.)
+    """
     if is_tensorflow():
-        return _tf().gather(x, index, batch_dims=1)
-    if len(index.shape) == 1:
-        return keras.ops.take_along_axis(x, keras.ops.expand_dims(index, 1), axis=1)[:, 0]
-    return keras.ops.take_along_axis(x, index, axis=1)
-
-
-def gather(x, index, axis=0):
-    """x[index] along `axis`, for indices known to lie in [0, x.shape[axis])."""
-    if is_tensorflow():
-        return _tf().gather(x, index, axis=axis)
-    return keras.ops.take(x, index, axis=axis)
-
-
-def matmul(a, b, transpose_a=False, transpose_b=False):
-    """a @ b with either side transposed, without a transposed copy on TensorFlow."""
-    if is_tensorflow():
-        return _tf().matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-    a = keras.ops.transpose(a) if transpose_a else a
-    return keras.ops.matmul(a, keras.ops.transpose(b) if transpose_b else b)
+        return _tf().gather(x, columns, batch_dims=1)
+    return keras.ops.take_along_axis(x, columns, axis=1)
 
 
 def argmax_rows(x):

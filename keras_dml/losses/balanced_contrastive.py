@@ -7,7 +7,7 @@ import numpy as np
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import validation
-from keras_dml.backend import pairs as primitives
+from keras_dml.backend import primitives
 from keras_dml.backend import tensors
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register

@@ -3,7 +3,7 @@
 import keras
 
 from keras_dml import hyperparameters as _hyper
-from keras_dml.backend import pairs as primitives
+from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 

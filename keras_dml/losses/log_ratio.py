@@ -5,7 +5,8 @@ import numpy as np
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops, validation
-from keras_dml.backend import pairs as primitives
+from keras_dml.backend import primitives
+from keras_dml.backend import pairs as row_ops
 from keras_dml.backend import tensors
 from keras_dml.losses.base import PairLoss, Pairs
 from keras_dml.losses.registry import register
@@ -180,7 +181,9 @@ class LogRatio(PairLoss):
         reference_labels = labels if reference_labels is None else reference_labels
         if self.precomputed:
             table = keras.ops.convert_to_tensor(self.label_distance)
-            return primitives.gather(primitives.gather(table, labels), reference_labels, axis=1)
+            size = len(self.label_distance)
+            return primitives.gather(keras.ops.reshape(table, (-1,)),
+                                     labels[:, None] * size + reference_labels[None, :])
         if callable(self.label_distance):
             if reference_labels is not labels:
                 raise ValueError("A label_distance function takes one batch of labels: use "
@@ -211,13 +214,12 @@ class LogRatio(PairLoss):
         """(N, M) mask of each anchor's partners: all others, or its nearest in label space."""
         others = keras.ops.ones_like(label_matrix, dtype="bool")
         if exclude_self:
-            others = primitives.set_diagonal(
-                others, keras.ops.zeros_like(keras.ops.diagonal(others)))
+            others = primitives.without_diagonal(others)
         if self.max_partners is None:
             return others
         ranked = keras.ops.where(others, label_matrix, -1.0)
-        order = primitives.argsort_rows(ranked)
-        rank = primitives.argsort_rows(order)
+        order = row_ops.argsort_rows(ranked)
+        rank = row_ops.argsort_rows(order)
         return keras.ops.logical_and(others, rank <= (self.max_partners if exclude_self
                                                       else self.max_partners - 1))
 

@@ -4,8 +4,8 @@ import keras
 import numpy as np
 
 from keras_dml import ops, validation
-from keras_dml.backend import pairs as primitives
 from keras_dml import hyperparameters as _hyper
+from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 

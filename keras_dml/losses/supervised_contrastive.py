@@ -6,7 +6,6 @@ from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
-from keras_dml.mining.base import FLOAT32_MAX
 
 
 def supcon_terms(logits, positive, negative):
@@ -44,7 +43,7 @@ def ntxent_terms(logits, positive, negative):
     """
     count = keras.ops.sum(keras.ops.cast(positive, "float32"), axis=1, keepdims=True)
     negative_lse, negative_softmax, has_negative = ops.masked_softmax_parts(logits, negative)
-    negative_lse = keras.ops.where(has_negative, negative_lse[:, None], -FLOAT32_MAX)
+    negative_lse = keras.ops.where(has_negative, negative_lse[:, None], ops.FLOAT32_MIN)
     pair_lse = ops.logaddexp(logits, negative_lse)  # D_ip, (N, M)
     share = keras.ops.where(positive, 1.0 / keras.ops.maximum(count, 1.0), 0.0)
     value = keras.ops.sum(share * (pair_lse - logits), axis=1)

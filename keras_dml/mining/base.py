@@ -7,14 +7,10 @@ similarity (higher = closer); losses on distances pass the negated distance.
 """
 
 import keras
-import numpy as np
 
 from keras_dml import ops
 from keras_dml.backend import tensors
 from keras_dml.hyperparameters import finite
-
-#: the largest float32 (its negation is the lowest): the fill of masked-out entries
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class Miner:
@@ -72,12 +68,12 @@ class MultiSimilarityMiner(Miner):
 
     def mine(self, similarity, positive, negative):
         hardest_positive = ops.masked_min(
-            similarity, positive, keepdims=True, empty_value=FLOAT32_MAX
+            similarity, positive, keepdims=True, empty_value=ops.FLOAT32_MAX
         )
         # one (N, M) masked copy at a time: the second waits for the first reduction
         with tensors.control_dependencies([hardest_positive]):
             hardest_negative = ops.masked_max(
-                similarity, negative, keepdims=True, empty_value=-FLOAT32_MAX
+                similarity, negative, keepdims=True, empty_value=ops.FLOAT32_MIN
             )
         kept_negative = negative & (similarity > hardest_positive - self.epsilon)
         kept_positive = positive & (similarity < hardest_negative + self.epsilon)

@@ -4,9 +4,10 @@ import math
 
 import keras
 
+from keras_dml import ops
 from keras_dml.backend import tensors
 from keras_dml.hyperparameters import integer_at_least
-from keras_dml.mining.base import FLOAT32_MAX, Miner
+from keras_dml.mining.base import Miner
 
 # 1 - d^2 / 4 is clamped here before its log: d = 2 (antipodal points) would give log 0.
 _MIN_ANTIPODAL_FACTOR = 1e-8
@@ -129,7 +130,7 @@ class DistanceWeighted(Miner):
         uniform = keras.random.uniform(keras.ops.shape(similarity), minval=1e-20, maxval=1.0,
                                        seed=self.seed_generator)
         gumbel = -keras.ops.log(-keras.ops.log(uniform))
-        shift = keras.ops.max(keras.ops.where(candidates, log_weights, -FLOAT32_MAX), axis=1,
+        shift = keras.ops.max(keras.ops.where(candidates, log_weights, ops.FLOAT32_MIN), axis=1,
                               keepdims=True)
         return positive, largest_per_row(log_weights - shift + gumbel, candidates, draws)
 
