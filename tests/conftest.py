@@ -21,6 +21,7 @@ BACKEND = keras.backend.backend()
 #: KERAS_BACKEND=jax and =torch besides the TensorFlow run of the whole suite.
 BACKEND_NEUTRAL = (
     "test_backend_contract.py",
+    "test_backend_pair_losses.py",
 )
 
 if BACKEND == "tensorflow":
