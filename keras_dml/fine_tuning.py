@@ -10,7 +10,6 @@ for the first `--warm` epochs (1 for BN-Inception, 5 for ResNet-50). ICE (sectio
 """
 
 import keras
-import tensorflow as tf
 
 from keras_dml import hyperparameters
 
@@ -86,9 +85,10 @@ class BackboneStepScale(keras.callbacks.Callback):
                              f"steps_per_execution=1, not {steps}.")
 
     def on_train_batch_begin(self, batch, logs=None):
-        self._factor = self.factor(int(self.model.optimizer.iterations.numpy()))
+        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        self._factor = self.factor(step)
         self._origin = None if self._factor == 1.0 else [
-            tf.identity(tf.convert_to_tensor(v)) for v in self.variables]
+            keras.ops.copy(keras.ops.convert_to_tensor(v)) for v in self.variables]
 
     def on_train_batch_end(self, batch, logs=None):
         if self._origin is None:
@@ -97,6 +97,6 @@ class BackboneStepScale(keras.callbacks.Callback):
             if self._factor == 0.0:
                 variable.assign(origin)
             else:
-                variable.assign(origin + self._factor * (tf.convert_to_tensor(variable)
+                variable.assign(origin + self._factor * (keras.ops.convert_to_tensor(variable)
                                                           - origin))
         self._origin = None

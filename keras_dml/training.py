@@ -11,11 +11,9 @@ import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from keras_dml import backbones, data, datasets, distribute, evaluation, fine_tuning, losses
+from keras_dml import backbones, backend, data, datasets, evaluation, fine_tuning, losses
 from keras_dml.callbacks import RecallAtK
-from keras_dml.data.bad_images import clear_error
 from keras_dml.evaluation.embedding import embed_with, inference_function
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
@@ -128,6 +126,9 @@ def array_transform(split, input_shape, pixel_max=1.0):
     uint8 = np.asarray(split.images).dtype == np.uint8
     scale = pixel_max / 255.0 if uint8 else pixel_max
     size = tuple(input_shape[:2])
+    if not backend.is_tensorflow():
+        return _numpy_array_transform(scale, size)
+    tf = backend.require_tensorflow("array_transform")
 
     def transform(x, y):
         x = tf.cast(x, tf.float32) * scale
@@ -135,6 +136,20 @@ def array_transform(split, input_shape, pixel_max=1.0):
             x = x[..., tf.newaxis]
         if tuple(x.shape[1:3]) != size:
             x = tf.image.resize(x, size, antialias=True)
+        return x, y
+
+    return transform
+
+
+def _numpy_array_transform(scale, size):
+    """`array_transform` on NumPy batches (`ClassBalancedPyDataset`, off TensorFlow)."""
+
+    def transform(x, y):
+        x = np.asarray(x, np.float32) * np.float32(scale)
+        if x.ndim == 3:
+            x = x[..., np.newaxis]
+        if tuple(x.shape[1:3]) != size:
+            x = keras.ops.convert_to_numpy(keras.ops.image.resize(x, size, antialias=True))
         return x, y
 
     return transform
@@ -150,7 +165,8 @@ def _augmented(transform, config, input_shape):
     def map_fn(x, y):
         if transform is not None:
             x, y = transform(x, y)
-        return augment(x, training=True), y
+        x = augment(x, training=True)
+        return (x if backend.is_tensorflow() else keras.ops.convert_to_numpy(x)), y
 
     return map_fn
 
@@ -249,7 +265,9 @@ class RunEvaluation(RecallAtK):
     def __init__(self, queries, references, preprocessing, transform, progress=True,
                  clock=None):
         def batches(split):
-            return data.evaluation_batches(split, preprocessing, transform=transform)
+            if backend.is_tensorflow() or split.images is None:
+                return data.evaluation_batches(split, preprocessing, transform=transform)
+            return transform(split.images, np.asarray(split.labels, np.int32))  # NumPy
 
         super().__init__(batches(queries), ks=KS, verbose=0,
                          reference_data=None if references is None else batches(references))
@@ -310,6 +328,10 @@ def _have_tensorboard():
         print('TensorBoard logs skipped: pip install "keras_dml[tensorboard]" (the projector '
               "files are written)")
         return False
+    if not backend.tensorflow_installed():  # Keras' callback writes with tf.summary
+        print("TensorBoard logs skipped: Keras' TensorBoard callback needs TensorFlow (the "
+              "projector files are written)")
+        return False
     return True
 
 
@@ -352,7 +374,17 @@ def load_run_config(run):
 
 
 def _backup_callback(run_dir, batches, resume):
-    """Backs up every epoch to `<run>/backup` (atomic, see `keras_dml.backup`)."""
+    """Backs up every epoch to `<run>/backup` (atomic, see `keras_dml.backup`); None
+    off TensorFlow (the backup records the tf.data stream's position)."""
+    if not backend.is_tensorflow():
+        if resume:
+            raise ValueError(f"--resume needs the TensorFlow backend (KERAS_BACKEND="
+                             f"tensorflow); this process runs Keras on {backend.name()}.")
+        print(f"epoch backups skipped: --resume needs the TensorFlow backend (Keras runs on "
+              f"{backend.name()} here)", flush=True)
+        return None
+    from keras_dml import distribute
+
     backup_dir = os.path.join(run_dir, "backup")
     if distribute.cluster_workers() > 1:
         return distribute.BackupAndRestore(backup_dir, stream=batches, double_checkpoint=True,
@@ -413,13 +445,57 @@ def run_directory(config):
     else:
         name = config.run_name
     run_dir = os.path.join(config.runs_dir, name)
-    if not distribute.is_chief():  # one writer per run: the others keep their own logs
+    if not _is_chief():  # one writer per run: the others keep their own logs
+        from keras_dml import distribute
+
         return name, os.path.join(run_dir, distribute.task_name())
     if os.path.exists(run_dir) and not config.overwrite:
         raise FileExistsError(
             f"{run_dir} already exists; pass overwrite=True to replace it, or choose "
             "another run_name.")
     return name, run_dir
+
+
+def _is_chief():
+    """Whether this process writes the run (always, off TensorFlow: one process)."""
+    if not backend.is_tensorflow():
+        return True
+    from keras_dml import distribute
+
+    return distribute.is_chief()
+
+
+def _strategy(name):
+    """`distribute.make_strategy(name)` on TensorFlow; off it None (one device)."""
+    if backend.is_tensorflow():
+        from keras_dml import distribute
+
+        return distribute.make_strategy(name)
+    if name != "auto":
+        raise ValueError(f"strategy={name!r} is tf.distribute's: it needs the TensorFlow "
+                         f"backend (Keras runs on {backend.name()} here).")
+    return None
+
+
+def _training_batches(strategy, split, config, preprocessing, map_fn):
+    """The C x k training stream: tf.data on TensorFlow (`distribute.training_batches`);
+    off it NumPy batches of in-memory images (`data.ClassBalancedPyDataset`), or
+    tf.data for image files (TensorFlow's decoders, where TensorFlow is installed)."""
+    options = {"skip_bad_images": True} if config.skip_bad_images else {}
+    if strategy is not None:
+        from keras_dml import distribute
+
+        return distribute.training_batches(
+            strategy, split, config.classes_per_batch, config.samples_per_class,
+            seed=config.seed, preprocessing=preprocessing, map_fn=map_fn, **options)
+    if split.images is not None:
+        return data.ClassBalancedPyDataset(split.images, split.labels, config.classes_per_batch,
+                                           config.samples_per_class, seed=config.seed,
+                                           map_fn=map_fn)
+    backend.require_tensorflow("training on image files (TensorFlow's decoders)")
+    return data.class_balanced_batches(
+        split, config.classes_per_batch, config.samples_per_class, seed=config.seed,
+        preprocessing=preprocessing, num_replicas=1, **options)
 
 
 def _make_run_directory(run_dir, replace):
@@ -514,8 +590,9 @@ def run(config, report=None, resume=False):
             splits = dataclasses.replace(splits, train=splits.train.with_rotated_classes())
     input_shape, preprocessing = _input_spec(splits.train, config.image_size, config.backbone,
                                              config.augment_crop)
-    strategy = distribute.make_strategy(config.strategy)
-    with strategy.scope(), _dtype_policy(config.mixed_precision):
+    strategy = _strategy(config.strategy)
+    scope = contextlib.nullcontext() if strategy is None else strategy.scope()
+    with scope, _dtype_policy(config.mixed_precision):
         # a resumed run's backup restores every weight: nothing to download or load
         model = build_model(config, input_shape, weights="none" if resume else None)
         loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
@@ -528,17 +605,14 @@ def run(config, report=None, resume=False):
                                       config.warmup_steps, config.lr_schedule)
         model.compile(optimizer=adam(rate, config.weight_decay), loss=loss,
                       jit_compile=config.jit_compile)
-    if not distribute.is_chief():
+    if not _is_chief():
         config = dataclasses.replace(config, export=False, plots=False)
     pixel_max = 255.0 if backbones.is_application(config.backbone) else 1.0
     transform = None if preprocessing else array_transform(splits.train, input_shape,
                                                            pixel_max)
-    batches = distribute.training_batches(  # before the run folder: a bad design fails fast
-        strategy, splits.train, config.classes_per_batch, config.samples_per_class,
-        seed=config.seed, preprocessing=preprocessing,
-        map_fn=_augmented(transform, config, input_shape),
-        **({"skip_bad_images": True} if config.skip_bad_images else {}),
-    )
+    batches = _training_batches(  # before the run folder: a bad design fails fast
+        strategy, splits.train, config, preprocessing,
+        _augmented(transform, config, input_shape))
     _make_run_directory(run_dir, replace)
     if not resume:
         with open(os.path.join(run_dir, "config.json"), "w") as f:
@@ -557,7 +631,8 @@ def run(config, report=None, resume=False):
     if report:
         report.metrics("before training", before)
     callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"),
-                                                   append=resume), backup]
+                                                   append=resume)]
+    callbacks += [] if backup is None else [backup]
     log_dir = os.path.join(run_dir, "tensorboard")
     if _have_tensorboard():
         callbacks.append(keras.callbacks.TensorBoard(log_dir))
@@ -572,8 +647,8 @@ def run(config, report=None, resume=False):
             history = model.fit(batches, epochs=config.epochs,
                                 steps_per_epoch=config.steps_per_epoch, callbacks=callbacks,
                                 verbose=_fit_verbose(report), shuffle=False)
-        except tf.errors.OpError as error:  # a bad image file: the message names it
-            raise clear_error(error) or error from None
+        except Exception as error:  # a bad image file: the message names it
+            raise _image_file_error(error) or error from None
     full_history = getattr(backup, "history", None) or history.history
     per_evaluation = clock.phases["evaluation"]["seconds"] / clock.phases["evaluation"]["count"]
     train_seconds = clock.phases["fit"]["seconds"] - config.epochs * per_evaluation
@@ -603,15 +678,20 @@ def run(config, report=None, resume=False):
     from keras_dml.projector import write_projector
 
     with clock.phase("projector"):  # the evaluation set, for TensorBoard's projector
+        thumbnails = backend.tensorflow_installed()  # resized and encoded by TensorFlow
+        if not thumbnails:
+            print("projector: no thumbnail sprite (it needs TensorFlow); vectors and labels "
+                  "are written", flush=True)
         summary["projector"] = write_projector(
-            log_dir, embeddings, queries.labels, images=queries.images,
-            paths=None if queries.images is not None else queries.paths,
+            log_dir, embeddings, queries.labels,
+            images=queries.images if thumbnails else None,
+            paths=None if queries.images is not None or not thumbnails else queries.paths,
             class_names=queries.class_names)["config"]
     if config.plots and _have_matplotlib():
         with clock.phase("plots"):
             summary["plots"] = write_plots(run_dir, recall.history, queries, embeddings,
                                            config.steps_per_epoch)
-    if config.export:
+    if config.export and _can_export():
         from keras_dml.export import export_embedder
 
         with clock.phase("export"):
@@ -627,6 +707,31 @@ def run(config, report=None, resume=False):
     if report:
         report.finish(summary)
     return summary
+
+
+def _image_file_error(error):
+    """The clear error naming a bad image file, for a tf.data error; else None."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None or not isinstance(error, tf.errors.OpError):
+        return None
+    from keras_dml.data.bad_images import clear_error
+
+    return clear_error(error)
+
+
+def _can_export():
+    """Whether this process can write the SavedModel export; if not, prints why."""
+    if not backend.tensorflow_installed():
+        print('export skipped: the SavedModel export needs TensorFlow, which is not '
+              'installed (pip install "keras_dml[tensorflow]"); the run saved model.keras',
+              flush=True)
+        return False
+    if not backend.is_tensorflow():
+        print(f"export skipped: the SavedModel export traces the model in TensorFlow and "
+              f"Keras runs on {backend.name()} here; export the saved model.keras with "
+              f"KERAS_BACKEND=tensorflow keras-dml export <run>", flush=True)
+        return False
+    return True
 
 
 def _run_info(config, after, input_shape, preprocessing):

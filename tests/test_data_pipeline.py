@@ -3,13 +3,15 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import keras_dml
-from keras_dml.data import Preprocessing, class_balanced_batches, verify_images
+from keras_dml.data import (ClassBalancedSampler, Preprocessing, class_balanced_batches,
+                            verify_images)
 from keras_dml.datasets.base import labeled_from_raw
 from keras_dml.evaluation.embedding import as_dataset
 
@@ -236,3 +238,36 @@ def test_mirrored_strategy_each_replica_gets_whole_classes():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=300)
     assert out.stdout.strip().endswith("OK"), out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("small_classes,start_step", [("replace", 0), ("drop", 9)])
+def test_tf_data_and_numpy_streams_give_the_same_batches(small_classes, start_step):
+    """`class_balanced_batches` (tf.data, TF ops) and `ClassBalancedPyDataset` (NumPy)
+    deliver the same (x, y) batch by batch for the same seed, over several epochs."""
+    from keras_dml.data import ClassBalancedPyDataset
+
+    rng = np.random.default_rng(4)
+    y = np.repeat(np.arange(17) * 3, rng.integers(1, 9, 17))  # some classes below k
+    x = rng.integers(0, 255, (len(y), 5, 5, 1), dtype=np.uint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stream = class_balanced_batches((x, y), 5, 3, small_classes=small_classes, seed=21,
+                                        start_step=start_step)
+        arrays = ClassBalancedPyDataset(x, y, 5, 3, small_classes=small_classes, seed=21,
+                                        start_step=start_step)
+    steps = 4 * arrays.sampler.batches_per_epoch
+    for i, (xb, yb) in enumerate(stream.take(steps)):
+        expected_x, expected_y = arrays[i]
+        np.testing.assert_array_equal(yb.numpy(), expected_y, err_msg=f"batch {i}")
+        np.testing.assert_array_equal(xb.numpy(), expected_x, err_msg=f"batch {i}")
+
+
+def test_sampler_batch_in_tf_ops_equals_numpy_batch():
+    y = np.repeat(np.arange(40), np.random.default_rng(1).integers(1, 12, 40))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sampler = ClassBalancedSampler(y, 8, 4, seed=5)
+    batch = tf.function(sampler.batch)
+    for step in (0, 1, 4, 5, 99, 12345, 2 ** 32 + 7, 2 ** 40):
+        np.testing.assert_array_equal(batch(tf.constant(step, tf.int64)).numpy(),
+                                      sampler.numpy_batch(step), err_msg=f"step {step}")

@@ -8,6 +8,7 @@ its subcommand and options; none imports TensorFlow before a command runs, so
 import argparse
 import contextlib
 import importlib
+import importlib.util
 import os
 import re
 import sys
@@ -25,11 +26,14 @@ COMMAND_MODULES = (
 
 # Optional dependencies -> the extra that installs them (setup.cfg).
 EXTRAS = {
+    "tensorflow": "tensorflow",
+    "tensorflow_datasets": "tensorflow",
+    "jax": "jax",
     "matplotlib": "plots",
     "sklearn": "plots",
     "tensorflow_serving": "export",
     "faiss": "ann",
-    "torch": "peers",
+    "torch": "torch",
     "pytorch_metric_learning": "peers",
 }
 
@@ -74,13 +78,19 @@ def _quiet_stderr():
 
 
 def load_tensorflow():
-    """Imports TensorFlow and keras_dml without TensorFlow's console noise, with
-    TensorFlow's oneDNN kernels on (unless `TF_ENABLE_ONEDNN_OPTS` says otherwise):
-    TensorFlow turns them on by itself only on CPUs with AVX-512 VNNI / BF16 or AMX,
-    and elsewhere its default kernels train and search more slowly
-    (benchmarks/README.md)."""
+    """Imports TensorFlow (where installed) and keras_dml without TensorFlow's console
+    noise, with TensorFlow's oneDNN kernels on (unless `TF_ENABLE_ONEDNN_OPTS` says
+    otherwise): TensorFlow turns them on by itself only on CPUs with AVX-512 VNNI /
+    BF16 or AMX, and elsewhere its default kernels train and search more slowly
+    (benchmarks/README.md). Without TensorFlow (Keras on JAX or PyTorch) keras_dml
+    alone is imported."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    if importlib.util.find_spec("tensorflow") is None:
+        import keras_dml
+
+        keras_dml.import_all()
+        return
     with _quiet_stderr():
         import tensorflow as tf
 
@@ -159,6 +169,8 @@ def main(argv=None):
             return args.handler(args)
     except ModuleNotFoundError as error:
         message = _missing_module_message(error)
+    except ImportError as error:  # keras_dml.backend.TensorFlowRequiredError: one line
+        message = str(error)
     except (ValueError, FileNotFoundError, FileExistsError) as error:
         command_parser = parser.command_parsers[args.command]
         message = flag_words(_bad_image_hint(str(error), command_parser), command_parser)

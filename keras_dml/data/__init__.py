@@ -3,29 +3,68 @@
 Class-balanced C x k batches, the weighted contrastive paper's batch designs
 with importance weights, hard negative class mining, and the papers'
 image preprocessing.
+
+The index sampler (`ClassBalancedSampler`) and the NumPy stream of in-memory
+arrays (`ClassBalancedPyDataset`) run on every Keras backend without
+TensorFlow. The tf.data pipelines and image decoding are TensorFlow's: where
+it is not installed, using one of their names raises a one-line
+`keras_dml.backend.TensorFlowRequiredError`.
 """
 
-from keras_dml.data.designs import (GroupDesign, RandomPairDesign, RandomPairSampler,
-                                    design_batches, importance_weights)
-from keras_dml.data.distributed import distributed_class_balanced_batches
-from keras_dml.data.evaluation_batches import evaluation_batches
-from keras_dml.data.hard_classes import (HardNegativeClassMining, HardNegativeClassSampler,
-                                         hard_negative_class_batches)
-from keras_dml.data.pipeline import StreamPosition, class_balanced_batches, stream_position
-from keras_dml.data.preprocessing import Preprocessing, decode_image, register_normalization
+from keras_dml import backend
+from keras_dml.data.arrays import ClassBalancedPyDataset
 from keras_dml.data.sampler import ClassBalancedSampler
-from keras_dml.data.two_view import two_view_batches
-from keras_dml.data.verify import verify_images
+
+# The tf.data pipelines and image decoding: name -> module.
+_TENSORFLOW_NAMES = {
+    "GroupDesign": "designs",
+    "RandomPairDesign": "designs",
+    "RandomPairSampler": "designs",
+    "design_batches": "designs",
+    "importance_weights": "designs",
+    "distributed_class_balanced_batches": "distributed",
+    "evaluation_batches": "evaluation_batches",
+    "HardNegativeClassMining": "hard_classes",
+    "HardNegativeClassSampler": "hard_classes",
+    "hard_negative_class_batches": "hard_classes",
+    "StreamPosition": "pipeline",
+    "class_balanced_batches": "pipeline",
+    "stream_position": "pipeline",
+    "Preprocessing": "preprocessing",
+    "decode_image": "preprocessing",
+    "register_normalization": "preprocessing",
+    "two_view_batches": "two_view",
+    "verify_images": "verify",
+}
+
+if backend.tensorflow_installed():  # imported now: Preprocessing registers with Keras
+    from keras_dml.data.designs import (GroupDesign, RandomPairDesign, RandomPairSampler,
+                                        design_batches, importance_weights)
+    from keras_dml.data.distributed import distributed_class_balanced_batches
+    from keras_dml.data.evaluation_batches import evaluation_batches
+    from keras_dml.data.hard_classes import (HardNegativeClassMining, HardNegativeClassSampler,
+                                             hard_negative_class_batches)
+    from keras_dml.data.pipeline import StreamPosition, class_balanced_batches, stream_position
+    from keras_dml.data.preprocessing import Preprocessing, decode_image, register_normalization
+    from keras_dml.data.two_view import two_view_batches
+    from keras_dml.data.verify import verify_images
+else:
+    def __getattr__(name):
+        """A tf.data name without TensorFlow: the one-line error naming it."""
+        if name in _TENSORFLOW_NAMES:
+            backend.require_tensorflow(f"keras_dml.data.{name} (tf.data)")
+        raise AttributeError(f"module 'keras_dml.data' has no attribute {name!r}")
 
 __all__ = [
+    "ClassBalancedPyDataset",
     "ClassBalancedSampler",
     "GroupDesign",
     "HardNegativeClassMining",
     "HardNegativeClassSampler",
+    "Preprocessing",
     "RandomPairDesign",
     "RandomPairSampler",
     "StreamPosition",
-    "Preprocessing",
     "class_balanced_batches",
     "decode_image",
     "design_batches",

@@ -3,7 +3,10 @@
 import sys
 
 import numpy as np
-import tensorflow as tf
+
+from keras_dml import backend
+
+tf = backend.require_tensorflow("keras_dml.data's image-file reading")
 
 #: Consecutive skipped batches after which the data is declared broken: a
 #: stream whose every batch holds a bad file fails instead of hanging.

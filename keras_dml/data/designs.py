@@ -14,11 +14,13 @@ import dataclasses
 import warnings
 
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.data.pipeline import batches_from_sampler, batches_from_stream
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.sources import make_source
+
+tf = backend.require_tensorflow("keras_dml.data.design_batches (tf.data)")
 
 
 def _counts_stats(class_counts):

@@ -15,11 +15,13 @@ ops inside the pipeline) and the images of its own share only.
 import weakref
 
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.data.pipeline import StreamPosition, batches_from_indices
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.sources import make_source
+
+tf = backend.require_tensorflow("keras_dml.data.distributed_class_balanced_batches (tf.data)")
 
 _POSITIONS = weakref.WeakKeyDictionary()
 

@@ -1,13 +1,15 @@
 """`evaluation_batches`: a split in order, as (x, y) batches for embedding and RecallAtK."""
 
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.data.bad_images import BadImageGuard, only_x_y
 from keras_dml.data.options import steady
 from keras_dml.data.sources import make_source
 from keras_dml.data.stream_preprocessing import record_preprocessing
 from keras_dml.hyperparameters import integer_at_least
+
+tf = backend.require_tensorflow("keras_dml.data.evaluation_batches (tf.data)")
 
 
 def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None):

@@ -16,12 +16,14 @@ paper, section 2.3.
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml import hyperparameters, ops
 from keras_dml.data.pipeline import batches_from_sampler
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.sources import make_source
+
+tf = backend.require_tensorflow("keras_dml.data.hard_negative_class_batches (tf.data)")
 
 
 class HardNegativeClassSampler(ClassBalancedSampler):
@@ -62,7 +64,6 @@ class HardNegativeClassSampler(ClassBalancedSampler):
         self._rng = np.random.default_rng(seed)
         self._mined_batches = 0
         self._appearances = np.zeros(total, np.int64)
-        self._samples_fn = tf.function(self.samples_of)
 
     def update(self, class_embeddings, chunk_size=2048):
         """Recomputes each class's nearest classes from its representative.
@@ -105,15 +106,15 @@ class HardNegativeClassSampler(ClassBalancedSampler):
         if self._neighbors is None:
             return super().next_batch()
         classes = self._mined_classes()
-        out = self._samples_fn(tf.constant(classes), tf.constant(self._appearances[classes]))
+        out = self.numpy_samples_of(classes, self._appearances[classes])
         self._appearances[classes] += 1
-        return out.numpy()
+        return out
 
     def _mined_classes(self):
         index, score = self._neighbors
         epoch, position = divmod(self._mined_batches, self.num_classes)
         self._mined_batches += 1
-        first = int(self.classes_at(epoch, [position])[0])
+        first = int(self.numpy_classes_at(epoch, [position])[0])
         chosen = [first]
         best = np.full(len(self.counts), -np.inf, np.float32)
         taken = np.zeros(len(self.counts), bool)

@@ -1,6 +1,8 @@
 """The tf.data options of keras_dml's own pipelines."""
 
-import tensorflow as tf
+from keras_dml import backend
+
+tf = backend.require_tensorflow("keras_dml.data's tf.data pipelines")
 
 _STEADY = tf.data.Options()
 _STEADY.autotune.enabled = False

@@ -3,13 +3,15 @@
 import weakref
 
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.data.bad_images import BadImageGuard, only_x_y
 from keras_dml.data.options import steady
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.stream_preprocessing import record_preprocessing
 from keras_dml.data.sources import make_source
+
+tf = backend.require_tensorflow("keras_dml.data.class_balanced_batches (tf.data)")
 
 
 def class_balanced_batches(source, classes_per_batch, samples_per_class, *,

@@ -12,9 +12,11 @@ import dataclasses
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.hyperparameters import integer_at_least
+
+tf = backend.require_tensorflow("keras_dml.data.Preprocessing (TensorFlow's image decoders)")
 
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -1,19 +1,22 @@
 """Class-balanced index sampling: C classes x k samples per batch, step-indexed.
 
-Batch `t` is a pure function of the seed and `t`, computed with stateless TF
-random ops, so a `tf.data` pipeline draws it with no Python in the loop (a
-Python generator in `tf.data` slows every later training step: see
-benchmarks/README.md) and a resumed run regenerates batch `t` in O(1). Memory
-is O(number of samples): one flat array of every class's members, no
-per-class datasets, so SOP's 11,318 classes cost no more than its 59,551
-indices.
+Batch `t` is a pure function of the seed and `t`: every random choice is a
+32-bit hash of (seed, epoch or pass, position) followed by an argsort. The
+same arithmetic is written once and runs in TF ops (`batch`: a `tf.data`
+pipeline draws it with no Python in the loop, as a Python generator in
+`tf.data` slows every later training step: see benchmarks/README.md) or in
+NumPy (`numpy_batch`: no TensorFlow needed), which give the same batches. A
+resumed run regenerates batch `t` in O(1). Memory is O(number of samples):
+one flat array of every class's members, no per-class datasets, so SOP's
+11,318 classes cost no more than its 59,551 indices.
 """
 
+import sys
 import warnings
 
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.hyperparameters import integer_at_least
 
 
@@ -55,10 +58,12 @@ class ClassBalancedSampler:
     Examples:
 
     >>> sampler = ClassBalancedSampler(np.repeat(np.arange(10), 5), 4, 2, seed=0)
-    >>> sampler.batch(7).shape  # batch 7, in TF ops (usable in tf.data)
-    TensorShape([8])
+    >>> sampler.numpy_batch(7).shape  # batch 7, in NumPy
+    (8,)
     >>> sampler.next_batch().shape  # NumPy, the next batch of the stream
     (8,)
+    >>> sampler.batch(7).shape  # batch 7 in TF ops (usable in tf.data)  # doctest: +SKIP
+    TensorShape([8])
     """
 
     def __init__(self, labels, classes_per_batch, samples_per_class,
@@ -111,33 +116,18 @@ class ClassBalancedSampler:
         words = np.random.SeedSequence(seed).generate_state(2, np.uint32)
         self._class_seed, self._sample_seed = (int(w) for w in words)
         self.step = 0
-        self._batch_fn = None
 
     # -- TF ops: usable inside tf.data and tf.function ------------------------------
     def batch(self, step):
-        """The `C * k` sample indices of batch `step` (int64, class-major)."""
-        step = tf.cast(step, tf.int64)
-        per_epoch = self.batches_per_epoch
-        epoch, index = step // per_epoch, step % per_epoch
-        positions = index * self.classes_per_batch + tf.range(self.classes_per_batch,
-                                                              dtype=tf.int64)
-        # The last batch of an epoch is completed with the epoch's first classes.
-        extra = positions >= self.num_classes
-        positions = tf.where(extra, positions - self.num_classes, positions)
-        classes = self.classes_at(epoch, positions)
-        appearance = tf.fill([self.classes_per_batch], epoch)
-        return self.samples_of(classes, appearance, extra)
+        """The `C * k` sample indices of batch `step` (int64, class-major), in TF ops."""
+        return self._batch(_tensorflow_ops(), step)
 
     def classes_at(self, epoch, positions):
-        """Class indices at `positions` of the random permutation of `epoch`."""
-        order = tf.random.experimental.stateless_shuffle(
-            tf.constant(self.usable_classes),
-            seed=tf.stack([tf.constant(self._class_seed, tf.int64),
-                           tf.cast(epoch, tf.int64)]))
-        return tf.gather(order, positions)
+        """Class indices at `positions` of the random order of `epoch`, in TF ops."""
+        return self._classes_at(_tensorflow_ops(), epoch, positions)
 
     def samples_of(self, classes, appearances, extra=None):
-        """k distinct sample indices per class (class-major, flat `(len * k,)`).
+        """k distinct sample indices per class (class-major, flat `(len * k,)`), in TF ops.
 
         Args:
             classes: `(n,)` class indices.
@@ -146,40 +136,24 @@ class ClassBalancedSampler:
             extra: `(n,)` bool, True for an extra appearance (k random samples,
                 outside the passes). Defaults to none.
         """
-        classes = tf.cast(classes, tf.int64)
-        appearances = tf.cast(appearances, tf.int64)
-        if extra is None:
-            extra = tf.zeros_like(classes, tf.bool)
-        k = self.samples_per_class
-        counts = tf.gather(tf.constant(self.counts), classes)
-        offsets = tf.gather(tf.constant(self.offsets), classes)
-        slots_per_pass = tf.maximum(counts // k, 1)
-        passes = tf.where(extra, 2 * appearances + 1, 2 * (appearances // slots_per_pass))
-        slots = tf.where(extra, tf.zeros_like(appearances), appearances % slots_per_pass)
-        # One random key per member of each class, fixed by (seed, class, pass):
-        # sorting a class's members by key is the pass's permutation of them.
-        row_keys = _hash(_hash(_hash(tf.constant(self._sample_seed, tf.uint32),
-                                     classes), passes), passes // 2 ** 32)
-        rows = tf.repeat(tf.range(tf.size(classes), dtype=tf.int64), counts)
-        row_starts = tf.cumsum(counts, exclusive=True)
-        member = tf.range(tf.reduce_sum(counts), dtype=tf.int64) - tf.gather(row_starts, rows)
-        keys = tf.cast(_hash(tf.gather(row_keys, rows), member), tf.int64)
-        order = tf.argsort(rows * 2 ** 32 + keys)  # rows stay in place, members shuffled
-        order = tf.cast(order, tf.int64)
-        picks = (row_starts + slots * k)[:, None] + tf.range(k, dtype=tf.int64)
-        picks = tf.minimum(picks, (row_starts + counts - 1)[:, None])  # small classes
-        within = tf.gather(order, picks) - row_starts[:, None]  # (n, k) in [0, count)
-        if self.num_small_classes and self.small_classes == "replace":
-            draws = tf.cast(_hash(row_keys[:, None], tf.range(k, dtype=tf.int64)), tf.int64)
-            within = tf.where((counts < k)[:, None], draws % counts[:, None], within)
-        return tf.reshape(tf.gather(tf.constant(self.members), offsets[:, None] + within), [-1])
+        return self._samples_of(_tensorflow_ops(), classes, appearances, extra)
 
-    # -- NumPy ---------------------------------------------------------------------
+    # -- NumPy: the same batches without TensorFlow --------------------------------
+    def numpy_batch(self, step):
+        """`batch(step)` computed in NumPy: the same int64 indices."""
+        return self._batch(_NUMPY_OPS, step)
+
+    def numpy_classes_at(self, epoch, positions):
+        """`classes_at` computed in NumPy."""
+        return self._classes_at(_NUMPY_OPS, epoch, positions)
+
+    def numpy_samples_of(self, classes, appearances, extra=None):
+        """`samples_of` computed in NumPy."""
+        return self._samples_of(_NUMPY_OPS, classes, appearances, extra)
+
     def next_batch(self):
         """Batch `self.step` as a NumPy array; advances `self.step`."""
-        if self._batch_fn is None:
-            self._batch_fn = tf.function(self.batch)
-        out = self._batch_fn(tf.constant(self.step, tf.int64)).numpy()
+        out = self.numpy_batch(self.step)
         self.step += 1
         return out
 
@@ -187,13 +161,157 @@ class ClassBalancedSampler:
         while True:
             yield self.next_batch()
 
+    # -- The arithmetic, written once for both -------------------------------------
+    def _batch(self, xp, step):
+        step = xp.int64(step)
+        per_epoch = self.batches_per_epoch
+        epoch, index = step // per_epoch, step % per_epoch
+        positions = index * self.classes_per_batch + xp.arange(self.classes_per_batch)
+        # The last batch of an epoch is completed with the epoch's first classes.
+        extra = positions >= self.num_classes
+        positions = xp.where(extra, positions - self.num_classes, positions)
+        classes = self._classes_at(xp, epoch, positions)
+        appearance = xp.arange(self.classes_per_batch) * 0 + epoch
+        return self._samples_of(xp, classes, appearance, extra)
 
-def _hash(seed, values):
-    """A 32-bit hash of `(seed, values)` (uint32 `seed` broadcast against int64
-    `values`; only their low 32 bits count): stateless per-element randomness."""
-    x = tf.bitwise.bitwise_xor(tf.cast(seed, tf.uint32),
-                               tf.cast(values, tf.uint32) * tf.constant(0x9E3779B9, tf.uint32))
-    for shift, multiplier in ((16, 0x7FEB352D), (15, 0x846CA68B)):  # lowbias32 (Wellons)
-        x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(shift, tf.uint32)))
-        x = x * tf.constant(multiplier, tf.uint32)
-    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(16, tf.uint32)))
+    def _classes_at(self, xp, epoch, positions):
+        # The epoch's order: the usable classes sorted by a key hashed from
+        # (seed, epoch, position); keys are distinct (the hash is a bijection of
+        # the position for a fixed seed and epoch), so both argsorts agree.
+        epoch = xp.int64(epoch)
+        epoch_key = xp.hash(xp.hash(self._class_seed, epoch), epoch // 2 ** 32)
+        keys = xp.int64(xp.hash(epoch_key, xp.arange(self.num_classes)))
+        order = xp.gather(self.usable_classes, xp.argsort(keys))
+        return xp.gather(order, xp.int64(positions))
+
+    def _samples_of(self, xp, classes, appearances, extra=None):
+        classes = xp.int64(classes)
+        appearances = xp.int64(appearances)
+        if extra is None:
+            extra = classes < 0  # all False
+        k = self.samples_per_class
+        counts = xp.gather(self.counts, classes)
+        offsets = xp.gather(self.offsets, classes)
+        slots_per_pass = xp.maximum(counts // k, 1)
+        passes = xp.where(extra, 2 * appearances + 1, 2 * (appearances // slots_per_pass))
+        slots = xp.where(extra, appearances * 0, appearances % slots_per_pass)
+        # One random key per member of each class, fixed by (seed, class, pass):
+        # sorting a class's members by key is the pass's permutation of them.
+        row_keys = xp.hash(xp.hash(xp.hash(self._sample_seed, classes), passes),
+                           passes // 2 ** 32)
+        rows = xp.repeat(xp.arange(xp.size(classes)), counts)
+        row_starts = xp.cumsum(counts) - counts
+        member = xp.arange(xp.sum(counts)) - xp.gather(row_starts, rows)
+        keys = xp.int64(xp.hash(xp.gather(row_keys, rows), member))
+        order = xp.int64(xp.argsort(rows * 2 ** 32 + keys))  # rows in place, members shuffled
+        picks = (row_starts + slots * k)[:, None] + xp.arange(k)
+        picks = xp.minimum(picks, (row_starts + counts - 1)[:, None])  # small classes
+        within = xp.gather(order, picks) - row_starts[:, None]  # (n, k) in [0, count)
+        if self.num_small_classes and self.small_classes == "replace":
+            draws = xp.int64(xp.hash(row_keys[:, None], xp.arange(k)))
+            within = xp.where((counts < k)[:, None], draws % counts[:, None], within)
+        return xp.reshape(xp.gather(self.members, offsets[:, None] + within), [-1])
+
+
+_GOLDEN = 0x9E3779B9
+_LOWBIAS32 = ((16, 0x7FEB352D), (15, 0x846CA68B))  # Wellons' lowbias32
+
+
+class _NumpyOps:
+    """The few array operations the sampler uses, in NumPy (int64 unless named)."""
+
+    @staticmethod
+    def int64(x):
+        return np.asarray(x).astype(np.int64)
+
+    @staticmethod
+    def arange(n):
+        return np.arange(n, dtype=np.int64)
+
+    @staticmethod
+    def hash(seed, values):
+        """A 32-bit hash of `(seed, values)` (uint32 `seed` broadcast against int
+        `values`; only their low 32 bits count): stateless per-element randomness."""
+        with np.errstate(over="ignore"):
+            x = np.asarray(seed).astype(np.uint32) ^ (
+                np.asarray(values).astype(np.uint32) * np.uint32(_GOLDEN))
+            for shift, multiplier in _LOWBIAS32:
+                x = (x ^ (x >> np.uint32(shift))) * np.uint32(multiplier)
+            return x ^ (x >> np.uint32(16))
+
+    gather = staticmethod(lambda params, indices: np.asarray(params)[indices])
+    where = staticmethod(np.where)
+    maximum = staticmethod(np.maximum)
+    minimum = staticmethod(np.minimum)
+    repeat = staticmethod(np.repeat)
+    cumsum = staticmethod(np.cumsum)
+    sum = staticmethod(np.sum)
+    size = staticmethod(np.size)
+    argsort = staticmethod(lambda x: np.argsort(x, kind="stable"))
+    reshape = staticmethod(np.reshape)
+
+
+_NUMPY_OPS = _NumpyOps()
+
+
+class _TensorFlowOps:
+    """`_NumpyOps` in TF ops (usable inside tf.data and tf.function)."""
+
+    def __init__(self, tf):
+        self.tf = tf
+
+    def int64(self, x):
+        return self.tf.cast(x, self.tf.int64)
+
+    def arange(self, n):
+        return self.tf.range(n, dtype=self.tf.int64)
+
+    def hash(self, seed, values):
+        """`_NumpyOps.hash` in TF ops: the same uint32 values."""
+        tf = self.tf
+
+        def u32(value):
+            return tf.constant(value, tf.uint32)
+
+        seed = u32(seed) if isinstance(seed, int) else tf.cast(seed, tf.uint32)
+        x = tf.bitwise.bitwise_xor(seed, tf.cast(values, tf.uint32) * u32(_GOLDEN))
+        for shift, multiplier in _LOWBIAS32:
+            x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, u32(shift))) * u32(multiplier)
+        return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, u32(16)))
+
+    def gather(self, params, indices):
+        return self.tf.gather(params, indices)
+
+    def where(self, condition, x, y):
+        return self.tf.where(condition, x, y)
+
+    def maximum(self, x, y):
+        return self.tf.maximum(x, y)
+
+    def minimum(self, x, y):
+        return self.tf.minimum(x, y)
+
+    def repeat(self, values, counts):
+        return self.tf.repeat(values, counts)
+
+    def cumsum(self, x):
+        return self.tf.cumsum(x)
+
+    def sum(self, x):
+        return self.tf.reduce_sum(x)
+
+    def size(self, x):
+        return self.tf.size(x, out_type=self.tf.int64)
+
+    def argsort(self, x):
+        return self.tf.argsort(x, stable=True)
+
+    def reshape(self, x, shape):
+        return self.tf.reshape(x, shape)
+
+
+def _tensorflow_ops():
+    # TensorFlow is already loaded inside tf.data / tf.function: no import to trace.
+    tf = sys.modules.get("tensorflow") or backend.require_tensorflow(
+        "ClassBalancedSampler.batch (TF ops)")
+    return _TensorFlowOps(tf)

@@ -8,10 +8,13 @@ bytes are never held per class; file sources keep only their paths.
 import dataclasses
 
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
+from keras_dml.data.labels import is_paths, label_ids
 from keras_dml.data.preprocessing import Preprocessing, decode_image
 from keras_dml.datasets.base import LabeledImages
+
+tf = backend.require_tensorflow("keras_dml.data's tf.data sources")
 
 
 @dataclasses.dataclass
@@ -72,39 +75,6 @@ def make_source(source, preprocessing=None, training=True):
     )
 
 
-def is_paths(x):
-    """Whether `x` is a list (or array) of image file paths rather than images."""
-    if isinstance(x, np.ndarray):
-        return x.dtype.kind in "US" or (x.dtype == object and len(x) and isinstance(
-            x.flat[0], (str, bytes)))
-    return isinstance(x, (list, tuple)) and len(x) > 0 and isinstance(x[0], (str, bytes))
-
-
-def _labels(y, n):
-    """`(ids, class names or None)`: integer labels as they are, or dense ids."""
-    y = np.asarray(y)
-    if y.ndim == 1 and len(y) and (y.dtype.kind in "US" or (
-            y.dtype == object and all(isinstance(v, (str, bytes)) for v in y))):
-        if len(y) != n:
-            raise ValueError(f"{n} inputs but {len(y)} labels; they must match.")
-        text = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in y.tolist()]
-        names, ids = np.unique(np.asarray(text), return_inverse=True)
-        return ids.reshape(-1).astype(np.int32), names.tolist()
-    if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
-        raise ValueError(
-            f"labels must be a 1-D array of integer class ids or of class names (strings); "
-            f"got shape {y.shape}, dtype {y.dtype}. Other values: map them to ids with "
-            "ids = np.unique(labels, return_inverse=True)[1]."
-        )
-    if len(y) != n:
-        raise ValueError(f"{n} inputs but {len(y)} labels; they must match.")
-    if len(y) and np.abs(y.astype(np.float64)).max() >= 2**24:
-        # Not exact in float32 (Keras' losses): hashed or database ids become dense ids
-        # 0..C-1, which keeps every comparison exact.
-        y = np.unique(y, return_inverse=True)[1].reshape(-1)
-    return y, None
-
-
 def _transform(preprocessing, training):
     if preprocessing is None:
         return None
@@ -115,7 +85,7 @@ def _transform(preprocessing, training):
 
 def _array_source(x, y, preprocessing, training):
     x = np.asarray(x)
-    y, names = _labels(y, len(x))
+    y, names = label_ids(y, len(x))
     images = tf.constant(x)
     transform = _transform(preprocessing, training)
 
@@ -129,7 +99,7 @@ def _array_source(x, y, preprocessing, training):
 
 
 def _file_source(paths, y, preprocessing, training):
-    y, names = _labels(y, len(paths))
+    y, names = label_ids(y, len(paths))
     paths = [str(p) for p in paths]
     result = _encoded_source(tf.constant(paths), y, preprocessing, training,
                              tf.io.read_file, lambda i: f"image {i} {paths[i]!r}")
@@ -190,7 +160,7 @@ def _dataset_source(dataset, preprocessing, training):
         for x, y in dataset.as_numpy_iterator():
             items.append(x)
             labels.append(y)
-        labels, names = _labels(np.asarray(labels).reshape(-1), len(items))
+        labels, names = label_ids(np.asarray(labels).reshape(-1), len(items))
         table = tf.constant(items, dtype=tf.string)
         result = _encoded_source(table, labels, preprocessing, training, tf.identity,
                                  lambda i: f"element {i} of the tf.data.Dataset source")

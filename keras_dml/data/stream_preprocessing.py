@@ -14,7 +14,6 @@ import weakref
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 _RECORDED = weakref.WeakKeyDictionary()
 _RESCALING_LAYERS = (keras.layers.Rescaling, keras.layers.Normalization)
@@ -73,9 +72,9 @@ def normalised_twice(model, preprocessing):
     if not layers:
         return None
     names = ", ".join(f"{type(layer).__name__} {layer.name!r}" for layer in layers)
-    pixels = tf.constant(np.stack([np.zeros(preprocessing.channels),
-                                   np.full(preprocessing.channels, 255.0)])[None, None],
-                         tf.float32)  # (1, 1, 2, channels): black and white
+    pixels = np.stack([np.zeros(preprocessing.channels, np.float32),
+                       np.full(preprocessing.channels, 255.0, np.float32)])[None, None]
+    # (1, 1, 2, channels): black and white
     normalised = preprocessing.normalize(pixels)
     seen, meant = _through(layers, normalised), _through(layers, pixels)
     ranges = "" if seen is None or meant is None else (

@@ -1,12 +1,14 @@
 """`two_view_batches`: two augmented views of every instance, for SimCLR-style training."""
 
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml import hyperparameters
 from keras_dml.data.pipeline import batches_from_sampler
 from keras_dml.data.sources import make_source
 from keras_dml.datasets.base import LabeledImages
+
+tf = backend.require_tensorflow("keras_dml.data.two_view_batches (tf.data)")
 
 _LABELS = ("instance", "class")
 

@@ -4,11 +4,13 @@ import dataclasses
 import warnings
 
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.data.preprocessing import decode_image
 from keras_dml.data.sources import is_paths, make_source
 from keras_dml.datasets.base import LabeledImages
+
+tf = backend.require_tensorflow("keras_dml.data.verify_images (TensorFlow's image decoders)")
 
 
 def verify_images(source, channels=3):

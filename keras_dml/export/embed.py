@@ -1,9 +1,11 @@
 """Step 3 of an export: the model as an `images -> embeddings` function, and gallery embedding."""
 
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.hyperparameters import integer_at_least
+
+tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 
 def embedding_fn(model, image_spec, l2_normalize=True):

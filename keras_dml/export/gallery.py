@@ -19,9 +19,11 @@ import dataclasses
 import math
 
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.hyperparameters import integer_at_least
+
+tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 
 UNKNOWN_INT = -1

@@ -25,9 +25,11 @@ import dataclasses
 import json
 import os
 
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.data.preprocessing import Preprocessing, decode_image
+
+tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 INPUT_FORMATS = ("image_bytes", "images")
 

@@ -10,9 +10,11 @@ import contextlib
 import re
 import uuid
 
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.hyperparameters import integer_at_least
+
+tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 SIDECAR_NAME = "keras_dml_export.json"
 WARMUP_PATH = ("assets.extra", "tf_serving_warmup_requests")

@@ -11,9 +11,11 @@ import json
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.export.layout import SIDECAR_NAME
+
+tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 FORMAT = "keras_dml.export/1"
 

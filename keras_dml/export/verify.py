@@ -6,7 +6,10 @@ function did, so a broken export is never served.
 """
 
 import numpy as np
-import tensorflow as tf
+
+from keras_dml import backend
+
+tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 SIGNATURE = "serving_default"
 # Loaded vs in-process outputs: the same graph, so any difference is a bug.

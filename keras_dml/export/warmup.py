@@ -10,10 +10,12 @@ The protos come from the `tensorflow-serving-api` package
 """
 
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.export.layout import WARMUP_PATH
 from keras_dml.hyperparameters import integer_at_least
+
+tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 _MISSING_API = (
     "Writing TF Serving warm-up requests needs the tensorflow-serving-api package "

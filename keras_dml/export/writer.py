@@ -10,11 +10,13 @@ optimizer state are left out.
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.export import layout, sidecar, warmup as warmup_lib
 from keras_dml.export.inputs import shape_list
 from keras_dml.export.verify import SIGNATURE, outputs_numpy, verify_export
+
+tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 
 def write_export(base_dir, serve, serving_input, *, kind, describe, embedding_dim, run_info=None,

@@ -2,10 +2,12 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from keras_dml import backend
 from keras_dml.data.options import steady
 from keras_dml.evaluation.embedding import finite_dataset, inference_function
+
+tf = backend.require_tensorflow("keras_dml.index.embedding (embedding image files and tf.data)")
 
 
 def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None, progress=None):

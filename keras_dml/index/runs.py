@@ -12,7 +12,10 @@ import json
 import os
 
 import numpy as np
-import tensorflow as tf
+
+from keras_dml import backend
+
+tf = backend.require_tensorflow("keras_dml.index.runs (reading image files)")
 
 SPLITS = ("test", "train", "query", "gallery")
 

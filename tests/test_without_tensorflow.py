@@ -1,0 +1,111 @@
+"""keras_dml where TensorFlow is not installed (Keras on JAX or PyTorch).
+
+Each test runs a child process in which `tensorflow` cannot be imported
+(`sys.modules["tensorflow"] = None`, which also makes `importlib.util.find_spec`
+report it missing), with KERAS_BACKEND the parent's, or jax when the parent runs on
+TensorFlow. /work/venvs/notf (.ci/run) checks the same on a real install without it.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BACKEND = "jax" if keras.backend.backend() == "tensorflow" else keras.backend.backend()
+
+_HIDE_TENSORFLOW = """
+import sys
+for name in ("tensorflow", "tensorflow_datasets", "tensorflow_serving"):
+    sys.modules[name] = None  # `import tensorflow` fails: ModuleNotFoundError
+"""
+
+
+def _run(code, tmp_path):
+    env = dict(os.environ, KERAS_BACKEND=BACKEND,
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", _HIDE_TENSORFLOW + textwrap.dedent(code)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+
+
+def _ok(result):
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_import_registers_the_losses_and_the_numpy_stream_runs(tmp_path):
+    _ok(_run("""
+        import keras
+        import numpy as np
+
+        import keras_dml
+        from keras_dml.data import ClassBalancedPyDataset
+
+        assert keras.backend.backend() != "tensorflow"
+        assert sys.modules["tensorflow"] is None  # still hidden, never imported
+        assert keras.saving.get_registered_object("keras_dml>MultiSimilarity") is not None
+        splits = keras_dml.datasets.load("omniglot")
+        batches = ClassBalancedPyDataset(splits.train.images, splits.train.labels, 8, 4,
+                                         seed=0)
+        x, y = batches[3]
+        assert x.shape == (32, 28, 28) and len(set(y.tolist())) == 8
+        print("ok")
+    """, tmp_path))
+
+
+def test_tensorflow_only_features_raise_one_line_naming_them(tmp_path):
+    result = _run("""
+        import importlib
+
+        import keras_dml
+        from keras_dml.backend import TensorFlowRequiredError
+
+        def message(use):
+            try:
+                use()
+            except TensorFlowRequiredError as error:
+                return str(error)
+            raise AssertionError(f"{use} did not raise TensorFlowRequiredError")
+
+        uses = {
+            "keras_dml.data.class_balanced_batches": lambda: keras_dml.data.class_balanced_batches,
+            "keras_dml.data.Preprocessing": lambda: keras_dml.data.Preprocessing,
+            "keras_dml.export": lambda: keras_dml.export,
+            "keras_dml.export ": lambda: importlib.import_module("keras_dml.export"),
+            "keras_dml.distribute": lambda: keras_dml.distribute,
+            "keras_dml.index.runs": lambda: importlib.import_module("keras_dml.index.runs"),
+            "tf.data": lambda: importlib.import_module("keras_dml.data.pipeline"),
+        }
+        for feature, use in uses.items():
+            text = message(use)
+            assert feature.strip() in text and "needs TensorFlow" in text, (feature, text)
+            assert "\\n" not in text and "keras-dml[tensorflow]" in text, text
+        print("ok")
+    """, tmp_path)
+    _ok(result)
+
+
+def test_cli_says_in_one_line_that_export_needs_tensorflow(tmp_path):
+    result = _run("""
+        from keras_dml.cli import main
+
+        sys.exit(main(["export", "model.keras", "savedmodels/x"]))
+    """, tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("keras-dml export: error: "), lines
+    assert "keras_dml.export" in lines[0] and "needs TensorFlow" in lines[0]
+
+
+def test_no_keras_backend_installed_is_one_line(tmp_path):
+    env_backend = {"KERAS_BACKEND": "tensorflow"}  # Keras' default, hidden here
+    result = subprocess.run(
+        [sys.executable, "-c", _HIDE_TENSORFLOW + "import keras_dml"], capture_output=True,
+        text=True, cwd=tmp_path, timeout=600, env=dict(
+            os.environ, **env_backend,
+            PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: keras_dml needs a Keras backend"), result.stderr
+    assert 'pip install "keras_dml[tensorflow]" (or [jax], [torch]' in last
