@@ -1,17 +1,15 @@
 """`DMLModel`: a Keras model whose loss sees the whole (global) batch of embeddings."""
 
+import importlib
 import math
 import os
+import sys
 import weakref
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from keras_dml import losses, validation
-from keras_dml.data.bad_images import clear_error
-from keras_dml.data.preprocessing import Preprocessing
-from keras_dml.data.stream_preprocessing import stream_preprocessing, warn_if_normalised_twice
+from keras_dml import backend, losses, validation
 
 NONFINITE_MESSAGE = (
     "keras_dml: NaN or Inf in the embeddings or gradients of a training batch; the "
@@ -21,8 +19,14 @@ NONFINITE_MESSAGE = (
 )
 
 
-def _all_finite(tensors):
-    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tensors])
+def trainer():
+    """The running backend's train steps: `keras_dml.backend.trainer_<backend>`.
+
+    These are the places where `DMLModel` differs by backend: TensorFlow keeps its
+    `tf.GradientTape` step with `tf.distribute` gathering; JAX and PyTorch run Keras'
+    own steps around `DMLModel.compute_loss`, each with the NaN guard.
+    """
+    return importlib.import_module(f"keras_dml.backend.trainer_{backend.name()}")
 
 
 #: Under a LossScaleOptimizer, a loss scale below this means the gradients overflowed
@@ -48,44 +52,13 @@ class StopOnNonFinite(keras.callbacks.Callback):
                 f"float32 (batch {batch}).")
 
 
-def _gather_with_local_gradient(tensor):
-    """All-gather `tensor` over replicas; the gradient returns this replica's slice."""
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return tensor
-
-    sizes = context.all_gather(tf.shape(tensor)[:1], axis=0)
-    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
-    start = tf.reduce_sum(sizes[:replica])
-
-    @tf.custom_gradient
-    def gather(local):
-        def grad(upstream):
-            return upstream[start:start + tf.shape(local)[0]]
-
-        return context.all_gather(local, axis=0), grad
-
-    return gather(tensor)
-
-
 def gather_across_replicas(embeddings, labels, sample_weight=None):
-    """Embeddings, labels and sample weights of the global batch, in replica order.
+    """Embeddings, labels and sample weights of the global batch under `tf.distribute`
+    (TensorFlow only): `keras_dml.backend.trainer_tensorflow.gather_across_replicas`."""
+    backend.require_tensorflow("tf.distribute gathering")
+    from keras_dml.backend import trainer_tensorflow
 
-    Outside `tf.distribute` (or with one replica) the inputs come back unchanged.
-    Gradients reach each replica's own embeddings exactly: replica r receives
-    dL/dE for its slice of the global batch, so summing the replicas' parameter
-    gradients (what Keras optimizers do) equals single-device training on the
-    concatenated batch.
-    """
-    embeddings = _gather_with_local_gradient(embeddings)
-    context = tf.distribute.get_replica_context()
-    if context is not None and context.num_replicas_in_sync > 1:
-        # tf.identity places an input tensor on this replica's device: a collective
-        # needs one, and a batch from distribute_datasets_from_function has none.
-        labels = context.all_gather(tf.identity(labels), axis=0)
-        if sample_weight is not None:
-            sample_weight = context.all_gather(tf.identity(sample_weight), axis=0)
-    return embeddings, labels, sample_weight
+    return trainer_tensorflow.gather_across_replicas(embeddings, labels, sample_weight)
 
 
 def _create_checkpoint_folders(callbacks):
@@ -95,8 +68,32 @@ def _create_checkpoint_folders(callbacks):
     for callback in callbacks:
         if isinstance(callback, keras.callbacks.ModelCheckpoint):
             folder = os.path.dirname(str(callback.filepath))
-            if folder and "{" not in folder:  # a folder named by the epoch is Keras' to make
-                tf.io.gfile.makedirs(folder)
+            if not folder or "{" in folder:  # a folder named by the epoch is Keras' to make
+                continue
+            if "://" in folder:  # gs://, hdfs://: TensorFlow's file systems
+                backend.require_tensorflow(f"the checkpoint folder {folder}").io.gfile.makedirs(
+                    folder)
+            else:
+                os.makedirs(folder, exist_ok=True)
+
+
+def _tensorflow_dataset(data):
+    """Whether `data` is a `tf.data.Dataset` or a `tf.distribute.DistributedDataset`
+    (without importing TensorFlow: neither exists unless it was imported)."""
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(data, (tf.data.Dataset,
+                                                tf.distribute.DistributedDataset))
+
+
+def _clear_data_error(error):
+    """The error a bad image file in a tf.data pipeline raised, naming the file; None
+    for any other error."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None or not isinstance(error, tf.errors.OpError):
+        return None
+    from keras_dml.data.bad_images import clear_error
+
+    return clear_error(error)
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -107,16 +104,20 @@ class DMLModel(keras.Model):
     keras_dml loss and fit it on `(images, labels)` or `(images, labels,
     sample_weights)` batches, e.g. from `keras_dml.data.class_balanced_batches`.
 
-    What it adds to `keras.Model`:
+    It trains on TensorFlow, JAX and PyTorch (the steps that differ are in
+    `keras_dml.backend.trainer_<backend>`), and a `.keras` file saved under one
+    backend loads under another. What it adds to `keras.Model`:
     - Under `tf.distribute`, the loss sees the embeddings and labels of the global
       batch gathered from all replicas (pair losses need every pair), and the update
-      equals single-device training on the concatenated batch.
+      equals single-device training on the concatenated batch. On JAX, under
+      `keras.distribution.DataParallel`, the loss sees the global batch too.
     - A loss that owns trainable weights (learnable proxies, margins), exposed as the
       loss's `trainable_layer`, is attached to the model at `compile`: its weights are
       in `model.trainable_weights`, trained, and saved / restored with the model.
       `embedder()` returns the embedding network alone, without them.
-    - NaN or Inf embeddings stop training with a clear error before any update is
-      applied from that batch (in eager mode the loss raises a ValueError).
+    - NaN or Inf embeddings (or gradients) stop training with a clear error before any
+      update is applied from that batch, on every backend (in eager mode the loss
+      raises a ValueError).
     - The progress bar and `History` show the real loss; `evaluate` reports it.
     - `compile(loss=[a, b], loss_weights=[1.0, 0.5])` trains on a
       `keras_dml.losses.Combined` of the losses; each term is also shown.
@@ -139,6 +140,8 @@ class DMLModel(keras.Model):
         preprocessing = config.pop("preprocessing", None)
         model = super().from_config(config, custom_objects=custom_objects)
         if preprocessing is not None:
+            from keras_dml.data.preprocessing import Preprocessing
+
             model.preprocessing = Preprocessing.from_dict(preprocessing)
         return model
 
@@ -209,75 +212,43 @@ class DMLModel(keras.Model):
         return keras.Model(self.inputs, self.outputs, name=f"{self.name}_embedder")
 
     # -- training ---------------------------------------------------------------------
-    def _dml_loss_value(self, x, y, embeddings, sample_weight, training, keys=None):
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """The keras_dml loss of the batch of embeddings `y_pred` with labels `y`, plus the
+        model's regularization losses: what Keras' JAX and PyTorch steps minimise."""
+        return self.dml_loss_value(y, y_pred, sample_weight, training)
+
+    def dml_loss_value(self, y, embeddings, sample_weight, training, keys=None):
+        """The loss of the global batch (gathered across `tf.distribute` replicas on
+        TensorFlow) plus the regularization losses; `keys` are a momentum encoder's."""
         if getattr(self, "dml_loss", None) is None:
             raise ValueError("DMLModel needs a loss: call compile(optimizer, loss=...) first.")
         if y is None:
             raise ValueError("DMLModel needs labels: the dataset must yield (images, labels).")
-        continuous = getattr(self.dml_loss, "continuous_labels", False)
-        labels = y if continuous else validation.check_class_labels(y)
-        embeddings, labels, sample_weight = gather_across_replicas(
-            embeddings, labels, sample_weight
-        )
+        replicas = 1
+        if backend.is_tensorflow():
+            continuous = getattr(self.dml_loss, "continuous_labels", False)
+            embeddings, y, sample_weight, keys = trainer().global_batch(
+                embeddings, y, sample_weight, continuous, keys)
+            replicas = trainer().replicas()
+        elif keys is not None:
+            keys = keras.ops.stop_gradient(keys)
         memory = {"enqueue": training} if getattr(self.dml_loss, "updates_state", False) else {}
         if keys is not None:
-            memory["keys"] = _gather_with_local_gradient(tf.stop_gradient(keys))
-        value = global_batch_loss(self.dml_loss, labels, embeddings, sample_weight, **memory)
+            memory["keys"] = keys
+        value = global_batch_loss(self.dml_loss, y, embeddings, sample_weight, **memory)
         extra = self.losses
         if extra:  # regularizers: each replica adds its 1 / num_replicas share, as Keras does
-            replicas = tf.distribute.get_strategy().num_replicas_in_sync
-            value = value + tf.add_n([tf.cast(term, value.dtype) for term in extra]) / replicas
+            value = value + sum(keras.ops.cast(term, value.dtype) for term in extra) / replicas
         return value
 
-    def train_step(self, data):
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        keys = None
-        encoder = getattr(self, "key_encoder", None)
-        if encoder is not None:  # MoCo: update the key encoder, then encode the keys
-            encoder.update(self.encoder_variables())
-            keys = encoder.keys(self, x)
-        with tf.GradientTape() as tape:
-            embeddings = self(x, training=True)
-            loss = self._dml_loss_value(x, y, embeddings, sample_weight, training=True,
-                                        keys=keys)
-            scaled = self.optimizer.scale_loss(loss)
-        variables = self.trainable_weights
-        gradients = self._loss_layer_gradients_once(tape.gradient(scaled, variables), variables)
-        # Never write NaN into the weights: skip the update, report a NaN loss, and
-        # `StopOnNonFinite` (added by `fit`) stops with a clear message. A
-        # LossScaleOptimizer skips overflowing gradients and lowers its scale by
-        # design, so there only the embeddings are checked.
-        checked = [embeddings] if isinstance(
-            self.optimizer, keras.optimizers.LossScaleOptimizer) else [embeddings] + gradients
-        finite = _all_finite([t for t in checked if t is not None])
-        context = tf.distribute.get_replica_context()
-        if not tf.distribute.has_strategy():  # (a strategy of one replica is no exception)
-            tf.cond(finite, lambda: self._apply(gradients, variables), lambda: False)
-        else:
-            # A cond around a cross-replica update is not supported: agree on one
-            # flag across replicas and apply all-zero gradients instead.
-            failures = context.all_reduce("sum", 1.0 - tf.cast(finite, tf.float32))
-            finite = failures < 0.5
-            gradients = [None if g is None else tf.where(finite, g, tf.zeros_like(g))
-                         for g in gradients]
-            self.optimizer.apply(gradients, variables)
-        loss = tf.where(finite, loss, tf.constant(float("nan"), loss.dtype))
-        return self._record(x, y, embeddings, sample_weight, loss)
+    def train_step(self, *args):
+        """`(data)` on TensorFlow and PyTorch, `(state, data)` on JAX: see `trainer`."""
+        return trainer().train_step(self, *args)
 
-    def _loss_layer_gradients_once(self, gradients, variables):
-        """Every replica computes the loss on the global batch, so each holds the whole
-        gradient of the loss-owned weights (proxies, margins); the optimizer sums the
-        replicas' gradients, so those are divided by the number of replicas.
-
-        (A regularizer on a loss-owned weight, which no keras_dml loss has, would
-        be divided twice: its term is already divided in `_dml_loss_value`.)"""
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        layer = getattr(self, "loss_layer", None)
-        if replicas == 1 or layer is None:
-            return gradients
-        owned = {id(v) for v in layer.trainable_weights}
-        return [_divide(g, replicas) if g is not None and id(v) in owned else g
-                for g, v in zip(gradients, variables)]
+    def test_step(self, *args):
+        if backend.is_tensorflow():
+            return trainer().test_step(self, *args)
+        return super().test_step(*args)
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         """Build from one replica's share of the first batch (keras-team/keras#20585).
@@ -288,107 +259,77 @@ class DMLModel(keras.Model):
         One replica's local batch has the same shapes, costs no collective, and
         works under every strategy.
         """
+        if not backend.is_tensorflow():
+            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
         if self._distribute_strategy is None:
             return  # as Keras: built when the step is traced
         with self.distribute_strategy.scope():
             # Keras pulls a batch from `iterator` only when something is unbuilt: a
             # later `fit` or `evaluate` call starts no extra pass over the dataset.
-            self._symbolic_build(iterator=_local_batches(iterator), data_batch=data_batch)
-
-    def _apply(self, gradients, variables):
-        self.optimizer.apply(gradients, variables)
-        return True
+            self._symbolic_build(iterator=trainer().local_batches(iterator),
+                                 data_batch=data_batch)
 
     def fit(self, x=None, y=None, *args, callbacks=None, **kwargs):
-        if isinstance(x, (tf.data.Dataset, tf.distribute.DistributedDataset)) and len(args) < 7:
+        if _tensorflow_dataset(x) and len(args) < 7:
             # A dataset (a keras_dml stream) orders itself: Keras would warn on every call
             # that its default shuffle=True is ignored. (args[6] is a positional shuffle.)
             kwargs.setdefault("shuffle", False)
         self._check_first_labels(x, y)
-        preprocessing = stream_preprocessing(x)
-        if preprocessing is not None:
-            warn_if_normalised_twice(self, preprocessing)
-            self.preprocessing = preprocessing
+        self._record_stream_preprocessing(x)
         callbacks = list(callbacks or [])
         if not any(isinstance(c, StopOnNonFinite) for c in callbacks):
             callbacks.append(StopOnNonFinite())
         _create_checkpoint_folders(callbacks)
         try:
             return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
-        except tf.errors.OpError as error:  # a bad image file: its own error, naming it
-            raise clear_error(error) or error from None
+        except Exception as error:  # a bad image file: its own error, naming it
+            clear = _clear_data_error(error)
+            if clear is None:
+                raise
+            raise clear from None
+
+    def _record_stream_preprocessing(self, x):
+        """Keep a keras_dml stream's `Preprocessing` (saved with the model), and warn
+        when the model normalises its inputs again."""
+        from keras_dml.data.stream_preprocessing import (stream_preprocessing,
+                                                         warn_if_normalised_twice)
+
+        preprocessing = stream_preprocessing(x)
+        if preprocessing is not None:
+            warn_if_normalised_twice(self, preprocessing)
+            self.preprocessing = preprocessing
 
     def _check_first_labels(self, x, y):
         """Labels are checked where they enter, with a ValueError naming the values, in
-        eager, graph and XLA alike: all of an array `y`, or a dataset's first batch
-        (once per dataset: each check starts a pass over it)."""
+        eager, graph and XLA alike: all of an array `y`, or the first batch of a dataset
+        (a `tf.data.Dataset` or a `keras.utils.PyDataset`; once per dataset: each check
+        starts a pass over it)."""
         if getattr(self.dml_loss, "continuous_labels", False):
             return
         dataset = None  # set when `y` is the first batch of dataset `x`
-        if y is None and isinstance(x, tf.data.Dataset):
+        if y is None and isinstance(x, keras.utils.PyDataset):
+            checked = self.__dict__.setdefault("_datasets_checked", weakref.WeakSet())
+            if x in checked or not len(x):
+                return
+            batch = x[0]
+            if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+                return
+            y, dataset = batch[1], x
+        elif y is None and _tensorflow_dataset(x) and hasattr(x, "element_spec"):
             spec = x.element_spec
             if not isinstance(spec, tuple) or len(spec) < 2:
                 return
-            if spec[1].dtype == tf.string:
+            if spec[1].dtype.name == "string":
                 validation.check_label_values(np.array(["<string>"]))
             checked = self.__dict__.setdefault("_datasets_checked", weakref.WeakSet())
             if x in checked:
                 return
             y, dataset = next(iter(x.take(1)))[1], x
         if y is not None and not isinstance(y, (dict, list)):
-            validation.check_label_values(np.asarray(y), getattr(self.dml_loss, "num_classes",
-                                                                 None))
+            validation.check_label_values(np.asarray(y),
+                                          getattr(self.dml_loss, "num_classes", None))
         if dataset is not None:
             checked.add(dataset)  # its first batch passed
-
-    def test_step(self, data):
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        embeddings = self(x, training=False)
-        loss = self._dml_loss_value(x, y, embeddings, sample_weight, training=False)
-        return self._record(x, y, embeddings, sample_weight, loss)
-
-    def _record(self, x, y, embeddings, sample_weight, loss):
-        self._loss_tracker.update_state(loss, sample_weight=tf.shape(embeddings)[0])
-        logs = self.compute_metrics(x, y, embeddings, sample_weight=sample_weight)
-        if _multi_worker(tf.distribute.get_strategy()):
-            # Keras reduces each replica's logs with strategy.reduce("MEAN", v, axis=0)
-            # under a multi-worker strategy, which fails on a scalar: give it one axis.
-            logs = {name: tf.reshape(value, [1]) for name, value in logs.items()}
-        return logs
-
-
-def _multi_worker(strategy):
-    extended = getattr(strategy, "extended", None)
-    return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
-
-
-def _local_batches(iterator):
-    """Keras' `(step, step, [batch])` items over an epoch iterator, each batch with
-    its distributed values replaced by their first local components; the
-    iterator's pass over the data starts only when the first item is asked for."""
-    if iterator is None:
-        return
-    for _, _, batches in iterator:
-        yield None, None, [_first_local_value(next(batches))]
-        return
-
-
-def _first_local_value(value):
-    """`value` (a structure of tuples, lists, dicts) with each `DistributedValues`
-    replaced by its first local component."""
-    if isinstance(value, tf.distribute.DistributedValues):
-        return value.values[0]
-    if isinstance(value, (tuple, list)):
-        return type(value)(_first_local_value(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _first_local_value(v) for k, v in value.items()}
-    return value
-
-
-def _divide(gradient, count):
-    if isinstance(gradient, tf.IndexedSlices):
-        return tf.IndexedSlices(gradient.values / count, gradient.indices, gradient.dense_shape)
-    return gradient / count
 
 
 _MEAN_REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight")
@@ -423,7 +364,7 @@ def global_batch_loss(loss, labels, embeddings, sample_weight=None, **state):
     values a vector, so every mean-reduced loss is scaled, and the product by
     num_replicas restores the one-device value.
     """
-    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    replicas = trainer().replicas() if backend.is_tensorflow() else 1
     mean = {reduction in _MEAN_REDUCTIONS for reduction in _reductions(loss)}
     if replicas == 1 or mean == {False}:
         return loss(labels, embeddings, sample_weight=sample_weight, **state)
@@ -432,6 +373,6 @@ def global_batch_loss(loss, labels, embeddings, sample_weight=None, **state):
             f"Under tf.distribute the terms of {loss.name} must all be mean-reduced or all "
             f"'sum'-reduced; got reductions {sorted(map(str, _reductions(loss)))}.")
     if sample_weight is None:
-        sample_weight = tf.ones(tf.shape(embeddings)[:1], tf.float32)
+        sample_weight = keras.ops.ones(keras.ops.shape(embeddings)[:1], "float32")
     value = loss(labels, embeddings, sample_weight=sample_weight, **state)
-    return value * tf.cast(replicas, value.dtype)
+    return value * keras.ops.cast(replicas, value.dtype)
