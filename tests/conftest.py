@@ -21,7 +21,10 @@ BACKEND = keras.backend.backend()
 #: KERAS_BACKEND=jax and =torch besides the TensorFlow run of the whole suite.
 BACKEND_NEUTRAL = (
     "test_backend_contract.py",
+    "test_backend_models.py",
     "test_backend_pair_losses.py",
+    "test_data_arrays.py",
+    "test_without_tensorflow.py",
 )
 
 if BACKEND == "tensorflow":
