@@ -143,14 +143,9 @@ SLOW_FUNCTIONS = {
 
 
 def pytest_collection_modifyitems(config, items):
-    """The quick tier: without --full (or a -m expression naming slow), slow tests are left out.
-
-    On TensorFlow the backend-neutral modules are in the full tier: their TensorFlow
-    twins (test_losses_contract.py and the losses' own files) are in the quick one.
-    """
+    """The quick tier: without --full (or a -m expression naming slow), slow tests are left out."""
     for item in items:
-        if item.nodeid.split("[")[0] in SLOW_FUNCTIONS or (
-                BACKEND == "tensorflow" and item.path.name in BACKEND_NEUTRAL):
+        if item.nodeid.split("[")[0] in SLOW_FUNCTIONS:
             item.add_marker(pytest.mark.slow)
     if config.getoption("--full") or "slow" in (config.getoption("markexpr") or ""):
         return
