@@ -73,7 +73,8 @@ def differentiable_matrix(matrix_fn, sources):
 
 
 def value_and_gradient(function, x):
-    """(value, aux, d sum(value) / d x) by plain autodiff, for `function(x) -> (value, aux)`.
+    """(value, aux, d sum(value) / d x) by plain autodiff, for `function(x) -> (value, aux)`;
+    the gradient is zeros where `x` does not reach the value.
 
     TensorFlow: a `tf.GradientTape`; JAX: `jax.grad`; PyTorch: `torch.autograd.grad`.
     """
@@ -86,7 +87,8 @@ def value_and_gradient(function, x):
             tape.watch(x)
             value, aux = function(x)
             total = tf.reduce_sum(value)
-        return value, aux, tape.gradient(total, x)
+        return value, aux, tape.gradient(total, x,
+                                         unconnected_gradients=tf.UnconnectedGradients.ZERO)
     if name == "jax":
         import jax
 
@@ -102,8 +104,9 @@ def value_and_gradient(function, x):
         with torch.enable_grad():
             x = x.detach().requires_grad_(True)
             value, aux = function(x)
-            (gradient,) = torch.autograd.grad(value.sum(), x, allow_unused=True)
-        if gradient is None:
+            gradient = (torch.autograd.grad(value.sum(), x, allow_unused=True)[0]
+                        if value.requires_grad else None)
+        if gradient is None:  # x does not reach the value
             gradient = torch.zeros_like(x)
         return value.detach(), aux, gradient
     raise NotImplementedError(f"keras_dml has no autodiff for the {name!r} backend.")

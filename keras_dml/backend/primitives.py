@@ -33,7 +33,7 @@ def scatter_rows(indices, rows, num_rows):
         import torch
 
         zeros = torch.zeros((num_rows, rows.shape[1]), dtype=rows.dtype, device=rows.device)
-        return zeros.index_add(0, indices.long(), rows)
+        return zeros.index_add(0, keras.ops.convert_to_tensor(indices).long(), rows)
     return keras.ops.segment_sum(rows, indices, num_segments=num_rows)
 
 
