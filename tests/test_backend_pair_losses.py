@@ -153,6 +153,38 @@ def test_value_and_gradient_match_the_numpy_loops(name):
     np.testing.assert_allclose(gradient, expected, rtol=2e-3, atol=2e-4)
 
 
+def compiled(function):
+    """`function` compiled as the backend's trainer compiles a train step: `jax.jit`,
+    `tf.function`; PyTorch's trainer runs it eagerly."""
+    name = keras.backend.backend()
+    if name == "jax":
+        import jax
+
+        return jax.jit(function)
+    if name == "tensorflow":
+        import tensorflow as tf  # only on the TensorFlow backend
+
+        return tf.function(function)
+    return function
+
+
+@pytest.mark.parametrize("name", ["triplet_semihard", "triplet_all_sorted", "multi_similarity",
+                                  "smooth_ap", "multiple_negatives", "histogram", "margin",
+                                  "log_ratio_neighbours"])
+def test_compiled_step_matches_eager(name):
+    make_loss, _, (labels, embeddings) = CASES[name]
+    loss, labels = make_loss(), keras.ops.convert_to_tensor(labels)
+
+    def step(x):
+        return value_and_gradient(lambda x: (loss(labels, x),) * 2, x)
+
+    value, _, gradient = compiled(step)(keras.ops.convert_to_tensor(embeddings))
+    eager_value, eager_gradient = loss_and_gradient(make_loss(), labels, embeddings)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(value), eager_value, rtol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(gradient), eager_gradient,
+                               rtol=1e-5, atol=1e-6)
+
+
 DEGENERATE = {
     "no_positives": np.arange(6),
     "one_class": np.zeros(6, int),

@@ -174,16 +174,20 @@ def _by_bisection(keys, counts):
     # Flip the magnitude bits of negative floats: integer order == float order.
     ordered = keras.ops.where(bits < 0, keras.ops.bitwise_xor(bits, 0x7FFFFFFF), bits)
     counts = keras.ops.expand_dims(keras.ops.cast(counts, "float32"), 1)
-    low = keras.ops.full(keras.ops.shape(counts), -(2**31), "int32")
-    high = keras.ops.full(keras.ops.shape(counts), 2**31 - 1, "int32")
-    for _ in range(32):  # invariant: count(>= low) >= counts > count(>= high + 1)
+
+    def halve(_, bounds):  # invariant: count(>= low) >= counts > count(>= high + 1)
+        low, high = bounds
         # ceil((low + high) / 2) without leaving int32 (no int64: JAX runs 32-bit)
         middle = (keras.ops.floor_divide(low, 2) + keras.ops.floor_divide(high, 2)
                   + keras.ops.floor_divide(low % 2 + high % 2 + 1, 2))
         above = keras.ops.cast(finite & (ordered >= middle), "float32")
         enough = keras.ops.sum(above, axis=1, keepdims=True) >= counts
-        low = keras.ops.where(enough, middle, low)
-        high = keras.ops.where(enough, high, middle - 1)
+        return (keras.ops.where(enough, middle, low),
+                keras.ops.where(enough, high, middle - 1))
+
+    low = keras.ops.full(keras.ops.shape(counts), -(2**31), "int32")
+    high = keras.ops.full(keras.ops.shape(counts), 2**31 - 1, "int32")
+    low, _ = keras.ops.fori_loop(0, 32, halve, (low, high))  # 32 halvings: one value
     return finite & (ordered >= low) & (counts > 0)
 
 
