@@ -13,6 +13,7 @@ drift slowly, instead of the query embeddings of past steps.
 import keras
 
 from keras_dml import hyperparameters as _hyper
+from keras_dml.backend.tensors import read_variable
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -40,7 +41,7 @@ class MomentumEncoder(keras.layers.Layer):
         """theta_k <- m theta_k + (1 - m) theta_q; a plain copy at the first update."""
         m = keras.ops.where(self.started > 0, self.momentum, 0.0)
         for shadow, variable in zip(self.shadows, variables):
-            value = keras.ops.convert_to_tensor(variable)
+            value = read_variable(variable)
             if keras.backend.is_float_dtype(value.dtype):
                 m_value = keras.ops.cast(m, value.dtype)
                 shadow.assign(m_value * shadow + (1 - m_value) * value)
@@ -53,7 +54,7 @@ class MomentumEncoder(keras.layers.Layer):
         shadow_of = {id(v): s for v, s in zip(model.encoder_variables(), self.shadows)}
 
         def values(variables):
-            return [keras.ops.convert_to_tensor(shadow_of.get(id(v), v)) for v in variables]
+            return [read_variable(shadow_of.get(id(v), v)) for v in variables]
 
         outputs, _ = model.stateless_call(values(model.trainable_variables),
                                           values(model.non_trainable_variables), x,

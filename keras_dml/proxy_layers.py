@@ -32,6 +32,7 @@ stale (also after `load_weights` or with gradient accumulation).
 import keras
 
 from keras_dml import hyperparameters
+from keras_dml.backend.tensors import read_variable
 
 
 def kaiming_normal():
@@ -57,7 +58,7 @@ class _StepMultiplier(keras.constraints.Constraint):
         self.constraint = constraint
 
     def __call__(self, w):
-        origin = keras.ops.convert_to_tensor(self.origin)
+        origin = read_variable(self.origin)
         w = origin + self.multiplier * (w - origin)
         return w if self.constraint is None else self.constraint(w)
 
@@ -135,7 +136,7 @@ class Proxies(keras.layers.Layer):
                 f"Embeddings of size {inputs.shape[-1]} do not match the proxies of size "
                 f"{self.proxies.shape[-1]} (proxies have shape {tuple(self.proxies.shape)})."
             )
-        proxies = keras.ops.convert_to_tensor(self.proxies)
+        proxies = read_variable(self.proxies)
         if self.step_origin is not None:
             self.step_origin.assign(proxies)
         return proxies

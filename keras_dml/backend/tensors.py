@@ -1,8 +1,8 @@
-"""Tensor primitives whose TensorFlow form is one op the Keras API does not expose.
+"""Variable reads, graph order and run-time checks, which differ by Keras backend.
 
-On TensorFlow each function below is the TensorFlow op the losses used before they
-were written in `keras.ops` (so TensorFlow's graphs stay what they were); on JAX and
-PyTorch it is the `keras.ops` equivalent.
+On TensorFlow each function below is what the package did before it was written in
+`keras.ops` (so TensorFlow's graphs stay what they were); on JAX and PyTorch it is
+the `keras.ops` equivalent, or nothing where eager order already holds.
 """
 
 import contextlib
@@ -13,18 +13,18 @@ import numpy as np
 from keras_dml import backend
 
 
-def gather_entries(x, indices):
-    """`x[i, j]` for each row (i, j) of int `indices` (K, 2) of a 2-D `x`: (K,).
+def read_variable(variable):
+    """The current value of a Keras variable as a tensor the gradient flows through.
 
-    `tf.gather_nd` on TensorFlow; a gather from the flattened `x` elsewhere.
+    `keras.ops.convert_to_tensor` returns a TensorFlow variable unchanged (Keras
+    variables count as tensors there); this reads it (`tf.convert_to_tensor`). On JAX
+    it is the value in the current stateless scope, on PyTorch the parameter itself.
     """
     if backend.is_tensorflow():
         import tensorflow as tf
 
-        return tf.gather_nd(x, indices)
-    indices = keras.ops.cast(indices, "int32")
-    flat = indices[:, 0] * keras.ops.shape(x)[1] + indices[:, 1]
-    return keras.ops.take(keras.ops.reshape(x, (-1,)), flat)
+        return tf.convert_to_tensor(variable)
+    return keras.ops.convert_to_tensor(variable)
 
 
 def control_dependencies(tensors):

@@ -17,7 +17,7 @@ import numpy as np
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
-from keras_dml.backend import tensors
+from keras_dml.backend.pairs import take_along_rows
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 
@@ -82,10 +82,10 @@ def margin_softmax_terms(matrix, labels, scale, target_fn):
         target_fn: `cosine -> (phi, phi')` (`arcface_target`, `cosface_target`).
     """
     own = ops.own_entries(labels)
-    phi, slope = target_fn(tensors.gather_entries(matrix, own))
+    phi, slope = target_fn(take_along_rows(matrix, labels))
     value, probabilities, _ = ops.scaled_softmax(
         keras.ops.scatter_update(matrix, own, phi), labels, scale)
-    own_grad = (tensors.gather_entries(probabilities, own) - scale) * slope  # s (p_iy - 1) phi'
+    own_grad = (take_along_rows(probabilities, labels) - scale) * slope  # s (p_iy - 1) phi'
     return value, keras.ops.scatter_update(probabilities, own, own_grad)
 
 

@@ -11,6 +11,7 @@ import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops, validation
+from keras_dml.backend.tensors import read_variable
 from keras_dml.losses.base import PairLoss, Reference
 from keras_dml.losses.registry import ENTRIES
 
@@ -57,9 +58,9 @@ class MemoryBank(keras.layers.Layer):
     def enqueue(self, embeddings, labels, active):
         """Write the batch into the next slots (only when `active`); return its slots."""
         n = keras.ops.shape(embeddings)[0]
-        slots = (self.next_slot + keras.ops.arange(n, dtype="int32")) % self.memory_size
-        stored = keras.ops.convert_to_tensor(self.embeddings)
-        stored_labels = keras.ops.convert_to_tensor(self.labels)
+        next_slot = read_variable(self.next_slot)
+        slots = (next_slot + keras.ops.arange(n, dtype="int32")) % self.memory_size
+        stored, stored_labels = read_variable(self.embeddings), read_variable(self.labels)
         written = keras.ops.where(active, keras.ops.cast(embeddings, stored.dtype),
                                   keras.ops.take(stored, slots, axis=0))
         written_labels = keras.ops.where(active, keras.ops.cast(labels, "int32"),
@@ -68,8 +69,9 @@ class MemoryBank(keras.layers.Layer):
         self.labels.assign(keras.ops.scatter_update(stored_labels, slots[:, None],
                                                     written_labels))
         step = keras.ops.cast(active, "int32") * n
-        self.next_slot.assign((self.next_slot + step) % self.memory_size)
-        self.filled.assign(keras.ops.minimum(self.filled + step, self.memory_size))
+        self.next_slot.assign((next_slot + step) % self.memory_size)
+        self.filled.assign(keras.ops.minimum(read_variable(self.filled) + step,
+                                             self.memory_size))
         return slots
 
     def reset(self):
@@ -193,7 +195,7 @@ class CrossBatchMemory(keras.losses.Loss):
             raise ValueError(f"CrossBatchMemory: a batch of {batch} does not fit a memory of "
                              f"memory_size={self.memory_size}; use memory_size >= the "
                              "global batch size.")
-        active = bank.steps >= self.warmup_steps
+        active = read_variable(bank.steps) >= self.warmup_steps
         if self._enqueue:
             keys = embeddings if self._keys is None else ops.to_float32(self._keys)
             slots = bank.enqueue(keras.ops.stop_gradient(keys), labels, active)
@@ -209,10 +211,10 @@ class CrossBatchMemory(keras.losses.Loss):
     def _memory_terms(self, labels, embeddings, slots):
         """Per-query values of the wrapped loss against the memory (no gradient into it)."""
         bank = self.trainable_layer
-        present = keras.ops.arange(self.memory_size, dtype="int32") < bank.filled
-        memory = Reference(keras.ops.where(present, bank.labels, -1),
-                           keras.ops.cast(bank.embeddings, "float32"), trainable=False,
-                           own=slots)
+        present = keras.ops.arange(self.memory_size, dtype="int32") < read_variable(bank.filled)
+        memory = Reference(keras.ops.where(present, read_variable(bank.labels), -1),
+                           keras.ops.cast(read_variable(bank.embeddings), "float32"),
+                           trainable=False, own=slots)
         return self.loss.against(labels, embeddings, memory)
 
     def get_config(self):

@@ -1,7 +1,6 @@
 """Instance cross entropy (ICE) with the paper's normalised gradient reweighting."""
 
 import keras
-import numpy as np
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
@@ -9,7 +8,7 @@ from keras_dml.backend import tensors
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
-_FLOAT32_MIN = float(np.finfo(np.float32).min)
+_FLOAT32_MIN = float(ops.FLOAT32_MIN)
 
 
 def instance_cross_entropy_terms(similarity, positive, negative, scale):
@@ -52,7 +51,7 @@ def instance_cross_entropy_terms(similarity, positive, negative, scale):
     # the negatives (reusing their log-sum-exp); zero for anchors without a positive.
     keep = keras.ops.logical_and(negative, has_positive)
     with tensors.control_dependencies([positive_weights]):
-        negative_weights = keras.ops.exp(keras.ops.where(keep, -margin, _FLOAT32_MIN))
+        negative_weights = keras.ops.exp(keras.ops.where(keep, -margin, ops.FLOAT32_MIN))
     return value, 0.5 * (negative_weights - positive_weights)
 
 

@@ -4,6 +4,7 @@ import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
+from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss, Reference
 from keras_dml.losses.registry import register
 
@@ -112,8 +113,8 @@ class NPair(PairLoss):
         if self.tuples == "all":
             return super().default_reference(labels, embeddings)
         # N-pair-mc: each class's first sample queries the classes' second samples.
-        # Padded slots (static shapes, under XLA) get labels -1 / -2: they form no pair.
-        padded = ops.in_xla_context()
+        # Padded slots (static shapes: JAX, XLA) get labels -1 / -2: they form no pair.
+        padded = primitives.static_shapes()
         anchors, positives, valid = ops.first_pair_per_class(labels, padded=padded)
         return Reference(keras.ops.where(valid, keras.ops.take(labels, positives), -2),
                          embeddings, trainable=True, rows=positives,

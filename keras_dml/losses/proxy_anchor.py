@@ -1,11 +1,10 @@
 """Proxy Anchor loss: proxies as anchors, weighted by the samples' relative hardness."""
 
 import keras
-import numpy as np
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
-from keras_dml.backend import tensors
+from keras_dml.backend.pairs import take_along_rows
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 
@@ -70,7 +69,7 @@ class ProxyAnchor(ProxyLoss):
         num_proxies = self.trainable_layer.num_proxies
         own_index = ops.own_entries(labels)
         # [positives] one own proxy per sample: an O(N) problem grouped by proxy
-        own = tensors.gather_entries(matrix, own_index)
+        own = take_along_rows(matrix, labels)
         pull_terms, pull_share = ops.grouped_softplus_lse(
             -self.alpha * (own - self.delta), labels, num_proxies
         )
@@ -79,7 +78,7 @@ class ProxyAnchor(ProxyLoss):
         # [negatives] per proxy, softplus of the column LSE without its own samples
         push = keras.ops.scatter_update(
             self.alpha * (matrix + self.delta), own_index,
-            keras.ops.full_like(own, np.finfo(np.float32).min),
+            keras.ops.full_like(own, ops.FLOAT32_MIN),
         )
         shift = keras.ops.stop_gradient(keras.ops.maximum(keras.ops.max(push, axis=0), 0.0))
         exps = keras.ops.exp(push - shift)

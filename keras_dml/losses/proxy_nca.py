@@ -1,11 +1,10 @@
 """Proxy NCA loss: NCA of each sample against one learnable proxy per class."""
 
 import keras
-import numpy as np
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
-from keras_dml.backend import tensors
+from keras_dml.backend.pairs import take_along_rows
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 
@@ -60,14 +59,14 @@ class ProxyNCA(ProxyLoss):
         labels = pairs.labels
         logits = 2.0 * self.scale * matrix
         own_index = ops.own_entries(labels)
-        own = tensors.gather_entries(logits, own_index)
+        own = take_along_rows(logits, labels)
         if self.num_classes == 1:  # no negative proxy: L_i = s D(f_i, p^+)
             return 2.0 * self.scale - own, keras.ops.scatter_update(
                 keras.ops.zeros_like(matrix), own_index,
                 keras.ops.full_like(own, -2.0 * self.scale))
         # [negatives] the softmax over all proxies but the sample's own
         others = keras.ops.scatter_update(logits, own_index,
-                                          keras.ops.full_like(own, np.finfo(np.float32).min))
+                                          keras.ops.full_like(own, ops.FLOAT32_MIN))
         value = keras.ops.logsumexp(others, axis=1) - own
         weights = keras.ops.scatter_update(keras.ops.softmax(others, axis=-1), own_index,
                                            -keras.ops.ones_like(own))
