@@ -70,7 +70,8 @@ class RecallAtK(_EmbeddingCallback):
     evaluable query is left out of the logs.
 
     Args:
-        validation_data: a `tf.data.Dataset` of `(x, y)` batches that ends (e.g.
+        validation_data: a `tf.data.Dataset`, `keras.utils.PyDataset` or
+            iterable of `(x, y)` batches that ends (e.g.
             `keras_dml.data.evaluation_batches`; an infinite or unknown-length
             stream such as `class_balanced_batches` is refused unless `steps`
             bounds it), or an `(x, y)` tuple of arrays.
@@ -216,8 +217,8 @@ class VerificationMetrics(_EmbeddingCallback):
     `ModelCheckpoint(monitor="val_roc_auc", mode="max")`.
 
     Args:
-        validation_data: A `tf.data.Dataset` of `(x, y)` batches that ends (see
-            `RecallAtK`), or an `(x, y)` tuple of arrays.
+        validation_data: Batches of `(x, y)` that end (see `RecallAtK`), or an
+            `(x, y)` tuple of arrays.
         far_targets: FARs to log TAR at. Defaults to (1e-2, 1e-3, 1e-4).
         metric: `"cosine"` (default), `"dot"` or `"euclidean"`.
         max_pairs: Pairs scored at most (sampled beyond). Defaults to 1,000,000.

@@ -1,16 +1,17 @@
 """Training on several devices and machines: strategy choice and resumable backups.
 
 `DMLModel.fit` works under `tf.distribute.MultiWorkerMirroredStrategy` (plain Keras 3
-`fit` does not: keras-team/keras#20585); see docs/distributed.md for the set-up.
+`fit` does not: keras-team/keras#20585); see docs/distributed.md for the set-up. The
+strategies are TensorFlow's (`make_strategy` needs it); on JAX, data-parallel training
+goes through `keras.distribution.DataParallel` instead.
 """
 
 import json
 import os
 
 import keras
-import tensorflow as tf
 
-from keras_dml.data.distributed import worker_stream_start
+from keras_dml import backend
 
 STRATEGIES = ("auto", "mirrored", "multiworker")
 
@@ -38,6 +39,7 @@ def make_strategy(name="auto"):
     """
     if name not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {name!r}.")
+    tf = backend.require_tensorflow("tf.distribute (keras_dml.distribute.make_strategy)")
     workers = cluster_workers()
     if name == "multiworker" and workers == 0:
         raise ValueError("--strategy multiworker reads the cluster from the TF_CONFIG "
@@ -113,6 +115,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                              "(save_freq='epoch'): Keras resumes at an epoch boundary.")
         self.position = None
         if stream is not None:
+            from keras_dml.data.distributed import worker_stream_start
+
             self.position = worker_stream_start(stream)
             if self.position is None:
                 raise ValueError("BackupAndRestore(stream=...) takes the dataset returned by "

@@ -1,15 +1,14 @@
 """`DMLModel`: a Keras model whose loss sees the whole (global) batch of embeddings."""
 
-import importlib
 import math
 import os
-import sys
 import weakref
 
 import keras
 import numpy as np
 
 from keras_dml import backend, losses, validation
+from keras_dml.backend.trainer import clear_data_error, is_tf_dataset, steps
 
 NONFINITE_MESSAGE = (
     "keras_dml: NaN or Inf in the embeddings or gradients of a training batch; the "
@@ -17,16 +16,6 @@ NONFINITE_MESSAGE = (
     "pipeline for NaN pixels, lower the learning rate, or clip gradients; with a "
     "proxy loss under jit_compile=True, labels outside [0, num_classes) also give NaN)."
 )
-
-
-def trainer():
-    """The running backend's train steps: `keras_dml.backend.trainer_<backend>`.
-
-    These are the places where `DMLModel` differs by backend: TensorFlow keeps its
-    `tf.GradientTape` step with `tf.distribute` gathering; JAX and PyTorch run Keras'
-    own steps around `DMLModel.compute_loss`, each with the NaN guard.
-    """
-    return importlib.import_module(f"keras_dml.backend.trainer_{backend.name()}")
 
 
 #: Under a LossScaleOptimizer, a loss scale below this means the gradients overflowed
@@ -75,25 +64,6 @@ def _create_checkpoint_folders(callbacks):
                     folder)
             else:
                 os.makedirs(folder, exist_ok=True)
-
-
-def _tensorflow_dataset(data):
-    """Whether `data` is a `tf.data.Dataset` or a `tf.distribute.DistributedDataset`
-    (without importing TensorFlow: neither exists unless it was imported)."""
-    tf = sys.modules.get("tensorflow")
-    return tf is not None and isinstance(data, (tf.data.Dataset,
-                                                tf.distribute.DistributedDataset))
-
-
-def _clear_data_error(error):
-    """The error a bad image file in a tf.data pipeline raised, naming the file; None
-    for any other error."""
-    tf = sys.modules.get("tensorflow")
-    if tf is None or not isinstance(error, tf.errors.OpError):
-        return None
-    from keras_dml.data.bad_images import clear_error
-
-    return clear_error(error)
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -161,12 +131,14 @@ class DMLModel(keras.Model):
             _check_reduced(loss)
         self._attach_loss_layer(loss)
         self._attach_key_encoder(loss)
+        # tracked, their states are model variables: a jitted JAX step advances them
+        self.loss_seed_generators = _seed_generators(loss)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
         self.dml_loss = loss
 
     def compile_from_config(self, config):
         """Recompile from a saved `.keras` file (the overridden `compile` is safe to call)."""
-        config = keras.saving.deserialize_keras_object(config)
+        config = keras.saving.deserialize_keras_object(_public_optimizer_modules(config))
         self.compile(**config)
         if getattr(self, "optimizer", None) is not None and self.built:
             self.optimizer.build(self.trainable_variables)
@@ -214,8 +186,19 @@ class DMLModel(keras.Model):
     # -- training ---------------------------------------------------------------------
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """The keras_dml loss of the batch of embeddings `y_pred` with labels `y`, plus the
-        model's regularization losses: what Keras' JAX and PyTorch steps minimise."""
-        return self.dml_loss_value(y, y_pred, sample_weight, training)
+        model's regularization losses: what Keras' JAX and PyTorch steps minimise. In
+        training, a momentum key encoder is updated first and encodes the keys of `x`."""
+        keys = self.momentum_keys(x) if training else None
+        return self.dml_loss_value(y, y_pred, sample_weight, training, keys)
+
+    def momentum_keys(self, x):
+        """With a momentum key encoder (MoCo): update it, then return the keys of `x`;
+        None without one."""
+        encoder = getattr(self, "key_encoder", None)
+        if encoder is None:
+            return None
+        encoder.update(self.encoder_variables())
+        return encoder.keys(self, x)
 
     def dml_loss_value(self, y, embeddings, sample_weight, training, keys=None):
         """The loss of the global batch (gathered across `tf.distribute` replicas on
@@ -227,9 +210,9 @@ class DMLModel(keras.Model):
         replicas = 1
         if backend.is_tensorflow():
             continuous = getattr(self.dml_loss, "continuous_labels", False)
-            embeddings, y, sample_weight, keys = trainer().global_batch(
+            embeddings, y, sample_weight, keys = steps().global_batch(
                 embeddings, y, sample_weight, continuous, keys)
-            replicas = trainer().replicas()
+            replicas = steps().replicas()
         elif keys is not None:
             keys = keras.ops.stop_gradient(keys)
         memory = {"enqueue": training} if getattr(self.dml_loss, "updates_state", False) else {}
@@ -242,12 +225,15 @@ class DMLModel(keras.Model):
         return value
 
     def train_step(self, *args):
-        """`(data)` on TensorFlow and PyTorch, `(state, data)` on JAX: see `trainer`."""
-        return trainer().train_step(self, *args)
+        """`(data)` on TensorFlow and PyTorch, `(state, data)` on JAX: the steps that differ
+        by backend are in `keras_dml.backend.trainer_<backend>`: TensorFlow keeps its
+        `tf.GradientTape` step with `tf.distribute` gathering; JAX and PyTorch run
+        Keras' own steps around `compute_loss`, each with the NaN guard."""
+        return steps().train_step(self, *args)
 
     def test_step(self, *args):
         if backend.is_tensorflow():
-            return trainer().test_step(self, *args)
+            return steps().test_step(self, *args)
         return super().test_step(*args)
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
@@ -266,11 +252,11 @@ class DMLModel(keras.Model):
         with self.distribute_strategy.scope():
             # Keras pulls a batch from `iterator` only when something is unbuilt: a
             # later `fit` or `evaluate` call starts no extra pass over the dataset.
-            self._symbolic_build(iterator=trainer().local_batches(iterator),
+            self._symbolic_build(iterator=steps().local_batches(iterator),
                                  data_batch=data_batch)
 
     def fit(self, x=None, y=None, *args, callbacks=None, **kwargs):
-        if _tensorflow_dataset(x) and len(args) < 7:
+        if is_tf_dataset(x) and len(args) < 7:
             # A dataset (a keras_dml stream) orders itself: Keras would warn on every call
             # that its default shuffle=True is ignored. (args[6] is a positional shuffle.)
             kwargs.setdefault("shuffle", False)
@@ -283,7 +269,7 @@ class DMLModel(keras.Model):
         try:
             return super().fit(x, y, *args, callbacks=callbacks, **kwargs)
         except Exception as error:  # a bad image file: its own error, naming it
-            clear = _clear_data_error(error)
+            clear = clear_data_error(error)
             if clear is None:
                 raise
             raise clear from None
@@ -315,7 +301,7 @@ class DMLModel(keras.Model):
             if not isinstance(batch, (tuple, list)) or len(batch) < 2:
                 return
             y, dataset = batch[1], x
-        elif y is None and _tensorflow_dataset(x) and hasattr(x, "element_spec"):
+        elif y is None and is_tf_dataset(x) and hasattr(x, "element_spec"):
             spec = x.element_spec
             if not isinstance(spec, tuple) or len(spec) < 2:
                 return
@@ -330,6 +316,44 @@ class DMLModel(keras.Model):
                                           getattr(self.dml_loss, "num_classes", None))
         if dataset is not None:
             checked.add(dataset)  # its first batch passed
+
+
+def _seed_generators(loss):
+    """The `keras.random.SeedGenerator`s of `loss`, of its miner, and of the losses it
+    wraps (`Combined`'s terms, `CrossBatchMemory`'s loss), each once."""
+    found = {}
+
+    def visit(value):
+        if isinstance(value, keras.random.SeedGenerator):
+            found.setdefault(id(value), value)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                visit(item)
+        elif isinstance(value, keras.losses.Loss):
+            for attribute in vars(value).values():
+                visit(attribute)
+        elif getattr(value, "seed_generator", None) is not None:  # a miner
+            visit(value.seed_generator)
+
+    visit(loss)
+    return list(found.values())
+
+
+def _public_optimizer_modules(config):
+    """`config` with Keras' PyTorch optimizer modules named by their public module.
+
+    Keras 3.15 on PyTorch saves e.g. Adam as `keras.src.backend.torch.optimizers.
+    torch_adam.Adam`: loading that under another backend would give a PyTorch
+    optimizer. `keras.optimizers.Adam` is the same optimizer on every backend.
+    """
+    if isinstance(config, dict):
+        module = config.get("module")
+        if isinstance(module, str) and module.startswith("keras.src.backend.torch.optimizers"):
+            config = {**config, "module": "keras.optimizers"}
+        return {key: _public_optimizer_modules(value) for key, value in config.items()}
+    if isinstance(config, list):
+        return [_public_optimizer_modules(value) for value in config]
+    return config
 
 
 _MEAN_REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight")
@@ -364,7 +388,7 @@ def global_batch_loss(loss, labels, embeddings, sample_weight=None, **state):
     values a vector, so every mean-reduced loss is scaled, and the product by
     num_replicas restores the one-device value.
     """
-    replicas = trainer().replicas() if backend.is_tensorflow() else 1
+    replicas = steps().replicas() if backend.is_tensorflow() else 1
     mean = {reduction in _MEAN_REDUCTIONS for reduction in _reductions(loss)}
     if replicas == 1 or mean == {False}:
         return loss(labels, embeddings, sample_weight=sample_weight, **state)

@@ -10,6 +10,7 @@ from keras_dml.evaluation import (
     embed_dataset,
     evaluate_retrieval,
     knn,
+    knn_tensorflow,
     nearest_neighbors,
     nmi,
     retrieval_metrics,
@@ -60,7 +61,7 @@ def assert_metrics_close(ours, expected, keys=None):
 # ---------------------------------------------------------------- nearest neighbours
 
 
-@pytest.mark.parametrize("kernel", ["tensorflow", "faiss"])
+@pytest.mark.parametrize("kernel", ["tensorflow", "faiss", "numpy"])
 @pytest.mark.parametrize("metric", SEARCH_METRICS)
 @pytest.mark.parametrize("k, chunk_size", [(1, 64), (9, 1000), (40, 64), (40, 1000)])
 def test_nearest_neighbors_match_reference(metric, k, chunk_size, kernel):
@@ -79,22 +80,22 @@ def test_two_stage_and_plain_top_k_agree_on_ties_and_duplicates(metric, monkeypa
     x, _ = unit_tied_data(600) if metric == "cosine" else tied_data(600)
     x = np.concatenate([x, x[:50]])  # 650 rows: the blocks need padding
     k = 12
-    assert knn._group_size(len(x), k) == 7  # the two-stage top-k is exercised
+    assert knn_tensorflow._group_size(len(x), k) == 7  # the two-stage top-k is exercised
     expected = reference.nearest_neighbors(x, None, k, metric)
     found = nearest_neighbors(x, k=k, metric=metric, kernel="tensorflow")[0]
     np.testing.assert_array_equal(found, expected)
-    monkeypatch.setattr(knn, "_group_size", lambda width, k: 1)  # plain tf.math.top_k
+    monkeypatch.setattr(knn_tensorflow, "_group_size", lambda width, k: 1)  # plain tf.math.top_k
     found = nearest_neighbors(x, k=k, metric=metric, kernel="tensorflow")[0]
     np.testing.assert_array_equal(found, expected)
 
 
 def test_block_order_is_a_permutation_with_its_inverse():
-    order = knn._block_order(12, 3)
+    order = knn_tensorflow._block_order(12, 3)
     np.testing.assert_array_equal(order, [0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11])
-    np.testing.assert_array_equal(knn._stored_position(order, 12, 3), np.arange(12))
+    np.testing.assert_array_equal(knn_tensorflow._stored_position(order, 12, 3), np.arange(12))
 
 
-@pytest.mark.parametrize("kernel", ["tensorflow", "faiss"])
+@pytest.mark.parametrize("kernel", ["tensorflow", "faiss", "numpy"])
 def test_leave_one_out_excludes_self_by_index_not_by_distance(kernel):
     x = np.repeat(np.eye(3, dtype="float32"), 4, axis=0)  # every point has 3 exact copies
     indices, scores = nearest_neighbors(x, k=3, kernel=kernel)

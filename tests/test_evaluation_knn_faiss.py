@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from keras_dml import datasets
-from keras_dml.evaluation import knn, nearest_neighbors, retrieval_metrics
+from keras_dml.evaluation import knn_tensorflow, nearest_neighbors, retrieval_metrics
 from keras_dml.evaluation.knn_faiss import FlatIndex, resolve_kernel
 from keras_dml.index import Index
 
@@ -91,8 +91,9 @@ def test_retrieval_metrics_are_equal_with_either_kernel(digit_pixels):
 def test_kernel_choice_and_errors():
     assert resolve_kernel("auto") == "faiss"  # faiss installed, no GPU on the test machine
     assert resolve_kernel("tensorflow") == "tensorflow"
+    assert resolve_kernel("numpy") == "numpy"
     with pytest.raises(ValueError, match="kernel must be one of"):
-        resolve_kernel("numpy")
+        resolve_kernel("cuda")
     with pytest.raises(ValueError, match="kernel must be one of"):
         Index(kernel="gpu")
     with pytest.raises(ValueError, match="Unknown exact options"):
@@ -117,13 +118,13 @@ def test_search_with_many_batch_sizes_and_ks_does_not_retrace(caplog):
     rng = np.random.default_rng(3)
     index = Index(kernel="tensorflow")
     index.add(rng.normal(size=(700, 16)).astype(np.float32))
-    knn._chunk.get_concrete_function()  # the one trace (its input signature)
-    traces = knn._chunk.experimental_get_tracing_count()
+    knn_tensorflow._chunk.get_concrete_function()  # the one trace (its input signature)
+    traces = knn_tensorflow._chunk.experimental_get_tracing_count()
     with caplog.at_level(logging.WARNING, logger="tensorflow"):
         for size in (1, 2, 3, 5, 7, 11, 13):
             for k in (1, 4, 9):
                 index.search(rng.normal(size=(size, 16)).astype(np.float32), k=k)
         nearest_neighbors(rng.normal(size=(50, 16)), k=3, metric="euclidean",
                           kernel="tensorflow")  # leave-one-out, other dimension
-    assert knn._chunk.experimental_get_tracing_count() == traces
+    assert knn_tensorflow._chunk.experimental_get_tracing_count() == traces
     assert "retracing" not in caplog.text

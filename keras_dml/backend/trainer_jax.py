@@ -27,8 +27,8 @@ def train_step(model, state, data):
         trainable, non_trainable, metrics_variables, x, y, sample_weight,
         training=True, optimizer_variables=optimizer_variables)
     loss, embeddings, new_non_trainable, metrics_variables = aux
-    new_trainable, new_optimizer_variables = model.optimizer.stateless_apply(
-        optimizer_variables, gradients, trainable)
+    new_trainable, new_optimizer_variables = _apply(
+        model, gradients, trainable, optimizer_variables, new_non_trainable)
     # As on TensorFlow: a LossScaleOptimizer skips overflowing gradients itself.
     checked = [embeddings] if isinstance(
         model.optimizer, keras.optimizers.LossScaleOptimizer) else [embeddings] + gradients
@@ -44,6 +44,20 @@ def train_step(model, state, data):
     logs, metrics_variables = model._update_metrics_variables(
         metrics_variables, loss, x, y, embeddings, sample_weight)
     return logs, (trainable, non_trainable, optimizer_variables, metrics_variables)
+
+
+def _apply(model, gradients, trainable, optimizer_variables, non_trainable):
+    """`optimizer.stateless_apply`, with the model's non-trainable values mapped too: a
+    weight's constraint may read one (`Proxies(learning_rate_multiplier=...)` reads
+    the step origin its forward pass recorded). Returns the new trainable and
+    optimizer values."""
+    variables, optimizer = model.trainable_variables, model.optimizer
+    mapping = (list(zip(variables, trainable)) + list(zip(optimizer.variables, optimizer_variables))
+               + list(zip(model.non_trainable_variables, non_trainable)))
+    with keras.StatelessScope(state_mapping=mapping) as scope:
+        optimizer.apply(gradients, variables)
+    return ([scope.get_current_value(v) for v in variables],
+            [scope.get_current_value(v) for v in optimizer.variables])
 
 
 def inference_function(model):

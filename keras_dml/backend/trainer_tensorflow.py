@@ -77,11 +77,7 @@ def train_step(model, data):
     """One update of `model` (a `DMLModel`) on `data`; the update of a batch with NaN or
     Inf embeddings (or gradients) is skipped and its loss reported as NaN."""
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-    keys = None
-    encoder = getattr(model, "key_encoder", None)
-    if encoder is not None:  # MoCo: update the key encoder, then encode the keys
-        encoder.update(model.encoder_variables())
-        keys = encoder.keys(model, x)
+    keys = model.momentum_keys(x)  # before the tape: no gradient reaches the keys
     with tf.GradientTape() as tape:
         embeddings = model(x, training=True)
         loss = model.dml_loss_value(y, embeddings, sample_weight, training=True, keys=keys)

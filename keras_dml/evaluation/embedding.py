@@ -1,52 +1,154 @@
-"""Embed a dataset with a model, batch by batch, and evaluate retrieval on it."""
+"""Embed data with a model, batch by batch, and evaluate retrieval on it.
 
+The data is a `tf.data.Dataset` (where TensorFlow is installed), a
+`keras.utils.PyDataset`, a Python iterable of `(x, y[, w])` batches, or an `(x, y)`
+tuple of arrays; every backend embeds each of them.
+"""
+
+import itertools
+import math
 import sys
 
+import keras
 import numpy as np
-import tensorflow as tf
 
-from keras_dml import hyperparameters
-from keras_dml.data.bad_images import clear_error
-from keras_dml.data.options import steady
+from keras_dml import backend, hyperparameters
+from keras_dml.backend.trainer import clear_data_error, is_tf_dataset, steps as backend_steps
 from keras_dml.evaluation.retrieval import METRICS, retrieval_metrics
 
 
-def as_dataset(data, batch_size, steps=None, name="data"):
-    """A tf.data of (x, y[, w]) batches that ends, from a dataset or an (x, y) tuple of
-    arrays to batch (see `finite_dataset` for `steps` and the checks)."""
-    if isinstance(data, tf.data.Dataset):
-        return finite_dataset(data, steps, name)
-    if isinstance(data, (tuple, list)) and len(data) in (2, 3):
-        x, y = data[0], data[1]
+class ArrayBatches:
+    """`(x, y)` arrays as their consecutive batches of `batch_size`: a finite,
+    re-iterable sequence of NumPy (or tensor) slices."""
+
+    def __init__(self, x, y, batch_size):
         if len(x) != len(y):
             raise ValueError(f"x has {len(x)} samples but y has {len(y)}.")
-        return steady(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size))
+        self.x, self.y = x, y
+        self.batch_size = hyperparameters.integer_at_least("batch_size", batch_size, 1,
+                                                           strict=True)
+
+    def __len__(self):
+        return math.ceil(len(self.x) / self.batch_size)
+
+    def __iter__(self):
+        for start in range(0, len(self.x), self.batch_size):
+            stop = start + self.batch_size
+            yield self.x[start:stop], self.y[start:stop]
+
+
+class Batches:
+    """The first `count` batches of a `keras.utils.PyDataset` or of an iterable of
+    batches, re-iterable when the source is."""
+
+    def __init__(self, source, count):
+        self.source, self.count = source, count
+
+    def __len__(self):
+        return self.count
+
+    def __iter__(self):
+        if isinstance(self.source, keras.utils.PyDataset):
+            return (self.source[i] for i in range(self.count))
+        return itertools.islice(self.source, self.count)
+
+
+def _arrays(data):
+    """Whether `data` is an `(x, y)` or `(x, y, w)` tuple of arrays (not a list of batches)."""
+    return (isinstance(data, (tuple, list)) and len(data) in (2, 3)
+            and not isinstance(data[0], (tuple, list, dict)))
+
+
+def as_dataset(data, batch_size, steps=None, name="data"):
+    """Batches of `(x, y[, w])` that end: a dataset, `PyDataset` or iterable of batches
+    (see `finite_dataset` for `steps` and the checks), or an `(x, y)` tuple of arrays
+    cut into batches (a `tf.data.Dataset` on the TensorFlow backend, as its other
+    pipelines, else `ArrayBatches`)."""
+    if _arrays(data):
+        batches = ArrayBatches(data[0], data[1], batch_size)
+        if not backend.is_tensorflow():
+            return batches
+        import tensorflow as tf
+
+        from keras_dml.data.options import steady
+
+        return steady(tf.data.Dataset.from_tensor_slices((batches.x, batches.y)).batch(
+            batches.batch_size))
+    if is_tf_dataset(data) or isinstance(data, keras.utils.PyDataset) or (
+            hasattr(data, "__iter__") and not hasattr(data, "shape")  # an array: no batches
+            and not isinstance(data, (str, bytes, dict))):
+        return finite_dataset(data, steps, name)
     raise ValueError(
-        "data must be a tf.data.Dataset of (x, y) batches or an (x, y) tuple of arrays, "
-        f"got {type(data).__name__}."
-    )
+        f"{name} must be a tf.data.Dataset, a keras.utils.PyDataset or an iterable of "
+        f"(x, y) batches, or an (x, y) tuple of arrays, got {type(data).__name__}.")
+
+
+def _length(data):
+    """Batches in `data`: an int, None when infinite (`PyDataset.num_batches` None), or
+    "unknown"."""
+    if isinstance(data, keras.utils.PyDataset):
+        try:
+            return data.num_batches
+        except NotImplementedError:
+            return "unknown"
+    try:
+        return len(data)
+    except TypeError:
+        return "unknown"
 
 
 def finite_dataset(dataset, steps=None, name="data"):
     """`dataset` checked to end, or its first `steps` batches: what every evaluation
     entry point embeds.
 
-    A training stream such as `keras_dml.data.class_balanced_batches` never ends
-    (infinite or unknown cardinality), so embedding it would run until memory is
-    exhausted; such a dataset is refused at once unless `steps` bounds it.
+    A training stream such as `keras_dml.data.class_balanced_batches` (or
+    `keras_dml.data.ClassBalancedPyDataset`) never ends (infinite or unknown length),
+    so embedding it would run until memory is exhausted; such a dataset is refused at
+    once unless `steps` bounds it.
 
     Args:
-        dataset: A `tf.data.Dataset` of batches.
+        dataset: A `tf.data.Dataset`, a `keras.utils.PyDataset` or an iterable of
+            batches (a list of batches is finite; a generator has unknown length).
         steps: Batches to take from it. Defaults to None: all, which must be a known,
             finite number.
         name: The argument's name in error messages. Defaults to "data".
 
     Returns:
-        `dataset`, or `dataset.take(steps)`.
+        `dataset`, or its first `steps` batches (`dataset.take(steps)` for a
+        `tf.data.Dataset`, else a `Batches`).
 
     Raises:
         ValueError: `dataset` is infinite or of unknown length and `steps` is None.
     """
+    if is_tf_dataset(dataset):
+        return _finite_tf_dataset(dataset, steps, name)
+    length = _length(dataset)
+    if steps is not None:
+        steps = hyperparameters.integer_at_least("steps", steps, 1, strict=True)
+        return Batches(dataset, steps if length in (None, "unknown") else min(steps, length))
+    if length is None:
+        kind, ending, extra = f"an infinite {type(dataset).__name__}", "would never finish", ""
+    elif length == "unknown":
+        kind, ending, extra = f"a {type(dataset).__name__} of unknown length", \
+            "may never finish", " If it is finite, pass a list of its batches."
+    else:
+        return Batches(dataset, length) if isinstance(dataset, keras.utils.PyDataset) \
+            else dataset
+    raise _endless(name, kind, ending, extra)
+
+
+def _endless(name, kind, ending, extra, bound=""):
+    return ValueError(
+        f"{name} is {kind} (as a training stream such as keras_dml.data."
+        f"class_balanced_batches is): embedding it {ending}. Pass keras_dml.data."
+        "evaluation_batches(split, preprocessing) (every image once, in order) or (x, y) "
+        f"arrays, or bound it with steps=N batches{bound}.{extra}")
+
+
+def _finite_tf_dataset(dataset, steps, name):
+    """`finite_dataset` of a `tf.data.Dataset` (TensorFlow is imported: it made one)."""
+    import tensorflow as tf
+
     if steps is not None:
         return dataset.take(hyperparameters.integer_at_least("steps", steps, 1, strict=True))
     cardinality = int(dataset.cardinality())
@@ -58,11 +160,7 @@ def finite_dataset(dataset, steps=None, name="data"):
                  "assert_cardinality(num_batches)).")
     else:
         return dataset
-    raise ValueError(
-        f"{name} is {kind} (as a training stream such as keras_dml.data."
-        f"class_balanced_batches is): embedding it {ending}. Pass keras_dml.data."
-        "evaluation_batches(split, preprocessing) (every image once, in order) or (x, y) "
-        f"arrays, or bound it with steps=N batches (or dataset.take(N)).{extra}")
+    raise _endless(name, kind, ending, extra, bound=" (or dataset.take(N))")
 
 
 def embed_dataset(model, data, batch_size=256, steps=None):
@@ -71,8 +169,9 @@ def embed_dataset(model, data, batch_size=256, steps=None):
     Args:
         model: a Keras model (or any callable `model(x, training=False)`) that
             maps a batch to (batch, dim) embeddings.
-        data: a `tf.data.Dataset` yielding `(x, y)` or `(x, y, sample_weight)`
-            batches, or an `(x, y)` tuple of arrays.
+        data: a `tf.data.Dataset`, a `keras.utils.PyDataset` or an iterable
+            yielding `(x, y)` or `(x, y, sample_weight)` batches, or an `(x, y)`
+            tuple of arrays.
         batch_size: batch size used when `data` is a tuple of arrays. Defaults
             to 256.
         steps: batches taken from a dataset. Defaults to None: all of it (an
@@ -85,8 +184,10 @@ def embed_dataset(model, data, batch_size=256, steps=None):
 
 
 def inference_function(model):
-    """`model(x, training=False)` as a `tf.function`; build it once, embed many times."""
-    return tf.function(lambda x: model(x, training=False), reduce_retracing=True)
+    """`model(x, training=False)` compiled for the running backend (a `tf.function` on
+    TensorFlow, jitted on JAX, without gradient on PyTorch); build it once, embed many
+    times."""
+    return backend_steps().inference_function(model)
 
 
 def embed_with(forward, data, batch_size=256, progress=False, steps=None):
@@ -98,17 +199,18 @@ def embed_with(forward, data, batch_size=256, progress=False, steps=None):
     data = as_dataset(data, batch_size, steps)
     bar = None
     if progress and sys.stdout.isatty():
-        import keras
-
-        count = int(data.cardinality())
+        count = int(data.cardinality()) if is_tf_dataset(data) else len(data)
         bar = keras.utils.Progbar(count if count > 0 else None, unit_name="batch")
     try:
         for batch in data:
             _embed_batch(forward, batch, embeddings, labels)
             if bar is not None:
                 bar.add(1)
-    except tf.errors.OpError as error:  # a bad image file: its own error, naming it
-        raise clear_error(error) or error from None
+    except Exception as error:  # a bad image file: its own error, naming it
+        clear = clear_data_error(error)
+        if clear is None:
+            raise
+        raise clear from None
     if not embeddings:
         raise ValueError("data is empty: no batch to embed.")
     return np.concatenate(embeddings), np.concatenate(labels)
@@ -123,11 +225,11 @@ def _embed_batch(forward, batch, embeddings, labels):
         )
     x, y = batch[0], batch[1]
     out = forward(x)
-    if out.shape.rank != 2:
+    if len(out.shape) != 2:
         raise ValueError(
             f"The model must return (batch, dim) embeddings, got shape {tuple(out.shape)}."
         )
-    embeddings.append(np.asarray(out, dtype=np.float32))
+    embeddings.append(keras.ops.convert_to_numpy(out).astype(np.float32, copy=False))
     y = np.asarray(y)
     labels.append(y.reshape(len(y), -1)[:, 0] if y.ndim == 2 and y.shape[1] == 1 else y)
 
@@ -148,8 +250,8 @@ def evaluate_retrieval(
 
     Args:
         model: a Keras model mapping inputs to (batch, dim) embeddings.
-        dataset: queries, a `tf.data.Dataset` of `(x, y)` batches or an `(x, y)`
-            tuple of arrays.
+        dataset: queries, a `tf.data.Dataset`, `keras.utils.PyDataset` or iterable
+            of `(x, y)` batches, or an `(x, y)` tuple of arrays.
         reference_dataset: references in the same form. Defaults to None:
             leave-one-out on the queries.
         ks, metrics, metric, chunk_size: see `retrieval_metrics`. (`distance=`

@@ -1,4 +1,5 @@
-"""Exact k-nearest-neighbour search with faiss' flat index, in the TensorFlow kernel's order.
+"""Exact k-nearest-neighbour search with faiss' flat index, in the TensorFlow kernel's order,
+and the choice of kernel (`resolve_kernel`).
 
 faiss' `IndexFlatIP` (cosine on unit rows, dot) and `IndexFlatL2` (euclidean)
 score every reference, as `keras_dml.evaluation.knn` does, but order equal
@@ -17,9 +18,9 @@ TensorFlow kernel ranks them. Bitwise-equal scores are ranked alike.
 
 import numpy as np
 
-from keras_dml import ops
+from keras_dml import backend, ops
 
-KERNELS = ("auto", "faiss", "tensorflow")
+KERNELS = ("auto", "faiss", "tensorflow", "numpy")
 _EXTRA = 8  # neighbours fetched beyond k, to see ties at the k-th place
 
 
@@ -33,25 +34,29 @@ def faiss_module():
 
 
 def resolve_kernel(kernel):
-    """`"faiss"` or `"tensorflow"`: the kernel that `kernel` names on this machine.
+    """`"faiss"`, `"tensorflow"` or `"numpy"`: the kernel `kernel` names on this machine.
 
-    `"auto"` is faiss when it is installed and TensorFlow sees no GPU, else
-    TensorFlow (which then runs on the GPU).
+    `"auto"` is faiss when it is installed, unless Keras runs on TensorFlow and
+    TensorFlow sees a GPU (then TensorFlow's kernel runs there); without faiss it is
+    TensorFlow's kernel on the TensorFlow backend and NumPy's on the others.
 
     Raises:
         ValueError: `kernel` is not one of `KERNELS`.
-        ImportError: `"faiss"` without faiss installed.
+        ImportError: `"faiss"` without faiss installed, or `"tensorflow"` without
+            TensorFlow.
     """
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}.")
     if kernel == "tensorflow":
+        backend.require_tensorflow('kernel="tensorflow"')
+    if kernel in ("tensorflow", "numpy"):
         return kernel
     if faiss_module() is None:
         if kernel == "faiss":
             raise ImportError('kernel="faiss" needs faiss: pip install faiss-cpu (or '
-                              'keras_dml[ann]), or pass kernel="tensorflow".')
-        return "tensorflow"
-    if kernel == "auto":
+                              'keras_dml[ann]), or pass kernel="numpy".')
+        return "tensorflow" if backend.is_tensorflow() else "numpy"
+    if kernel == "auto" and backend.is_tensorflow():
         import tensorflow as tf
 
         if tf.config.list_logical_devices("GPU"):

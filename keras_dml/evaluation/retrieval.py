@@ -119,9 +119,8 @@ def retrieval_metrics(
         metric: "cosine", "dot" or "euclidean": the similarity of the search.
             Defaults to "cosine". (`distance=` is its deprecated name.)
         chunk_size: queries per search chunk. Defaults to None (automatic).
-        kernel: the search kernel, `"auto"` (faiss' flat index when faiss is
-            installed and no GPU is visible), `"faiss"` or `"tensorflow"` (see
-            `nearest_neighbors`). Defaults to `"auto"`.
+        kernel: the search kernel, `"auto"`, `"faiss"`, `"tensorflow"` or
+            `"numpy"` (see `nearest_neighbors`). Defaults to `"auto"`.
 
     Returns:
         dict: "recall@1", ..., "precision@1", "r_precision", "map@r" as Python
@@ -168,7 +167,6 @@ def retrieval_metrics(
         queries if leave_one_out else queries[selected], references, k, metric, chunk_size,
         kernel)
     for start, indices, _ in search:
-        indices = indices.numpy()
         rows = np.arange(start, start + len(indices))
         if leave_one_out:
             keep = included[rows]

@@ -1,0 +1,30 @@
+"""The running backend's `DMLModel` steps, and TensorFlow's data objects recognised
+without importing TensorFlow (they exist only where it was imported)."""
+
+import importlib
+import sys
+
+
+def steps():
+    """`keras_dml.backend.trainer_<backend>`: the train step, test step (TensorFlow) and
+    inference function of the running Keras backend."""
+    from keras_dml import backend
+
+    return importlib.import_module(f"keras_dml.backend.trainer_{backend.name()}")
+
+
+def is_tf_dataset(data):
+    """Whether `data` is a `tf.data.Dataset` or a `tf.distribute.DistributedDataset`."""
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(data, (tf.data.Dataset,
+                                                tf.distribute.DistributedDataset))
+
+
+def clear_data_error(error):
+    """The error naming the bad image file that a tf.data pipeline failed on, else None."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None or not isinstance(error, tf.errors.OpError):
+        return None
+    from keras_dml.data.bad_images import clear_error
+
+    return clear_error(error)
