@@ -648,7 +648,10 @@ def run(config, report=None, resume=False):
                                 steps_per_epoch=config.steps_per_epoch, callbacks=callbacks,
                                 verbose=_fit_verbose(report), shuffle=False)
         except Exception as error:  # a bad image file: the message names it
-            raise _image_file_error(error) or error from None
+            clear = _image_file_error(error)
+            if clear is None:
+                raise
+            raise clear from None
     full_history = getattr(backup, "history", None) or history.history
     per_evaluation = clock.phases["evaluation"]["seconds"] / clock.phases["evaluation"]["count"]
     train_seconds = clock.phases["fit"]["seconds"] - config.epochs * per_evaluation

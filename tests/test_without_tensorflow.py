@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import keras
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKEND = "jax" if keras.backend.backend() == "tensorflow" else keras.backend.backend()
@@ -49,7 +50,10 @@ def test_import_registers_the_losses_and_the_numpy_stream_runs(tmp_path):
         batches = ClassBalancedPyDataset(splits.train.images, splits.train.labels, 8, 4,
                                          seed=0)
         x, y = batches[3]
-        assert x.shape == (32, 28, 28) and len(set(y.tolist())) == 8
+        assert x.shape == (32, 28, 28, 1) and len(set(y.tolist())) == 8
+        # A saved model's Preprocessing is plain data here too.
+        prep = keras_dml.data.Preprocessing(image_size=64, normalization="imagenet")
+        assert keras_dml.data.Preprocessing.from_dict(prep.to_dict()) == prep
         print("ok")
     """, tmp_path))
 
@@ -57,6 +61,8 @@ def test_import_registers_the_losses_and_the_numpy_stream_runs(tmp_path):
 def test_tensorflow_only_features_raise_one_line_naming_them(tmp_path):
     result = _run("""
         import importlib
+
+        import numpy as np
 
         import keras_dml
         from keras_dml.backend import TensorFlowRequiredError
@@ -70,12 +76,13 @@ def test_tensorflow_only_features_raise_one_line_naming_them(tmp_path):
 
         uses = {
             "keras_dml.data.class_balanced_batches": lambda: keras_dml.data.class_balanced_batches,
-            "keras_dml.data.Preprocessing": lambda: keras_dml.data.Preprocessing,
+            "keras_dml.data.Preprocessing's image ops": lambda: keras_dml.data.Preprocessing(
+                image_size=8).eval(np.zeros((9, 9, 3), np.uint8)),
             "keras_dml.export": lambda: keras_dml.export,
             "keras_dml.export ": lambda: importlib.import_module("keras_dml.export"),
             "keras_dml.distribute": lambda: keras_dml.distribute,
             "keras_dml.index.runs": lambda: importlib.import_module("keras_dml.index.runs"),
-            "tf.data": lambda: importlib.import_module("keras_dml.data.pipeline"),
+            "keras_dml.data": lambda: importlib.import_module("keras_dml.data.pipeline"),
         }
         for feature, use in uses.items():
             text = message(use)
@@ -109,3 +116,23 @@ def test_no_keras_backend_installed_is_one_line(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: keras_dml needs a Keras backend"), result.stderr
     assert 'pip install "keras_dml[tensorflow]" (or [jax], [torch]' in last
+
+
+@pytest.mark.slow  # a training run (about 2 minutes on 2 busy cores: JAX/torch compile)
+def test_train_runs_on_numpy_batches_and_skips_the_export_in_one_line(tmp_path):
+    result = _run("""
+        from keras_dml.cli import main
+
+        sys.exit(main(["train", "--dataset", "digits", "--epochs", "1",
+                       "--steps-per-epoch", "5", "--classes-per-batch", "4",
+                       "--samples-per-class", "4", "--run-name", "run", "--no-plots"]))
+    """, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "after training" in out and "SavedModel:" not in out, out
+    skipped = [line for line in out.splitlines() if line.startswith("export skipped")]
+    assert skipped == ['export skipped: the SavedModel export needs TensorFlow, which is not '
+                       'installed (pip install "keras_dml[tensorflow]"); the run saved '
+                       'model.keras'], out
+    assert (tmp_path / "runs" / "run" / "model.keras").is_file()
+    assert not (tmp_path / "savedmodels").exists()

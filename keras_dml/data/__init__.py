@@ -6,16 +6,19 @@ image preprocessing.
 
 The index sampler (`ClassBalancedSampler`) and the NumPy stream of in-memory
 arrays (`ClassBalancedPyDataset`) run on every Keras backend without
-TensorFlow. The tf.data pipelines and image decoding are TensorFlow's: where
-it is not installed, using one of their names raises a one-line
+TensorFlow; `Preprocessing` imports without it (a saved model's config holds
+one) but transforms images in TensorFlow ops. The tf.data pipelines are
+TensorFlow's: where it is not installed, using one of their names (or an image
+operation of `Preprocessing`) raises a one-line
 `keras_dml.backend.TensorFlowRequiredError`.
 """
 
 from keras_dml import backend
 from keras_dml.data.arrays import ClassBalancedPyDataset
+from keras_dml.data.preprocessing import Preprocessing, decode_image, register_normalization
 from keras_dml.data.sampler import ClassBalancedSampler
 
-# The tf.data pipelines and image decoding: name -> module.
+# The tf.data pipelines: name -> module.
 _TENSORFLOW_NAMES = {
     "GroupDesign": "designs",
     "RandomPairDesign": "designs",
@@ -30,14 +33,11 @@ _TENSORFLOW_NAMES = {
     "StreamPosition": "pipeline",
     "class_balanced_batches": "pipeline",
     "stream_position": "pipeline",
-    "Preprocessing": "preprocessing",
-    "decode_image": "preprocessing",
-    "register_normalization": "preprocessing",
     "two_view_batches": "two_view",
     "verify_images": "verify",
 }
 
-if backend.tensorflow_installed():  # imported now: Preprocessing registers with Keras
+if backend.tensorflow_installed():
     from keras_dml.data.designs import (GroupDesign, RandomPairDesign, RandomPairSampler,
                                         design_batches, importance_weights)
     from keras_dml.data.distributed import distributed_class_balanced_batches
@@ -45,7 +45,6 @@ if backend.tensorflow_installed():  # imported now: Preprocessing registers with
     from keras_dml.data.hard_classes import (HardNegativeClassMining, HardNegativeClassSampler,
                                              hard_negative_class_batches)
     from keras_dml.data.pipeline import StreamPosition, class_balanced_batches, stream_position
-    from keras_dml.data.preprocessing import Preprocessing, decode_image, register_normalization
     from keras_dml.data.two_view import two_view_batches
     from keras_dml.data.verify import verify_images
 else:

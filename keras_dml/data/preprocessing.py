@@ -1,5 +1,8 @@
 """Image decoding and the papers' train / test preprocessing, in pure TensorFlow ops.
 
+The module imports without TensorFlow (a `Preprocessing` is also a saved model's
+config); its image operations then raise `keras_dml.backend.TensorFlowRequiredError`.
+
 Everything here is graph-safe (no `py_function`), so `Preprocessing.eval` can
 run inside a SavedModel and reproduce evaluation exactly.
 
@@ -13,10 +16,12 @@ import dataclasses
 import keras
 import numpy as np
 
-from keras_dml import backend
+from keras_dml.backend.lazy_tensorflow import LazyTensorFlow
 from keras_dml.hyperparameters import integer_at_least
 
-tf = backend.require_tensorflow("keras_dml.data.Preprocessing (TensorFlow's image decoders)")
+# A `Preprocessing` is plain data on every backend (a saved model's config holds one);
+# decoding and transforming images are TensorFlow ops.
+tf = LazyTensorFlow("keras_dml.data.Preprocessing's image ops (TensorFlow's decoders)")
 
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
