@@ -21,8 +21,11 @@ BACKEND = keras.backend.backend()
 #: KERAS_BACKEND=jax and =torch besides the TensorFlow run of the whole suite.
 BACKEND_NEUTRAL = (
     "test_backend_contract.py",
+    "test_backend_engine.py",
+    "test_backend_evaluation.py",
     "test_backend_models.py",
     "test_backend_pair_losses.py",
+    "test_backend_softmax_losses.py",
     "test_data_arrays.py",
     "test_without_tensorflow.py",
 )
