@@ -13,7 +13,7 @@ drift slowly, instead of the query embeddings of past steps.
 import keras
 
 from keras_dml import hyperparameters as _hyper
-from keras_dml.backend.tensors import read_variable
+from keras_dml.backend.primitives import read_variable
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")

@@ -10,7 +10,7 @@ import keras
 import numpy as np
 
 from keras_dml import backend
-from keras_dml.backend import pairs, primitives
+from keras_dml.backend import primitives
 
 SIMILARITIES = ("cosine", "dot")
 DISTANCES = ("euclidean", "squared_euclidean")
@@ -106,7 +106,7 @@ def self_products(x):
         upstream = args[0] if upstream is None else upstream
         return keras.ops.matmul(upstream + keras.ops.transpose(upstream), x)
 
-    return pairs.matmul(x, x, transpose_b=True), grad
+    return primitives.matmul(x, x, transpose_b=True), grad
 
 
 def safe_sqrt(squared):
@@ -124,7 +124,7 @@ def cosine_between(query, key):
     backward: each side's gradient is one matmul, then the normalisation's gradient
     on its rows.
     """
-    return pairs.matmul(l2_normalize(to_float32(query)), l2_normalize(to_float32(key)),
+    return primitives.matmul(l2_normalize(to_float32(query)), l2_normalize(to_float32(key)),
                              transpose_b=True)
 
 
@@ -167,7 +167,7 @@ def similarity_gradients(query, key, weights, row_scale, metric="cosine", key_gr
             weights, block_rows, query_in, key_in, row_scale, key_gradient)
     else:
         to_query = keras.ops.matmul(weights, key_in) * row_scale
-        to_key = (pairs.matmul(weights, query_in * row_scale, transpose_a=True)
+        to_key = (primitives.matmul(weights, query_in * row_scale, transpose_a=True)
                   if key_gradient else keras.ops.zeros_like(key))
     if metric == "dot":
         return to_query, to_key
@@ -198,7 +198,7 @@ def pairwise(query, key=None, metric="cosine"):
         key, products = query, self_products(query)
     else:
         key = to_float32(key)
-        products = pairs.matmul(query, key, transpose_b=True)
+        products = primitives.matmul(query, key, transpose_b=True)
     if metric in SIMILARITIES:
         return products
     squared = (
@@ -235,14 +235,14 @@ def similarities_between_rows(x, rows, columns, metric="cosine"):
 
     @keras.ops.custom_gradient
     def similarities(x):
-        query, key = pairs.gather(x, rows), pairs.gather(x, columns)
-        products = pairs.matmul(query, key, transpose_b=True)
+        query, key = primitives.gather(x, rows), primitives.gather(x, columns)
+        products = primitives.matmul(query, key, transpose_b=True)
         if not cosine:
             def dot_grad(*args, upstream=None):
                 upstream = args[0] if upstream is None else upstream
                 return _scatter_rows_gradient(
                     x, rows, keras.ops.matmul(upstream, key),
-                    columns, pairs.matmul(upstream, query, transpose_a=True))
+                    columns, primitives.matmul(upstream, query, transpose_a=True))
 
             return products, dot_grad
         # M = diag(s) Q K^T diag(t) with s, t the inverse norms. Its gradient is
@@ -260,7 +260,7 @@ def similarities_between_rows(x, rows, columns, metric="cosine"):
             key_radial = _radial(keras.ops.sum(along, axis=0), *key_norm)
             query_grad = (keras.ops.matmul(weighted, key)
                           - query * keras.ops.expand_dims(query_radial, 1))
-            key_grad = (pairs.matmul(weighted, query, transpose_a=True)
+            key_grad = (primitives.matmul(weighted, query, transpose_a=True)
                         - key * keras.ops.expand_dims(key_radial, 1))
             return _scatter_rows_gradient(x, rows, query_grad, columns, key_grad)
 
@@ -304,7 +304,7 @@ def label_masks(query_labels, key_labels=None, exclude_self=None):
                            keras.ops.expand_dims(key_labels, 0))
     positive, negative = same, keras.ops.logical_not(same)
     if exclude_self:
-        positive = pairs.set_diagonal(
+        positive = primitives.set_diagonal(
             positive, keras.ops.zeros((keras.ops.shape(positive)[0],), dtype="bool"))
     return positive, negative
 
@@ -333,8 +333,8 @@ def first_pair_per_class(labels, padded=False):
         return primitives.first_pairs(labels)
     n = keras.ops.shape(labels)[0]
     position = keras.ops.arange(n, dtype="int32")
-    order = pairs.argsort_rows(keras.ops.expand_dims(labels, 0))[0]
-    ordered = pairs.gather(labels, order)
+    order = primitives.argsort_rows(keras.ops.expand_dims(labels, 0))[0]
+    ordered = primitives.gather(labels, order)
     same_as_next = keras.ops.equal(ordered[1:], ordered[:-1])
     starts_class = keras.ops.concatenate(
         [keras.ops.ones((1,), "bool"), keras.ops.logical_not(same_as_next)], axis=0)
@@ -343,8 +343,8 @@ def first_pair_per_class(labels, padded=False):
     # sorted positions of the anchors, by their batch index, then the padding
     slots = keras.ops.cast(keras.ops.argsort(keras.ops.where(is_anchor, order, n + position)),
                            "int32")[: n // 2]
-    positives = pairs.gather(order, keras.ops.minimum(slots + 1, n - 1))
-    anchors, valid = pairs.gather(order, slots), pairs.gather(is_anchor, slots)
+    positives = primitives.gather(order, keras.ops.minimum(slots + 1, n - 1))
+    anchors, valid = primitives.gather(order, slots), primitives.gather(is_anchor, slots)
     if padded or primitives.static_shapes():
         return anchors, positives, valid
     count = int(keras.ops.convert_to_numpy(keras.ops.sum(keras.ops.cast(valid, "int32"))))
@@ -374,7 +374,7 @@ def scaled_softmax(logits, labels, scale=1.0):
     shifted = logits - top
     exponentials = keras.ops.exp(shifted if scale == 1.0 else scale * shifted)
     total = keras.ops.sum(exponentials, axis=1)
-    value = keras.ops.log(total) - scale * pairs.take_along_rows(shifted, labels)
+    value = keras.ops.log(total) - scale * primitives.take_along_rows(shifted, labels)
     return (value, exponentials * keras.ops.expand_dims(scale / total, 1),
             own_entries(labels))
 
@@ -415,7 +415,7 @@ def closest_below(candidates, threshold):
     """
     below = keras.ops.where(candidates < threshold, candidates, FLOAT32_MIN)
     chosen = keras.ops.cast(keras.ops.argmax(below, axis=1), "int32")
-    return chosen, pairs.take_along_rows(below, chosen) > FLOAT32_MIN
+    return chosen, primitives.take_along_rows(below, chosen) > FLOAT32_MIN
 
 
 def _shifted_exps(x, mask, axis, include_zero):
@@ -517,10 +517,10 @@ def grouped_softplus_lse(x, groups, num_groups):
     """
     peak = keras.ops.segment_max(x, groups, num_segments=num_groups)  # empty: <= float32.min
     shift = keras.ops.stop_gradient(keras.ops.maximum(peak, 0.0))
-    exps = keras.ops.exp(x - pairs.gather(shift, groups))
+    exps = keras.ops.exp(x - primitives.gather(shift, groups))
     total = (keras.ops.segment_sum(exps, groups, num_segments=num_groups)
              + keras.ops.exp(-shift))
-    return keras.ops.log(total) + shift, exps / pairs.gather(total, groups)
+    return keras.ops.log(total) + shift, exps / primitives.gather(total, groups)
 
 
 def _log_of_sum(total, shift, non_empty, empty_value=0.0):

@@ -32,7 +32,7 @@ stale (also after `load_weights` or with gradient accumulation).
 import keras
 
 from keras_dml import hyperparameters
-from keras_dml.backend.tensors import read_variable
+from keras_dml.backend.primitives import read_variable
 
 
 def kaiming_normal():

@@ -33,10 +33,11 @@ class LpNorm(keras.regularizers.Regularizer):
     def __call__(self, x):
         x = keras.ops.reshape(keras.ops.cast(x, "float32"), (keras.ops.shape(x)[0], -1))
         if self.p == 2.0:
-            norms = keras.ops.sqrt(keras.ops.maximum(keras.ops.sum(keras.ops.square(x), axis=1), 1e-24))
+            squared = keras.ops.sum(keras.ops.square(x), axis=1)
+            norms = keras.ops.sqrt(keras.ops.maximum(squared, 1e-24))
         else:
-            norms = keras.ops.power(keras.ops.sum(keras.ops.power(keras.ops.abs(x) + 1e-12, self.p), axis=1),
-                              1.0 / self.p)
+            powers = keras.ops.power(keras.ops.abs(x) + 1e-12, self.p)
+            norms = keras.ops.power(keras.ops.sum(powers, axis=1), 1.0 / self.p)
         return self.weight * keras.ops.sum(keras.ops.power(norms, self.power))
 
     def get_config(self):

@@ -7,7 +7,7 @@ evaluation, the index and the plots.
 import keras
 import numpy as np
 
-from keras_dml.backend import primitives, tensors
+from keras_dml.backend import primitives
 
 
 def check_class_labels(labels, batch_size=None, name="labels"):
@@ -53,7 +53,7 @@ def check_class_labels(labels, batch_size=None, name="labels"):
 def _values(x):
     """The values of tensor `x` as a NumPy array, or None while tracing (a TensorFlow
     graph, a JAX tracer): the checks run on values where they can."""
-    return keras.ops.convert_to_numpy(x) if tensors.is_concrete(x) else None
+    return keras.ops.convert_to_numpy(x) if primitives.is_concrete(x) else None
 
 
 def _whole_and_small(labels):

@@ -22,6 +22,7 @@ import reference as ref
 from keras_dml import ops, weighting
 from keras_dml.backend import gradients, name as backend_name
 from keras_dml.losses import Contrastive, PairLoss, Reference, row_blocks
+from test_backend_pair_losses import finite_difference
 
 
 def batch(classes=4, k=3, dim=6, seed=0):
@@ -47,18 +48,6 @@ def value_and_grad(function, x):
         both = jax.jit(both)
     value, gradient = both(keras.ops.convert_to_tensor(x))
     return keras.ops.convert_to_numpy(value), keras.ops.convert_to_numpy(gradient)
-
-
-def numerical_gradient(function, x, step=1e-4):
-    """Central differences of a float64 NumPy function."""
-    x = x.astype(np.float64)
-    gradient = np.zeros_like(x)
-    for index in np.ndindex(x.shape):
-        up, down = x.copy(), x.copy()
-        up[index] += step
-        down[index] -= step
-        gradient[index] = (function(up) - function(down)) / (2 * step)
-    return gradient
 
 
 class StatedWeights(PairLoss):
@@ -180,7 +169,7 @@ def test_contrastive_value_and_gradient_match_the_numpy_reference(metric):
     labels, x = batch()
     value, grad = value_and_grad(lambda e: Contrastive(metric)(labels, e), x)
     np.testing.assert_allclose(value, ref.contrastive(x, labels, metric), rtol=1e-5)
-    expected = numerical_gradient(lambda e: ref.contrastive(e, labels, metric), x)
+    expected = finite_difference(lambda e: ref.contrastive(e, labels, metric), x)
     np.testing.assert_allclose(grad, expected, rtol=1e-3, atol=1e-5)
 
 

@@ -1,16 +1,20 @@
-"""Tensor primitives of the engine and `keras_dml.ops` whose best form differs by backend.
+"""Tensor primitives whose best form differs by Keras backend: the one home of them.
 
-Each is one `keras.ops` expression (or the backend's own op) on JAX and PyTorch and
-the TensorFlow op the package used before it ran on every backend, so TensorFlow's
-graphs, and speed, stay what they were: scatters (`keras.ops.scatter` is a Python
-loop on PyTorch), run-time assertions, shapes, XLA. The row-wise primitives (gathers,
-matmuls with transposes, stable sorts) are in `keras_dml.backend.pairs`, the control
-dependencies and value checks in `keras_dml.backend.tensors`.
+Each is the TensorFlow op the package used before it ran on every backend (so
+TensorFlow's graphs, and speed, stay what they were) and one `keras.ops` expression
+or the backend's own op on JAX and PyTorch. Why not plain `keras.ops` everywhere: on
+TensorFlow some add passes over an (N, M) matrix (`take_along_axis` broadcasts its
+indices and rewrites negative ones, `argmax` rewrites -0.0 first, `matmul` of a
+transpose copies it), some lack the batched form (`searchsorted` is 1-D only, `argsort`
+is not stable, there is no `set_diag`), and `keras.ops.scatter` is a Python loop on
+PyTorch. Also here: variable reads, graph order (control dependencies), run-time
+checks, shapes and XLA, which differ by backend too.
 """
 
-import numpy as np
+import contextlib
 
 import keras
+import numpy as np
 
 from keras_dml import backend
 
@@ -19,6 +23,141 @@ def _tf():
     import tensorflow as tf  # only ever reached on the TensorFlow backend
 
     return tf
+
+
+def read_variable(variable):
+    """The current value of a Keras variable as a tensor the gradient flows through.
+
+    `keras.ops.convert_to_tensor` returns a TensorFlow variable unchanged (Keras
+    variables count as tensors there); this reads it (`tf.convert_to_tensor`). On JAX
+    it is the value in the current stateless scope, on PyTorch the parameter itself.
+    """
+    if backend.is_tensorflow():
+        return _tf().convert_to_tensor(variable)
+    return keras.ops.convert_to_tensor(variable)
+
+
+def control_dependencies(tensors):
+    """A context in which TensorFlow's graph runs `tensors` first (frees their inputs
+    before the next temporaries exist); no effect on eager backends."""
+    if backend.is_tensorflow():
+        return _tf().control_dependencies(tensors)
+    return contextlib.nullcontext()
+
+
+def is_concrete(x):
+    """True when `x` has a value now (eager), False for a symbolic tensor (a
+    `tf.function` graph, a JAX trace)."""
+    try:
+        keras.ops.convert_to_numpy(x)
+    except Exception:  # noqa: BLE001 (graph tensors and tracers raise various errors)
+        return False
+    return True
+
+
+def assert_equal(x, expected, message, values):
+    """(`x`, `values`) after checking that `x` equals the NumPy array `expected`.
+
+    Concrete `x`: a ValueError with `message` now. In a TensorFlow graph: an
+    assertion that fails when the graph runs. Under a JAX trace, which cannot raise
+    at run time: `values` (the float result that depends on `x`) become NaN where
+    `x` differs, never a silent wrong answer.
+    """
+    if is_concrete(x):
+        value = keras.ops.convert_to_numpy(x)
+        if not np.array_equal(value, expected):
+            raise ValueError(f"{message}; got {value.reshape(-1)[:8].tolist()}...")
+        return x, values
+    if backend.is_tensorflow():
+        tf = _tf()
+        with tf.control_dependencies([tf.debugging.assert_equal(x, expected, message=message)]):
+            return tf.identity(x), values
+    equal = keras.ops.all(keras.ops.equal(x, keras.ops.convert_to_tensor(expected, x.dtype)))
+    return x, keras.ops.where(equal, values, np.float32("nan"))
+
+
+def take_along_rows(x, columns):
+    """x[a, columns[a]] for a 2-D `x`: int `columns` (N, K) give (N, K); (N,) give (N,)."""
+    if backend.is_tensorflow():
+        return _tf().gather(x, columns, batch_dims=1)
+    if len(columns.shape) == 1:
+        return keras.ops.take_along_axis(x, keras.ops.expand_dims(columns, 1), axis=1)[:, 0]
+    return keras.ops.take_along_axis(x, columns, axis=1)
+
+
+def gather(x, index, axis=0):
+    """x[index] along `axis`, for indices known to lie in [0, x.shape[axis])."""
+    if backend.is_tensorflow():
+        return _tf().gather(x, index, axis=axis)
+    return keras.ops.take(x, index, axis=axis)
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False):
+    """a @ b with either side transposed, without a transposed copy on TensorFlow."""
+    if backend.is_tensorflow():
+        return _tf().matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+    a = keras.ops.transpose(a) if transpose_a else a
+    return keras.ops.matmul(a, keras.ops.transpose(b) if transpose_b else b)
+
+
+def argmax_rows(x):
+    """int32 (N,): the column of each row's largest entry (the first of ties)."""
+    if backend.is_tensorflow():
+        return _tf().argmax(x, axis=1, output_type="int32")
+    return keras.ops.cast(keras.ops.argmax(x, axis=1), "int32")
+
+
+def argmin_rows(x):
+    """int32 (N,): the column of each row's smallest entry (the first of ties)."""
+    if backend.is_tensorflow():
+        return _tf().argmin(x, axis=1, output_type="int32")
+    return keras.ops.cast(keras.ops.argmin(x, axis=1), "int32")
+
+
+def argsort_rows(x):
+    """int32 (N, M): each row's stable ascending order (ties keep their column order)."""
+    if backend.is_tensorflow():
+        return _tf().argsort(x, axis=1, stable=True)
+    if backend.name() == "jax":
+        import jax.numpy as jnp
+
+        return jnp.argsort(x, axis=1, stable=True).astype("int32")
+    import torch
+
+    return torch.argsort(x, dim=1, stable=True).to(torch.int32)
+
+
+def searchsorted_rows(sorted_rows, values, side="left"):
+    """int32 (N, K): per row a, where values[a] would go in the sorted row sorted_rows[a]."""
+    if backend.is_tensorflow():
+        return _tf().searchsorted(sorted_rows, values, side=side, out_type="int32")
+    if backend.name() == "jax":
+        import jax
+
+        search = jax.vmap(lambda row, keys: jax.numpy.searchsorted(row, keys, side=side))
+        return search(sorted_rows, values).astype("int32")
+    import torch
+
+    return torch.searchsorted(sorted_rows.contiguous(), values.contiguous(), side=side,
+                              out_int32=True)
+
+
+def set_diagonal(x, diagonal):
+    """`x` (N, N) with its diagonal replaced by `diagonal` (N,)."""
+    if backend.is_tensorflow():
+        return _tf().linalg.set_diag(x, diagonal)
+    size = keras.ops.shape(x)[0]
+    on_diagonal = keras.ops.eye(size, dtype="bool")
+    return keras.ops.where(on_diagonal, keras.ops.expand_dims(diagonal, 0), x)
+
+
+def without_diagonal(mask):
+    """A square boolean `mask` with its diagonal set to False."""
+    if backend.is_tensorflow():
+        tf = _tf()  # one pass over the diagonal, not an N x N eye and a logical_and
+        return tf.linalg.set_diag(mask, tf.zeros_like(tf.linalg.diag_part(mask)))
+    return keras.ops.logical_and(mask, keras.ops.logical_not(
+        keras.ops.eye(keras.ops.shape(mask)[0], dtype="bool")))
 
 
 def scatter_rows(indices, rows, num_rows):

@@ -17,7 +17,7 @@ import numpy as np
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
-from keras_dml.backend.pairs import take_along_rows
+from keras_dml.backend.primitives import take_along_rows
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 

@@ -8,7 +8,6 @@ import numpy as np
 from keras_dml import hyperparameters as _hyper
 from keras_dml import validation
 from keras_dml.backend import primitives
-from keras_dml.backend import tensors
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
@@ -176,7 +175,7 @@ class BalancedContrastive(PairLoss):
 
     def check(self, labels, embeddings):
         labels, embeddings = super().check(labels, embeddings)
-        if self.class_counts is not None and tensors.is_concrete(labels):
+        if self.class_counts is not None and primitives.is_concrete(labels):
             size = len(self.class_counts)
             validation.check_label_range(labels, size, bound="len(class_counts)",
                                          name=f"labels (class_counts has {size} classes)")

@@ -11,8 +11,7 @@ import typing
 import keras
 
 from keras_dml import hyperparameters, mining, ops, validation
-from keras_dml.backend import gradients, primitives, tensors
-from keras_dml.backend import pairs as rowwise
+from keras_dml.backend import gradients, primitives
 from keras_dml.losses import row_blocks
 from keras_dml.weighting import weighted_pair_loss
 
@@ -193,7 +192,7 @@ class PairLoss(keras.losses.Loss):
         else:
             present = keras.ops.expand_dims(reference.labels >= 0, 0)
             if reference.query_rows is not None:  # a row < 0 is padding
-                labels = rowwise.gather(labels, keras.ops.maximum(reference.query_rows, 0))
+                labels = primitives.gather(labels, keras.ops.maximum(reference.query_rows, 0))
                 present = keras.ops.logical_and(
                     present, keras.ops.expand_dims(reference.query_rows >= 0, 1))
             if reference.own is not None:
@@ -260,7 +259,7 @@ class PairLoss(keras.losses.Loss):
         def terms(m, *parameters):
             # after the masks and mining: the terms' (N, M) temporaries do not coexist
             # with the miner's, and the matrix's last reader may reuse its buffer
-            with tensors.control_dependencies(masks):
+            with primitives.control_dependencies(masks):
                 return self._terms(m, pairs, *parameters)
 
         return weighted_pair_loss(matrix, terms, self.parameters(pairs))

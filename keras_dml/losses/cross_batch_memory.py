@@ -11,7 +11,7 @@ import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops, validation
-from keras_dml.backend.tensors import read_variable
+from keras_dml.backend.primitives import read_variable
 from keras_dml.losses.base import PairLoss, Reference
 from keras_dml.losses.registry import ENTRIES
 

@@ -4,7 +4,7 @@ import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
-from keras_dml.backend import tensors
+from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
@@ -45,12 +45,12 @@ def instance_cross_entropy_terms(similarity, positive, negative, scale):
     # [loss] eq. 5, anchor by anchor.
     value = keras.ops.sum(keras.ops.where(active, keras.ops.softplus(margin), 0.0), 1)
     # [weighting] eq. 13: (1 - p^) / sum (1 - p^) = softmax of log(1 - p^) = log sigmoid.
-    with tensors.control_dependencies([value]):
+    with primitives.control_dependencies([value]):
         positive_weights = ops.masked_softmax(keras.ops.log_sigmoid(margin), active)
     # eq. 14, factorised: sum_i p^(j|a,i) / sum_i (1 - p^(i|a)) = q_aj, the softmax of
     # the negatives (reusing their log-sum-exp); zero for anchors without a positive.
     keep = keras.ops.logical_and(negative, has_positive)
-    with tensors.control_dependencies([positive_weights]):
+    with primitives.control_dependencies([positive_weights]):
         negative_weights = keras.ops.exp(keras.ops.where(keep, -margin, ops.FLOAT32_MIN))
     return value, 0.5 * (negative_weights - positive_weights)
 

@@ -6,8 +6,6 @@ import numpy as np
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops, validation
 from keras_dml.backend import primitives
-from keras_dml.backend import pairs as row_ops
-from keras_dml.backend import tensors
 from keras_dml.losses.base import PairLoss, Pairs
 from keras_dml.losses.registry import register
 
@@ -156,7 +154,7 @@ class LogRatio(PairLoss):
                 f"labels and embeddings disagree in batch size: labels have shape "
                 f"{tuple(labels.shape)}, embeddings {tuple(embeddings.shape)}."
             )
-        if tensors.is_concrete(labels) and not np.all(
+        if primitives.is_concrete(labels) and not np.all(
                 np.isfinite(keras.ops.convert_to_numpy(labels))):
             raise ValueError("labels contain NaN or Inf values.")
         return ops.to_float32(labels), embeddings
@@ -218,8 +216,8 @@ class LogRatio(PairLoss):
         if self.max_partners is None:
             return others
         ranked = keras.ops.where(others, label_matrix, -1.0)
-        order = row_ops.argsort_rows(ranked)
-        rank = row_ops.argsort_rows(order)
+        order = primitives.argsort_rows(ranked)
+        rank = primitives.argsort_rows(order)
         return keras.ops.logical_and(others, rank <= (self.max_partners if exclude_self
                                                       else self.max_partners - 1))
 

@@ -4,7 +4,7 @@ import warnings
 
 from keras_dml import ops
 from keras_dml import hyperparameters as _hyper
-from keras_dml.backend import tensors
+from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 from keras_dml.mining import MultiSimilarityMiner
@@ -79,7 +79,7 @@ class MultiSimilarity(PairLoss):
         pull_lse, pull_weights = ops.masked_logsumexp_and_softmax(pull, pairs.positive,
                                                                   include_zero=True)
         # the negatives' side once the positives' is done: two (N, M) matrices at a time
-        with tensors.control_dependencies([pull_weights]):
+        with primitives.control_dependencies([pull_weights]):
             push = self.beta * (matrix - self.base)
         push_lse, push_weights = ops.masked_logsumexp_and_softmax(push, pairs.negative,
                                                                   include_zero=True)

@@ -5,7 +5,6 @@ import keras
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.backend import primitives
-from keras_dml.backend import pairs as row_ops
 from keras_dml.losses.base import PairLoss, Pairs, Reference
 from keras_dml.losses.registry import register
 
@@ -18,10 +17,10 @@ def ranking_terms(logits, negative):
     diagonal: its log-sum-exp over the positives is the diagonal logit itself, so
     one masked softmax serves.
     """
-    pool = row_ops.set_diagonal(negative, keras.ops.ones_like(keras.ops.diagonal(negative)))
+    pool = primitives.set_diagonal(negative, keras.ops.ones_like(keras.ops.diagonal(negative)))
     lse, softmax = ops.masked_logsumexp_and_softmax(logits, pool)
     return (lse - keras.ops.diagonal(logits),
-            row_ops.set_diagonal(softmax, keras.ops.diagonal(softmax) - 1.0))
+            primitives.set_diagonal(softmax, keras.ops.diagonal(softmax) - 1.0))
 
 
 # Up to this scale the diagonal's softmax probability, at least exp(-2 s) / N for
@@ -154,7 +153,7 @@ class MultipleNegativesRanking(PairLoss):
     def pairs(self, labels, reference, matrix):
         """Query i's positive is document i; documents of other labels are negatives."""
         same = keras.ops.equal(labels[:, None], reference.labels[None, :])
-        positive = row_ops.set_diagonal(keras.ops.zeros_like(same), keras.ops.diagonal(same))
+        positive = primitives.set_diagonal(keras.ops.zeros_like(same), keras.ops.diagonal(same))
         return Pairs(labels, reference.labels, positive, keras.ops.logical_not(same))
 
     def compute_terms(self, matrix, pairs):

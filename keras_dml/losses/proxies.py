@@ -4,7 +4,7 @@ import keras
 import numpy as np
 
 from keras_dml import validation
-from keras_dml.backend import tensors
+from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss, Reference
 from keras_dml.proxy_layers import Proxies
 
@@ -116,7 +116,7 @@ class ProxyLoss(PairLoss):
         labels = reference.labels
         if labels.shape[0] is not None and labels.shape[0] != layout.size:
             raise ValueError(f"{message}; got {labels.shape[0]} keys.")
-        labels, keys = tensors.assert_equal(labels, layout, message, reference.embeddings)
+        labels, keys = primitives.assert_equal(labels, layout, message, reference.embeddings)
         return reference._replace(labels=labels, embeddings=keys)
 
     def penalty(self, labels, embeddings):

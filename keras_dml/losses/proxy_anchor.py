@@ -4,7 +4,7 @@ import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
-from keras_dml.backend.pairs import take_along_rows
+from keras_dml.backend.primitives import take_along_rows
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 

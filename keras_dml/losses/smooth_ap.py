@@ -3,7 +3,7 @@
 import keras
 
 from keras_dml import hyperparameters as _hyper
-from keras_dml.backend import pairs as row_ops
+from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
@@ -98,7 +98,7 @@ class SmoothAP(PairLoss):
         positive, negative = pairs.positive, pairs.negative
         if self.include_anchor:
             diagonal = keras.ops.ones_like(keras.ops.diagonal(positive))
-            positive = row_ops.set_diagonal(positive, diagonal)
+            positive = primitives.set_diagonal(positive, diagonal)
         return smooth_ap_terms(matrix, positive, negative, self.temperature)
 
     def get_config(self):

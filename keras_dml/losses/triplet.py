@@ -8,7 +8,6 @@ from keras_dml import hyperparameters as _hyper
 from keras_dml import mining as mining_lib
 from keras_dml import ops
 from keras_dml.backend import primitives
-from keras_dml.backend import pairs as row_ops
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 from keras_dml.mining import triplet as triplet_mining
@@ -26,7 +25,7 @@ def _rows(vector):
 def _count_below(values, mask, queries, side, fill):
     """Per row, how many masked-in `values` are < (side="left") / <= ("right") each query."""
     keys = keras.ops.sort(keras.ops.where(mask, values, fill), axis=1)
-    return keys, row_ops.searchsorted_rows(keys, queries, side=side)
+    return keys, primitives.searchsorted_rows(keys, queries, side=side)
 
 
 def all_triplet_terms_by_sorting(closeness, positive, negative, margin):
@@ -48,7 +47,7 @@ def all_triplet_terms_by_sorting(closeness, positive, negative, margin):
     values = keras.ops.where(keys > ops.FLOAT32_MIN, keys, 0.0)
     prefix = keras.ops.concatenate(
         [keras.ops.zeros_like(values[:, :1]), keras.ops.cumsum(values, axis=1)], axis=1)
-    above = prefix[:, -1:] - row_ops.take_along_rows(prefix, at_most)
+    above = prefix[:, -1:] - primitives.take_along_rows(prefix, at_most)
     active_f = keras.ops.where(positive, keras.ops.cast(active, "float32"), 0.0)
     # [loss] sum_n (c_an - c_ap + margin) over the active negatives
     per_pair = keras.ops.where(positive, above - active_f * thresholds, 0.0)
@@ -96,8 +95,8 @@ def all_triplet_terms(closeness, positive, negative, margin):
 def _one_triplet_per_anchor(closeness, positive_index, negative_index, valid, margin, miner):
     """[c_an - c_ap + margin]_+ of one triplet (a, p_a, n_a) per anchor (where `valid`,
     and within the miner's margin), its gradient w.r.t. `closeness` and its count."""
-    anchor_positive = primitives.row_entries(closeness, positive_index)
-    anchor_negative = primitives.row_entries(closeness, negative_index)
+    anchor_positive = primitives.take_along_rows(closeness, positive_index)
+    anchor_negative = primitives.take_along_rows(closeness, negative_index)
     if miner.margin is not None:
         valid &= keras.ops.stop_gradient(anchor_negative - anchor_positive) > -miner.margin
     hinge = keras.ops.where(valid, anchor_negative - anchor_positive + margin, 0.0)
@@ -122,10 +121,10 @@ def _semihard_terms_by_slots(closeness, positive, negative, margin, miner):
     negatives_only = ops.masked_fill(fixed, negative, ops.FLOAT32_MIN)
 
     def body(slot, total, gradient, count):
-        column = row_ops.argmax_rows(keras.ops.cast(slot, "int32"))
-        fixed_positive = _rows(primitives.row_entries(fixed, column))
+        column = primitives.argmax_rows(keras.ops.cast(slot, "int32"))
+        fixed_positive = _rows(primitives.take_along_rows(fixed, column))
         chosen, below = ops.closest_below(negatives_only, fixed_positive)
-        found = primitives.row_entries(slot, column) & below
+        found = primitives.take_along_rows(slot, column) & below
         hinge, step, kept = _one_triplet_per_anchor(closeness, column, chosen, found, margin,
                                                     miner)
         return total + hinge, gradient + step, count + kept
@@ -138,7 +137,7 @@ def _semihard_terms_by_slots(closeness, positive, negative, margin, miner):
 def _generic_terms(closeness, positive, negative, margin, miner):
     """Any triplet miner: [c_an(a,p) - c_ap + margin]_+ over its `select`ed triplets."""
     valid, negative_index = miner.select(closeness, positive, negative)
-    negative_closeness = row_ops.take_along_rows(closeness, negative_index)
+    negative_closeness = primitives.take_along_rows(closeness, negative_index)
     hinge = keras.ops.where(valid, negative_closeness - closeness + margin, 0.0)
     active = keras.ops.cast(hinge > 0, "float32")
     pushes = triplet_mining.chosen_negative_counts(valid, negative_index, active)

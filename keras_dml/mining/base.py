@@ -9,7 +9,7 @@ similarity (higher = closer); losses on distances pass the negated distance.
 import keras
 
 from keras_dml import ops
-from keras_dml.backend import tensors
+from keras_dml.backend import primitives
 from keras_dml.hyperparameters import finite
 
 
@@ -71,7 +71,7 @@ class MultiSimilarityMiner(Miner):
             similarity, positive, keepdims=True, empty_value=ops.FLOAT32_MAX
         )
         # one (N, M) masked copy at a time: the second waits for the first reduction
-        with tensors.control_dependencies([hardest_positive]):
+        with primitives.control_dependencies([hardest_positive]):
             hardest_negative = ops.masked_max(
                 similarity, negative, keepdims=True, empty_value=ops.FLOAT32_MIN
             )

@@ -5,7 +5,7 @@ import math
 import keras
 
 from keras_dml import ops
-from keras_dml.backend import tensors
+from keras_dml.backend import primitives
 from keras_dml.hyperparameters import integer_at_least
 from keras_dml.mining.base import Miner
 
@@ -200,7 +200,7 @@ def _distance(name, value):
 
 def _check_cosine(similarity):
     """Eagerly refuse similarities that cannot come from L2-normalised embeddings."""
-    if not tensors.is_concrete(similarity):
+    if not primitives.is_concrete(similarity):
         return
     values = keras.ops.convert_to_numpy(similarity)
     largest = float(abs(values).max()) if values.size > 0 else 0.0

@@ -19,7 +19,7 @@ negated distance, so "closest" always means "largest similarity".
 import keras
 
 from keras_dml import ops
-from keras_dml.backend import pairs as row_ops
+from keras_dml.backend import primitives
 from keras_dml.hyperparameters import finite
 from keras_dml.mining.base import Miner
 
@@ -73,11 +73,11 @@ def _semihard_by_slots(similarity, positive, negative):
 
 def _semihard_by_sorting(similarity, positive, negative):
     keys = ops.masked_fill(similarity, negative, _BIG)  # non-negatives sorted to the end
-    order = row_ops.argsort_rows(keys)
-    ordered = row_ops.take_along_rows(keys, order)
-    below = row_ops.searchsorted_rows(ordered, similarity, side="left")  # s < s_ap
+    order = primitives.argsort_rows(keys)
+    ordered = primitives.take_along_rows(keys, order)
+    below = primitives.searchsorted_rows(ordered, similarity, side="left")  # s < s_ap
     valid = positive & (below > 0)
-    negative_index = row_ops.take_along_rows(order, keras.ops.maximum(below - 1, 0))
+    negative_index = primitives.take_along_rows(order, keras.ops.maximum(below - 1, 0))
     return valid, negative_index
 
 
@@ -107,10 +107,10 @@ def per_anchor_choice(similarity, positive, negative, easiest_positive):
     """
     positive_keys = ops.masked_fill(similarity, positive, -_BIG if easiest_positive else _BIG)
     if easiest_positive:
-        chosen_positive = row_ops.argmax_rows(positive_keys)
+        chosen_positive = primitives.argmax_rows(positive_keys)
     else:
-        chosen_positive = row_ops.argmin_rows(positive_keys)
-    chosen_negative = row_ops.argmax_rows(ops.masked_fill(similarity, negative, -_BIG))
+        chosen_positive = primitives.argmin_rows(positive_keys)
+    chosen_negative = primitives.argmax_rows(ops.masked_fill(similarity, negative, -_BIG))
     has_both = keras.ops.any(positive, axis=1) & keras.ops.any(negative, axis=1)
     return chosen_positive, chosen_negative, has_both
 
@@ -187,7 +187,7 @@ class TripletMiner(Miner):
         similarity = keras.ops.stop_gradient(ops.to_float32(similarity))
         valid, negative_index = type(self).select_fn(similarity, positive, negative)
         if self.margin is not None:
-            negative_similarity = row_ops.take_along_rows(similarity, negative_index)
+            negative_similarity = primitives.take_along_rows(similarity, negative_index)
             valid = valid & (negative_similarity > similarity - self.margin)
         return keras.ops.stop_gradient(valid), keras.ops.stop_gradient(negative_index)
 
