@@ -295,7 +295,7 @@ class DMLModel(keras.Model):
         dataset = None  # set when `y` is the first batch of dataset `x`
         if y is None and isinstance(x, keras.utils.PyDataset):
             checked = self.__dict__.setdefault("_datasets_checked", weakref.WeakSet())
-            if x in checked or not len(x):
+            if x in checked or x.num_batches == 0:  # None: infinite (no len)
                 return
             batch = x[0]
             if not isinstance(batch, (tuple, list)) or len(batch) < 2:

@@ -1,8 +1,9 @@
 """A tiny `DMLModel` set-up in `keras.ops` only, for the backend-neutral model tests.
 
-Run as a script it trains the proxy model a few steps under its process's Keras
+Run as a script it trains a proxy model a few steps under its process's Keras
 backend and saves it: `python tests/model_checks.py save model.keras embeddings.npy`
-(the cross-backend load test runs it under another backend).
+(the cross-backend load test runs it under another backend), or compares
+`keras.distribution.DataParallel` with one device on JAX: `... data_parallel out.npz`.
 """
 
 import sys
@@ -94,11 +95,16 @@ def model(d=6, seed=0):
     return DMLModel(inputs, keras.layers.Dense(DIM)(hidden))
 
 
-def trained_proxy_model(epochs=2):
-    """The `model()` trained with `OpsProxyLoss` on `data()`."""
+def trained_proxy_model(epochs=2, loss="proxy_anchor"):
+    """The `model()` trained on `data()` with keras_dml's `ProxyAnchor` (`loss=
+    "proxy_anchor"`) or this module's `OpsProxyLoss` (`"ops"`)."""
+    from keras_dml import losses
+
     x, y = data()
     dml = model()
-    dml.compile(optimizer=keras.optimizers.Adam(1e-2), loss=OpsProxyLoss())
+    dml.compile(optimizer=keras.optimizers.Adam(1e-2),
+                loss=losses.ProxyAnchor(num_classes=CLASSES) if loss == "proxy_anchor"
+                else OpsProxyLoss())
     dml.fit(x, y, batch_size=16, shuffle=False, epochs=epochs, verbose=0)
     return dml
 
@@ -125,8 +131,8 @@ def data_parallel_run(parallel, loss):
 
 if __name__ == "__main__":
     command, *paths = sys.argv[1:]
-    if command == "save":  # save MODEL.keras EMBEDDINGS.npy
-        trained = trained_proxy_model()
+    if command == "save":  # save MODEL.keras EMBEDDINGS.npy [LOSS]
+        trained = trained_proxy_model(loss=(paths[2:] or ["proxy_anchor"])[0])
         trained.save(paths[0])
         np.save(paths[1], keras.ops.convert_to_numpy(trained.predict(data()[0], verbose=0)))
     elif command == "data_parallel":  # data_parallel RESULTS.npz (JAX, 2 CPU devices)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import model_checks as checks
+from keras_dml import losses
 from keras_dml.models import DMLModel
 
 BACKENDS = ("tensorflow", "jax", "torch")
@@ -44,6 +45,24 @@ def test_fit_on_numpy_batches_lowers_the_loss_and_trains_the_loss_owned_weights(
     assert np.abs(_numpy(proxies) - before).max() > 1e-3
 
 
+def _proxies(model):
+    return model.loss_layer.trainable_weights[0]
+
+
+@pytest.mark.parametrize("name", ["multi_similarity", "proxy_anchor"])
+def test_keras_dml_losses_train_and_their_proxies_learn(name):
+    x, y = checks.data()
+    model = checks.model()
+    loss = losses.MultiSimilarity() if name == "multi_similarity" else losses.ProxyAnchor(
+        num_classes=checks.CLASSES)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=loss)
+    before = _numpy(_proxies(model)).copy() if name == "proxy_anchor" else None
+    history = model.fit(x, y, batch_size=16, shuffle=False, epochs=3, verbose=0)
+    assert history.history["loss"][-1] < 0.7 * history.history["loss"][0], history.history
+    if before is not None:
+        assert np.abs(_numpy(_proxies(model)) - before).max() > 1e-2
+
+
 def test_pair_loss_trains_on_a_py_dataset():
     x, y = checks.data()
 
@@ -68,21 +87,21 @@ def test_the_loss_sees_the_whole_batch_and_evaluate_reports_it():
     assert model.evaluate(x, y, batch_size=16, verbose=0) == pytest.approx(expected, rel=1e-5)
 
 
-def test_save_and_load_restore_the_loss_owned_weights_and_training_resumes(tmp_path):
+@pytest.mark.parametrize("loss", ["ops", "proxy_anchor"])
+def test_save_and_load_restore_the_loss_owned_weights_and_training_resumes(loss, tmp_path):
     x, y = checks.data()
-    model = checks.trained_proxy_model()
+    model = checks.trained_proxy_model(loss=loss)
     path = str(tmp_path / "model.keras")
     model.save(path)
     restored = keras.models.load_model(path)
-    np.testing.assert_allclose(_numpy(restored.loss_layer.proxies),
-                               _numpy(model.loss_layer.proxies))
+    np.testing.assert_allclose(_numpy(_proxies(restored)), _numpy(_proxies(model)))
     np.testing.assert_allclose(restored.predict(x, verbose=0), model.predict(x, verbose=0),
                                atol=1e-6)
     assert restored.evaluate(x, y, batch_size=16, verbose=0) == pytest.approx(
         model.evaluate(x, y, batch_size=16, verbose=0), rel=1e-5)
-    trained = _numpy(restored.loss_layer.proxies).copy()
+    trained = _numpy(_proxies(restored)).copy()
     restored.fit(x, y, batch_size=16, shuffle=False, epochs=1, verbose=0)
-    assert np.abs(_numpy(restored.loss_layer.proxies) - trained).max() > 1e-4
+    assert np.abs(_numpy(_proxies(restored)) - trained).max() > 1e-4
 
 
 @pytest.mark.parametrize("jit_compile", [False, "auto"])
@@ -109,9 +128,10 @@ def test_a_model_saved_under_another_backend_loads_and_trains_here(other, tmp_pa
     assert isinstance(restored, DMLModel)
     x, y = checks.data()
     np.testing.assert_allclose(restored.predict(x, verbose=0), np.load(embeddings), atol=1e-5)
-    proxies = _numpy(restored.loss_layer.proxies).copy()
+    assert isinstance(restored.dml_loss, losses.ProxyAnchor)
+    proxies = _numpy(_proxies(restored)).copy()
     restored.fit(x, y, batch_size=16, shuffle=False, epochs=1, verbose=0)
-    assert np.abs(_numpy(restored.loss_layer.proxies) - proxies).max() > 1e-4
+    assert np.abs(_numpy(_proxies(restored)) - proxies).max() > 1e-4
 
 
 def test_jax_data_parallel_loss_sees_the_global_batch(tmp_path):

@@ -41,8 +41,9 @@ EXTRAS = {
 def build_parser():
     """The `keras-dml` parser; `parser.command_parsers` maps each command to its parser."""
     parser = argparse.ArgumentParser(
-        prog="keras-dml", description="Deep metric learning with TensorFlow / Keras: "
-        "train an embedder, measure retrieval, export it for TF Serving.")
+        prog="keras-dml", description="Deep metric learning with Keras (TensorFlow, JAX or "
+        "PyTorch: KERAS_BACKEND): train an embedder, measure retrieval, export it for TF "
+        "Serving (with TensorFlow).")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMAND_MODULES:
         importlib.import_module(module).add_command(commands)
