@@ -1,7 +1,8 @@
 """Run every benchmark, each system in its own process: `python -m benchmarks`.
 
     python -m benchmarks [--quick | --smoke] [--only TEXT ...] [--threads T]
-                         [--check-fairness] [--large-batches] [--out DIR]
+                         [--check-fairness] [--large-batches] [--backends jax torch]
+                         [--out DIR]
 
 Writes DIR/benchmarks.json (every sample, the machine, the versions) and
 DIR/benchmarks.md (the table benchmarks/README.md shows) and prints the table.
@@ -12,7 +13,9 @@ processes one after the other) and reports it beside the peer's figure from the
 interleaved run. `--large-batches`
 alone times MultiSimilarity and ICE at N = 4,096-16,384 (PML's MultiSimilarity up to
 8,192, the triplet losses at 4,096) with their peak memory; add `--only ""` to run
-the cases too.
+the cases too. `--backends jax torch` adds keras_dml's loss step on Keras' JAX and
+PyTorch backends to every loss case, each in its own process like the others: a column
+per backend beside keras_dml's (TensorFlow) and the peer's.
 """
 
 import argparse
@@ -27,7 +30,8 @@ import sys
 from benchmarks import processes
 from benchmarks.cases import CASES, TF, TORCH
 
-PACKAGES = ("tensorflow", "keras", "torch", "pytorch-metric-learning", "faiss-cpu", "numpy")
+PACKAGES = ("tensorflow", "keras", "jax", "torch", "pytorch-metric-learning", "faiss-cpu",
+            "numpy")
 
 
 def machine(threads):
@@ -52,10 +56,10 @@ def machine(threads):
             "tf_onednn": processes.thread_env(threads)["TF_ENABLE_ONEDNN_OPTS"]}
 
 
-def _round_ratios(runs):
-    """keras_dml / peer time in each interleaved round of each run."""
+def _round_ratios(runs, system="keras_dml"):
+    """`system` (keras_dml) / peer time in each interleaved round of each run."""
     return [a / b for run in runs
-            for a, b in zip(run["keras_dml"]["samples"], run["peer"]["samples"])]
+            for a, b in zip(run[system]["samples"], run["peer"]["samples"])]
 
 
 def _samples_of(results):
@@ -74,9 +78,13 @@ def pooled(runs):
     return result
 
 
-def run_case(case, mode, threads, check_fairness, device="cpu"):
+#: the column titles of `--backends`
+BACKEND_TITLES = {"jax": "keras_dml on JAX", "torch": "keras_dml on PyTorch"}
+
+
+def run_case(case, mode, threads, check_fairness, device="cpu", backends=()):
     repeats, warmup, inner = case.timing(mode)
-    systems = case.systems_for(mode)
+    systems = case.systems_for(mode, backends)
     print(f"[{case.key}] {repeats} rounds ...", file=sys.stderr, flush=True)
 
     def measure():
@@ -92,6 +100,9 @@ def run_case(case, mode, threads, check_fairness, device="cpu"):
            "per_call": case.per_call, "target": case.target, "kwargs": systems,
            "systems": result, "harness_runs": len(runs), "ratio": statistics.median(ratios),
            "ratio_min": min(ratios), "ratio_max": max(ratios), **fair}
+    for backend in BACKEND_TITLES:
+        if backend in result:
+            row[f"ratio_{backend}"] = statistics.median(_round_ratios(runs, backend))
     if "floor" in result:
         row["ratio_to_floor"] = result["keras_dml"]["median"] / result["floor"]["median"]
         row["floor_to_peer"] = result["floor"]["median"] / result["peer"]["median"]
@@ -150,7 +161,15 @@ def _time(stats, unit):
             f"[{scale * stats['q1']:.3g}-{scale * stats['q3']:.3g}]")
 
 
+def _backend_cell(row, backend):
+    """A `--backends` column's cell: the time and its ratio to the peer, or blank."""
+    if backend not in row["systems"]:
+        return ""
+    return f"{_time(row['systems'][backend], row['unit'])} ({row[f'ratio_{backend}']:.2f})"
+
+
 def markdown(rows, info):
+    backends = [b for b in BACKEND_TITLES if any(b in row["systems"] for row in rows)]
     versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v)
     lines = [
         ("" if info["mode"] == "full" else f"Mode `--{info['mode']}` (not the full sizes). ")
@@ -161,11 +180,14 @@ def markdown(rows, info):
         f"TF_ENABLE_ONEDNN_OPTS={info['tf_onednn']}. "
         "Times: median [interquartile range] over interleaved rounds, each system in "
         "its own process. Ratio: keras_dml / peer time, median [range] of the per-round "
-        "ratios (below 1: keras_dml is faster).",
+        "ratios (below 1: keras_dml is faster)."
+        + (" keras_dml on another Keras backend: time (its ratio to the peer); keras_dml "
+           "alone is TensorFlow's." if backends else ""),
         "",
         "| benchmark | keras_dml | peer | ratio | target | met |"
+        + "".join(f" {BACKEND_TITLES[b]} |" for b in backends)
         + (" peer alone / in harness |" if any("fair" in r for r in rows) else ""),
-        "| --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- |" + " --- |" * len(backends)
         + (" --- |" if any("fair" in r for r in rows) else ""),
     ]
     for row in rows:
@@ -177,7 +199,8 @@ def markdown(rows, info):
         target = "" if row["target"] is None else f"<= {row['target']:.2f}"
         met = "" if row["target"] is None else ("yes" if row["ratio"] <= row["target"] else "no")
         line = (f"| {row['group']}: {row['name']} | {_time(result['keras_dml'], row['unit'])} | "
-                f"{_time(result['peer'], row['unit'])} | {ratio} | {target} | {met} |")
+                f"{_time(result['peer'], row['unit'])} | {ratio} | {target} | {met} |"
+                + "".join(f" {_backend_cell(row, b)} |" for b in backends))
         if "fair" in row:
             runs = row.get("harness_runs", 1)
             line += (f" {row['peer_alone_over_harness']:.2f}"
@@ -283,6 +306,9 @@ def main(argv=None):
                         help="cpu hides GPUs from every system; gpu runs TensorFlow, torch "
                              "and faiss (faiss-gpu needed) on the GPU; the files are named "
                              "benchmarks-gpu.*")
+    parser.add_argument("--backends", nargs="+", default=[], choices=list(BACKEND_TITLES),
+                        help="also time keras_dml's loss step on these Keras backends (loss "
+                             "cases; JAX and PyTorch must be installed)")
     parser.add_argument("--out", default=os.path.join("benchmarks", "results"),
                         help="folder for benchmarks.json and benchmarks.md")
     args = parser.parse_args(argv)
@@ -301,7 +327,8 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     rows, large = [], []
     for case in cases:  # the files are rewritten after each case: a long run keeps its rows
-        rows.append(run_case(case, chosen, args.threads, args.check_fairness, args.device))
+        rows.append(run_case(case, chosen, args.threads, args.check_fairness, args.device,
+                             args.backends))
         table = write(stem, info, rows, large)
     if args.large_batches:
         large = large_batches(args.threads, args.large_sizes, args.large_repeats,

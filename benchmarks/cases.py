@@ -12,6 +12,8 @@ import dataclasses
 TF = "benchmarks.tf_systems"
 TORCH = "benchmarks.torch_systems"
 FAISS = "benchmarks.faiss_systems"
+#: keras_dml's loss step on the other Keras backends (`benchmarks.keras_systems`)
+ON_BACKEND = {"jax": "benchmarks.on_jax", "torch": "benchmarks.on_torch"}
 
 
 @dataclasses.dataclass
@@ -33,10 +35,19 @@ class Case:
             return self.repeats.get(mode, 1), 0, 1
         return self.repeats.get(mode, 1), 1, self.inner
 
-    def systems_for(self, mode):
+    def systems_for(self, mode, backends=()):
+        """{name: (factory, kwargs)} at the sizes of `mode`. `backends` ("jax",
+        "torch") adds keras_dml's loss step on those Keras backends, each a system of
+        its own named after the backend (loss cases only)."""
         size = self.sizes[mode]
-        return {name: (factory, {**kwargs, **size})
-                for name, (factory, kwargs) in self.systems.items()}
+        systems = {name: (factory, {**kwargs, **size})
+                   for name, (factory, kwargs) in self.systems.items()}
+        factory, kwargs = systems["keras_dml"]
+        if factory == f"{TF}:loss_step":
+            kwargs = {key: value for key, value in kwargs.items() if key != "jit_compile"}
+            for backend in backends:
+                systems[backend] = (f"{ON_BACKEND[backend]}:loss_step", kwargs)
+        return systems
 
     @property
     def key(self):

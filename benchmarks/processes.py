@@ -53,6 +53,9 @@ def thread_env(threads, device="cpu", root=ROOT):
                  "TF_NUM_INTRAOP_THREADS", "BENCH_THREADS"):
         env[name] = value
     env["TF_NUM_INTEROP_THREADS"] = "1" if threads == 1 else "2"
+    if threads == 1:  # XLA's CPU client (JAX) has no thread count, only one or all cores
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
+                            " intra_op_parallelism_threads=1").strip()
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     # TensorFlow's oneDNN kernels, as `keras-dml` runs them (keras_dml.cli); TensorFlow
     # turns them on by itself only on CPUs with AVX-512 VNNI / BF16 or AMX.

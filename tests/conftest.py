@@ -1,4 +1,12 @@
-"""Shared test set-up: quiet TensorFlow, two logical CPUs, deterministic seeds."""
+"""Shared test set-up: the backend's test modules, quiet TensorFlow, two logical CPUs,
+deterministic seeds.
+
+The Keras backend comes from the environment (`KERAS_BACKEND`, each backend in its own
+process). On TensorFlow every test module is collected; on JAX and PyTorch only the
+backend-neutral ones (`BACKEND_NEUTRAL`), which use NumPy inputs and `keras.ops` and
+never import TensorFlow: the rest test TensorFlow itself (tf.data, tf.function and XLA
+modes, SavedModel export, tf.distribute) or have not been written backend-neutral yet.
+"""
 
 import os
 
@@ -6,14 +14,36 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
-# Two logical CPU devices, so tf.distribute tests can mirror over two replicas. It
-# must happen before TensorFlow initialises its devices, hence here.
-_cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(
-    _cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
+BACKEND = keras.backend.backend()
+
+#: The test modules that run on every backend (tests/<name>); CI runs them under
+#: KERAS_BACKEND=jax and =torch besides the TensorFlow run of the whole suite.
+BACKEND_NEUTRAL = (
+    "test_backend_contract.py",
+    "test_backend_engine.py",
+    "test_backend_evaluation.py",
+    "test_backend_models.py",
+    "test_backend_pair_losses.py",
+    "test_backend_softmax_losses.py",
+    "test_data_arrays.py",
+    "test_without_tensorflow.py",
 )
+
+if BACKEND == "tensorflow":
+    import tensorflow as tf
+
+    # Two logical CPU devices, so tf.distribute tests can mirror over two replicas. It
+    # must happen before TensorFlow initialises its devices, hence here.
+    _cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        _cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
+    )
+else:
+    collect_ignore_glob = [
+        name for name in os.listdir(os.path.dirname(os.path.abspath(__file__)))
+        if name.startswith("test_") and name.endswith(".py") and name not in BACKEND_NEUTRAL
+    ]
 
 from benchmarks.data import SHARED as _SHARED_DATASETS  # noqa: E402
 

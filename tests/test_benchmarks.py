@@ -419,3 +419,41 @@ def test_listing_quick_mode(capsys):
     for row in rows:
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert cells[1] == "200" and float(cells[2]) >= 0 and len(cells[3].split(", ")) == 3
+
+
+def test_backends_add_keras_dml_on_jax_and_torch_to_the_loss_cases_only():
+    for case in cases.CASES:
+        systems = case.systems_for("smoke", ("jax", "torch"))
+        ours = case.systems_for("smoke")
+        if ours["keras_dml"][0] != f"{cases.TF}:loss_step":
+            assert systems == ours, case.key
+            continue
+        kwargs = {k: v for k, v in ours["keras_dml"][1].items() if k != "jit_compile"}
+        assert systems["jax"] == ("benchmarks.on_jax:loss_step", kwargs)
+        assert systems["torch"] == ("benchmarks.on_torch:loss_step", kwargs)
+
+
+@pytest.mark.parametrize("loss", ["MultiSimilarity + VTHM", "ProxyAnchor (C = 100)"])
+def test_backend_column_times_keras_dml_on_jax_and_torch_in_their_own_processes(
+        tmp_path, loss):
+    """`--backends jax torch`: the same loss step in a JAX and a PyTorch worker, each
+    with its finite value (the pair loss's equal to TensorFlow's), and a column each."""
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--threads", "1", "--only", loss,
+         "--backends", "jax", "torch", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "benchmarks.json").read_text())
+    (row,) = report["cases"]
+    assert {"keras_dml", "peer", "jax", "torch"} <= set(row["systems"])
+    tf_facts = row["systems"]["keras_dml"]["facts"]
+    for backend in ("jax", "torch"):
+        facts = row["systems"][backend]["facts"]
+        assert facts["backend"] == backend and facts["finite"]
+        if "proxy" not in loss.lower():  # proxies are drawn per process: values differ
+            assert facts["value"] == pytest.approx(tf_facts["value"], rel=1e-5)
+        assert row[f"ratio_{backend}"] > 0
+    table = (tmp_path / "benchmarks.md").read_text()
+    assert "keras_dml on JAX | keras_dml on PyTorch |" in table
+    assert report["machine"]["versions"]["jax"]

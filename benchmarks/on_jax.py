@@ -1,0 +1,9 @@
+"""keras_dml's systems on Keras' JAX backend (`benchmarks.keras_systems`), for the worker."""
+
+import os
+
+os.environ["KERAS_BACKEND"] = "jax"
+
+from benchmarks.keras_systems import loss_step  # noqa: E402
+
+__all__ = ["loss_step"]
