@@ -111,7 +111,8 @@ def trained_proxy_model(epochs=2, loss="proxy_anchor"):
 
 def data_parallel_run(parallel, loss):
     """On JAX: `{"devices", "loss", "halves_loss", "weights"}` of `model()` evaluated on
-    one global batch of 32 (and the mean of its halves' losses), then trained one step, under `keras.distribution.DataParallel` over
+    one global batch of 32 (and the mean of its halves' losses), then trained one step,
+    under `keras.distribution.DataParallel` over
     every CPU device when `parallel`, else on one device."""
     import jax
 

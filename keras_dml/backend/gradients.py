@@ -79,7 +79,9 @@ def value_and_gradient(function, x):
     """(value, aux, d sum(value) / d x) by plain autodiff, for `function(x) -> (value, aux)`;
     the gradient is zeros where `x` does not reach the value.
 
-    TensorFlow: a `tf.GradientTape`; JAX: `jax.grad`; PyTorch: `torch.autograd.grad`.
+    TensorFlow: a `tf.GradientTape`; JAX: `jax.grad`, or forward mode (`jax.jacfwd`, one
+    JVP per entry of x) where a loop's trip count depends on values, which JAX's reverse
+    mode cannot differentiate; PyTorch: `torch.autograd.grad`.
     """
     name = backend.name()
     if name == "tensorflow":
@@ -99,7 +101,13 @@ def value_and_gradient(function, x):
             value, aux = function(x)
             return keras.ops.sum(value), (value, aux)
 
-        gradient, (value, aux) = jax.grad(summed, has_aux=True)(x)
+        try:
+            gradient, (value, aux) = jax.grad(summed, has_aux=True)(x)
+        except ValueError as error:  # a loop whose trip count depends on values
+            if "Reverse-mode differentiation does not work" not in str(error):
+                raise
+            # forward mode differentiates through such loops: one JVP per entry of x
+            gradient, (value, aux) = jax.jacfwd(summed, has_aux=True)(x)
         return value, aux, gradient
     if name == "torch":
         import torch

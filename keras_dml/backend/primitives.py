@@ -156,6 +156,17 @@ def without_diagonal(mask):
         keras.ops.eye(keras.ops.shape(mask)[0], dtype="bool")))
 
 
+def bitcast(x, dtype):
+    """The bits of `x` read as `dtype` of the same size (float32 <-> int32).
+
+    TensorFlow's `tf.bitcast`: `keras.ops.view` checks the last dimension in Python,
+    which fails on a dynamic shape (a `tf.distribute` replica's batch).
+    """
+    if backend.is_tensorflow():
+        return _tf().bitcast(x, _tf().as_dtype(dtype))
+    return keras.ops.view(x, dtype)
+
+
 def scatter_rows(indices, rows, num_rows):
     """A dense (num_rows, d) tensor holding `rows` (K, d) at `indices` (K,), zeros
     elsewhere; repeated indices add up."""

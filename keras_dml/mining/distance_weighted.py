@@ -170,7 +170,7 @@ def _by_argmax(keys, counts):
 
 def _by_bisection(keys, counts):
     finite = keys > -float("inf")
-    bits = keras.ops.view(keys, "int32")
+    bits = primitives.bitcast(keys, "int32")
     # Flip the magnitude bits of negative floats: integer order == float order.
     ordered = keras.ops.where(bits < 0, keras.ops.bitwise_xor(bits, 0x7FFFFFFF), bits)
     counts = keras.ops.expand_dims(keras.ops.cast(counts, "float32"), 1)
