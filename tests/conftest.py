@@ -150,6 +150,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.split("[")[0] in SLOW_FUNCTIONS:
             item.add_marker(pytest.mark.slow)
+        # On TensorFlow the backend-neutral modules repeat what the TensorFlow tests of
+        # the same units check in the quick tier: there they are full-tier only.
+        if BACKEND == "tensorflow" and item.path.name in BACKEND_NEUTRAL:
+            item.add_marker(pytest.mark.slow)
     if config.getoption("--full") or "slow" in (config.getoption("markexpr") or ""):
         return
     slow = [item for item in items if item.get_closest_marker("slow")]

@@ -21,9 +21,6 @@ from keras_dml import losses, mining, ops, weighting
 from keras_dml.losses import ENTRIES
 
 NAMES = checks.NAMES
-# On TensorFlow its twins (test_losses_contract.py and the losses' own files) are in the
-# quick tier, so this module is in the full one there; on JAX and PyTorch it is quick.
-pytestmark = [pytest.mark.slow] if keras.backend.backend() == "tensorflow" else []
 
 
 @pytest.mark.parametrize("name", NAMES)
