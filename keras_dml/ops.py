@@ -426,7 +426,8 @@ def _shifted_exps(x, mask, axis, include_zero):
     zero term's 1).
     """
     filled = masked_fill(to_float32(x), mask, FLOAT32_MIN)
-    shift = keras.ops.stop_gradient(keras.ops.max(filled, axis=axis, keepdims=True))
+    shift = keras.ops.stop_gradient(  # initial: an empty batch has no max on TensorFlow
+        keras.ops.max(filled, axis=axis, keepdims=True, initial=FLOAT32_MIN))
     shift = (keras.ops.maximum(shift, 0.0) if include_zero
              else keras.ops.where(shift > FLOAT32_MIN, shift, 0.0))
     exps = keras.ops.exp(filled - shift)
