@@ -224,6 +224,17 @@ class ImageListing:
             raise ValueError(f"{folder}: no images in its {len(folders)} class folders "
                              f"(image files end in {', '.join(IMAGE_EXTENSIONS)}, any case).")
 
+    def images_among(self, folder, files):
+        """The paths of the image files among `files` (names in `folder`), in order;
+        the other files are recorded as skipped."""
+        images = []
+        for name in files:
+            if is_image_file(name):
+                images.append(os.path.join(folder, name))
+            else:
+                self.skip("not an image", os.path.join(folder, name))
+        return images
+
     def images(self, folder):
         """The sorted image paths under `folder` (sub-folders included, each once)."""
         found, pending, visited = [], [folder], set()
@@ -234,11 +245,7 @@ class ImageListing:
                 continue
             visited.add(real)
             folders, files = self.entries(current)
-            for name in files:
-                if is_image_file(name):
-                    found.append(os.path.join(current, name))
-                else:
-                    self.skip("not an image", os.path.join(current, name))
+            found += self.images_among(current, files)
             pending += [os.path.join(current, name) for name in folders]
         found.sort()
         return found

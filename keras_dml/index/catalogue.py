@@ -76,14 +76,11 @@ def list_images(source):
 
 
 def _from_folder(root):
-    from keras_dml.datasets.files import SPLITS, is_image_file, ImageListing
+    from keras_dml.datasets.files import SPLITS, ImageListing
 
     listing = ImageListing()
     folders, files = listing.entries(root)
-    loose = sorted(os.path.join(root, name) for name in files if is_image_file(name))
-    for name in files:
-        if not is_image_file(name):
-            listing.skip("not an image", os.path.join(root, name))
+    loose = sorted(listing.images_among(root, files))
     parts = [part for part in SPLITS if part in folders]
     if parts:
         for part in parts:
