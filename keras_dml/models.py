@@ -134,6 +134,9 @@ class DMLModel(keras.Model):
         # tracked, their states are model variables: a jitted JAX step advances them
         self.loss_seed_generators = _seed_generators(loss)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
+        # The loss is `compute_loss`'s, never Keras' CompileLoss: left unbuilt, that would
+        # make every later `fit` pull a batch from the dataset to build it.
+        self._compile_loss = None
         self.dml_loss = loss
 
     def compile_from_config(self, config):
@@ -302,7 +305,7 @@ class DMLModel(keras.Model):
             if not isinstance(batch, (tuple, list)) or len(batch) < 2:
                 return
             y, dataset = batch[1], x
-        elif y is None and is_tf_dataset(x) and hasattr(x, "element_spec"):
+        elif y is None and is_tf_dataset(x, distributed=False):
             spec = x.element_spec
             if not isinstance(spec, tuple) or len(spec) < 2:
                 return

@@ -13,11 +13,15 @@ def steps():
     return importlib.import_module(f"keras_dml.backend.trainer_{backend.name()}")
 
 
-def is_tf_dataset(data):
-    """Whether `data` is a `tf.data.Dataset` or a `tf.distribute.DistributedDataset`."""
+def is_tf_dataset(data, distributed=True):
+    """Whether `data` is a `tf.data.Dataset` or (with `distributed`) a
+    `tf.distribute.DistributedDataset`."""
     tf = sys.modules.get("tensorflow")
-    return tf is not None and isinstance(data, (tf.data.Dataset,
-                                                tf.distribute.DistributedDataset))
+    if tf is None:
+        return False
+    kinds = (tf.data.Dataset, tf.distribute.DistributedDataset) if distributed else (
+        tf.data.Dataset,)
+    return isinstance(data, kinds)
 
 
 def clear_data_error(error):

@@ -38,7 +38,10 @@ def gather_with_local_gradient(tensor):
 
         return context.all_gather(local, axis=0), grad
 
-    return gather(tensor)
+    gathered = gather(tensor)
+    # keep the static feature shape the collective drops (a miner reads the dimension)
+    gathered.set_shape(tf.TensorShape([None]).concatenate(tensor.shape[1:]))
+    return gathered
 
 
 def gather_across_replicas(embeddings, labels, sample_weight=None):
