@@ -854,3 +854,33 @@ def test_export_from_keras_file_via_cli_arguments(tmp_path, trained_dml, capsys)
         export.export_from_keras_file(tmp_path / "run.h5", tmp_path / "x")
     with pytest.raises(ValueError, match="reference= is required for kind='retriever'"):
         export.export_from_keras_file(keras_path, tmp_path / "x", kind="retriever")
+
+
+_JAX_EXPORT = """
+import sys
+import keras, numpy as np, keras_dml
+inputs = keras.Input((6,))
+model = keras_dml.models.DMLModel(inputs, keras_dml.layers.EmbeddingHead(4)(inputs))
+model.compile(optimizer="adam", loss=keras_dml.losses.MultiSimilarity())
+x = np.random.default_rng(0).normal(size=(16, 6)).astype("float32")
+model.fit(x, np.repeat(np.arange(4), 4), batch_size=16, verbose=0)
+embedder = model.embedder()
+embedder.export(sys.argv[1], format="tf_saved_model", verbose=False)
+np.savez(sys.argv[2], x=x, embeddings=np.asarray(embedder(x)))
+"""
+
+
+@pytest.mark.slow  # a JAX process
+def test_a_jax_trained_embedder_exports_a_saved_model_through_jax2tf(tmp_path):
+    """Keras' `export` from the JAX backend (jax2tf, TensorFlow installed) serves the
+    embeddings the JAX model computes."""
+    pytest.importorskip("jax")
+    saved, outputs = tmp_path / "saved", tmp_path / "outputs.npz"
+    environment = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2")
+    run = subprocess.run([sys.executable, "-c", _JAX_EXPORT, str(saved), str(outputs)],
+                         env=environment, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    expected = np.load(outputs)
+    loaded = tf.saved_model.load(str(saved))  # kept: its variables live as long as it
+    served = loaded.serve([tf.constant(expected["x"])])
+    np.testing.assert_allclose(served.numpy(), expected["embeddings"], atol=1e-6)
