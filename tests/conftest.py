@@ -88,9 +88,7 @@ def pytest_addoption(parser):
 
 #: Test functions (all their parameters) in the full tier only, besides those marked
 #: `@pytest.mark.slow` in their files: the heaviest of the quick tier in a measured run
-#: (`pytest -q -n 2 --durations=0`, 2026-11-26), each 20 s or more in all on 2 busy cores;
-#: the last three were 9-14 s each in the quick tier's run of 2026-11-26 20:15 UTC, which
-#: took 4 min 38 s with them.
+#: (`pytest -q -n 2 --durations=0`, 2026-11-26), each 20 s or more in all on 2 busy cores.
 SLOW_FUNCTIONS = {
     "tests/test_losses_cross_batch_memory.py::test_wrapped_loss_weights_are_trained_and_saved_with_the_model",
     "tests/test_data_designs.py::test_samplers_draw_pairs_with_the_paper_q",
@@ -144,9 +142,6 @@ SLOW_FUNCTIONS = {
     "tests/test_models.py::test_mirrored_update_equals_single_device_for_every_loss",
     "tests/test_models.py::test_mixed_precision_training_keeps_float32_embeddings",
     "tests/test_multilevel.py::test_resnet50_multilevel_trains_with_ice",
-    "tests/test_cli_serving.py::test_index_search_calibrate_export",
-    "tests/test_faults_resume.py::test_a_corrupt_backup_is_a_clear_error_not_a_restart",
-    "tests/test_models.py::test_fit_history_and_evaluate_show_the_real_loss",
 }
 
 
