@@ -14,6 +14,7 @@ import numpy as np
 
 from keras_dml import backbones, backend, data, datasets, evaluation, fine_tuning, losses
 from keras_dml.callbacks import RecallAtK
+from keras_dml.data.preprocessing import default_preprocessing
 from keras_dml.evaluation.embedding import embed_with, inference_function
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
@@ -106,9 +107,8 @@ def _input_spec(split, image_size, backbone="cnn3", crop="random"):
         if image_size:
             shape = (image_size, image_size, shape[-1])
         return shape, None
-    size = image_size or FILE_IMAGE_SIZE
-    preprocessing = data.Preprocessing(
-        image_size=size, resize_size=round(size * 256 / 224), crop=crop,
+    preprocessing = default_preprocessing(
+        image_size or FILE_IMAGE_SIZE, crop=crop,
         normalization="none" if backbones.is_application(backbone) else "unit")
     return (preprocessing.image_size, preprocessing.image_size, preprocessing.channels), \
         preprocessing
@@ -694,7 +694,7 @@ def run(config, report=None, resume=False):
         with clock.phase("plots"):
             summary["plots"] = write_plots(run_dir, recall.history, queries, embeddings,
                                            config.steps_per_epoch)
-    if config.export and _can_export():
+    if config.export and _can_export(run_dir):
         from keras_dml.export import export_embedder
 
         with clock.phase("export"):
@@ -722,7 +722,7 @@ def _image_file_error(error):
     return clear_error(error)
 
 
-def _can_export():
+def _can_export(run_dir):
     """Whether this process can write the SavedModel export; if not, prints why."""
     if not backend.tensorflow_installed():
         print('export skipped: the SavedModel export needs TensorFlow, which is not '
@@ -732,7 +732,7 @@ def _can_export():
     if not backend.is_tensorflow():
         print(f"export skipped: the SavedModel export traces the model in TensorFlow and "
               f"Keras runs on {backend.name()} here; export the saved model.keras with "
-              f"KERAS_BACKEND=tensorflow keras-dml export <run>", flush=True)
+              f"KERAS_BACKEND=tensorflow keras-dml export {run_dir}", flush=True)
         return False
     return True
 
