@@ -335,21 +335,37 @@ def _have_tensorboard():
     return True
 
 
+#: The run's t-SNE map: points, iterations and OpenMP threads. One thread: on a busy
+#: machine (TensorFlow's own thread pools, other jobs) t-SNE's OpenMP threads wait
+#: for each other, and the map took 38-46 s with all of them.
+TSNE_POINTS, TSNE_ITERATIONS, TSNE_THREADS = 1000, 500, 1
+
+
 def write_plots(run_dir, recall_history, split, embeddings, steps_per_epoch):
-    """Recall@K per step, a t-SNE map and (for in-memory images) a retrieval grid."""
+    """Recall@K per step, a t-SNE map and a retrieval grid (of in-memory images or of
+    the split's image files), each announced on a line as it is drawn."""
     from keras_dml import plots
 
-    written = {
-        "recall_curves": plots.recall_curves(
-            recall_history, os.path.join(run_dir, "recall_curves.png"),
-            steps_per_epoch=steps_per_epoch),
-        "tsne": plots.tsne_map(embeddings, split.labels, os.path.join(run_dir, "tsne.png"),
-                               max_points=1000, class_names=split.class_names),
+    started = time.perf_counter()
+    images = split.images if split.images is not None else split.paths
+    figures = {
+        "recall_curves": ("Recall@K curves", lambda path: plots.recall_curves(
+            recall_history, path, steps_per_epoch=steps_per_epoch)),
+        "tsne": (f"a t-SNE map of {min(len(embeddings), TSNE_POINTS):,} embeddings",
+                 lambda path: plots.tsne_map(
+                     embeddings, split.labels, path, max_points=TSNE_POINTS,
+                     max_iter=TSNE_ITERATIONS, threads=TSNE_THREADS,
+                     class_names=split.class_names)),
+        "retrievals": ("a grid of top-5 retrievals", lambda path: plots.retrieval_grid(
+            images, split.labels, embeddings, path, class_names=split.class_names)),
     }
-    if split.images is not None:
-        written["retrievals"] = plots.retrieval_grid(
-            split.images, split.labels, embeddings, os.path.join(run_dir, "retrievals.png"),
-            class_names=split.class_names)
+    written = []
+    for name, (what, draw) in figures.items():
+        print(f"figures: drawing {what}", flush=True)
+        draw(os.path.join(run_dir, f"{name}.png"))
+        written.append(name)
+    print(f"figures: {', '.join(f'{name}.png' for name in written)} drawn in "
+          f"{time.perf_counter() - started:.1f} s", flush=True)
     return sorted(written)
 
 

@@ -39,7 +39,7 @@ def require_tensorflow_backend(feature):
     runs on TensorFlow."""
     if not is_tensorflow():
         raise TensorFlowBackendRequiredError(
-            f"keras_dml: {feature} traces the model in TensorFlow, and Keras runs on "
+            f"{feature} traces the model in TensorFlow, and Keras runs on "
             f"{name()} here: {export_advice()}.")
 
 
