@@ -193,6 +193,31 @@ def build_model(config, input_shape, weights=None):
     return model
 
 
+def compile_model(model, config, num_classes, loss=None, jit_compile=None):
+    """Compile `model` as `keras-dml train` does: `config`'s loss (or `loss`, a name,
+    with its default arguments), wrapped in a `CrossBatchMemory` if `config` asks,
+    Adam(W) on `config`'s learning-rate schedule, and the step compiled as
+    `step_jit_compile(config.jit_compile)` says (or `jit_compile`)."""
+    loss = make_loss(config.loss, config.loss_args, num_classes) if loss is None else \
+        make_loss(loss, num_classes=num_classes)
+    if config.memory_size:
+        loss = losses.CrossBatchMemory(loss, config.memory_size, config.memory_warmup,
+                                       include_batch_loss=config.memory_batch_loss,
+                                       momentum=config.memory_momentum)
+    rate = learning_rate_schedule(config.learning_rate, config.epochs * config.steps_per_epoch,
+                                  config.warmup_steps, config.lr_schedule)
+    jit_compile = step_jit_compile(config.jit_compile) if jit_compile is None else jit_compile
+    model.compile(optimizer=adam(rate, config.weight_decay), loss=loss, jit_compile=jit_compile)
+
+
+def step_jit_compile(requested):
+    """The `jit_compile` of the run's training step: XLA on TensorFlow when `requested`
+    (`--jit-compile`; its graph step is faster on a CPU without it); on JAX always, since
+    Keras runs an un-jitted JAX step op by op (the main job's step took 4.8x TensorFlow's
+    that way, 2026-11-28); on PyTorch when `requested` (`torch.compile`)."""
+    return True if backend.name() == "jax" else bool(requested)
+
+
 def _warm_start_head(model, source, origin):
     """Copies the `embedding` head of `source` into `model` when the shapes match."""
     head = model.get_layer("embedding")
@@ -595,16 +620,7 @@ def run(config, report=None, resume=False):
     with scope, _dtype_policy(config.mixed_precision):
         # a resumed run's backup restores every weight: nothing to download or load
         model = build_model(config, input_shape, weights="none" if resume else None)
-        loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
-        if config.memory_size:
-            loss = losses.CrossBatchMemory(loss, config.memory_size, config.memory_warmup,
-                                           include_batch_loss=config.memory_batch_loss,
-                                           momentum=config.memory_momentum)
-        rate = learning_rate_schedule(config.learning_rate,
-                                      config.epochs * config.steps_per_epoch,
-                                      config.warmup_steps, config.lr_schedule)
-        model.compile(optimizer=adam(rate, config.weight_decay), loss=loss,
-                      jit_compile=config.jit_compile)
+        compile_model(model, config, splits.train.num_classes)
     if not _is_chief():
         config = dataclasses.replace(config, export=False, plots=False)
     pixel_max = 255.0 if backbones.is_application(config.backbone) else 1.0
