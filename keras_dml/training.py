@@ -13,6 +13,7 @@ import keras
 import numpy as np
 
 from keras_dml import backbones, backend, data, datasets, evaluation, fine_tuning, losses
+from keras_dml.backend.augmentation import training_call
 from keras_dml.callbacks import RecallAtK
 from keras_dml.evaluation.embedding import embed_with, inference_function
 from keras_dml.layers import EmbeddingHead
@@ -161,12 +162,13 @@ def _augmented(transform, config, input_shape):
                            input_shape[0], config.seed)
     if augment is None:
         return transform
+    augment_batch = (lambda x: augment(x, training=True)) if backend.is_tensorflow() else \
+        training_call(augment)  # NumPy batches: jitted on JAX
 
     def map_fn(x, y):
         if transform is not None:
             x, y = transform(x, y)
-        x = augment(x, training=True)
-        return (x if backend.is_tensorflow() else keras.ops.convert_to_numpy(x)), y
+        return augment_batch(x), y
 
     return map_fn
 
