@@ -20,6 +20,7 @@ BACKEND = keras.backend.backend()
 #: The test modules that run on every backend (tests/<name>); CI runs them under
 #: KERAS_BACKEND=jax and =torch besides the TensorFlow run of the whole suite.
 BACKEND_NEUTRAL = (
+    "test_backend_augmentation.py",
     "test_backend_contract.py",
     "test_backend_engine.py",
     "test_backend_evaluation.py",
