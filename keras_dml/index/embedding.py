@@ -126,3 +126,24 @@ def _file_preprocessing(embedder, preprocessing):
         raise ValueError("Image files need preprocessing=keras_dml.data.Preprocessing(...): the "
                          "embedder has no (batch, H, W, C) Keras input to take its size from.")
     return file_preprocessing(tuple(int(d) for d in inputs[0].shape[1:]))
+
+
+def source_preprocessing(embedder, source, preprocessing=None):
+    """The `Preprocessing` that makes `source`'s embeddings, to record with them.
+
+    `preprocessing` when given; else the one the embedder records (a model
+    trained on a preprocessed stream); else, for image files, the default of
+    `embed_source` for the embedder's input; else None (arrays and tf.data
+    batches arrive prepared).
+    """
+    from keras_dml.data.sources import is_paths
+    from keras_dml.datasets import LabeledImages
+
+    if preprocessing is not None:
+        return preprocessing
+    recorded = getattr(embedder, "preprocessing", None)
+    if recorded is not None and hasattr(recorded, "to_dict"):
+        return recorded
+    files = (isinstance(source, LabeledImages) and source.paths is not None) or (
+        isinstance(source, (tuple, list)) and len(source) == 2 and is_paths(source[0]))
+    return _file_preprocessing(embedder, None) if files else None
