@@ -146,9 +146,15 @@ class ArrayGallery:
     def search(self, vectors, k, rows=None):
         """Top-k gallery positions of `vectors`, the items excluded for the query
         `rows` (positions in the evaluated queries) left out."""
-        scores = self.scorer.scores(vectors, rows)
-        top = _top_k(scores, k)
-        return top, np.take_along_axis(scores, top, 1)
+        found, values = [], []
+        step = self.scorer.chunk_rows()  # bounded: one block of scores at a time
+        for start in range(0, len(vectors), step):
+            block = None if rows is None else rows[start:start + step]
+            scores = self.scorer.scores(vectors[start:start + step], block)
+            top = _top_k(scores, k)
+            found.append(top)
+            values.append(np.take_along_axis(scores, top, 1))
+        return np.concatenate(found), np.concatenate(values)
 
     def embeddings(self, ids):
         return self.scorer.gallery[np.asarray(ids)]
