@@ -164,6 +164,7 @@ class Index:
             raise ValueError(f"{where} holds embeddings of dimension {recorded['dim']}, not "
                              f"{given['dim']}.")
         provenance.compare_models(recorded, given, allow_mismatch, where)
+        store.load()
         if info is not None:
             record["info"] = {**record["info"], **storage.check_info(info)}
         return record
