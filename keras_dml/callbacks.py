@@ -8,7 +8,8 @@ import keras
 import numpy as np
 
 from keras_dml import hyperparameters, validation
-from keras_dml.data.stream_preprocessing import stream_preprocessing, warn_if_normalised_twice
+from keras_dml.data.stream_preprocessing import (stream_preprocessing, warn_if_normalised_twice,
+                                                  warn_if_prepared_otherwise)
 from keras_dml.evaluation.collapse import collapse_warning
 from keras_dml.evaluation.embedding import as_dataset, embed_with, inference_function
 from keras_dml.evaluation.retrieval import METRICS, check_metrics, retrieval_metrics
@@ -35,6 +36,7 @@ class _EmbeddingCallback(keras.callbacks.Callback):
         self._forward = inference_function(self.embedding_model or model)
         for data in (self.validation_data, getattr(self, "reference_data", None)):
             warn_if_normalised_twice(self.embedding_model or model, stream_preprocessing(data))
+            warn_if_prepared_otherwise(self.embedding_model or model, stream_preprocessing(data))
 
     def due(self, epoch):
         """Whether epoch `epoch` (0-based) is evaluated."""

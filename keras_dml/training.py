@@ -13,7 +13,9 @@ import keras
 import numpy as np
 
 from keras_dml import backbones, backend, data, datasets, evaluation, fine_tuning, losses
+from keras_dml.backend.augmentation import training_call
 from keras_dml.callbacks import RecallAtK
+from keras_dml.data.preprocessing import default_preprocessing
 from keras_dml.evaluation.embedding import embed_with, inference_function
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
@@ -106,9 +108,8 @@ def _input_spec(split, image_size, backbone="cnn3", crop="random"):
         if image_size:
             shape = (image_size, image_size, shape[-1])
         return shape, None
-    size = image_size or FILE_IMAGE_SIZE
-    preprocessing = data.Preprocessing(
-        image_size=size, resize_size=round(size * 256 / 224), crop=crop,
+    preprocessing = default_preprocessing(
+        image_size or FILE_IMAGE_SIZE, crop=crop,
         normalization="none" if backbones.is_application(backbone) else "unit")
     return (preprocessing.image_size, preprocessing.image_size, preprocessing.channels), \
         preprocessing
@@ -161,12 +162,13 @@ def _augmented(transform, config, input_shape):
                            input_shape[0], config.seed)
     if augment is None:
         return transform
+    augment_batch = (lambda x: augment(x, training=True)) if backend.is_tensorflow() else \
+        training_call(augment)  # NumPy batches: jitted on JAX
 
     def map_fn(x, y):
         if transform is not None:
             x, y = transform(x, y)
-        x = augment(x, training=True)
-        return (x if backend.is_tensorflow() else keras.ops.convert_to_numpy(x)), y
+        return augment_batch(x), y
 
     return map_fn
 
@@ -191,6 +193,31 @@ def build_model(config, input_shape, weights=None):
     if source is not None:
         _warm_start_head(model, source, weights)
     return model
+
+
+def compile_model(model, config, num_classes, loss=None, jit_compile=None):
+    """Compile `model` as `keras-dml train` does: `config`'s loss (or `loss`, a name,
+    with its default arguments), wrapped in a `CrossBatchMemory` if `config` asks,
+    Adam(W) on `config`'s learning-rate schedule, and the step compiled as
+    `step_jit_compile(config.jit_compile)` says (or `jit_compile`)."""
+    loss = make_loss(config.loss, config.loss_args, num_classes) if loss is None else \
+        make_loss(loss, num_classes=num_classes)
+    if config.memory_size:
+        loss = losses.CrossBatchMemory(loss, config.memory_size, config.memory_warmup,
+                                       include_batch_loss=config.memory_batch_loss,
+                                       momentum=config.memory_momentum)
+    rate = learning_rate_schedule(config.learning_rate, config.epochs * config.steps_per_epoch,
+                                  config.warmup_steps, config.lr_schedule)
+    jit_compile = step_jit_compile(config.jit_compile) if jit_compile is None else jit_compile
+    model.compile(optimizer=adam(rate, config.weight_decay), loss=loss, jit_compile=jit_compile)
+
+
+def step_jit_compile(requested):
+    """The `jit_compile` of the run's training step: XLA on TensorFlow when `requested`
+    (`--jit-compile`; its graph step is faster on a CPU without it); on JAX always, since
+    Keras runs an un-jitted JAX step op by op (the main job's step took 4.8x TensorFlow's
+    that way, 2026-11-28); on PyTorch when `requested` (`torch.compile`)."""
+    return True if backend.name() == "jax" else bool(requested)
 
 
 def _warm_start_head(model, source, origin):
@@ -335,21 +362,37 @@ def _have_tensorboard():
     return True
 
 
+#: The run's t-SNE map: points, iterations and OpenMP threads. One thread: on a busy
+#: machine (TensorFlow's own thread pools, other jobs) t-SNE's OpenMP threads wait
+#: for each other, and the map took 38-46 s with all of them.
+TSNE_POINTS, TSNE_ITERATIONS, TSNE_THREADS = 1000, 500, 1
+
+
 def write_plots(run_dir, recall_history, split, embeddings, steps_per_epoch):
-    """Recall@K per step, a t-SNE map and (for in-memory images) a retrieval grid."""
+    """Recall@K per step, a t-SNE map and a retrieval grid (of in-memory images or of
+    the split's image files), each announced on a line as it is drawn."""
     from keras_dml import plots
 
-    written = {
-        "recall_curves": plots.recall_curves(
-            recall_history, os.path.join(run_dir, "recall_curves.png"),
-            steps_per_epoch=steps_per_epoch),
-        "tsne": plots.tsne_map(embeddings, split.labels, os.path.join(run_dir, "tsne.png"),
-                               max_points=1000, class_names=split.class_names),
+    started = time.perf_counter()
+    images = split.images if split.images is not None else split.paths
+    figures = {
+        "recall_curves": ("Recall@K curves", lambda path: plots.recall_curves(
+            recall_history, path, steps_per_epoch=steps_per_epoch)),
+        "tsne": (f"a t-SNE map of {min(len(embeddings), TSNE_POINTS):,} embeddings",
+                 lambda path: plots.tsne_map(
+                     embeddings, split.labels, path, max_points=TSNE_POINTS,
+                     max_iter=TSNE_ITERATIONS, threads=TSNE_THREADS,
+                     class_names=split.class_names)),
+        "retrievals": ("a grid of top-5 retrievals", lambda path: plots.retrieval_grid(
+            images, split.labels, embeddings, path, class_names=split.class_names)),
     }
-    if split.images is not None:
-        written["retrievals"] = plots.retrieval_grid(
-            split.images, split.labels, embeddings, os.path.join(run_dir, "retrievals.png"),
-            class_names=split.class_names)
+    written = []
+    for name, (what, draw) in figures.items():
+        print(f"figures: drawing {what}", flush=True)
+        draw(os.path.join(run_dir, f"{name}.png"))
+        written.append(name)
+    print(f"figures: {', '.join(f'{name}.png' for name in written)} drawn in "
+          f"{time.perf_counter() - started:.1f} s", flush=True)
     return sorted(written)
 
 
@@ -595,16 +638,7 @@ def run(config, report=None, resume=False):
     with scope, _dtype_policy(config.mixed_precision):
         # a resumed run's backup restores every weight: nothing to download or load
         model = build_model(config, input_shape, weights="none" if resume else None)
-        loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
-        if config.memory_size:
-            loss = losses.CrossBatchMemory(loss, config.memory_size, config.memory_warmup,
-                                           include_batch_loss=config.memory_batch_loss,
-                                           momentum=config.memory_momentum)
-        rate = learning_rate_schedule(config.learning_rate,
-                                      config.epochs * config.steps_per_epoch,
-                                      config.warmup_steps, config.lr_schedule)
-        model.compile(optimizer=adam(rate, config.weight_decay), loss=loss,
-                      jit_compile=config.jit_compile)
+        compile_model(model, config, splits.train.num_classes)
     if not _is_chief():
         config = dataclasses.replace(config, export=False, plots=False)
     pixel_max = 255.0 if backbones.is_application(config.backbone) else 1.0
@@ -694,7 +728,7 @@ def run(config, report=None, resume=False):
         with clock.phase("plots"):
             summary["plots"] = write_plots(run_dir, recall.history, queries, embeddings,
                                            config.steps_per_epoch)
-    if config.export and _can_export():
+    if config.export and _can_export(run_dir):
         from keras_dml.export import export_embedder
 
         with clock.phase("export"):
@@ -722,7 +756,7 @@ def _image_file_error(error):
     return clear_error(error)
 
 
-def _can_export():
+def _can_export(run_dir):
     """Whether this process can write the SavedModel export; if not, prints why."""
     if not backend.tensorflow_installed():
         print('export skipped: the SavedModel export needs TensorFlow, which is not '
@@ -732,7 +766,7 @@ def _can_export():
     if not backend.is_tensorflow():
         print(f"export skipped: the SavedModel export traces the model in TensorFlow and "
               f"Keras runs on {backend.name()} here; export the saved model.keras with "
-              f"KERAS_BACKEND=tensorflow keras-dml export <run>", flush=True)
+              f"KERAS_BACKEND=tensorflow keras-dml export {run_dir}", flush=True)
         return False
     return True
 

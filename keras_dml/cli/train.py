@@ -125,7 +125,9 @@ def add_arguments(parser):
                      help="add each training class turned by 90, 180 and 270 degrees as three "
                      "new classes (for characters, as omniglot; in-memory datasets)")
     fit.add_argument("--seed", type=int, default=default("seed"), help="default %(default)s")
-    fit.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
+    fit.add_argument("--jit-compile", action="store_true",
+                     help="compile the step with XLA on TensorFlow (torch.compile on PyTorch); "
+                     "JAX always compiles its step")
     fit.add_argument("--strategy", choices=STRATEGIES, default=default("strategy"),
                      help="tf.distribute strategy: mirrored = this machine's GPUs, multiworker "
                      "= the cluster in TF_CONFIG, auto (default) = multiworker when TF_CONFIG "

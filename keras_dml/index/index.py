@@ -567,9 +567,11 @@ class Index:
                 image paths of a file-based split or of `(paths, labels)`, else
                 none.
             preprocessing: The `keras_dml.data.Preprocessing` of image files.
-                Defaults to None: the one the embedder records, else as
-                `keras-dml train` prepares files for the embedder's input size
-                (resize 256, centre crop, [0, 1]).
+                Defaults to None: the one the embedder records (a fitted
+                `DMLModel`'s `embedder()` carries its training stream's), else
+                the one `keras-dml train` uses for the embedder's input size
+                (resize to size * 256 / 224, centre crop, [0, 1]), with a
+                warning saying so.
             run: The run directory the embedder comes from, recorded in
                 `provenance`. Defaults to None.
 

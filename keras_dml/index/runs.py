@@ -3,8 +3,8 @@
 A run directory holds `model.keras` and `summary.json` (the training
 configuration and export settings). Image files are prepared for its embedder
 by `preprocessing(run)`: for runs on image-file datasets the evaluation
-transform training recorded; for runs on in-memory datasets (digits, Omniglot)
-a resize to the model input and a scale to [0, 1].
+transform the model (or the run's summary) records; for runs on in-memory
+datasets (digits, Omniglot) a resize to the model input and a scale to [0, 1].
 """
 
 import dataclasses
@@ -108,27 +108,20 @@ def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256
 def preprocessing(run):
     """The run's `Preprocessing` for image files.
 
-    A run on image files: the one training recorded (its summary), else the one
-    `keras-dml train` builds for the input size. A run on in-memory images:
-    resize to the input size and scale to [0, 1], as training saw its arrays.
+    A run on image files: the one its model records, else the one its summary
+    records, else the one `keras-dml train` builds for the input size (with a
+    warning, see `model_preprocessing`). A run on in-memory images: resize to the
+    input size and scale to [0, 1], as training saw its arrays.
     """
     from keras_dml.data import Preprocessing
+    from keras_dml.data.stream_preprocessing import model_preprocessing, recorded_preprocessing
 
     height, _, channels = run.input_shape
     if run.in_memory:
         return Preprocessing(image_size=height, resize_size=height, channels=channels)
-    if run.export.get("preprocessing"):
+    if recorded_preprocessing(run.embedder) is None and run.export.get("preprocessing"):
         return Preprocessing.from_dict(run.export["preprocessing"])
-    return file_preprocessing(run.input_shape)
-
-
-def file_preprocessing(input_shape):
-    """The `Preprocessing` `keras-dml train` gives image files for a model input
-    `(H, W, C)`: resize to 256 (or H when larger), centre crop H, scale to [0, 1]."""
-    from keras_dml.data import Preprocessing
-
-    height, _, channels = input_shape
-    return Preprocessing(image_size=height, resize_size=max(256, height), channels=channels)
+    return model_preprocessing(run.embedder)
 
 
 def _array_transform(split, input_shape):
