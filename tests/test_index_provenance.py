@@ -76,7 +76,8 @@ def test_from_model_records_the_model_and_preprocessing_in_the_saved_index(tmp_p
     with pytest.warns(UserWarning, match="allow_mismatch=True: The index holds"):
         loaded.check_model(other, allow_mismatch=True)
 
-    default = Index.from_model(embedder, (paths, labels), verbose=0)  # as keras-dml train
+    with pytest.warns(UserWarning, match="records no preprocessing"):  # as keras-dml train
+        default = Index.from_model(embedder, (paths, labels), verbose=0)
     assert default.provenance["preprocessing"]["image_size"] == 16
     arrays = Index.from_model(embedder, (np.zeros((2, 16, 16, 3), "float32"), [0, 1]),
                               verbose=0)
