@@ -99,7 +99,7 @@ def test_reopening_with_another_metric_dimension_model_or_index_is_refused(lite)
     with pytest.warns(UserWarning, match="allow_mismatch=True"):
         index = Index.open(lite, "faces", provenance=other, allow_mismatch=True, nprobe=2)
     with index:  # reopened with its own metric and index; a search option changed
-        assert index.metric == "dot" and index._record["options"]["nprobe"] == 2
+        assert index.metric == "dot" and index.options["nprobe"] == 2
         assert len(index) == 40
         with pytest.raises(ModelMismatchError, match="runs/a"):
             index.check_model(b)

@@ -210,6 +210,11 @@ class Index:
         return self._store.name
 
     @property
+    def options(self):
+        """The backend's options (in memory), or the Milvus index type and its options."""
+        return dict(self._record["options"])
+
+    @property
     def info(self):
         """The JSON dict saved with the index."""
         return self._record["info"]
