@@ -160,3 +160,21 @@ def test_milvus_options_are_checked(lite):
         Index(backend="milvus", uri=lite, collection="x2", index_type="HNSW", nprobe=3)
     with pytest.raises(ValueError, match="uri= is for backend='milvus'"):
         Index(uri=lite)
+
+
+def test_a_saved_index_moves_into_milvus_with_its_provenance(lite, tmp_path):
+    x = _data(n=30)
+    made = {"model_fingerprint": "sha256:00112233aabbccdd", "run": "runs/a"}
+    memory = Index(provenance=made)
+    memory.add(x, labels=np.arange(30) % 3, metadata=[{"n": i} for i in range(30)])
+    memory.save(tmp_path / "saved")
+    with Index.load(tmp_path / "saved", backend="milvus", uri=lite,
+                    collection="moved") as moved:
+        assert moved.provenance == memory.provenance and len(moved) == 30
+        expected, found = memory.search(x[:4], k=5), moved.search(x[:4], k=5)
+        np.testing.assert_array_equal(found.ids, expected.ids)
+        assert found.metadata == expected.metadata
+        moved.save(tmp_path / "back")  # and back to the in-memory form
+    back = Index.load(tmp_path / "back")
+    assert back.backend == "exact" and back.provenance == memory.provenance
+    np.testing.assert_array_equal(back.search(x[:4], k=5).ids, expected.ids)

@@ -43,6 +43,8 @@ INDEX_TYPES = {  # keras_dml option -> Milvus build / search parameter, and defa
     "IVF_FLAT": {"nlist": ("build", "nlist", 128), "nprobe": ("search", "nprobe", 16)},
 }
 INSERT_ROWS = 5000  # rows per insert call (a gRPC message stays well under its 64 MB cap)
+QUERY_ROWS = 1024  # queries per search call
+MAX_K = 16384  # Milvus' cap on results per query
 MAX_STRING = 65535  # VARCHAR length cap of ids and labels
 TIMEOUT = 10.0  # seconds to reach a server before giving up
 
@@ -371,10 +373,15 @@ class MilvusStore:
         """`(ids, scores, labels, metadata)` of the k best rows per query passing
         `expression`, as `MemoryStore.search` returns them; a query that finds
         fewer than k gets the rest padded (unknown id and label, score -inf)."""
-        hits = self._call(self._client.search, self.collection, data=list(queries), limit=k,
-                          filter=expression, anns_field="vector",
-                          output_fields=["label", "metadata"],
-                          search_params={"params": self._search_parameters(k)})
+        if k > MAX_K:
+            raise ValueError(f"k={k}: Milvus returns at most {MAX_K} items per query.")
+        hits = []
+        for start in range(0, len(queries), QUERY_ROWS):
+            hits.extend(self._call(
+                self._client.search, self.collection, data=list(queries[start:start + QUERY_ROWS]),
+                limit=k, filter=expression, anns_field="vector",
+                output_fields=["label", "metadata"],
+                search_params={"params": self._search_parameters(k)}))
         sign = -1.0 if self.record["metric"] == "euclidean" else 1.0  # L2: squared distance
         id_kind, label_kind = self.record["id_kind"], self.record["label_kind"]
         pad = (storage.unknown(id_kind), -np.inf, storage.unknown(label_kind), None)
