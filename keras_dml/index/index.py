@@ -164,6 +164,7 @@ class Index:
             raise ValueError(f"{where} holds embeddings of dimension {recorded['dim']}, not "
                              f"{given['dim']}.")
         provenance.compare_models(recorded, given, allow_mismatch, where)
+        store.load()
         if info is not None:
             record["info"] = {**record["info"], **storage.check_info(info)}
         return record
@@ -207,6 +208,11 @@ class Index:
     @property
     def backend(self):
         return self._store.name
+
+    @property
+    def options(self):
+        """The backend's options (in memory), or the Milvus index type and its options."""
+        return dict(self._record["options"])
 
     @property
     def info(self):
@@ -558,8 +564,8 @@ class Index:
                 class names), image files `(paths, labels)`, an `(x, y)` tuple
                 of arrays, or a `tf.data.Dataset` of `(x, y)` or `x` batches
                 (e.g. `keras_dml.data.evaluation_batches`).
-            metric, backend, info, uri, token, collection, allow_mismatch,
-                backend_options: As in `Index`.
+            metric, backend, info, backend_options: As in `Index`.
+            uri, token, collection, allow_mismatch: As in `Index` (Milvus).
             batch_size: Batch size for splits, files and arrays. Defaults to 256.
             verbose: 1 shows a progress bar. Defaults to 1.
             metadata: A list of one JSON value per image. Defaults to None: the
