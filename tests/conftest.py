@@ -28,6 +28,7 @@ BACKEND_NEUTRAL = (
     "test_backend_pair_losses.py",
     "test_backend_softmax_losses.py",
     "test_data_arrays.py",
+    "test_pooling.py",
     "test_without_tensorflow.py",
 )
 
