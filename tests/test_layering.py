@@ -19,8 +19,8 @@ needs_linter = pytest.mark.skipif(LINT_IMPORTS is None, reason="import-linter is
 
 
 def lint_imports(root):
-    """lint-imports on the package under `root` with the project's contracts."""
-    return subprocess.run([LINT_IMPORTS, "--config", str(root / "setup.cfg"), "--no-cache"],
+    """lint-imports in `root`: the package there, with the contracts of its setup.cfg."""
+    return subprocess.run([LINT_IMPORTS, "--no-cache"],
                           cwd=root, env={"PYTHONPATH": str(root), "PATH": str(Path(
                               sys.executable).parent)}, capture_output=True, text=True)
 
