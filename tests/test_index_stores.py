@@ -115,6 +115,10 @@ def test_ids_labels_metadata_upsert_remove_and_get(make):
     assert result.labels[:, 0].tolist() == names[:3].tolist()
     assert [m[0] for m in result.metadata] == [{"row": 0}, {"row": 1}, {"row": 2}]
     np.testing.assert_allclose(index.get_embeddings(ids[[5, 2]]), x[[5, 2]], rtol=1e-6)
+    assert index.contains([ids[4], "img/none.jpg"]).tolist() == [True, False]
+    assert index.ids.tolist() == ids.tolist() and index.labels.tolist() == names.tolist()
+    assert index.metadata[:2] == [{"row": 0}, {"row": 1}]
+    np.testing.assert_allclose(index.embeddings, x, rtol=1e-6)  # in the order added
 
     # upsert moves item 0 onto item 150's vector, with new label and metadata
     index.upsert(x[150:151], labels=["moved"], ids=ids[:1], metadata=[{"row": -1}])
