@@ -341,7 +341,7 @@ class Index:
 
     # -- search --------------------------------------------------------------------------
 
-    def search(self, queries, k=1, filter=None):
+    def search(self, queries, k=1, filter=None, rerank=None):
         """The k most similar items of each query (`SearchResult`, best first).
 
         Args:
@@ -352,6 +352,9 @@ class Index:
                 `{"added": {">": datetime(2026, 1, 1)}}`, `{"year": {">=": 2020}}`)
                 or, on Milvus, a Milvus expression string. With a filter, k is
                 capped at the number of passing items. Defaults to None.
+            rerank: Re-rank the top candidates (`keras_dml.index.rerank`): `"qe"`,
+                `"dba"`, `"k_reciprocal"`, with options as `"qe:n=2,alpha=3"`, or a
+                re-ranker object. Defaults to None: the plain search.
 
         Ties between bitwise-equal scores go to the item added first on the
         in-memory backends (the TensorFlow kernel scores the gallery in blocks of
@@ -369,6 +372,10 @@ class Index:
         if k > size:
             raise ValueError(f"k={k} exceeds the {size} items in the index.")
         queries = self._queries(queries)
+        if rerank is not None:
+            from keras_dml.index.rerank import rerank_search
+
+            return rerank_search(self, queries, k, filter, rerank)
         selection = self._selection(filter)
         if self.backend != "milvus":
             return SearchResult(*self._store.search(queries, k, selection))
