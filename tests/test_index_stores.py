@@ -242,3 +242,17 @@ def test_match_decides_as_the_exact_index_at_a_calibrated_threshold(make):
     expected = exact.match(queries, threshold)
     assert 0 < np.sum(expected == -1) < len(queries)  # both decisions occur
     np.testing.assert_array_equal(index.match(queries, threshold), expected)
+
+
+def test_re_ranking_runs_on_every_store(make):
+    x, labels = _clusters(seed=5)
+    exact = Index()
+    exact.add(x, labels=labels)
+    index = make()
+    index.add(x, labels=labels)
+    queries = x[::20] + 0.05
+    for method in ("qe", "dba", "k_reciprocal"):
+        result = index.search(queries, k=5, rerank=method)
+        assert result.ids.shape == (len(queries), 5)
+        if make.store in EXACT:
+            np.testing.assert_array_equal(result.ids, exact.search(queries, 5, rerank=method).ids)
