@@ -135,6 +135,16 @@ def preprocessing(run):
     return model_preprocessing(run.embedder)
 
 
+def run_provenance(run):
+    """The `Index.provenance` of embeddings made by `run`'s embedder from image files:
+    its `model_fingerprint`, its `preprocessing` and the run directory."""
+    from keras_dml.index.provenance import model_fingerprint
+
+    return {"model_fingerprint": model_fingerprint(run.embedder),
+            "preprocessing": preprocessing(run).to_dict(),
+            "run": os.path.abspath(run.run_dir)}
+
+
 def _array_transform(split, input_shape):
     from keras_dml.training import array_transform
 
