@@ -21,7 +21,6 @@ import dataclasses
 import numpy as np
 
 from keras_dml import hyperparameters, ops, validation
-from keras_dml.evaluation.knn import _top_k
 from keras_dml.evaluation.retrieval import _class_ids
 
 _SCORE_BUDGET = 2**23  # float32 scores per chunk (32 MB; with sort keys and masks ~130 MB)
@@ -39,7 +38,7 @@ class RetrievalReport:
         evaluated: int64 positions of the evaluated queries (their class has a
             gallery item they may find).
         average_precision: float64, per evaluated query (its AP over the whole
-            ranking; with re-ranking over the re-ranked list).
+            ranking; with re-ranking, the re-ranked list then the other items).
         map_at_r: float64, per evaluated query.
         top: int32 (evaluated, <= SHOWN) gallery positions of each query's best
             results, best first (query positions under leave-one-out).
@@ -166,6 +165,17 @@ class ArrayGallery:
         return _without_self(ids, found, scores, n)
 
 
+def _top_k(scores, k):
+    """Column indices of the k largest scores of each row, best first, equal scores in
+    column order (an argpartition, then a sort of the k alone)."""
+    if k < scores.shape[1]:
+        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    else:
+        top = np.broadcast_to(np.arange(scores.shape[1]), scores.shape).copy()
+    order = np.lexsort((top, -np.take_along_axis(scores, top, 1)), axis=1)
+    return np.take_along_axis(top, order, 1)
+
+
 def _exclusions(query_ids, gallery_ids, query_groups, gallery_groups):
     """`rows -> [gallery columns to exclude]` from equal ids and equal groups."""
     tables = []
@@ -197,17 +207,26 @@ def _keys(values, count, name):
     return values
 
 
-def _average_precision(scores, positives):
-    """AP of one row over the whole ranking: positives ranked by their score, each
-    behind every item scoring at least as high (ties pessimistic)."""
-    positive_scores = np.sort(scores[positives])[::-1]
-    above = np.sort(scores[scores >= positive_scores[-1]])
-    ranks = len(above) - np.searchsorted(above, positive_scores, side="left")
+def _average_precision(scores, positives, top):
+    """AP of one query over its whole ranking: the list `top` (exact or re-ranked) first,
+    then every other item by score (each behind all scoring at least as high)."""
+    in_top = positives[top]
+    ranks = list(np.flatnonzero(in_top) + 1)
+    rest = positives.copy()
+    rest[top] = False
+    if rest.any():
+        rest_scores = np.sort(scores[rest])[::-1]
+        above = np.sort(scores[scores >= rest_scores[-1]])
+        top_scores = np.sort(scores[top])
+        ahead = (len(above) - np.searchsorted(above, rest_scores, side="left")) - (
+            len(top_scores) - np.searchsorted(top_scores, rest_scores, side="left"))
+        ranks.extend(len(top) + ahead)
+    ranks = np.sort(np.asarray(ranks, np.float64))
     return float(np.mean(np.arange(1, len(ranks) + 1) / ranks))
 
 
-def _list_metrics(same, r, ks, ap_from_list):
-    """Per-query hits@K, precision@K, MAP@R (and AP when `ap_from_list`) of ranked lists."""
+def _list_metrics(same, r, ks):
+    """Per-query hits@K, precision@K and MAP@R of ranked lists."""
     out = {}
     hits = np.logical_or.accumulate(same, axis=1)
     for k in ks:
@@ -218,9 +237,6 @@ def _list_metrics(same, r, ks, ap_from_list):
     relevant = same & within_r
     precision = np.cumsum(relevant, axis=1) / np.arange(1, width + 1)
     out["map@r"] = np.sum(precision * relevant, axis=1) / r
-    if ap_from_list:
-        precision_all = np.cumsum(same, axis=1) / np.arange(1, width + 1)
-        out["map"] = np.sum(precision_all * same, axis=1) / r
     return out
 
 
@@ -252,8 +268,8 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
 
     Returns:
         A `RetrievalReport`. Its "map" is each query's AP over the whole ranking
-        averaged; with `rerank`, over the re-ranked list (positives outside it
-        count as missed). "map@r" and Recall@K are as `retrieval_metrics`.
+        averaged (with `rerank`: the re-ranked list, then the other items in
+        their exact order). "map@r" and Recall@K are as `retrieval_metrics`.
 
     Examples:
         >>> emb = np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], "float32")
@@ -322,10 +338,9 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
             top, top_scores = rerank.rerank(ArrayGallery(scorer, available), queries[rows],
                                             width, rows)
         same = g_ids[top] == q_ids[rows][:, None]
-        values = _list_metrics(same, r, ks, rerank is not None)
-        if rerank is None:
-            values["map"] = np.array([_average_precision(s, p) for s, p in
-                                      zip(scores, positives)])
+        values = _list_metrics(same, r, ks)
+        values["map"] = np.array([_average_precision(s, p, t) for s, p, t in
+                                  zip(scores, positives, top)])
         for key, value in values.items():
             parts[key].append(value)
         parts["evaluated"].append(rows)
