@@ -558,8 +558,8 @@ class Index:
                 class names), image files `(paths, labels)`, an `(x, y)` tuple
                 of arrays, or a `tf.data.Dataset` of `(x, y)` or `x` batches
                 (e.g. `keras_dml.data.evaluation_batches`).
-            metric, backend, info, uri, token, collection, allow_mismatch,
-                backend_options: As in `Index`.
+            metric, backend, info, uri, token, collection, allow_mismatch, backend_options: As
+                in `Index`.
             batch_size: Batch size for splits, files and arrays. Defaults to 256.
             verbose: 1 shows a progress bar. Defaults to 1.
             metadata: A list of one JSON value per image. Defaults to None: the
