@@ -21,7 +21,9 @@ import dataclasses
 import numpy as np
 
 from keras_dml import hyperparameters, ops, validation
+from keras_dml.evaluation import rerank as reranking
 from keras_dml.evaluation.knn import _top_k
+from keras_dml.evaluation.rerank import without_self
 from keras_dml.evaluation.retrieval import _class_ids
 
 _SCORE_BUDGET = 2**23  # float32 scores per chunk (32 MB; with sort keys and masks ~130 MB)
@@ -137,7 +139,7 @@ class _Scorer:
 
 class ArrayGallery:
     """Gallery embeddings in memory as a re-ranker's gallery
-    (`keras_dml.index.rerank`), honouring each query row's exclusions."""
+    (`keras_dml.evaluation.rerank`), honouring each query row's exclusions."""
 
     def __init__(self, scorer, size):
         self.scorer, self.metric = scorer, scorer.metric
@@ -154,10 +156,8 @@ class ArrayGallery:
         return self.scorer.gallery[np.asarray(ids)]
 
     def neighbours(self, ids, n):
-        from keras_dml.index.rerank import _without_self
-
         found, scores = self.search(self.embeddings(ids), min(n + 1, self.scorer.size))
-        return _without_self(ids, found, scores, n)
+        return without_self(ids, found, scores, n)
 
 
 def _exclusions(query_ids, gallery_ids, query_groups, gallery_groups):
@@ -287,9 +287,7 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
     scorer = _Scorer(gallery.astype(np.float32, copy=False), metric,
                      _exclusions(query_ids, gallery_ids, query_groups, gallery_groups))
     if rerank is not None:
-        from keras_dml.index import rerank as rerank_module
-
-        rerank = rerank_module.get(rerank)
+        rerank = reranking.get(rerank)
     chunk = chunk_size or scorer.chunk_rows()
     chunk = hyperparameters.integer_at_least("chunk_size", chunk, 1)
     # results every query can have: the gallery less its largest exclusion

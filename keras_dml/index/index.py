@@ -375,7 +375,7 @@ class Index:
         if rerank is not None:
             from keras_dml.index.rerank import rerank_search
 
-            return rerank_search(self, queries, k, filter, rerank)
+            return SearchResult(*rerank_search(self, queries, k, filter, rerank))
         selection = self._selection(filter)
         if self.backend != "milvus":
             return SearchResult(*self._store.search(queries, k, selection))
