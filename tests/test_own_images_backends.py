@@ -124,6 +124,9 @@ def test_command_line_road_trains_on_a_folder_then_indexes_and_searches(photos, 
         assert summary["export_dir"]
     else:
         assert f"KERAS_BACKEND=tensorflow keras-dml export {run}" in out
+        assert cli.main(["export", str(run)]) == 2
+        assert capsys.readouterr().err.strip().endswith(
+            f"Keras runs on {BACKEND} here: run KERAS_BACKEND=tensorflow keras-dml export {run}")
     assert cli.main(["index", str(run), "--images", photos, "--output",
                      str(tmp_path / "index")]) == 0
     query = os.path.join(photos, sorted(os.listdir(photos))[2])
