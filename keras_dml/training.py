@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -16,6 +17,7 @@ from keras_dml import backbones, backend, data, datasets, evaluation, fine_tunin
 from keras_dml.backend.augmentation import training_call
 from keras_dml.callbacks import RecallAtK
 from keras_dml.data.preprocessing import default_preprocessing
+from keras_dml.evaluation.collapse import TRAIN_CAUSES
 from keras_dml.evaluation.embedding import embed_with
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
@@ -29,6 +31,8 @@ from keras_dml.training_config import (  # noqa: F401 (TrainConfig: re-exported)
 KS = (1, 2, 4, 8)
 SUMMARY = "summary.json"
 CLASS_NAMES = "class_names.json"
+#: Written into a failed run's folder kept for `--resume` (one without a backup is removed).
+FAILED = "failed.json"
 
 
 def make_loss(name, loss_args=None, num_classes=None):
@@ -299,6 +303,7 @@ class RunEvaluation(RecallAtK):
         super().__init__(batches(queries), ks=KS, verbose=0,
                          reference_data=None if references is None else batches(references))
         self.progress = progress
+        self.collapse_causes = TRAIN_CAUSES
         self.clock = clock or Clock()
         self.embeddings = None
         self.full_results = {}
@@ -579,6 +584,12 @@ class ConsoleReport:
         print(f"run:        {run_dir}/ ({files})")
         if summary.get("export_dir"):
             print(f"SavedModel: {summary['export_dir']}")
+        skipped = summary.get("skipped_images") or []
+        if skipped:
+            print(f"skipped {len(skipped)} unreadable image(s) (summary.json lists them): "
+                  f"{'; '.join(skipped[:3])}{' ...' if len(skipped) > 3 else ''}")
+        if summary.get("verdict"):
+            print(f"WARNING: {summary['verdict']}.", flush=True)
 
 
 def metrics_row(title, metrics, ks=KS):
@@ -644,106 +655,195 @@ def run(config, report=None, resume=False):
     pixel_max = 255.0 if backbones.is_application(config.backbone) else 1.0
     transform = None if preprocessing else array_transform(splits.train, input_shape,
                                                            pixel_max)
+    skips_before = _skipped_images()  # the run's skipped files: the ones added from here
     batches = _training_batches(  # before the run folder: a bad design fails fast
         strategy, splits.train, config, preprocessing,
         _augmented(transform, config, input_shape))
     _make_run_directory(run_dir, replace)
-    if not resume:
-        with open(os.path.join(run_dir, "config.json"), "w") as f:
-            json.dump(dataclasses.asdict(config), f, indent=2)
-        with open(os.path.join(run_dir, CLASS_NAMES), "w") as f:  # label i is names[i]
-            json.dump({"train": splits.train.class_names, "test": splits.test.class_names}, f)
-    backup = _backup_callback(run_dir, batches, resume)
-    if report:
-        report.start(config, splits, run_dir)
+    with _failure_kept_or_removed(run_dir, resume):
+        if not resume:
+            with open(os.path.join(run_dir, "config.json"), "w") as f:
+                json.dump(dataclasses.asdict(config), f, indent=2)
+            with open(os.path.join(run_dir, CLASS_NAMES), "w") as f:  # label i is names[i]
+                json.dump({"train": splits.train.class_names, "test": splits.test.class_names}, f)
+        backup = _backup_callback(run_dir, batches, resume)
+        if report:
+            report.start(config, splits, run_dir)
 
-    queries, references = evaluation_splits(splits)
-    recall = RunEvaluation(queries, references, preprocessing, transform,
-                           progress=bool(report and report.progress), clock=clock)
-    before = recall.evaluate_now(model)
-    recall.record_untrained(before)
-    if report:
-        report.metrics("before training", before)
-    callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"),
-                                                   append=resume)]
-    callbacks += [] if backup is None else [backup]
-    log_dir = os.path.join(run_dir, "tensorboard")
-    if _have_tensorboard():
-        callbacks.append(keras.callbacks.TensorBoard(log_dir))
-    callbacks.append(keras.callbacks.LambdaCallback(  # after `backup` has restored
-        on_train_begin=lambda logs=None: _restore_recall_history(recall, backup)))
-    if config.head_warmup_steps or config.backbone_lr_multiplier != 1.0:
-        callbacks.append(fine_tuning.BackboneStepScale(
-            backbone_variables(model), config.backbone_lr_multiplier,
-            config.head_warmup_steps))
-    with clock.phase("fit"):  # training steps + the evaluation after each epoch
-        try:
-            history = model.fit(batches, epochs=config.epochs,
-                                steps_per_epoch=config.steps_per_epoch, callbacks=callbacks,
-                                verbose=_fit_verbose(report), shuffle=False)
-        except Exception as error:  # a bad image file: the message names it
-            clear = _image_file_error(error)
-            if clear is None:
-                raise
-            raise clear from None
-    full_history = getattr(backup, "history", None) or history.history
-    per_evaluation = clock.phases["evaluation"]["seconds"] / clock.phases["evaluation"]["count"]
-    train_seconds = clock.phases["fit"]["seconds"] - config.epochs * per_evaluation
-    after, embeddings = recall.full_results, recall.embeddings
-    if report:
-        report.metrics("after training", after)
+        queries, references = evaluation_splits(splits)
+        if config.skip_bad_images:  # one decode pass: the figures and projector then agree
+            queries, references = (_readable(split) for split in (queries, references))
+        recall = RunEvaluation(queries, references, preprocessing, transform,
+                               progress=bool(report and report.progress), clock=clock)
+        before = recall.evaluate_now(model)
+        recall.record_untrained(before)
+        if report:
+            report.metrics("before training", before)
+        callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"),
+                                                       append=resume)]
+        callbacks += [] if backup is None else [backup]
+        log_dir = os.path.join(run_dir, "tensorboard")
+        if _have_tensorboard():
+            callbacks.append(keras.callbacks.TensorBoard(log_dir))
+        callbacks.append(keras.callbacks.LambdaCallback(  # after `backup` has restored
+            on_train_begin=lambda logs=None: _restore_recall_history(recall, backup)))
+        if config.head_warmup_steps or config.backbone_lr_multiplier != 1.0:
+            callbacks.append(fine_tuning.BackboneStepScale(
+                backbone_variables(model), config.backbone_lr_multiplier,
+                config.head_warmup_steps))
+        with clock.phase("fit"):  # training steps + the evaluation after each epoch
+            try:
+                history = model.fit(batches, epochs=config.epochs,
+                                    steps_per_epoch=config.steps_per_epoch, callbacks=callbacks,
+                                    verbose=_fit_verbose(report), shuffle=False)
+            except Exception as error:  # a bad image file: the message names it
+                clear = _image_file_error(error)
+                if clear is None:
+                    raise
+                raise clear from None
+        full_history = getattr(backup, "history", None) or history.history
+        per_evaluation = clock.phases["evaluation"]["seconds"] / clock.phases["evaluation"]["count"]
+        train_seconds = clock.phases["fit"]["seconds"] - config.epochs * per_evaluation
+        after, embeddings = recall.full_results, recall.embeddings
+        if report:
+            report.metrics("after training", after)
 
-    model_path = os.path.join(run_dir, "model.keras")
-    with clock.phase("save"):
-        model.save(model_path)
-    summary = {
-        "config": dataclasses.asdict(config),
-        "run_name": run_name,
-        "run_dir": run_dir,
-        "model": model_path,
-        "recall_before": before,
-        "recall_after": after,
-        "loss_history": [float(v) for v in full_history.get("loss", [])],
-        "seconds": None,
-        "train_seconds": round(train_seconds, 1),
-        "export": {"base_dir": os.path.join(config.export_dir, run_name),
-                   "input_format": "images" if preprocessing is None else "image_bytes",
-                   "preprocessing": None if preprocessing is None else preprocessing.to_dict()},
-        "export_dir": None,
-        "plots": [],
-    }
-    from keras_dml.projector import write_projector
+        model_path = os.path.join(run_dir, "model.keras")
+        with clock.phase("save"):
+            model.save(model_path)
+        summary = {
+            "config": dataclasses.asdict(config),
+            "run_name": run_name,
+            "run_dir": run_dir,
+            "model": model_path,
+            "recall_before": before,
+            "recall_after": after,
+            "loss_history": [float(v) for v in full_history.get("loss", [])],
+            "seconds": None,
+            "train_seconds": round(train_seconds, 1),
+            "export": {"base_dir": os.path.join(config.export_dir, run_name),
+                       "input_format": "images" if preprocessing is None else "image_bytes",
+                       "preprocessing": None if preprocessing is None else preprocessing.to_dict()},
+            "export_dir": None,
+            "plots": [],
+            "skipped_images": _skipped_images(skips_before) + [
+                f"test image {path!r}" for split in (queries, references) if split is not None
+                for path, reason in split.skipped if reason == "undecodable"],
+            "verdict": run_verdict(before, after, chance_recall(queries, references)),
+        }
+        from keras_dml.projector import write_projector
 
-    with clock.phase("projector"):  # the evaluation set, for TensorBoard's projector
-        thumbnails = backend.tensorflow_installed()  # resized and encoded by TensorFlow
-        if not thumbnails:
-            print("projector: no thumbnail sprite (it needs TensorFlow); vectors and labels "
-                  "are written", flush=True)
-        summary["projector"] = write_projector(
-            log_dir, embeddings, queries.labels,
-            images=queries.images if thumbnails else None,
-            paths=None if queries.images is not None or not thumbnails else queries.paths,
-            class_names=queries.class_names)["config"]
-    if config.plots and _have_matplotlib():
-        with clock.phase("plots"):
-            summary["plots"] = write_plots(run_dir, recall.history, queries, embeddings,
-                                           config.steps_per_epoch)
-    if config.export and _can_export(run_dir):
-        from keras_dml.export import export_embedder
+        with clock.phase("projector"):  # the evaluation set, for TensorBoard's projector
+            thumbnails = backend.tensorflow_installed()  # resized and encoded by TensorFlow
+            if not thumbnails:
+                print("projector: no thumbnail sprite (it needs TensorFlow); vectors and labels "
+                      "are written", flush=True)
+            summary["projector"] = write_projector(
+                log_dir, embeddings, queries.labels,
+                images=queries.images if thumbnails else None,
+                paths=None if queries.images is not None or not thumbnails else queries.paths,
+                class_names=queries.class_names)["config"]
+        if config.plots and _have_matplotlib():
+            with clock.phase("plots"):
+                summary["plots"] = write_plots(run_dir, recall.history, queries, embeddings,
+                                               config.steps_per_epoch)
+                from keras_dml.plots.report import write_run_report
 
-        with clock.phase("export"):
-            summary["export_dir"] = export_embedder(
-                model.embedder(), summary["export"]["base_dir"],
-                input_format=summary["export"]["input_format"], preprocessing=preprocessing,
-                run_info=_run_info(config, after, input_shape, preprocessing),
-            )
-    summary["seconds"] = round(time.time() - started, 1)
-    summary["timings"] = clock.rounded()
-    with open(os.path.join(run_dir, SUMMARY), "w") as f:
-        json.dump(summary, f, indent=2, default=str)
-    if report:
-        report.finish(summary)
+                summary["report"] = write_run_report(run_dir, queries, embeddings, before, after)
+                print(f"report: {summary['report']}", flush=True)
+        if config.export and summary["verdict"] and not config.export_anyway:
+            print(f"export skipped: {summary['verdict']} (--export-anyway exports it)",
+                  flush=True)
+        elif config.export and _can_export(run_dir):
+            from keras_dml.export import export_embedder
+
+            with clock.phase("export"):
+                summary["export_dir"] = export_embedder(
+                    model.embedder(), summary["export"]["base_dir"],
+                    input_format=summary["export"]["input_format"], preprocessing=preprocessing,
+                    run_info=_run_info(config, after, input_shape, preprocessing),
+                )
+        summary["seconds"] = round(time.time() - started, 1)
+        summary["timings"] = clock.rounded()
+        with open(os.path.join(run_dir, SUMMARY), "w") as f:
+            json.dump(summary, f, indent=2, default=str)
+        if report:
+            report.finish(summary)
     return summary
+
+
+def chance_recall(queries, references=None):
+    """Recall@1 of a random ranking: the chance that a random reference (another query
+    of the set, leave-one-out, or an item of `references`) shares the query's class."""
+    labels = np.asarray(queries.labels)
+    if references is None:
+        _, counts = np.unique(labels, return_counts=True)
+        return float(np.sum(counts * (counts - 1)) / max(len(labels) * (len(labels) - 1), 1))
+    gallery = np.asarray(references.labels)
+    return float(np.mean([np.mean(gallery == label) for label in labels]))
+
+
+def run_verdict(before, after, chance):
+    """Why the trained model's Recall means nothing (a sentence), or "" when it is fine:
+    Recall@1 at chance (within 1.5 times the random ranking's) or below where it started."""
+    start, end = before["recall@1"], after["recall@1"]
+    if end <= 1.5 * chance:
+        return (f"Recall@1 {100 * end:.1f} is at chance (a random ranking scores "
+                f"{100 * chance:.1f}): the model learned nothing usable")
+    if end < start:
+        return (f"Recall@1 fell from {100 * start:.1f} to {100 * end:.1f} in training: the "
+                "model is worse than untrained")
+    return ""
+
+
+def _failure_kept_or_removed(run_dir, resume):
+    """Context: when the run fails, its folder is removed if it holds nothing to resume
+    (no epoch backup; a resumed run's is kept), else kept and marked `failed.json`
+    (the error and the resume command). A success removes an old mark."""
+    from keras_dml.backup import complete_backups
+
+    marker = os.path.join(run_dir, FAILED)
+
+    @contextlib.contextmanager
+    def guarded():
+        try:
+            yield
+        except BaseException as error:
+            if not resume and not complete_backups(os.path.join(run_dir, "backup")):
+                shutil.rmtree(run_dir, ignore_errors=True)
+            else:
+                with open(marker, "w") as f:
+                    json.dump({"error": f"{type(error).__name__}: {error}",
+                               "resume": f"keras-dml train --resume {run_dir}"}, f, indent=2)
+            raise
+        if os.path.exists(marker):
+            os.remove(marker)
+
+    return guarded()
+
+
+def _readable(split):
+    """`split` without its image files that cannot be read or decoded, each named on
+    stderr (`data.verify_images`: they are listed in its `skipped`)."""
+    if split is None or split.paths is None:
+        return split
+    with warnings.catch_warnings():  # its one-line count: each file is named below
+        warnings.simplefilter("ignore", UserWarning)
+        readable = data.verify_images(split)
+    for path, _ in readable.skipped[len(split.skipped):]:
+        print(f"keras_dml.data: skipping unreadable test image {path!r}", file=sys.stderr,
+              flush=True)
+    return readable
+
+
+def _skipped_images(mark=None):
+    """Without `mark`: a mark (the `BadImageGuard`s made so far). With one: the image
+    files left out by `skip_bad_images` streams made since (none without TensorFlow)."""
+    if not backend.tensorflow_installed():
+        return 0 if mark is None else []
+    from keras_dml.data import bad_images
+
+    return bad_images.guards_made() if mark is None else bad_images.skipped_files(mark)
 
 
 def _image_file_error(error):

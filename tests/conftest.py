@@ -30,6 +30,7 @@ BACKEND_NEUTRAL = (
     "test_backend_softmax_losses.py",
     "test_data_arrays.py",
     "test_own_images_backends.py",
+    "test_pooling.py",
     "test_without_tensorflow.py",
 )
 

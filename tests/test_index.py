@@ -105,8 +105,8 @@ def test_save_and_load_in_a_new_process_search_the_same(tmp_path):
     assert loaded["meta"] == here.metadata and loaded["len"] == 298
     assert loaded["next"] == [2991]  # ids continue after the largest ever used
     assert sorted(os.listdir(tmp_path / "index")) == [
-        "embeddings.npy", "ids.npy", "index.json", "labels.npy", "metadata.json"]
-    for name in ("embeddings.npy", "ids.npy", "labels.npy"):  # plain arrays, no objects
+        "added.npy", "embeddings.npy", "ids.npy", "index.json", "labels.npy", "metadata.json"]
+    for name in ("added.npy", "embeddings.npy", "ids.npy", "labels.npy"):  # plain, no objects
         assert np.load(tmp_path / "index" / name, allow_pickle=False).dtype != object
 
 

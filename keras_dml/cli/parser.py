@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "keras_dml.cli.index",
     "keras_dml.cli.search",
     "keras_dml.cli.calibrate",
+    "keras_dml.cli.evaluate",
 )
 
 # Optional dependencies -> the extra that installs them (setup.cfg).
@@ -131,7 +132,7 @@ def _bad_image_hint(message, command_parser):
     from keras_dml.data.bad_images import SKIP_HINT
 
     has_flag = "--skip-bad-images" in command_parser._option_string_actions  # noqa: SLF001
-    return message.replace(SKIP_HINT, ", or skip batches holding them with "
+    return message.replace(SKIP_HINT, ", or skip the bad files with "
                            "--skip-bad-images" if has_flag else "")
 
 

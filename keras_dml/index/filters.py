@@ -12,8 +12,8 @@ own boolean expression over the fields `id`, `label`, `added` and `metadata`.
 
 Examples:
 
->>> [(c.field, c.op, c.value) for c in parse({"label": ["cat"], "year": {">=": 2020}}, {"year"})]
-[('label', 'in', ['cat']), ('year', '>=', 2020)]
+>>> parse({"label": "cat", "year": {">=": 2020}}, known={"year"})[1]
+Condition(field='year', op='>=', value=2020)
 """
 
 import dataclasses

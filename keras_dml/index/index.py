@@ -164,6 +164,7 @@ class Index:
             raise ValueError(f"{where} holds embeddings of dimension {recorded['dim']}, not "
                              f"{given['dim']}.")
         provenance.compare_models(recorded, given, allow_mismatch, where)
+        store.load()
         if info is not None:
             record["info"] = {**record["info"], **storage.check_info(info)}
         return record
@@ -209,6 +210,11 @@ class Index:
         return self._store.name
 
     @property
+    def options(self):
+        """The backend's options (in memory), or the Milvus index type and its options."""
+        return dict(self._record["options"])
+
+    @property
     def info(self):
         """The JSON dict saved with the index."""
         return self._record["info"]
@@ -233,24 +239,29 @@ class Index:
     def embeddings(self):
         """float32 `(N, d)` embeddings (None while empty). On Milvus this reads the
         whole collection; in memory it is in insertion order."""
-        return self._arrays()[0]
+        return self._arrays(("vector",))[0]
 
     @property
     def ids(self):
-        ids = self._arrays()[1]
+        """Every id, in the order of `embeddings`."""
+        ids = self._arrays(())[1]
         return np.zeros([0], np.int64) if ids is None else ids.copy()
 
     @property
     def labels(self):
-        labels = self._arrays()[2]
+        labels = self._arrays(("label",))[2]
         return None if labels is None else labels.copy()
 
     @property
     def metadata(self):
-        return list(self._arrays()[3])
+        return list(self._arrays(("metadata",))[3] or [])
 
-    def _arrays(self):
-        return self._store.arrays()
+    def _arrays(self, fields=("vector", "label", "metadata")):
+        return self._store.arrays(fields)
+
+    def contains(self, ids):
+        """A boolean per id: whether the index holds it."""
+        return self._store.contains(self._id_array(ids))
 
     def __len__(self):
         return self._store.count()
@@ -330,7 +341,7 @@ class Index:
 
     # -- search --------------------------------------------------------------------------
 
-    def search(self, queries, k=1, filter=None):
+    def search(self, queries, k=1, filter=None, rerank=None):
         """The k most similar items of each query (`SearchResult`, best first).
 
         Args:
@@ -341,6 +352,9 @@ class Index:
                 `{"added": {">": datetime(2026, 1, 1)}}`, `{"year": {">=": 2020}}`)
                 or, on Milvus, a Milvus expression string. With a filter, k is
                 capped at the number of passing items. Defaults to None.
+            rerank: Re-rank the top candidates (`keras_dml.index.rerank`): `"qe"`,
+                `"dba"`, `"k_reciprocal"`, with options as `"qe:n=2,alpha=3"`, or a
+                re-ranker object. Defaults to None: the plain search.
 
         Ties between bitwise-equal scores go to the item added first on the
         in-memory backends (the TensorFlow kernel scores the gallery in blocks of
@@ -358,6 +372,10 @@ class Index:
         if k > size:
             raise ValueError(f"k={k} exceeds the {size} items in the index.")
         queries = self._queries(queries)
+        if rerank is not None:
+            from keras_dml.index.rerank import rerank_search
+
+            return rerank_search(self, queries, k, filter, rerank)
         selection = self._selection(filter)
         if self.backend != "milvus":
             return SearchResult(*self._store.search(queries, k, selection))
@@ -413,7 +431,7 @@ class Index:
         in memory from the whole collection.
         """
         found = self.search(queries, k).ids
-        embeddings, ids = self._arrays()[:2]
+        embeddings, ids = self._arrays(("vector",))[:2]
         from keras_dml.index.backends import Exact
 
         positions, _ = Exact(self.metric).search(embeddings, self._queries(queries), k)
@@ -558,8 +576,8 @@ class Index:
                 class names), image files `(paths, labels)`, an `(x, y)` tuple
                 of arrays, or a `tf.data.Dataset` of `(x, y)` or `x` batches
                 (e.g. `keras_dml.data.evaluation_batches`).
-            metric, backend, info, uri, token, collection, allow_mismatch,
-                backend_options: As in `Index`.
+            metric, backend, info, backend_options: As in `Index`.
+            uri, token, collection, allow_mismatch: As in `Index` (Milvus).
             batch_size: Batch size for splits, files and arrays. Defaults to 256.
             verbose: 1 shows a progress bar. Defaults to 1.
             metadata: A list of one JSON value per image. Defaults to None: the

@@ -12,6 +12,7 @@ A collection holds one row per item:
     label     INT64 or VARCHAR
     metadata  JSON: {"v": the item's metadata}
     added     DOUBLE: seconds since the epoch when the item was added
+    seq       INT64: the order items were written in (`Index.embeddings`' order)
 
 and, in its `keras_dml.record` property, the index's record (metric, id and
 label kinds, next id, metadata fields, index type and options, info and
@@ -43,6 +44,8 @@ INDEX_TYPES = {  # keras_dml option -> Milvus build / search parameter, and defa
     "IVF_FLAT": {"nlist": ("build", "nlist", 128), "nprobe": ("search", "nprobe", 16)},
 }
 INSERT_ROWS = 5000  # rows per insert call (a gRPC message stays well under its 64 MB cap)
+QUERY_ROWS = 1024  # queries per search call
+MAX_K = 16384  # Milvus' cap on results per query
 MAX_STRING = 65535  # VARCHAR length cap of ids and labels
 TIMEOUT = 10.0  # seconds to reach a server before giving up
 
@@ -54,7 +57,7 @@ _LITE_LOCK = threading.Lock()
 def _quiet():
     """pymilvus and milvus-lite log every failed call with a traceback; keras_dml
     raises its own one-line error instead, so their logs are muted meanwhile."""
-    loggers = [logging.getLogger(name) for name in ("pymilvus", "milvus_lite")]
+    loggers = [logging.getLogger(name) for name in ("pymilvus", "milvus_lite", "grpc._server")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.CRITICAL + 1)
@@ -240,6 +243,10 @@ class MilvusStore:
                              f"{record.get('format')!r}, expected {FORMAT!r}.")
         return record
 
+    def load(self):
+        """Loads an existing collection for search (a reopened one starts released)."""
+        self._call(self._client.load_collection, self.collection)
+
     def write_record(self):
         if self.exists():
             self._call(self._client.alter_collection_properties, self.collection,
@@ -257,14 +264,24 @@ class MilvusStore:
         schema.add_field("label", **(text if label_kind == "str" else number))
         schema.add_field("metadata", DataType.JSON, nullable=True)
         schema.add_field("added", DataType.DOUBLE)
+        schema.add_field("seq", DataType.INT64)
         params = client.prepare_index_params()
-        options = self.record["options"]
-        params.add_index("vector", index_type=options["index_type"],
-                         metric_type=METRICS[self.record["metric"]],
-                         params=self._parameters("build"))
+        build = self._parameters("build")
+        params.add_index("vector", index_type=self.record["options"]["index_type"],
+                         metric_type=METRICS[self.record["metric"]], params=build)
+        if is_lite(self.uri) and build:
+            # pymilvus 3 sends build parameters as separate key-value pairs, which
+            # milvus-lite 3.2 ignores: it reads them from one JSON "params" pair.
+            params[0]._configs["params"] = build
         record = json.dumps({"format": FORMAT, **self.record})
         self._call(client.create_collection, self.collection, schema=schema,
                    index_params=params, properties={RECORD: record})
+
+    def _search_parameters(self, k):
+        params = self._parameters("search")
+        if "ef" in params:  # Milvus requires ef >= k
+            params["ef"] = max(params["ef"], k)
+        return params
 
     def _parameters(self, stage):
         options = self.record["options"]
@@ -296,11 +313,13 @@ class MilvusStore:
             self._create(embeddings.shape[1], self.record["id_kind"], self.record["label_kind"])
         write = self._client.upsert if replace else self._client.insert
         ids, labels, added = _plain(ids), _plain(labels), added.tolist()
+        first = self.record.setdefault("next_seq", 0)
         for start in range(0, len(ids), INSERT_ROWS):
             rows = [{"id": ids[i], "vector": embeddings[i], "label": labels[i],
-                     "metadata": {"v": metadata[i]}, "added": added[i]}
+                     "metadata": {"v": metadata[i]}, "added": added[i], "seq": first + i}
                     for i in range(start, min(start + INSERT_ROWS, len(ids)))]
             self._call(write, self.collection, rows)
+        self.record["next_seq"] = first + len(ids)
         self.write_record()
 
     def delete(self, ids):
@@ -318,31 +337,35 @@ class MilvusStore:
                 vectors[row["id"]] = row["vector"]
         return np.asarray([vectors[i] for i in _plain(ids)], np.float32).reshape(len(ids), -1)
 
-    def arrays(self):
+    def arrays(self, fields=("vector", "label", "metadata")):
         """`(embeddings, ids, labels, metadata, added)` of the whole collection,
-        ordered by time added (None arrays while it is empty)."""
-        batches = list(self.rows())
-        rows = [row for batch in batches for row in batch]
+        in the order written; only `fields` (and ids and times) are read, the
+        others are None (all None while it is empty)."""
+        rows = [row for batch in self.rows(fields) for row in batch]
         if not rows:
             return None, None, None, [], np.zeros([0])
         added = np.array([row["added"] for row in rows], np.float64)
-        order = np.argsort(added, kind="stable")
+        order = np.argsort([row["seq"] for row in rows], kind="stable")
         rows = [rows[i] for i in order]
         record = self.record
-        embeddings = np.asarray([row["vector"] for row in rows], np.float32)
         ids = np.array([row["id"] for row in rows], storage.kind_dtype(record["id_kind"]))
-        labels = np.array([row["label"] for row in rows],
-                          storage.kind_dtype(record["label_kind"]))
-        metadata = [(row.get("metadata") or {}).get("v") for row in rows]
+        embeddings = labels = metadata = None
+        if "vector" in fields:
+            embeddings = np.asarray([row["vector"] for row in rows], np.float32)
+        if "label" in fields:
+            labels = np.array([row["label"] for row in rows],
+                              storage.kind_dtype(record["label_kind"]))
+        if "metadata" in fields:
+            metadata = [(row.get("metadata") or {}).get("v") for row in rows]
         return embeddings, ids, labels, metadata, added[order]
 
-    def rows(self, batch_size=INSERT_ROWS):
-        """Every row (id, vector, label, metadata, added) in batches of dicts."""
+    def rows(self, fields=("vector", "label", "metadata"), batch_size=INSERT_ROWS):
+        """Every row's id, time added, order and `fields`, in batches of dicts."""
         if not self.exists():
             return
         iterator = self._call(self._client.query_iterator, self.collection,
                               batch_size=batch_size, filter="",
-                              output_fields=["id", "vector", "label", "metadata", "added"])
+                              output_fields=["id", "added", "seq", *fields])
         try:
             while True:
                 batch = self._call(iterator.next)
@@ -358,22 +381,28 @@ class MilvusStore:
         """`(ids, scores, labels, metadata)` of the k best rows per query passing
         `expression`, as `MemoryStore.search` returns them; a query that finds
         fewer than k gets the rest padded (unknown id and label, score -inf)."""
-        hits = self._call(self._client.search, self.collection, data=list(queries), limit=k,
-                          filter=expression, anns_field="vector",
-                          output_fields=["label", "metadata"],
-                          search_params={"params": self._parameters("search")})
+        if k > MAX_K:
+            raise ValueError(f"k={k}: Milvus returns at most {MAX_K} items per query.")
+        hits = []
+        for start in range(0, len(queries), QUERY_ROWS):
+            hits.extend(self._call(
+                self._client.search, self.collection, data=list(queries[start:start + QUERY_ROWS]),
+                limit=k, filter=expression, anns_field="vector",
+                output_fields=["label", "metadata"],
+                search_params={"params": self._search_parameters(k)}))
         sign = -1.0 if self.record["metric"] == "euclidean" else 1.0  # L2: squared distance
-        shape = (len(queries), k)
         id_kind, label_kind = self.record["id_kind"], self.record["label_kind"]
-        ids = np.full(shape, storage.unknown(id_kind), storage.kind_dtype(id_kind))
-        labels = np.full(shape, storage.unknown(label_kind), storage.kind_dtype(label_kind))
-        scores = np.full(shape, -np.inf, np.float32)
-        metadata = [[None] * k for _ in range(len(queries))]
-        for q, row in enumerate(hits):
-            for j, hit in enumerate(row[:k]):
-                ids[q, j], scores[q, j] = hit["id"], sign * float(hit["distance"])
-                labels[q, j] = hit["entity"]["label"]
-                metadata[q][j] = (hit["entity"].get("metadata") or {}).get("v")
+        pad = (storage.unknown(id_kind), -np.inf, storage.unknown(label_kind), None)
+        rows = [[(hit["id"], sign * float(hit["distance"]), hit["entity"]["label"],
+                  (hit["entity"].get("metadata") or {}).get("v")) for hit in row[:k]]
+                + [pad] * (k - len(row[:k])) for row in hits]
+        ids = np.array([[hit[0] for hit in row] for row in rows],
+                       storage.kind_dtype(id_kind)).reshape(len(rows), k)
+        scores = np.array([[hit[1] for hit in row] for row in rows],
+                          np.float32).reshape(len(rows), k)
+        labels = np.array([[hit[2] for hit in row] for row in rows],
+                          storage.kind_dtype(label_kind)).reshape(len(rows), k)
+        metadata = [[hit[3] for hit in row] for row in rows]
         return ids, scores, labels, metadata
 
     def close(self):

@@ -48,12 +48,6 @@ def model_fingerprint(model):
     return "sha256:" + digest.hexdigest()[:16]
 
 
-def model_preprocessing(model):
-    """The `Preprocessing` a model records (as a dict), or None."""
-    recorded = getattr(model, "preprocessing", None)
-    return recorded.to_dict() if hasattr(recorded, "to_dict") else None
-
-
 def check(provenance):
     """`provenance` as a dict with every field of `FIELDS` (missing ones None)."""
     if provenance is None:
