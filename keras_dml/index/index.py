@@ -132,6 +132,8 @@ class Index:
             self._store = MemoryStore(self.metric, backend, backend_options)
             self._record = _new_record(self.metric, self._store.options, info, given)
         self._store.record = self._record
+        if info is not None:
+            self._write_record()  # an existing collection keeps the new info
 
     def _open_collection(self, given_options, info, given, allow_mismatch):
         """The record of the store's collection (checked against what is given), or
