@@ -16,6 +16,9 @@ def add_command(commands):
     parser.add_argument("--threshold", default=None,
                         help="similarity threshold for match/unknown, or 'calibrated' "
                         "(the run's calibration.json)")
+    parser.add_argument("--rerank", default=None, metavar="METHOD[:k=v,...]",
+                        help="re-rank the top candidates: qe, dba or k_reciprocal, with "
+                        "options as qe:n=2,alpha=3 (keras_dml.index.rerank)")
     parser.set_defaults(handler=run)
 
 
@@ -32,7 +35,7 @@ def run(args):
     index.check_model(run.embedder, run=index.info["run"])  # a retrained run: refused
     threshold = _threshold(args.threshold, index.info["run"])
     queries = run.embedder.predict(image_files(run, args.images), verbose=0)
-    result = index.search(queries, min(args.k, len(index)))
+    result = index.search(queries, min(args.k, len(index)), rerank=args.rerank)
     matches = None if threshold is None else index.match(queries, threshold)
     named = _class_namer(index.info.get("class_names"))
     for row, path in enumerate(args.images):
