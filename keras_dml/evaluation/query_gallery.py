@@ -21,6 +21,9 @@ import dataclasses
 import numpy as np
 
 from keras_dml import hyperparameters, ops, validation
+from keras_dml.evaluation import rerank as reranking
+from keras_dml.evaluation.knn import _top_k
+from keras_dml.evaluation.rerank import without_self
 from keras_dml.evaluation.retrieval import _class_ids
 
 _SCORE_BUDGET = 2**23  # float32 scores per chunk (32 MB; with sort keys and masks ~130 MB)
@@ -136,7 +139,7 @@ class _Scorer:
 
 class ArrayGallery:
     """Gallery embeddings in memory as a re-ranker's gallery
-    (`keras_dml.index.rerank`), honouring each query row's exclusions."""
+    (`keras_dml.evaluation.rerank`), honouring each query row's exclusions."""
 
     def __init__(self, scorer, size):
         self.scorer, self.metric = scorer, scorer.metric
@@ -159,21 +162,8 @@ class ArrayGallery:
         return self.scorer.gallery[np.asarray(ids)]
 
     def neighbours(self, ids, n):
-        from keras_dml.index.rerank import _without_self
-
         found, scores = self.search(self.embeddings(ids), min(n + 1, self.scorer.size))
-        return _without_self(ids, found, scores, n)
-
-
-def _top_k(scores, k):
-    """Column indices of the k largest scores of each row, best first, equal scores in
-    column order (an argpartition, then a sort of the k alone)."""
-    if k < scores.shape[1]:
-        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    else:
-        top = np.broadcast_to(np.arange(scores.shape[1]), scores.shape).copy()
-    order = np.lexsort((top, -np.take_along_axis(scores, top, 1)), axis=1)
-    return np.take_along_axis(top, order, 1)
+        return without_self(ids, found, scores, n)
 
 
 def _exclusions(query_ids, gallery_ids, query_groups, gallery_groups):
@@ -262,7 +252,7 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
             gallery items of its group. Defaults to None.
         ks: the K of Recall@K and Precision@K. Defaults to (1, 2, 4, 8).
         metric: "cosine" (default), "dot" or "euclidean".
-        rerank: a re-ranker of `keras_dml.index.rerank` (a name such as "qe" or
+        rerank: a re-ranker of `keras_dml.evaluation.rerank` (a name such as "qe" or
             an object). Defaults to None: the exact ranking.
         chunk_size: queries per chunk. Defaults to None (2**23 / N).
 
@@ -309,9 +299,7 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
     scorer = _Scorer(gallery.astype(np.float32, copy=False), metric,
                      _exclusions(query_ids, gallery_ids, query_groups, gallery_groups))
     if rerank is not None:
-        from keras_dml.index import rerank as rerank_module
-
-        rerank = rerank_module.get(rerank)
+        rerank = reranking.get(rerank)
     chunk = chunk_size or scorer.chunk_rows()
     chunk = hyperparameters.integer_at_least("chunk_size", chunk, 1)
     # results every query can have: the gallery less its largest exclusion
