@@ -156,3 +156,20 @@ def test_rerank_on_the_faiss_backend_agrees_with_exact():
     for method in rr.METHODS:
         np.testing.assert_array_equal(index.search(queries, 5, rerank=method).ids,
                                       hnsw.search(queries, 5, rerank=method).ids)
+
+
+@pytest.mark.slow
+def test_rerank_on_milvus_lite_agrees_with_exact(tmp_path):
+    pytest.importorskip("pymilvus")
+    pytest.importorskip("milvus_lite")
+    index, gallery, queries = _data(5)
+    milvus = Index(backend="milvus", uri=str(tmp_path / "rerank.db"), collection="rerank")
+    try:
+        milvus.add(gallery, labels=np.arange(len(gallery)) % 4)
+        for method in rr.METHODS:
+            expected = index.search(queries, 5, rerank=method)
+            found = milvus.search(queries, 5, rerank=method)
+            np.testing.assert_array_equal(found.ids, expected.ids)
+            np.testing.assert_array_equal(found.labels, expected.labels)
+    finally:
+        milvus.close()
