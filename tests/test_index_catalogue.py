@@ -13,7 +13,8 @@ import tensorflow as tf
 from keras_dml import cli, datasets
 from keras_dml.data import Preprocessing, decode_image, evaluation_batches
 from keras_dml.index import Index
-from keras_dml.index.catalogue import Progress, list_images, save_embeddings
+from keras_dml.index.catalogue import list_images, save_embeddings
+from keras_dml.index.progress import Progress
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
 

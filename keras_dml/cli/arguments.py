@@ -19,6 +19,7 @@ def embedded(args, run):
 
     from keras_dml.index.catalogue import list_images
     from keras_dml.index.embedding import embed_batches
+    from keras_dml.index.progress import Progress
     from keras_dml.index.runs import split_batches
 
     info = {"run": os.path.abspath(run.run_dir)}
@@ -30,8 +31,8 @@ def embedded(args, run):
         info.update(images=os.path.abspath(args.images), root=catalogue.root)
         labels = catalogue.labels if catalogue.labelled else None
         return embeddings, labels, catalogue.ids, info
-    batches, class_names = split_batches(run, args.dataset, args.split, args.data_dir)
-    embeddings, labels = embed_batches(run.embedder, batches)
+    batches, class_names, count = split_batches(run, args.dataset, args.split, args.data_dir)
+    embeddings, labels = embed_batches(run.embedder, batches, progress=Progress(count))
     info.update(dataset=args.dataset or run.dataset, split=args.split,
                 class_names=class_names)
     return embeddings, labels, None, info

@@ -2,5 +2,7 @@
 
 from keras_dml.index.backends import BACKENDS
 from keras_dml.index.index import METRICS, Index, SearchResult
+from keras_dml.index.provenance import ModelMismatchError, model_fingerprint
 
-__all__ = ["BACKENDS", "METRICS", "Index", "SearchResult"]
+__all__ = ["BACKENDS", "METRICS", "Index", "ModelMismatchError", "SearchResult",
+           "model_fingerprint"]

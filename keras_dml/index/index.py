@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 
 from keras_dml import hyperparameters, validation
-from keras_dml.index import backends, storage
+from keras_dml.index import backends, provenance, storage
 
 METRICS = validation.SEARCH_METRICS
 UNKNOWN_INT = -1
@@ -50,6 +50,10 @@ class Index:
         backend: `"exact"` (default), `"faiss_ivf"` or `"faiss_hnsw"`.
         info: A JSON dict saved with the index (e.g. where its embeddings come
             from). Defaults to None (empty).
+        provenance: What made the embeddings, a JSON dict: `model_fingerprint`
+            (`keras_dml.index.model_fingerprint`), `preprocessing`, `run`.
+            Saved with the index; `check_model` compares a model against it.
+            Defaults to None (unknown).
         **backend_options: For `"exact"`: `kernel`, `"auto"` (default),
             `"faiss"` or `"tensorflow"`. For `"faiss_ivf"`: `nlist` (default ~4 sqrt(N)),
             `nprobe` (default 16); for `"faiss_hnsw"`: `m` (default 32),
@@ -66,9 +70,11 @@ class Index:
     array([ 7, -1])
     """
 
-    def __init__(self, metric="cosine", backend="exact", info=None, **backend_options):
+    def __init__(self, metric="cosine", backend="exact", info=None, *, provenance=None,
+                 **backend_options):
         self.metric = validation.check_search_metric(metric)
         self.info = storage.check_info(info)
+        self._provenance = storage.check_info(provenance)
         self._backend = backends.make(backend, metric, backend_options)
         self._chunks = []  # embeddings added since the last consolidation
         self._embeddings = None
@@ -101,6 +107,24 @@ class Index:
     @property
     def ids(self):
         return self._ids.copy()
+
+    @property
+    def provenance(self):
+        """What made the embeddings: `model_fingerprint`, `preprocessing` and `run` (None
+        where unknown), `dim` and `metric`."""
+        return {"model_fingerprint": None, "preprocessing": None, "run": None,
+                **self._provenance, "dim": self.dim, "metric": self.metric}
+
+    def check_model(self, fingerprint, allow_mismatch=False, run=None):
+        """Refuses a model whose `fingerprint` is not the one that built the index.
+
+        Returns None when they agree or the index records none; with
+        `allow_mismatch=True` returns the mismatch message instead of raising.
+
+        Raises:
+            ModelMismatchError: The fingerprints differ (both named, and the runs).
+        """
+        return provenance.check_model(self.provenance, fingerprint, allow_mismatch, run)
 
     @property
     def labels(self):
@@ -266,6 +290,7 @@ class Index:
             "backend_options": self._backend.options,
             "next_id": self._next_id,
             "info": storage.check_info(self.info),
+            "provenance": self._provenance,
         }, self.embeddings, self._ids, self._labels, self._metadata, overwrite)
         return str(path)
 
@@ -275,7 +300,7 @@ class Index:
         config, embeddings, ids, labels, metadata = storage.load(path)
         options = config["backend_options"] if backend is None else backend_options
         index = cls(config["metric"], backend or config["backend"], info=config.get("info"),
-                    **options)
+                    provenance=config.get("provenance"), **options)
         if embeddings is not None:
             index.add(embeddings, labels=labels, ids=ids, metadata=metadata)
         index._next_id = max(index._next_id, int(config["next_id"]))
@@ -312,8 +337,13 @@ class Index:
         """
         from keras_dml.index.embedding import embed_source
 
+        from keras_dml.index.provenance import model_fingerprint
+
         embeddings, labels, paths = embed_source(embedder, dataset, batch_size, verbose,
                                                  preprocessing)
-        index = cls(metric, backend, info=info, **backend_options)
+        made = {"preprocessing": None if preprocessing is None else preprocessing.to_dict()}
+        if hasattr(embedder, "weights"):
+            made["model_fingerprint"] = model_fingerprint(embedder)
+        index = cls(metric, backend, info=info, provenance=made, **backend_options)
         index.add(embeddings, labels=labels, metadata=paths if metadata is None else metadata)
         return index

@@ -71,9 +71,19 @@ def load_run(run_dir):
     return Run(run_dir, embedder, summary.get("config", {}), shape, summary.get("export") or {})
 
 
+def run_provenance(run):
+    """The provenance an index built by `run` records: `model_fingerprint`,
+    `preprocessing` (its dict) and `run` (absolute path)."""
+    from keras_dml.index.provenance import model_fingerprint
+
+    return {"model_fingerprint": model_fingerprint(run.embedder),
+            "preprocessing": preprocessing(run).to_dict(),
+            "run": os.path.abspath(run.run_dir)}
+
+
 def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256):
-    """`(batches, class_names)`: `(x, y)` batches of a dataset split, prepared for
-    the run's embedder, and the split's class name per label.
+    """`(batches, class_names, count)`: `(x, y)` batches of a dataset split, prepared
+    for the run's embedder, the split's class name per label, and its number of images.
 
     Args:
         run: A `Run`.
@@ -101,8 +111,9 @@ def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256
     names = [str(name) for name in chosen.class_names]
     if chosen.images is not None:
         return data.evaluation_batches(chosen, batch_size=batch_size, transform=_array_transform(
-            chosen, run.input_shape)), names
-    return data.evaluation_batches(chosen, preprocessing(run), batch_size=batch_size), names
+            chosen, run.input_shape)), names, len(chosen)
+    return (data.evaluation_batches(chosen, preprocessing(run), batch_size=batch_size), names,
+            len(chosen))
 
 
 def preprocessing(run):
@@ -137,24 +148,40 @@ def _array_transform(split, input_shape):
     return array_transform(split, input_shape)
 
 
-def image_files(run, paths):
-    """Image files decoded and prepared as model input `(n, H, W, C)` by the run's
-    `preprocessing`.
+def readable_images(run, paths):
+    """`(images, kept, problems)`: the files that decode, prepared as model input
+    `(n, H, W, C)` (None when none does), their paths, and one line per file that
+    does not ("PATH: reason"), so one bad file costs only itself."""
+    images, kept, problems = [], [], []
+    for path in paths:
+        image, problem = _image_file(run, path)
+        if problem is None:
+            images.append(image)
+            kept.append(path)
+        else:
+            problems.append(problem)
+    return (np.stack(images) if images else None), kept, problems
 
-    Raises:
-        FileNotFoundError: A path is not a file.
-        ValueError: A file is not a decodable image.
-    """
+
+def _image_file(run, path):
+    """`(prepared image, None)`, or `(None, one-line problem naming the file)`."""
     from keras_dml.data import decode_image
 
+    if not os.path.isfile(path):
+        return None, f"No image file at {path!r}."
     prepare = preprocessing(run)
-    images = []
-    for path in paths:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"No image file at {path!r}.")
-        try:
-            image = decode_image(tf.io.read_file(path), channels=prepare.channels)
-        except tf.errors.InvalidArgumentError as error:
-            raise ValueError(f"{path} is not a decodable image: {error.message}") from None
-        images.append(prepare.eval(image).numpy())
-    return np.stack(images)
+    try:
+        image = decode_image(tf.io.read_file(path), channels=prepare.channels)
+    except tf.errors.OpError as error:
+        return None, f"{path} is not a decodable image: {op_message(error)}"
+    return prepare.eval(image).numpy(), None
+
+
+def op_message(error):
+    """A TensorFlow op error's message without TensorFlow's `{{function_node ...}}`
+    prefix and `[Op:...]` suffix: "Unknown image file format. One of JPEG, PNG, GIF,
+    BMP required."."""
+    import re
+
+    message = re.sub(r"\{\{[^}]*\}\}\s*", "", error.message)
+    return re.sub(r"\s*\[Op:.*$", "", message, flags=re.S).strip()
