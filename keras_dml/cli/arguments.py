@@ -51,3 +51,20 @@ def embed_catalogue(run, catalogue, batch_size=64):
     print(f"embedded {len(embeddings)} images in {seconds:.1f} s "
           f"({len(embeddings) / seconds:.1f} images/s)")
     return embeddings
+
+
+def capped_k(k, size, command, items="items in the index"):
+    """`min(k, size)`, with a note on stderr when `--k` is capped (the command line prints
+    every item with a note where Python's `Index.search` and `export_retriever` refuse).
+
+    Raises:
+        ValueError: `k` is below 1.
+    """
+    import sys
+
+    if k < 1:
+        raise ValueError(f"--k must be at least 1, got {k}.")
+    if k > size:
+        print(f"keras-dml {command}: note: --k {k} is more than the {size} {items}: "
+              f"using k={size}.", file=sys.stderr)
+    return min(k, size)

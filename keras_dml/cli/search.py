@@ -3,6 +3,8 @@
 import json
 import sys
 
+from keras_dml.cli.arguments import capped_k
+
 CHUNK = 256  # query images decoded, embedded and answered at a time
 
 
@@ -44,8 +46,6 @@ def run(args):
     from keras_dml.index.progress import Progress
     from keras_dml.index.runs import readable_images
 
-    if args.k < 1:
-        raise ValueError(f"--k must be at least 1, got {args.k}.")
     index = Index.load(args.index)
     run_dir = index_run(index, args.index, args.run)
     run = _load_run(run_dir, args.index, args.run)
@@ -58,10 +58,7 @@ def run(args):
               f"before they were recorded): nothing checks that {run_dir}'s model built it.",
               file=sys.stderr)
     threshold = _threshold(args.threshold, run_dir)
-    k = min(args.k, len(index))
-    if k < args.k:
-        print(f"keras-dml search: note: --k {args.k} is more than the {len(index)} items "
-              f"in the index: showing all {len(index)}.", file=sys.stderr)
+    k = capped_k(args.k, len(index), "search")
     paths, unlisted = query_files(args.images)
     for problem in unlisted:
         print(f"keras-dml search: error: {problem}", file=sys.stderr)
