@@ -5,10 +5,10 @@ vectors (seeded Gaussian, built in blocks; or real embeddings from a `.npy`
 file or a saved `keras-dml index` directory, whose first `--q` rows become the
 queries) and the same queries. A worker measures:
 
-- insertion: vectors per second until the store is searchable (faiss: `add`,
-  HNSW graph included; Milvus Lite: `insert` in batches of `--batch` rows as
-  dicts, then `flush`; the index build that the first search triggers is
-  timed apart as `first search s`);
+- insertion: vectors per second until the store is searchable with its index
+  (faiss: `add`, HNSW graph included; Milvus Lite: `insert` in batches of
+  `--batch` rows as dicts, `flush`, and the wait until its background thread
+  has built every segment's index file), then the first search's time;
 - queries per second for one batch of `--q` queries and for `--single` queries
   sent one at a time;
 - recall@k against exact search (computed in the parent with NumPy, blockwise);
@@ -132,6 +132,20 @@ class MilvusLite:
             self.client.insert("items", [{"id": start + i, "vector": row}
                                          for i, row in enumerate(rows.tolist())])
         self.client.flush("items")
+        self._wait_for_index_files()
+
+    def _wait_for_index_files(self, timeout=3600):
+        """Milvus Lite builds each flushed segment's index in a background thread, and
+        searches a segment by brute force until then: wait until every data file has
+        its index file, so searches measure the index asked for."""
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline:
+            files = [name for _, _, names in os.walk(self.path) for name in names]
+            data = sum(name.endswith(".parquet") and name.startswith("data_") for name in files)
+            if data and sum(name.endswith(".idx") for name in files) >= data:
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"Milvus Lite built no index within {timeout} s")
 
     def search(self, queries, k):
         hits = self.client.search("items", queries.tolist(), limit=k,

@@ -185,3 +185,31 @@ def op_message(error):
 
     message = re.sub(r"\{\{[^}]*\}\}\s*", "", error.message)
     return re.sub(r"\s*\[Op:.*$", "", message, flags=re.S).strip()
+
+
+def file_embedder(run, batch_size=64):
+    """`embed(paths) -> (embeddings, kept paths, problems)` with the run's embedder and
+    preprocessing (what `keras_dml.index.streaming.sync` takes).
+
+    A chunk is embedded in one pipelined pass; a chunk holding a file that cannot be
+    read or decoded is embedded again file by file, leaving out only that file.
+    """
+    from keras_dml.data.bad_images import BadImageError
+    from keras_dml.index.catalogue import embed_files
+    from keras_dml.index.embedding import embed_batches
+
+    prepare = preprocessing(run)
+
+    def embed(paths):
+        try:
+            embeddings = embed_files(run.embedder, paths, prepare, batch_size, progress=False)
+            return embeddings, list(paths), []
+        except BadImageError:
+            pass  # file by file below
+        images, kept, problems = readable_images(run, paths)
+        if images is None:
+            return np.zeros((0, 0), np.float32), [], problems
+        embeddings, _ = embed_batches(run.embedder, images, batch_size, verbose=0)
+        return embeddings, kept, problems
+
+    return embed
