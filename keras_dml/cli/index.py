@@ -96,8 +96,9 @@ def run_milvus(args):
     gone = (f", removed {report.removed} whose files are gone" if report.removed else
             f"; {report.gone} entries' files are gone (--update removes them)" if report.gone
             else "")
-    print(f"index: {where}: added {report.added} images ({progress.rate:.1f} images/s), "
-          f"{report.kept} already there{gone}; {len(index)} items")
+    rate = f" ({progress.rate:.1f} images/s)" if report.added else ""
+    print(f"index: {where}: added {report.added} images{rate}, {report.kept} already there"
+          f"{gone}; {len(index)} items")
     if report.unreadable:
         print(f"keras-dml index: {len(report.unreadable)} files could not be read (above) and "
               "are not in the index; fix them and run the same command again.")
@@ -110,9 +111,11 @@ def milvus_index(args, run, info):
     from keras_dml.index import Index, model_fingerprint
     from keras_dml.index.runs import run_provenance
 
-    existing = Index.exists(args.uri, args.collection, token=args.token)
-    if existing:
+    try:
         index = Index.open(args.uri, args.collection, token=args.token)
+    except FileNotFoundError:
+        pass
+    else:
         index.check_model(model_fingerprint(run.embedder), run=run.run_dir)
         return index
     return Index(metric="cosine", backend="milvus", info=info, provenance=run_provenance(run),

@@ -17,7 +17,9 @@ def add_command(commands):
         "one, else their id; label; score), and with --threshold the match decision. A file "
         "that cannot be read is reported in one line and the others answered. The run is "
         "the one the index records, and its model must be the one that built the index.")
-    parser.add_argument("index", help="index directory written by `keras-dml index`")
+    parser.add_argument("index", metavar="INDEX|URI",
+                        help="index directory written by `keras-dml index`, or the Milvus "
+                        "URI it wrote to with --uri (a Milvus Lite folder, or http(s)://...)")
     parser.add_argument("images", nargs="+", metavar="IMAGE|DIR",
                         help="image files (PNG, JPEG, ...) or folders of them")
     parser.add_argument("--k", type=int, default=5,
@@ -26,6 +28,12 @@ def add_command(commands):
     parser.add_argument("--threshold", default=None,
                         help="similarity threshold for match/unknown, or 'calibrated' "
                         "(the run's calibration.json)")
+    parser.add_argument("--label", action="append", default=None,
+                        help="search only the items of this label (repeat for several; an "
+                        "index on Milvus)")
+    parser.add_argument("--collection", default=None,
+                        help="Milvus collection (default: the one keras_dml uses)")
+    parser.add_argument("--token", default=None, help="Milvus server token")
     parser.add_argument("--run", default=None,
                         help="the run that built the index, where it is now (default: the "
                         "path the index records; use this after moving the run)")
@@ -41,12 +49,17 @@ def run(args):
     Returns 1 when some query files could not be read (the others are answered),
     else 0.
     """
-    from keras_dml.index import Index, model_fingerprint
+    from keras_dml.index import model_fingerprint
     from keras_dml.index.embedding import embed_batches
     from keras_dml.index.progress import Progress
     from keras_dml.index.runs import readable_images
 
-    index = Index.load(args.index)
+    index = open_index(args.index, args.collection, args.token)
+    search_filter = None
+    if args.label:
+        if index.backend != "milvus":
+            raise ValueError("--label filters an index on Milvus (keras-dml index --uri).")
+        search_filter = {"label": args.label}
     run_dir = index_run(index, args.index, args.run)
     run = _load_run(run_dir, args.index, args.run)
     mismatch = index.check_model(model_fingerprint(run.embedder), args.allow_model_mismatch,
@@ -58,6 +71,8 @@ def run(args):
               f"before they were recorded): nothing checks that {run_dir}'s model built it.",
               file=sys.stderr)
     threshold = _threshold(args.threshold, run_dir)
+    if not len(index):
+        raise ValueError(f"{args.index} is empty: nothing to search.")
     k = capped_k(args.k, len(index), "search")
     paths, unlisted = query_files(args.images)
     for problem in unlisted:
@@ -74,7 +89,8 @@ def run(args):
         if images is None:
             continue
         queries, _ = embed_batches(run.embedder, images, progress=_KeptOpen(progress))
-        result = index.search(queries, k)
+        result = index.search(queries, k, **({"filter": search_filter} if search_filter
+                                               else {}))
         matches = None if threshold is None else index.match(queries, threshold)
         _print(kept, result, matches, named)
     progress.close()
@@ -84,6 +100,24 @@ def run(args):
               f"be read (above); the other {len(paths) - unread} are answered.",
               file=sys.stderr)
     return 1 if failed else 0
+
+
+def open_index(location, collection=None, token=None):
+    """A saved index directory (`Index.load`), else the Milvus collection at the URI."""
+    import os
+
+    from keras_dml.index import Index
+    from keras_dml.index.storage import CONFIG
+
+    if os.path.isfile(os.path.join(location, CONFIG)):
+        if collection is not None or token is not None:
+            raise ValueError(f"{location} is a saved index: --collection and --token are for "
+                             "Milvus.")
+        return Index.load(location)
+    if not location.startswith(("http://", "https://")) and not os.path.isdir(location):
+        raise FileNotFoundError(f"{location} does not exist: give an index directory or a "
+                                "Milvus URI written by `keras-dml index`.")
+    return Index.open(location, collection, token)
 
 
 def index_run(index, location, run_dir=None):
@@ -149,7 +183,7 @@ def _print(paths, result, matches, named):
     for row, path in enumerate(paths):
         decision = "" if matches is None else f"  match: {named(matches[row])}"
         print(f"{path}{decision}")
-        for rank in range(result.ids.shape[1]):
+        for rank in range(len(result.metadata[row])):
             item = result.metadata[row][rank]
             item = f"id {result.ids[row, rank]:<8}" if item is None else str(item)
             print(f"  {rank + 1:>2}. {item}  label {named(result.labels[row, rank]):<10} "

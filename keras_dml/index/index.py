@@ -70,6 +70,24 @@ class Index:
     array([ 7, -1])
     """
 
+    def __new__(cls, metric="cosine", backend="exact", info=None, **options):
+        if backend == "milvus":  # stop-gap until the store seam lands (keras_dml.index.milvus)
+            from keras_dml.index.milvus import MilvusIndex
+
+            return MilvusIndex.create(metric, info=info, **options)
+        return super().__new__(cls)
+
+    @classmethod
+    def open(cls, uri, collection=None, token=None):
+        """Reopens the Milvus collection at `uri` (a Milvus Lite folder or a server).
+
+        Raises:
+            FileNotFoundError: `uri` holds no such collection.
+        """
+        from keras_dml.index.milvus import MilvusIndex
+
+        return MilvusIndex.open(uri, collection, token)
+
     def __init__(self, metric="cosine", backend="exact", info=None, *, provenance=None,
                  **backend_options):
         self.metric = validation.check_search_metric(metric)
