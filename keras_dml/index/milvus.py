@@ -32,6 +32,9 @@ def _client(uri, token):
     from pymilvus.exceptions import MilvusException
 
     remote = str(uri).startswith(("http://", "https://", "tcp://"))
+    if not remote and not str(uri).endswith(".db"):
+        raise ValueError(f"{uri}: a Milvus Lite database's name ends in .db (e.g. "
+                         "catalogue.db); a server's URI starts with http:// or https://.")
     if not remote and os.path.isfile(uri):
         raise ValueError(f"{uri} is a file, not a Milvus Lite database (a folder that "
                          "keras-dml index --uri creates).")
