@@ -98,6 +98,26 @@ def test_index_uri_refuses_another_model_and_bad_places(photos, run_dir, tmp_pat
     assert "is a file, not a Milvus Lite database" in capsys.readouterr().err
     assert cli.main(["search", str(tmp_path / "nothing"), query]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert cli.main(["index", str(run_dir), "--images", str(photos), "--uri",
+                     str(tmp_path / "catalogue")]) == 2
+    assert "a Milvus Lite database's name ends in .db" in capsys.readouterr().err
+
+    # Another process holds a Lite database (its lock): one clear line, no wait.
+    held = tmp_path / "held.db"
+    held.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, time; "
+                               f"f = open({str(held / 'LOCK')!r}, 'a'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); "
+                               "print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert cli.main(["search", str(held), query]) == 2
+        err = capsys.readouterr().err
+        assert f"{held} is open in another process" in err and err.count("\n") == 1
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 @pytest.mark.slow

@@ -70,11 +70,12 @@ def run(args):
 
 def run_milvus(args):
     """`keras-dml index RUN --images DIR --uri URI`: the catalogue synced into Milvus."""
+    import functools
     import os
 
     from keras_dml.index.catalogue import list_images
     from keras_dml.index.progress import Progress
-    from keras_dml.index.runs import file_embedder, load_run
+    from keras_dml.index.runs import embedded_chunks, load_run
     from keras_dml.index.streaming import CHUNK_SIZE, sync
 
     if args.images is None:
@@ -90,7 +91,8 @@ def run_milvus(args):
     index = milvus_index(args, run, {"images": os.path.abspath(args.images),
                                      "root": catalogue.root})
     progress = Progress(None)
-    report = sync(index, catalogue, file_embedder(run), chunk_size, args.update, progress)
+    report = sync(index, catalogue, functools.partial(embedded_chunks, run), chunk_size,
+                  args.update, progress)
     progress.close()
     where = args.uri + (f" (collection {args.collection})" if args.collection else "")
     gone = (f", removed {report.removed} whose files are gone" if report.removed else

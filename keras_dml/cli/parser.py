@@ -33,6 +33,8 @@ EXTRAS = {
     "sklearn": "plots",
     "tensorflow_serving": "export",
     "faiss": "ann",
+    "pymilvus": "milvus",
+    "milvus_lite": "milvus",
     "torch": "torch",
     "pytorch_metric_learning": "peers",
 }

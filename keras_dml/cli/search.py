@@ -50,9 +50,8 @@ def run(args):
     else 0.
     """
     from keras_dml.index import model_fingerprint
-    from keras_dml.index.embedding import embed_batches
     from keras_dml.index.progress import Progress
-    from keras_dml.index.runs import readable_images
+    from keras_dml.index.runs import embedded_chunks
 
     index = open_index(args.index, args.collection, args.token)
     search_filter = None
@@ -80,15 +79,13 @@ def run(args):
     progress = Progress(len(paths))
     named = _class_namer(index.info.get("class_names"))
     unread = 0
-    for start in range(0, len(paths), CHUNK):
-        images, kept, problems = readable_images(run, paths[start:start + CHUNK])
+    for queries, kept, problems in embedded_chunks(run, paths, CHUNK):
         for problem in problems:
             print(f"keras-dml search: error: {problem}", file=sys.stderr)
         unread += len(problems)
-        progress.update(len(problems))
-        if images is None:
+        progress.update(len(kept) + len(problems))
+        if not kept:
             continue
-        queries, _ = embed_batches(run.embedder, images, progress=_KeptOpen(progress))
         result = index.search(queries, k, **({"filter": search_filter} if search_filter
                                                else {}))
         matches = None if threshold is None else index.match(queries, threshold)
@@ -167,16 +164,6 @@ def query_files(arguments):
         else:
             problems.append(f"No image file or folder at {argument!r}.")
     return paths, problems
-
-
-class _KeptOpen:
-    """A `Progress` shared by several `embed_batches` calls: only the last close counts."""
-
-    def __init__(self, progress):
-        self.update = progress.update
-
-    def close(self):
-        pass
 
 
 def _print(paths, result, matches, named):

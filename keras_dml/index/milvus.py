@@ -23,7 +23,8 @@ LABEL_LENGTH = 1024
 def _client(uri, token):
     import logging
 
-    logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # errors are raised, not logged
+    for name in ("pymilvus", "milvus_lite"):  # errors are raised, not logged
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         from pymilvus import MilvusClient
     except ModuleNotFoundError:
@@ -42,7 +43,27 @@ def _client(uri, token):
         return MilvusClient(uri=str(uri), token=token or "", timeout=10) if remote \
             else MilvusClient(str(uri))
     except MilvusException as error:
+        if not remote and _locked(uri):
+            raise ValueError(f"{uri} is open in another process: Milvus Lite lets one process "
+                             "use a database at a time (serve it to several with `milvus-lite "
+                             "server --data-dir ...` and --uri http://...).") from None
         raise ValueError(f"cannot reach Milvus at {uri}: {error.message}") from None
+
+
+def _locked(path):
+    """Whether another process holds the Milvus Lite database's lock file."""
+    import fcntl
+
+    lock = os.path.join(path, "LOCK")
+    if not os.path.isfile(lock):
+        return False
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
 
 
 class MilvusIndex:

@@ -187,29 +187,52 @@ def op_message(error):
     return re.sub(r"\s*\[Op:.*$", "", message, flags=re.S).strip()
 
 
-def file_embedder(run, batch_size=64):
-    """`embed(paths) -> (embeddings, kept paths, problems)` with the run's embedder and
-    preprocessing (what `keras_dml.index.streaming.sync` takes).
+def embedded_chunks(run, paths, chunk_size, batch_size=64):
+    """Yields `(embeddings, kept paths, problems)` for consecutive chunks of `paths`,
+    embedded by the run's embedder with its preprocessing.
 
-    A chunk is embedded in one pipelined pass; a chunk holding a file that cannot be
-    read or decoded is embedded again file by file, leaving out only that file.
+    One `tf.data` pipeline and one compiled forward pass serve every chunk (a new
+    pipeline per chunk grows the process' memory with each), so memory follows
+    `chunk_size`, not `len(paths)`. A file that cannot be read or decoded costs
+    only itself: the chunk holding it is embedded file by file, the file named in
+    `problems` ("PATH is not a decodable image: ..."), and the pipeline restarts
+    after it.
     """
-    from keras_dml.data.bad_images import BadImageError
-    from keras_dml.index.catalogue import embed_files
-    from keras_dml.index.embedding import embed_batches
+    from keras_dml.data import evaluation_batches
+    from keras_dml.data.bad_images import BadImageError, clear_error
+    from keras_dml.evaluation.embedding import inference_function
 
     prepare = preprocessing(run)
+    forward = inference_function(run.embedder)
 
-    def embed(paths):
+    def embed(images):
+        return np.concatenate([np.asarray(forward(images[i:i + batch_size]), np.float32)
+                               for i in range(0, len(images), batch_size)])
+
+    paths = [str(p) for p in paths]
+    start = 0
+    while start < len(paths):
+        rest = paths[start:]
+        batches = evaluation_batches((rest, np.zeros(len(rest), np.int32)), prepare,
+                                     batch_size=batch_size)
+        done = []
         try:
-            embeddings = embed_files(run.embedder, paths, prepare, batch_size, progress=False)
-            return embeddings, list(paths), []
-        except BadImageError:
-            pass  # file by file below
-        images, kept, problems = readable_images(run, paths)
-        if images is None:
-            return np.zeros((0, 0), np.float32), [], problems
-        embeddings, _ = embed_batches(run.embedder, images, batch_size, verbose=0)
-        return embeddings, kept, problems
-
-    return embed
+            for x, _ in batches:
+                done.append(np.asarray(forward(x), np.float32))
+                rows = sum(len(e) for e in done)
+                if rows >= chunk_size:
+                    yield np.concatenate(done), paths[start:start + rows], []
+                    start, done = start + rows, []
+            if done:
+                rows = sum(len(e) for e in done)
+                yield np.concatenate(done), paths[start:start + rows], []
+                start += rows
+        except (tf.errors.OpError, BadImageError) as error:  # a bad file in the next batch
+            clear = error if isinstance(error, BadImageError) else clear_error(error)
+            if not isinstance(clear, BadImageError):
+                raise
+            end = start + sum(len(e) for e in done) + batch_size
+            images, kept, problems = readable_images(run, paths[start:end])
+            yield (np.zeros((0, 0), np.float32) if images is None else embed(images)), kept, \
+                problems
+            start = end

@@ -40,7 +40,7 @@ class SyncReport:
     unreadable: list = dataclasses.field(default_factory=list)
 
 
-def sync(index, catalogue, embed, chunk_size=CHUNK_SIZE, update=False, progress=None,
+def sync(index, catalogue, embed_chunks, chunk_size=CHUNK_SIZE, update=False, progress=None,
          log=None):
     """Adds the catalogue's missing files to `index` (and removes the gone ones).
 
@@ -48,8 +48,10 @@ def sync(index, catalogue, embed, chunk_size=CHUNK_SIZE, update=False, progress=
         index: A `keras_dml.index.Index` with string ids (e.g. on Milvus).
         catalogue: A `keras_dml.index.catalogue.Catalogue`; its ids become the items'
             ids and metadata, its class names their labels.
-        embed: `embed(paths) -> (embeddings (n, d), kept paths, problems)`: the
-            files that decode, embedded, and one line per file that does not.
+        embed_chunks: `embed_chunks(paths, chunk_size)` yielding `(embeddings (n, d),
+            kept paths, problems)` for consecutive chunks of `paths`: the files that
+            decode, embedded, and one line per file that does not (e.g.
+            `functools.partial(keras_dml.index.runs.embedded_chunks, run)`).
         chunk_size: Files embedded and stored per step. Defaults to `CHUNK_SIZE`.
         update: Also remove the items whose files are no longer listed.
             Defaults to False (they are counted in `gone`).
@@ -63,7 +65,6 @@ def sync(index, catalogue, embed, chunk_size=CHUNK_SIZE, update=False, progress=
     log = log or sys.stderr
     stored = set(str(i) for i in index.ids) if len(index) else set()
     listed = dict(zip(catalogue.ids, range(len(catalogue))))
-    missing = [position for item, position in listed.items() if item not in stored]
     report = SyncReport(kept=len(stored & listed.keys()))
     gone = sorted(stored - listed.keys())
     if update and gone:
@@ -71,21 +72,20 @@ def sync(index, catalogue, embed, chunk_size=CHUNK_SIZE, update=False, progress=
         report.removed = len(gone)
     else:
         report.gone = len(gone)
+    missing = {catalogue.paths[p]: p for item, p in listed.items() if item not in stored}
+    del stored, listed
     if progress is not None:
         progress.total = len(missing)
-    for start in range(0, len(missing), chunk_size):
-        chunk = missing[start:start + chunk_size]
-        paths = [catalogue.paths[p] for p in chunk]
-        embeddings, kept, problems = embed(paths)
+    for embeddings, kept, problems in embed_chunks(list(missing), chunk_size):
         for problem in problems:
             print(f"keras_dml.index: skipped {problem}", file=log, flush=True)
         report.unreadable.extend(problems)
         if kept:
-            rows = [chunk[paths.index(path)] for path in kept] if problems else chunk
-            ids = [catalogue.ids[p] for p in rows]
+            ids = [catalogue.ids[missing[path]] for path in kept]
             index.upsert(np.asarray(embeddings, np.float32), ids=ids,
-                         labels=[catalogue.labels[p] for p in rows], metadata=ids)
-            report.added += len(rows)
+                         labels=[catalogue.labels[missing[path]] for path in kept],
+                         metadata=ids)
+            report.added += len(kept)
         if progress is not None:
-            progress.update(len(chunk))
+            progress.update(len(kept) + len(problems))
     return report
