@@ -8,8 +8,9 @@ import keras
 import numpy as np
 
 from keras_dml import hyperparameters, validation
-from keras_dml.data.stream_preprocessing import stream_preprocessing, warn_if_normalised_twice
-from keras_dml.evaluation.collapse import collapse_warning
+from keras_dml.data.stream_preprocessing import (stream_preprocessing, warn_if_normalised_twice,
+                                                  warn_if_prepared_otherwise)
+from keras_dml.evaluation.collapse import CAUSES, collapse_warning
 from keras_dml.evaluation.embedding import as_dataset, embed_with, inference_function
 from keras_dml.evaluation.retrieval import METRICS, check_metrics, retrieval_metrics
 from keras_dml.evaluation.verification import FAR_TARGETS, pair_scores, verification_metrics
@@ -35,17 +36,21 @@ class _EmbeddingCallback(keras.callbacks.Callback):
         self._forward = inference_function(self.embedding_model or model)
         for data in (self.validation_data, getattr(self, "reference_data", None)):
             warn_if_normalised_twice(self.embedding_model or model, stream_preprocessing(data))
+            warn_if_prepared_otherwise(self.embedding_model or model, stream_preprocessing(data))
 
     def due(self, epoch):
         """Whether epoch `epoch` (0-based) is evaluated."""
         return (epoch + 1) % self.every_n_epochs == 0
+
+    #: The ways out a collapse warning names (`keras_dml.evaluation.collapse.CAUSES`).
+    collapse_causes = CAUSES
 
     def check_collapse(self, embeddings):
         """Warns (once per callback) when the evaluated embeddings have collapsed
         (`keras_dml.evaluation.collapse_warning`): the metrics are then at chance."""
         if getattr(self, "_collapse_warned", False) or len(embeddings) < 2:
             return
-        message = collapse_warning(embeddings)
+        message = collapse_warning(embeddings, self.collapse_causes)
         if message:
             self._collapse_warned = True
             warnings.warn(message, stacklevel=2)

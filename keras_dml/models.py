@@ -183,8 +183,13 @@ class DMLModel(keras.Model):
         return int(shape[-1])
 
     def embedder(self):
-        """The embedding network alone (a plain `keras.Model`, no loss weights)."""
-        return keras.Model(self.inputs, self.outputs, name=f"{self.name}_embedder")
+        """The embedding network alone (a plain `keras.Model`, no loss weights), with the
+        inputs' structure of this model, and its recorded `preprocessing` (the one image
+        files are embedded with) when it has one."""
+        embedder = keras.Model(self.input, self.output, name=f"{self.name}_embedder")
+        if getattr(self, "preprocessing", None) is not None:
+            embedder.preprocessing = self.preprocessing
+        return embedder
 
     # -- training ---------------------------------------------------------------------
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):

@@ -8,12 +8,16 @@ import os
 import shutil
 import sys
 import time
+import warnings
 
 import keras
 import numpy as np
 
 from keras_dml import backbones, backend, data, datasets, evaluation, fine_tuning, losses
+from keras_dml.backend.augmentation import training_call
 from keras_dml.callbacks import RecallAtK
+from keras_dml.data.preprocessing import default_preprocessing
+from keras_dml.evaluation.collapse import TRAIN_CAUSES
 from keras_dml.evaluation.embedding import embed_with, inference_function
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
@@ -27,6 +31,8 @@ from keras_dml.training_config import (  # noqa: F401 (TrainConfig: re-exported)
 KS = (1, 2, 4, 8)
 SUMMARY = "summary.json"
 CLASS_NAMES = "class_names.json"
+#: Written into a failed run's folder kept for `--resume` (one without a backup is removed).
+FAILED = "failed.json"
 
 
 def make_loss(name, loss_args=None, num_classes=None):
@@ -106,9 +112,8 @@ def _input_spec(split, image_size, backbone="cnn3", crop="random"):
         if image_size:
             shape = (image_size, image_size, shape[-1])
         return shape, None
-    size = image_size or FILE_IMAGE_SIZE
-    preprocessing = data.Preprocessing(
-        image_size=size, resize_size=round(size * 256 / 224), crop=crop,
+    preprocessing = default_preprocessing(
+        image_size or FILE_IMAGE_SIZE, crop=crop,
         normalization="none" if backbones.is_application(backbone) else "unit")
     return (preprocessing.image_size, preprocessing.image_size, preprocessing.channels), \
         preprocessing
@@ -161,12 +166,13 @@ def _augmented(transform, config, input_shape):
                            input_shape[0], config.seed)
     if augment is None:
         return transform
+    augment_batch = (lambda x: augment(x, training=True)) if backend.is_tensorflow() else \
+        training_call(augment)  # NumPy batches: jitted on JAX
 
     def map_fn(x, y):
         if transform is not None:
             x, y = transform(x, y)
-        x = augment(x, training=True)
-        return (x if backend.is_tensorflow() else keras.ops.convert_to_numpy(x)), y
+        return augment_batch(x), y
 
     return map_fn
 
@@ -191,6 +197,31 @@ def build_model(config, input_shape, weights=None):
     if source is not None:
         _warm_start_head(model, source, weights)
     return model
+
+
+def compile_model(model, config, num_classes, loss=None, jit_compile=None):
+    """Compile `model` as `keras-dml train` does: `config`'s loss (or `loss`, a name,
+    with its default arguments), wrapped in a `CrossBatchMemory` if `config` asks,
+    Adam(W) on `config`'s learning-rate schedule, and the step compiled as
+    `step_jit_compile(config.jit_compile)` says (or `jit_compile`)."""
+    loss = make_loss(config.loss, config.loss_args, num_classes) if loss is None else \
+        make_loss(loss, num_classes=num_classes)
+    if config.memory_size:
+        loss = losses.CrossBatchMemory(loss, config.memory_size, config.memory_warmup,
+                                       include_batch_loss=config.memory_batch_loss,
+                                       momentum=config.memory_momentum)
+    rate = learning_rate_schedule(config.learning_rate, config.epochs * config.steps_per_epoch,
+                                  config.warmup_steps, config.lr_schedule)
+    jit_compile = step_jit_compile(config.jit_compile) if jit_compile is None else jit_compile
+    model.compile(optimizer=adam(rate, config.weight_decay), loss=loss, jit_compile=jit_compile)
+
+
+def step_jit_compile(requested):
+    """The `jit_compile` of the run's training step: XLA on TensorFlow when `requested`
+    (`--jit-compile`; its graph step is faster on a CPU without it); on JAX always, since
+    Keras runs an un-jitted JAX step op by op (the main job's step took 4.8x TensorFlow's
+    that way, 2026-11-28); on PyTorch when `requested` (`torch.compile`)."""
+    return True if backend.name() == "jax" else bool(requested)
 
 
 def _warm_start_head(model, source, origin):
@@ -272,6 +303,7 @@ class RunEvaluation(RecallAtK):
         super().__init__(batches(queries), ks=KS, verbose=0,
                          reference_data=None if references is None else batches(references))
         self.progress = progress
+        self.collapse_causes = TRAIN_CAUSES
         self.clock = clock or Clock()
         self.embeddings = None
         self.full_results = {}
@@ -335,21 +367,37 @@ def _have_tensorboard():
     return True
 
 
+#: The run's t-SNE map: points, iterations and OpenMP threads. One thread: on a busy
+#: machine (TensorFlow's own thread pools, other jobs) t-SNE's OpenMP threads wait
+#: for each other, and the map took 38-46 s with all of them.
+TSNE_POINTS, TSNE_ITERATIONS, TSNE_THREADS = 1000, 500, 1
+
+
 def write_plots(run_dir, recall_history, split, embeddings, steps_per_epoch):
-    """Recall@K per step, a t-SNE map and (for in-memory images) a retrieval grid."""
+    """Recall@K per step, a t-SNE map and a retrieval grid (of in-memory images or of
+    the split's image files), each announced on a line as it is drawn."""
     from keras_dml import plots
 
-    written = {
-        "recall_curves": plots.recall_curves(
-            recall_history, os.path.join(run_dir, "recall_curves.png"),
-            steps_per_epoch=steps_per_epoch),
-        "tsne": plots.tsne_map(embeddings, split.labels, os.path.join(run_dir, "tsne.png"),
-                               max_points=1000, class_names=split.class_names),
+    started = time.perf_counter()
+    images = split.images if split.images is not None else split.paths
+    figures = {
+        "recall_curves": ("Recall@K curves", lambda path: plots.recall_curves(
+            recall_history, path, steps_per_epoch=steps_per_epoch)),
+        "tsne": (f"a t-SNE map of {min(len(embeddings), TSNE_POINTS):,} embeddings",
+                 lambda path: plots.tsne_map(
+                     embeddings, split.labels, path, max_points=TSNE_POINTS,
+                     max_iter=TSNE_ITERATIONS, threads=TSNE_THREADS,
+                     class_names=split.class_names)),
+        "retrievals": ("a grid of top-5 retrievals", lambda path: plots.retrieval_grid(
+            images, split.labels, embeddings, path, class_names=split.class_names)),
     }
-    if split.images is not None:
-        written["retrievals"] = plots.retrieval_grid(
-            split.images, split.labels, embeddings, os.path.join(run_dir, "retrievals.png"),
-            class_names=split.class_names)
+    written = []
+    for name, (what, draw) in figures.items():
+        print(f"figures: drawing {what}", flush=True)
+        draw(os.path.join(run_dir, f"{name}.png"))
+        written.append(name)
+    print(f"figures: {', '.join(f'{name}.png' for name in written)} drawn in "
+          f"{time.perf_counter() - started:.1f} s", flush=True)
     return sorted(written)
 
 
@@ -536,6 +584,12 @@ class ConsoleReport:
         print(f"run:        {run_dir}/ ({files})")
         if summary.get("export_dir"):
             print(f"SavedModel: {summary['export_dir']}")
+        skipped = summary.get("skipped_images") or []
+        if skipped:
+            print(f"skipped {len(skipped)} unreadable image(s) (summary.json lists them): "
+                  f"{'; '.join(skipped[:3])}{' ...' if len(skipped) > 3 else ''}")
+        if summary.get("verdict"):
+            print(f"WARNING: {summary['verdict']}.", flush=True)
 
 
 def metrics_row(title, metrics, ks=KS):
@@ -595,121 +649,197 @@ def run(config, report=None, resume=False):
     with scope, _dtype_policy(config.mixed_precision):
         # a resumed run's backup restores every weight: nothing to download or load
         model = build_model(config, input_shape, weights="none" if resume else None)
-        loss = make_loss(config.loss, config.loss_args, num_classes=splits.train.num_classes)
-        if config.memory_size:
-            loss = losses.CrossBatchMemory(loss, config.memory_size, config.memory_warmup,
-                                           include_batch_loss=config.memory_batch_loss,
-                                           momentum=config.memory_momentum)
-        rate = learning_rate_schedule(config.learning_rate,
-                                      config.epochs * config.steps_per_epoch,
-                                      config.warmup_steps, config.lr_schedule)
-        model.compile(optimizer=adam(rate, config.weight_decay), loss=loss,
-                      jit_compile=config.jit_compile)
+        compile_model(model, config, splits.train.num_classes)
     if not _is_chief():
         config = dataclasses.replace(config, export=False, plots=False)
     pixel_max = 255.0 if backbones.is_application(config.backbone) else 1.0
     transform = None if preprocessing else array_transform(splits.train, input_shape,
                                                            pixel_max)
+    skips_before = _skipped_images()  # the run's skipped files: the ones added from here
     batches = _training_batches(  # before the run folder: a bad design fails fast
         strategy, splits.train, config, preprocessing,
         _augmented(transform, config, input_shape))
     _make_run_directory(run_dir, replace)
-    if not resume:
-        with open(os.path.join(run_dir, "config.json"), "w") as f:
-            json.dump(dataclasses.asdict(config), f, indent=2)
-        with open(os.path.join(run_dir, CLASS_NAMES), "w") as f:  # label i is names[i]
-            json.dump({"train": splits.train.class_names, "test": splits.test.class_names}, f)
-    backup = _backup_callback(run_dir, batches, resume)
-    if report:
-        report.start(config, splits, run_dir)
+    with _failure_kept_or_removed(run_dir, resume):
+        if not resume:
+            with open(os.path.join(run_dir, "config.json"), "w") as f:
+                json.dump(dataclasses.asdict(config), f, indent=2)
+            with open(os.path.join(run_dir, CLASS_NAMES), "w") as f:  # label i is names[i]
+                json.dump({"train": splits.train.class_names, "test": splits.test.class_names}, f)
+        backup = _backup_callback(run_dir, batches, resume)
+        if report:
+            report.start(config, splits, run_dir)
 
-    queries, references = evaluation_splits(splits)
-    recall = RunEvaluation(queries, references, preprocessing, transform,
-                           progress=bool(report and report.progress), clock=clock)
-    before = recall.evaluate_now(model)
-    recall.record_untrained(before)
-    if report:
-        report.metrics("before training", before)
-    callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"),
-                                                   append=resume)]
-    callbacks += [] if backup is None else [backup]
-    log_dir = os.path.join(run_dir, "tensorboard")
-    if _have_tensorboard():
-        callbacks.append(keras.callbacks.TensorBoard(log_dir))
-    callbacks.append(keras.callbacks.LambdaCallback(  # after `backup` has restored
-        on_train_begin=lambda logs=None: _restore_recall_history(recall, backup)))
-    if config.head_warmup_steps or config.backbone_lr_multiplier != 1.0:
-        callbacks.append(fine_tuning.BackboneStepScale(
-            backbone_variables(model), config.backbone_lr_multiplier,
-            config.head_warmup_steps))
-    with clock.phase("fit"):  # training steps + the evaluation after each epoch
-        try:
-            history = model.fit(batches, epochs=config.epochs,
-                                steps_per_epoch=config.steps_per_epoch, callbacks=callbacks,
-                                verbose=_fit_verbose(report), shuffle=False)
-        except Exception as error:  # a bad image file: the message names it
-            clear = _image_file_error(error)
-            if clear is None:
-                raise
-            raise clear from None
-    full_history = getattr(backup, "history", None) or history.history
-    per_evaluation = clock.phases["evaluation"]["seconds"] / clock.phases["evaluation"]["count"]
-    train_seconds = clock.phases["fit"]["seconds"] - config.epochs * per_evaluation
-    after, embeddings = recall.full_results, recall.embeddings
-    if report:
-        report.metrics("after training", after)
+        queries, references = evaluation_splits(splits)
+        if config.skip_bad_images:  # one decode pass: the figures and projector then agree
+            queries, references = (_readable(split) for split in (queries, references))
+        recall = RunEvaluation(queries, references, preprocessing, transform,
+                               progress=bool(report and report.progress), clock=clock)
+        before = recall.evaluate_now(model)
+        recall.record_untrained(before)
+        if report:
+            report.metrics("before training", before)
+        callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(run_dir, "history.csv"),
+                                                       append=resume)]
+        callbacks += [] if backup is None else [backup]
+        log_dir = os.path.join(run_dir, "tensorboard")
+        if _have_tensorboard():
+            callbacks.append(keras.callbacks.TensorBoard(log_dir))
+        callbacks.append(keras.callbacks.LambdaCallback(  # after `backup` has restored
+            on_train_begin=lambda logs=None: _restore_recall_history(recall, backup)))
+        if config.head_warmup_steps or config.backbone_lr_multiplier != 1.0:
+            callbacks.append(fine_tuning.BackboneStepScale(
+                backbone_variables(model), config.backbone_lr_multiplier,
+                config.head_warmup_steps))
+        with clock.phase("fit"):  # training steps + the evaluation after each epoch
+            try:
+                history = model.fit(batches, epochs=config.epochs,
+                                    steps_per_epoch=config.steps_per_epoch, callbacks=callbacks,
+                                    verbose=_fit_verbose(report), shuffle=False)
+            except Exception as error:  # a bad image file: the message names it
+                clear = _image_file_error(error)
+                if clear is None:
+                    raise
+                raise clear from None
+        full_history = getattr(backup, "history", None) or history.history
+        per_evaluation = clock.phases["evaluation"]["seconds"] / clock.phases["evaluation"]["count"]
+        train_seconds = clock.phases["fit"]["seconds"] - config.epochs * per_evaluation
+        after, embeddings = recall.full_results, recall.embeddings
+        if report:
+            report.metrics("after training", after)
 
-    model_path = os.path.join(run_dir, "model.keras")
-    with clock.phase("save"):
-        model.save(model_path)
-    summary = {
-        "config": dataclasses.asdict(config),
-        "run_name": run_name,
-        "run_dir": run_dir,
-        "model": model_path,
-        "recall_before": before,
-        "recall_after": after,
-        "loss_history": [float(v) for v in full_history.get("loss", [])],
-        "seconds": None,
-        "train_seconds": round(train_seconds, 1),
-        "export": {"base_dir": os.path.join(config.export_dir, run_name),
-                   "input_format": "images" if preprocessing is None else "image_bytes",
-                   "preprocessing": None if preprocessing is None else preprocessing.to_dict()},
-        "export_dir": None,
-        "plots": [],
-    }
-    from keras_dml.projector import write_projector
+        model_path = os.path.join(run_dir, "model.keras")
+        with clock.phase("save"):
+            model.save(model_path)
+        summary = {
+            "config": dataclasses.asdict(config),
+            "run_name": run_name,
+            "run_dir": run_dir,
+            "model": model_path,
+            "recall_before": before,
+            "recall_after": after,
+            "loss_history": [float(v) for v in full_history.get("loss", [])],
+            "seconds": None,
+            "train_seconds": round(train_seconds, 1),
+            "export": {"base_dir": os.path.join(config.export_dir, run_name),
+                       "input_format": "images" if preprocessing is None else "image_bytes",
+                       "preprocessing": None if preprocessing is None else preprocessing.to_dict()},
+            "export_dir": None,
+            "plots": [],
+            "skipped_images": _skipped_images(skips_before) + [
+                f"test image {path!r}" for split in (queries, references) if split is not None
+                for path, reason in split.skipped if reason == "undecodable"],
+            "verdict": run_verdict(before, after, chance_recall(queries, references)),
+        }
+        from keras_dml.projector import write_projector
 
-    with clock.phase("projector"):  # the evaluation set, for TensorBoard's projector
-        thumbnails = backend.tensorflow_installed()  # resized and encoded by TensorFlow
-        if not thumbnails:
-            print("projector: no thumbnail sprite (it needs TensorFlow); vectors and labels "
-                  "are written", flush=True)
-        summary["projector"] = write_projector(
-            log_dir, embeddings, queries.labels,
-            images=queries.images if thumbnails else None,
-            paths=None if queries.images is not None or not thumbnails else queries.paths,
-            class_names=queries.class_names)["config"]
-    if config.plots and _have_matplotlib():
-        with clock.phase("plots"):
-            summary["plots"] = write_plots(run_dir, recall.history, queries, embeddings,
-                                           config.steps_per_epoch)
-    if config.export and _can_export():
-        from keras_dml.export import export_embedder
+        with clock.phase("projector"):  # the evaluation set, for TensorBoard's projector
+            thumbnails = backend.tensorflow_installed()  # resized and encoded by TensorFlow
+            if not thumbnails:
+                print("projector: no thumbnail sprite (it needs TensorFlow); vectors and labels "
+                      "are written", flush=True)
+            summary["projector"] = write_projector(
+                log_dir, embeddings, queries.labels,
+                images=queries.images if thumbnails else None,
+                paths=None if queries.images is not None or not thumbnails else queries.paths,
+                class_names=queries.class_names)["config"]
+        if config.plots and _have_matplotlib():
+            with clock.phase("plots"):
+                summary["plots"] = write_plots(run_dir, recall.history, queries, embeddings,
+                                               config.steps_per_epoch)
+        if config.export and summary["verdict"] and not config.export_anyway:
+            print(f"export skipped: {summary['verdict']} (--export-anyway exports it)",
+                  flush=True)
+        elif config.export and _can_export(run_dir):
+            from keras_dml.export import export_embedder
 
-        with clock.phase("export"):
-            summary["export_dir"] = export_embedder(
-                model.embedder(), summary["export"]["base_dir"],
-                input_format=summary["export"]["input_format"], preprocessing=preprocessing,
-                run_info=_run_info(config, after, input_shape, preprocessing),
-            )
-    summary["seconds"] = round(time.time() - started, 1)
-    summary["timings"] = clock.rounded()
-    with open(os.path.join(run_dir, SUMMARY), "w") as f:
-        json.dump(summary, f, indent=2, default=str)
-    if report:
-        report.finish(summary)
+            with clock.phase("export"):
+                summary["export_dir"] = export_embedder(
+                    model.embedder(), summary["export"]["base_dir"],
+                    input_format=summary["export"]["input_format"], preprocessing=preprocessing,
+                    run_info=_run_info(config, after, input_shape, preprocessing),
+                )
+        summary["seconds"] = round(time.time() - started, 1)
+        summary["timings"] = clock.rounded()
+        with open(os.path.join(run_dir, SUMMARY), "w") as f:
+            json.dump(summary, f, indent=2, default=str)
+        if report:
+            report.finish(summary)
     return summary
+
+
+def chance_recall(queries, references=None):
+    """Recall@1 of a random ranking: the chance that a random reference (another query
+    of the set, leave-one-out, or an item of `references`) shares the query's class."""
+    labels = np.asarray(queries.labels)
+    if references is None:
+        _, counts = np.unique(labels, return_counts=True)
+        return float(np.sum(counts * (counts - 1)) / max(len(labels) * (len(labels) - 1), 1))
+    gallery = np.asarray(references.labels)
+    return float(np.mean([np.mean(gallery == label) for label in labels]))
+
+
+def run_verdict(before, after, chance):
+    """Why the trained model's Recall means nothing (a sentence), or "" when it is fine:
+    Recall@1 at chance (within 1.5 times the random ranking's) or below where it started."""
+    start, end = before["recall@1"], after["recall@1"]
+    if end <= 1.5 * chance:
+        return (f"Recall@1 {100 * end:.1f} is at chance (a random ranking scores "
+                f"{100 * chance:.1f}): the model learned nothing usable")
+    if end < start:
+        return (f"Recall@1 fell from {100 * start:.1f} to {100 * end:.1f} in training: the "
+                "model is worse than untrained")
+    return ""
+
+
+def _failure_kept_or_removed(run_dir, resume):
+    """Context: when the run fails, its folder is removed if it holds nothing to resume
+    (no epoch backup; a resumed run's is kept), else kept and marked `failed.json`
+    (the error and the resume command). A success removes an old mark."""
+    from keras_dml.backup import complete_backups
+
+    marker = os.path.join(run_dir, FAILED)
+
+    @contextlib.contextmanager
+    def guarded():
+        try:
+            yield
+        except BaseException as error:
+            if not resume and not complete_backups(os.path.join(run_dir, "backup")):
+                shutil.rmtree(run_dir, ignore_errors=True)
+            else:
+                with open(marker, "w") as f:
+                    json.dump({"error": f"{type(error).__name__}: {error}",
+                               "resume": f"keras-dml train --resume {run_dir}"}, f, indent=2)
+            raise
+        if os.path.exists(marker):
+            os.remove(marker)
+
+    return guarded()
+
+
+def _readable(split):
+    """`split` without its image files that cannot be read or decoded, each named on
+    stderr (`data.verify_images`: they are listed in its `skipped`)."""
+    if split is None or split.paths is None:
+        return split
+    with warnings.catch_warnings():  # its one-line count: each file is named below
+        warnings.simplefilter("ignore", UserWarning)
+        readable = data.verify_images(split)
+    for path, _ in readable.skipped[len(split.skipped):]:
+        print(f"keras_dml.data: skipping unreadable test image {path!r}", file=sys.stderr,
+              flush=True)
+    return readable
+
+
+def _skipped_images(mark=None):
+    """Without `mark`: a mark (the `BadImageGuard`s made so far). With one: the image
+    files left out by `skip_bad_images` streams made since (none without TensorFlow)."""
+    if not backend.tensorflow_installed():
+        return 0 if mark is None else []
+    from keras_dml.data import bad_images
+
+    return bad_images.guards_made() if mark is None else bad_images.skipped_files(mark)
 
 
 def _image_file_error(error):
@@ -722,7 +852,7 @@ def _image_file_error(error):
     return clear_error(error)
 
 
-def _can_export():
+def _can_export(run_dir):
     """Whether this process can write the SavedModel export; if not, prints why."""
     if not backend.tensorflow_installed():
         print('export skipped: the SavedModel export needs TensorFlow, which is not '
@@ -732,7 +862,7 @@ def _can_export():
     if not backend.is_tensorflow():
         print(f"export skipped: the SavedModel export traces the model in TensorFlow and "
               f"Keras runs on {backend.name()} here; export the saved model.keras with "
-              f"KERAS_BACKEND=tensorflow keras-dml export <run>", flush=True)
+              f"KERAS_BACKEND=tensorflow keras-dml export {run_dir}", flush=True)
         return False
     return True
 

@@ -89,6 +89,7 @@ class TrainConfig:
     export_dir: str = "savedmodels"
     overwrite: bool = False
     export: bool = True
+    export_anyway: bool = False
     plots: bool = True
     skip_bad_images: bool = False
     weights: str = None

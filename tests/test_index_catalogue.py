@@ -4,6 +4,7 @@ calibrated from the command line, and indexed from Python."""
 import io
 import json
 import re
+import shutil
 
 import keras
 import numpy as np
@@ -12,7 +13,7 @@ import tensorflow as tf
 
 from keras_dml import cli, datasets
 from keras_dml.data import Preprocessing, decode_image, evaluation_batches
-from keras_dml.index import Index
+from keras_dml.index import Index, model_fingerprint
 from keras_dml.index.catalogue import list_images, save_embeddings
 from keras_dml.index.progress import Progress
 from keras_dml.layers import EmbeddingHead
@@ -170,6 +171,24 @@ def test_index_images_search_prints_paths_and_calibrate(photos, run_dir, tmp_pat
     assert "not both" in capsys.readouterr().err
 
 
+def test_the_index_records_its_model_and_search_refuses_another(photos, run_dir, tmp_path,
+                                                                capsys):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    with pytest.warns(UserWarning, match="notes.txt"):
+        _main(["index", run, "--images", photos, "--output", tmp_path / "index"], capsys)
+    made = Index.load(tmp_path / "index").provenance
+    before = model_fingerprint(_embedder(run))
+    assert made["model_fingerprint"] == before and made["run"] == str(run)
+    assert made["preprocessing"] == PREPROCESSING.to_dict()
+    model = keras.saving.load_model(run / "model.keras")  # the run retrained in place
+    model.set_weights([w + 0.5 for w in model.get_weights()])
+    model.save(run / "model.keras")
+    assert cli.main(["search", str(tmp_path / "index"), str(photos / "dog" / "1.png")]) == 2
+    err = capsys.readouterr().err
+    assert before in err and model_fingerprint(_embedder(run)) in err and str(run) in err
+
+
 def test_calibrate_images_needs_labels(run_dir, tmp_path, capsys):
     flat = tmp_path / "flat"
     for i in range(3):
@@ -268,7 +287,7 @@ def test_search_refuses_another_model_and_follows_a_moved_run(photos, run_dir, i
     assert index.provenance["run"] == str(run_dir)
     assert index.provenance["preprocessing"] == PREPROCESSING.to_dict()
     fingerprint = index.provenance["model_fingerprint"]
-    assert re.fullmatch(r"[0-9a-f]{16}", fingerprint)
+    assert re.fullmatch(r"sha256:[0-9a-f]{16}", fingerprint)
     moved = tmp_path / "moved-run"
     shutil.copytree(run_dir, moved)
     query = str(photos / "owl" / "2.png")
@@ -281,10 +300,11 @@ def test_search_refuses_another_model_and_follows_a_moved_run(photos, run_dir, i
     model.save(retrained / "model.keras")
     assert cli.main(["search", str(index_dir), query, "--run", str(retrained)]) == 2
     err = capsys.readouterr().err
-    assert f"built by model {fingerprint} (run {run_dir})" in err
-    assert f"(run {retrained})" in err and err.count("\n") == 1
-    out = _main(["search", index_dir, query, "--run", retrained, "--allow-model-mismatch"],
-                capsys)
+    assert f"model {fingerprint} (run {run_dir})" in err
+    assert f"(run {retrained})" in err and err.count("\n") == 1 and "--allow-mismatch" in err
+    with pytest.warns(UserWarning, match=f"allow_mismatch=True: .*{fingerprint}"):
+        out = _main(["search", index_dir, query, "--run", retrained, "--allow-mismatch"],
+                    capsys)
     assert out.startswith(query)
     # The run moved: the error says where the index points; --run follows it.
     shutil.move(run_dir, tmp_path / "elsewhere")

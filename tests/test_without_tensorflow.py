@@ -136,3 +136,38 @@ def test_train_runs_on_numpy_batches_and_skips_the_export_in_one_line(tmp_path):
                        'model.keras'], out
     assert (tmp_path / "runs" / "run" / "model.keras").is_file()
     assert not (tmp_path / "savedmodels").exists()
+
+
+def test_the_main_jobs_jax_step_is_one_compiled_program(tmp_path):
+    _ok(_run("""
+        import keras
+        import numpy as np
+
+        from keras_dml import training
+        from keras_dml.backend import trainer_jax, trainer_torch
+        from keras_dml.data import ClassBalancedPyDataset
+        from keras_dml.training_config import TrainConfig
+
+        backend = keras.backend.backend()
+        module = trainer_jax if backend == "jax" else trainer_torch
+        step, calls = module.train_step, []
+
+        def counted(*args):
+            calls.append(1)  # once per trace when jitted, once per step when eager
+            return step(*args)
+
+        module.train_step = counted
+        config = TrainConfig(dataset="digits", width=4, embedding_dim=8, steps_per_epoch=3)
+        model = training.build_model(config, (8, 8, 1))
+        training.compile_model(model, config, num_classes=5)
+        rng = np.random.default_rng(0)
+        x, y = rng.random((50, 8, 8, 1), dtype=np.float32), np.repeat(np.arange(5), 10)
+        model.fit(ClassBalancedPyDataset(x, y, 4, 4, seed=0), epochs=1, steps_per_epoch=3,
+                  verbose=0)
+        jitted = backend == "jax"
+        assert model.jit_compile is jitted, model.jit_compile
+        assert len(calls) == (1 if jitted else 3), (backend, len(calls))
+        compiled = training.step_jit_compile(True)
+        assert compiled is True, compiled  # --jit-compile asks every backend to compile
+        print("ok")
+    """, tmp_path))

@@ -22,6 +22,27 @@ class TensorFlowRequiredError(ImportError):
     """A TensorFlow-only feature was used where TensorFlow is not installed."""
 
 
+class TensorFlowBackendRequiredError(ValueError):
+    """A feature that traces the model in TensorFlow (SavedModel export) was used while
+    Keras runs on another backend."""
+
+
+def export_advice():
+    """How to export a model trained on JAX or PyTorch: one sentence."""
+    return ("save it (model.save('model.keras'), as keras-dml train does) and export the "
+            "file with KERAS_BACKEND=tensorflow keras-dml export RUN (a run folder or a "
+            ".keras file)")
+
+
+def require_tensorflow_backend(feature):
+    """Raises a one-line `TensorFlowBackendRequiredError` naming `feature` unless Keras
+    runs on TensorFlow."""
+    if not is_tensorflow():
+        raise TensorFlowBackendRequiredError(
+            f"{feature} traces the model in TensorFlow, and Keras runs on "
+            f"{name()} here: {export_advice()}.")
+
+
 def name():
     """The running Keras backend: "tensorflow", "jax" or "torch"."""
     return keras.backend.backend()

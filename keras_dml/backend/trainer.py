@@ -32,3 +32,16 @@ def clear_data_error(error):
     from keras_dml.data.bad_images import clear_error
 
     return clear_error(error)
+
+
+def backend_inputs(x):
+    """`x` (a tensor or a structure of them) with TensorFlow tensors as NumPy arrays, so a
+    tf.data stream (of image files, say) feeds a model running on JAX or PyTorch; other
+    values are returned as they are."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return x
+    import keras
+
+    return keras.tree.map_structure(
+        lambda value: value.numpy() if isinstance(value, tf.Tensor) else value, x)

@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import keras
 
+from keras_dml.backend.trainer import backend_inputs
+
 
 def all_finite(tensors):
     """A scalar bool: every value of every array is finite."""
@@ -62,9 +64,10 @@ def _apply(model, gradients, trainable, optimizer_variables, non_trainable):
 
 def inference_function(model):
     """`model(x, training=False)`, jitted once for a Keras layer (the variables' current
-    values are read at every call), else `model` called as it is."""
+    values are read at every call), else `model` called as it is. TensorFlow tensors (a
+    tf.data stream's batches) are fed as NumPy arrays."""
     if not isinstance(model, keras.Layer):
-        return lambda x: model(x, training=False)
+        return lambda x: model(backend_inputs(x), training=False)
 
     @jax.jit
     def forward(trainable, non_trainable, x):
@@ -72,6 +75,6 @@ def inference_function(model):
 
     def embed(x):
         return forward([v.value for v in model.trainable_variables],
-                       [v.value for v in model.non_trainable_variables], x)
+                       [v.value for v in model.non_trainable_variables], backend_inputs(x))
 
     return embed

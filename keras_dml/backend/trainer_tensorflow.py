@@ -5,6 +5,8 @@ embeddings and labels of the global batch, gathered from all replicas, and each
 replica's gradient reaches only its own slice (`gather_across_replicas`).
 """
 
+import functools
+
 import keras
 import tensorflow as tf
 
@@ -183,5 +185,13 @@ def _first_local_value(value):
 
 
 def inference_function(model):
-    """`model(x, training=False)` as a `tf.function`; build it once, embed many times."""
-    return tf.function(lambda x: model(x, training=False), reduce_retracing=True)
+    """`model(x, training=False)` as a `tf.function`; build it once, embed many times.
+
+    A `functools.partial`, not a lambda: TensorFlow counts retracing per Python code
+    object, so every lambda made here would share one count, and the query and gallery
+    functions of a few evaluations would warn of "excessive retracing"."""
+    return tf.function(functools.partial(_inference, model), reduce_retracing=True)
+
+
+def _inference(model, x):
+    return model(x, training=False)

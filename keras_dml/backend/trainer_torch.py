@@ -7,6 +7,8 @@ weights (proxies, margins) like any trainable weight of the model.
 import keras
 import torch
 
+from keras_dml.backend.trainer import backend_inputs
+
 
 def all_finite(tensors):
     """Whether every value of every tensor is finite (a Python bool: one device sync)."""
@@ -38,10 +40,11 @@ def train_step(model, data):
 
 
 def inference_function(model):
-    """`model(x, training=False)` without recording gradients."""
+    """`model(x, training=False)` without recording gradients; TensorFlow tensors (a
+    tf.data stream's batches) are fed as NumPy arrays."""
 
     def embed(x):
         with torch.no_grad():
-            return model(x, training=False)
+            return model(backend_inputs(x), training=False)
 
     return embed

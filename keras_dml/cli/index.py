@@ -30,9 +30,9 @@ def add_command(commands):
     milvus.add_argument("--token", default=None, help="Milvus server token (user:password)")
     milvus.add_argument("--collection", default=None,
                         help="collection name (default: the one keras_dml uses)")
-    milvus.add_argument("--index-type", default="FLAT", choices=("FLAT", "HNSW", "IVF_FLAT"),
+    milvus.add_argument("--index-type", default=None, choices=("FLAT", "HNSW", "IVF_FLAT"),
                         help="Milvus index of a new collection: FLAT (exact, default), HNSW "
-                        "or IVF_FLAT (approximate; see docs/guide/beyond_one_machine.md)")
+                        "or IVF_FLAT (approximate; see the guide 'Beyond one machine')")
     milvus.add_argument("--chunk-size", type=int, default=None,
                         help="images embedded and stored per step (default 2048): bounds "
                         "the memory")
@@ -99,8 +99,9 @@ def run_milvus(args):
             f"; {report.gone} entries' files are gone (--update removes them)" if report.gone
             else "")
     rate = f" ({progress.rate:.1f} images/s)" if report.added else ""
+    total = report.added + report.kept + report.gone
     print(f"index: {where}: added {report.added} images{rate}, {report.kept} already there"
-          f"{gone}; {len(index)} items")
+          f"{gone}; {total} items")
     if report.unreadable:
         print(f"keras-dml index: {len(report.unreadable)} files could not be read (above) and "
               "are not in the index; fix them and run the same command again.")
@@ -109,17 +110,10 @@ def run_milvus(args):
 
 
 def milvus_index(args, run, info):
-    """The collection at --uri: opened (its model checked against the run's) or created."""
-    from keras_dml.index import Index, model_fingerprint
+    """The collection at --uri: opened (refused if another model built it) or created."""
+    from keras_dml.index import Index
     from keras_dml.index.runs import run_provenance
 
-    try:
-        index = Index.open(args.uri, args.collection, token=args.token)
-    except FileNotFoundError:
-        pass
-    else:
-        index.check_model(model_fingerprint(run.embedder), run=run.run_dir)
-        return index
-    return Index(metric="cosine", backend="milvus", info=info, provenance=run_provenance(run),
-                 uri=args.uri, token=args.token, collection=args.collection,
-                 index_type=args.index_type)
+    options = {} if args.index_type is None else {"index_type": args.index_type}
+    return Index("cosine", "milvus", info=info, uri=args.uri, token=args.token,
+                 collection=args.collection, provenance=run_provenance(run), **options)

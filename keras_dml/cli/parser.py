@@ -133,7 +133,7 @@ def _bad_image_hint(message, command_parser):
     from keras_dml.data.bad_images import SKIP_HINT
 
     has_flag = "--skip-bad-images" in command_parser._option_string_actions  # noqa: SLF001
-    return message.replace(SKIP_HINT, ", or skip batches holding them with "
+    return message.replace(SKIP_HINT, ", or skip the bad files with "
                            "--skip-bad-images" if has_flag else "")
 
 
@@ -174,7 +174,8 @@ def main(argv=None):
         message = _missing_module_message(error)
     except ImportError as error:  # keras_dml.backend.TensorFlowRequiredError: one line
         message = str(error)
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError, ConnectionError,
+            RuntimeError) as error:  # keras_dml raises these with one-line messages
         command_parser = parser.command_parsers[args.command]
         message = flag_words(_bad_image_hint(str(error), command_parser), command_parser)
     except KeyboardInterrupt:

@@ -29,15 +29,14 @@ def add_command(commands):
                         help="similarity threshold for match/unknown, or 'calibrated' "
                         "(the run's calibration.json)")
     parser.add_argument("--label", action="append", default=None,
-                        help="search only the items of this label (repeat for several; an "
-                        "index on Milvus)")
+                        help="search only the items of this label (repeat for several)")
     parser.add_argument("--collection", default=None,
                         help="Milvus collection (default: the one keras_dml uses)")
     parser.add_argument("--token", default=None, help="Milvus server token")
     parser.add_argument("--run", default=None,
                         help="the run that built the index, where it is now (default: the "
                         "path the index records; use this after moving the run)")
-    parser.add_argument("--allow-model-mismatch", action="store_true",
+    parser.add_argument("--allow-mismatch", action="store_true",
                         help="search even when the run's model is not the one that built the "
                         "index (a loud warning instead of an error)")
     parser.set_defaults(handler=run)
@@ -49,26 +48,14 @@ def run(args):
     Returns 1 when some query files could not be read (the others are answered),
     else 0.
     """
-    from keras_dml.index import model_fingerprint
     from keras_dml.index.progress import Progress
     from keras_dml.index.runs import embedded_chunks
 
     index = open_index(args.index, args.collection, args.token)
-    search_filter = None
-    if args.label:
-        if index.backend != "milvus":
-            raise ValueError("--label filters an index on Milvus (keras-dml index --uri).")
-        search_filter = {"label": args.label}
+    search_filter = {"label": args.label} if args.label else None
     run_dir = index_run(index, args.index, args.run)
     run = _load_run(run_dir, args.index, args.run)
-    mismatch = index.check_model(model_fingerprint(run.embedder), args.allow_model_mismatch,
-                                 run=run_dir)
-    if mismatch:
-        print(f"keras-dml search: WARNING: {mismatch}", file=sys.stderr)
-    elif index.provenance["model_fingerprint"] is None:
-        print(f"keras-dml search: note: {args.index} records no model fingerprint (built "
-              f"before they were recorded): nothing checks that {run_dir}'s model built it.",
-              file=sys.stderr)
+    index.check_model(run.embedder, allow_mismatch=args.allow_mismatch, run=run_dir)
     threshold = _threshold(args.threshold, run_dir)
     if not len(index):
         raise ValueError(f"{args.index} is empty: nothing to search.")
@@ -86,8 +73,7 @@ def run(args):
         progress.update(len(kept) + len(problems))
         if not kept:
             continue
-        result = index.search(queries, k, **({"filter": search_filter} if search_filter
-                                               else {}))
+        result = index.search(queries, k, filter=search_filter)
         matches = None if threshold is None else index.match(queries, threshold)
         _print(kept, result, matches, named)
     progress.close()

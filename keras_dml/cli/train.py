@@ -125,7 +125,9 @@ def add_arguments(parser):
                      help="add each training class turned by 90, 180 and 270 degrees as three "
                      "new classes (for characters, as omniglot; in-memory datasets)")
     fit.add_argument("--seed", type=int, default=default("seed"), help="default %(default)s")
-    fit.add_argument("--jit-compile", action="store_true", help="compile the step with XLA")
+    fit.add_argument("--jit-compile", action="store_true",
+                     help="compile the step with XLA on TensorFlow (torch.compile on PyTorch); "
+                     "JAX always compiles its step")
     fit.add_argument("--strategy", choices=STRATEGIES, default=default("strategy"),
                      help="tf.distribute strategy: mirrored = this machine's GPUs, multiworker "
                      "= the cluster in TF_CONFIG, auto (default) = multiworker when TF_CONFIG "
@@ -178,14 +180,18 @@ def add_arguments(parser):
     out.add_argument("--overwrite", action="store_true",
                      help="replace an existing <runs-dir>/<run> (the export gets a new version)")
     out.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
+    out.add_argument("--export-anyway", action="store_true",
+                     help="export even when the final Recall@1 is at chance or below its "
+                     "start (such a run is not exported by default)")
     out.add_argument("--no-plots", action="store_true", help="skip the figures")
     faults = parser.add_argument_group("faults")
     faults.add_argument("--resume", default=None, metavar="RUN",
                         help="continue a killed run from its last epoch backup (RUN: its "
                         "directory, runs/<name>) with its saved settings")
     faults.add_argument("--skip-bad-images", action="store_true",
-                        help="skip training batches holding an unreadable image (counted on "
-                        "stderr) instead of stopping with an error naming the file")
+                        help="leave out image files that cannot be read or decoded, in "
+                        "training and test images (each named once on stderr, listed in "
+                        "summary.json), instead of stopping with an error naming the first")
 
 
 def _fraction_or_count(text):

@@ -3,7 +3,7 @@
 import numpy as np
 
 from keras_dml import backend
-from keras_dml.data.bad_images import BadImageGuard, only_x_y
+from keras_dml.data.bad_images import BadImageGuard, drop_bad, only_x_y
 from keras_dml.data.options import steady
 from keras_dml.data.sources import make_source
 from keras_dml.data.stream_preprocessing import record_preprocessing
@@ -12,7 +12,8 @@ from keras_dml.hyperparameters import integer_at_least
 tf = backend.require_tensorflow("keras_dml.data.evaluation_batches (tf.data)")
 
 
-def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None):
+def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None,
+                       skip_bad_images=False):
     """Every image of a source, in order, with evaluation preprocessing.
 
     Args:
@@ -28,12 +29,17 @@ def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None
         batch_size: images per batch. Defaults to 256.
         transform: optional `(x, y) -> (x, y)` applied per batch (e.g. resizing
             in-memory images).
+        skip_bad_images: Leave out image files that cannot be read or decoded
+            (each named once on stderr; `keras_dml.data.bad_images.skipped_files`
+            lists them) instead of stopping with an error naming the first.
+            Defaults to False.
 
     Returns:
         A finite `tf.data.Dataset` of `(images, labels)` batches (its length
         known): what `keras_dml.callbacks.RecallAtK` and
         `keras_dml.evaluation.embed_dataset` take. An image file that cannot be
-        read or decoded stops iteration with an error naming it.
+        read or decoded stops iteration with an error naming it (unless
+        `skip_bad_images`).
     """
     batch_size = integer_at_least("batch_size", batch_size, 1, strict=True)
     data = make_source(split, preprocessing, training=False)
@@ -49,12 +55,15 @@ def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None
         x, ok = data.fetch(indices, None)
         y = tf.gather(labels, indices)
         x, y = transform(x, y) if transform else (x, y)
+        if skip:  # the batch stays, without its bad files
+            return (indices[0], indices, ok, tf.constant(True)) + drop_bad(ok, x, y)
         return indices[0], indices, ok, x, y
 
+    skip = skip_bad_images and data.from_files
     batches = tf.data.Dataset.range(len(data.labels)).batch(batch_size).map(
         load, num_parallel_calls=tf.data.AUTOTUNE)
     if data.from_files:  # a bad file is an error naming it, when its batch is taken
-        stream = BadImageGuard(data.describe).stream(batches)
+        stream = BadImageGuard(data.describe, skip=skip).stream(batches, every_batch=True)
     else:
         stream = batches.map(only_x_y).prefetch(tf.data.AUTOTUNE)
     return record_preprocessing(steady(stream), preprocessing)

@@ -5,7 +5,7 @@ import weakref
 import numpy as np
 
 from keras_dml import backend
-from keras_dml.data.bad_images import BadImageGuard, only_x_y
+from keras_dml.data.bad_images import BadImageGuard, only_x_y, refill
 from keras_dml.data.options import steady
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.stream_preprocessing import record_preprocessing
@@ -37,10 +37,12 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
 
     Bad files: an image that is missing or cannot be decoded stops iteration
     with an error naming it (its index in the source and its path). With
-    `skip_bad_images=True` the batch holding it is skipped instead (never a
-    shifted label) with a running count printed to stderr; if
-    `bad_images.MAX_BAD_BATCHES_IN_A_ROW` (20) batches in a row are bad the
-    stream fails, naming the files, rather than hang. Use
+    `skip_bad_images=True` the file is skipped instead, reported once on
+    stderr: in its batch it is replaced by another image of its class (the
+    batch stays C x k, labels never shift); a batch in which a class has no
+    readable image is skipped, and if `bad_images.MAX_BAD_BATCHES_IN_A_ROW`
+    (20) batches in a row are, the stream fails, naming the files, rather
+    than hang. `keras_dml.data.bad_images.skipped_files` lists the files left out. Use
     `keras_dml.data.verify_images` to find and drop such files up front.
 
     Args:
@@ -74,9 +76,9 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
             stream started at 0 or at `start_step <= i` (batches are drawn from
             their step index: O(1) to skip). `keras_dml.backup.TrainingBackup` sets it on
             resume through `stream_position(dataset)`. Defaults to 0.
-        skip_bad_images: Skip batches holding an unreadable image (counted
-            on stderr) instead of stopping with an error naming it. Defaults
-            to False.
+        skip_bad_images: Skip unreadable image files (each named once on
+            stderr) instead of stopping with an error naming the first.
+            Defaults to False.
 
     Returns:
         An infinite `tf.data.Dataset` of `(x, y)`, `x` of shape
@@ -254,10 +256,13 @@ def batches_from_indices(data, indices, seed=None, map_fn=None, skip_bad_images=
             [tf.constant(stream_seed, tf.int64), batch_id])
         x, ok = data.fetch(indices, aug_seed)
         y = tf.gather(labels, indices)
+        if skip:
+            x, usable = refill(x, y, ok)
         if map_fn is not None:
             x, y = map_fn(x, y)
-        return batch_id, indices, ok, x, y
+        return (batch_id, indices, ok) + ((usable,) if skip else ()) + (x, y)
 
+    skip = skip_bad_images and data.from_files
     ds = indices.map(build, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if data.from_files:
         ds = BadImageGuard(data.describe, skip=skip_bad_images).stream(ds)

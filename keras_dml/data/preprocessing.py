@@ -84,6 +84,15 @@ def register_normalization(name, fn):
     _NORMALIZATIONS[str(name)] = fn
 
 
+def default_preprocessing(image_size, channels=3, normalization="unit", crop="random"):
+    """The `Preprocessing` `keras-dml train` gives image files for a model input of
+    `image_size`: resize to `image_size * 256 / 224` (the papers' 256 for 224), crop
+    `image_size`; `normalization="none"` for a model that rescales inside (Keras
+    Applications), else `"unit"` ([0, 1])."""
+    return Preprocessing(image_size=image_size, resize_size=round(image_size * 256 / 224),
+                         channels=channels, normalization=normalization, crop=crop)
+
+
 def decode_image(encoded_bytes, channels=3):
     """Decodes JPEG / PNG / GIF / BMP bytes to a uint8 `(H, W, channels)` image.
 
@@ -186,6 +195,19 @@ class Preprocessing:
 
     get_config = to_dict
     from_config = from_dict
+
+    def evaluation_dict(self):
+        """The fields the evaluation transform (`eval`) reads, as a JSON-friendly dict:
+        `to_dict` without the training augmentation (`flip`, `crop`)."""
+        return {key: value for key, value in self.to_dict().items()
+                if key not in ("flip", "crop")}
+
+    def describe(self):
+        """The evaluation transform in words: "resize 73 x 73, centre crop 64, ..."."""
+        resize = "resize and zero-pad" if self.resize_mode == "pad" else "resize"
+        return (f"{resize} to {self.resize_size} x {self.resize_size}, centre crop "
+                f"{self.image_size}, {self.channels} channel(s), normalization="
+                f"{self.normalization!r}")
 
     @property
     def output_shape(self):

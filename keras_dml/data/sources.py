@@ -109,17 +109,25 @@ def _file_source(paths, y, preprocessing, training):
 
 def decode_or_flag(table, read, channels):
     """`load(index) -> (uint8 image, ok)`: a read or decode failure gives a
-    blank 1 x 1 image and `ok=False` instead of an error (in a `py_function`,
-    so one bad file cannot end the dataset or be skipped silently)."""
+    blank 1 x 1 image and `ok=False` instead of an error, so one bad file can
+    neither end the dataset nor be skipped silently.
 
-    def attempt(index):
-        try:
-            return decode_image(read(table[int(index)]), channels=channels), True
-        except tf.errors.OpError:
-            return tf.zeros([1, 1, channels], tf.uint8), False
+    TensorFlow ops only: the attempt is a one-element `tf.data.Dataset` whose
+    error is dropped (`ignore_errors`), followed by the blank image. No
+    `py_function`: one that runs in a `tf.data` worker thread needs the GIL,
+    which the main thread holds while it deletes the iterator (after an error,
+    or in garbage collection at interpreter shutdown) and waits for that worker:
+    a deadlock, the hang after a bad image (issue 52).
+    """
+    blank = tf.data.Dataset.from_tensors((tf.zeros([1, 1, channels], tf.uint8), False))
+
+    @tf.autograph.experimental.do_not_convert
+    def decoded(encoded):
+        return decode_image(encoded, channels=channels), True
 
     def load(index):
-        image, ok = tf.py_function(attempt, [index], (tf.uint8, tf.bool))
+        attempt = tf.data.Dataset.from_tensors(table[index]).map(read).map(decoded)
+        image, ok = attempt.ignore_errors().concatenate(blank).take(1).get_single_element()
         image.set_shape([None, None, channels])
         ok.set_shape([])
         return image, ok

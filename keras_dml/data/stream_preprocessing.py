@@ -106,3 +106,68 @@ def _through(layers, x):
 def _range(x):
     x = np.asarray(x)
     return f"[{x.min():.3g}, {x.max():.3g}]"
+
+
+def recorded_preprocessing(model):
+    """The `Preprocessing` `model` records (a fitted `DMLModel`, its `embedder()`), or None."""
+    from keras_dml.data.preprocessing import Preprocessing
+
+    recorded = getattr(model, "preprocessing", None)
+    return recorded if isinstance(recorded, Preprocessing) else None
+
+
+def model_preprocessing(model, preprocessing=None, what="image files"):
+    """The `Preprocessing` that `what` are embedded with by `model`.
+
+    `preprocessing` when given, else the one `model` records, else `keras-dml
+    train`'s for the model's input (`default_preprocessing`; no normalisation for a
+    model that rescales inside), with a warning naming it.
+
+    Raises:
+        ValueError: Nothing is given or recorded and the model has no
+            `(batch, H, W, C)` Keras input to take a size from.
+    """
+    from keras_dml.data.preprocessing import default_preprocessing
+
+    if preprocessing is not None:
+        return preprocessing
+    recorded = recorded_preprocessing(model)
+    if recorded is not None:
+        return recorded
+    inputs = getattr(model, "inputs", None)
+    if not inputs or len(inputs[0].shape) != 4 or inputs[0].shape[1] is None:
+        raise ValueError(f"{what} need preprocessing=keras_dml.data.Preprocessing(...): the "
+                         "model records none and has no (batch, H, W, C) Keras input to take "
+                         "its size from.")
+    _, height, _, channels = (int(d) if d is not None else None for d in inputs[0].shape)
+    assumed = default_preprocessing(
+        height, channels if channels in (1, 3) else 3,
+        normalization="none" if input_rescaling(model) else "unit")
+    warnings.warn(
+        f"keras_dml: {getattr(model, 'name', 'the model')} records no preprocessing, so "
+        f"{what} are embedded as keras-dml train prepares them for a {height} px input: "
+        f"{assumed.describe()}. If it was trained otherwise, pass preprocessing="
+        "keras_dml.data.Preprocessing(...) (a DMLModel fitted on a keras_dml stream "
+        "records its own).", stacklevel=3)
+    return assumed
+
+
+def prepared_otherwise(model, preprocessing):
+    """A warning when a stream evaluated with `preprocessing` is prepared otherwise
+    (resize, crop, channels, normalisation) than `model` records; None otherwise."""
+    recorded = recorded_preprocessing(model)
+    if preprocessing is None or recorded is None or (
+            preprocessing.evaluation_dict() == recorded.evaluation_dict()):
+        return None
+    return (f"keras_dml: the images are prepared as {preprocessing.describe()}, but "
+            f"{getattr(model, 'name', 'the model')} was trained on {recorded.describe()}: "
+            "its embeddings and metrics will be off. Pass the split itself (its image files "
+            "are then prepared as the model records) or keras_dml.data.evaluation_batches("
+            "split, model.preprocessing).")
+
+
+def warn_if_prepared_otherwise(model, preprocessing):
+    """`warnings.warn` of `prepared_otherwise`."""
+    message = prepared_otherwise(model, preprocessing)
+    if message:
+        warnings.warn(message, stacklevel=3)

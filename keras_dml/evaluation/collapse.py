@@ -26,6 +26,15 @@ CAUSES = (
     "normalization='none')",
 )
 
+#: `CAUSES` in `keras-dml train`'s terms (its flags), for runs of `keras_dml.training`.
+TRAIN_CAUSES = (
+    "BatchNorm statistics of a backbone trained from random weights (inference uses "
+    "moving averages that need thousands of steps to follow the weights: start from "
+    "--weights imagenet or an earlier run, or train longer with --epochs / "
+    "--steps-per-epoch)",
+    "a learning rate too high (lower --learning-rate, or add --warmup-steps)",
+)
+
 
 def embedding_spread(embeddings):
     """How far apart embeddings are, independent of their scale.
@@ -54,15 +63,16 @@ def embedding_spread(embeddings):
             "mean_cosine": mean_cosine, "max_std": float(np.sqrt(x.var(axis=0).max()))}
 
 
-def collapse_warning(embeddings):
+def collapse_warning(embeddings, causes=CAUSES):
     """A warning naming the likely causes when `embeddings` have collapsed, else None.
 
     Collapsed: `embedding_spread(embeddings)["relative_spread"] < COLLAPSED_BELOW`.
+    `causes` are the ways out named (`TRAIN_CAUSES` for the command line's flags).
     """
     spread = embedding_spread(embeddings)
     if spread["relative_spread"] >= COLLAPSED_BELOW:
         return None
-    causes = "; ".join(f"({i}) {cause}" for i, cause in enumerate(CAUSES, 1))
+    causes = "; ".join(f"({i}) {cause}" for i, cause in enumerate(causes, 1))
     return (f"keras_dml: the {len(embeddings):,} evaluated embeddings have collapsed to nearly "
             f"one point (relative spread {spread['relative_spread']:.2g} < {COLLAPSED_BELOW}, "
             f"mean pairwise cosine {spread['mean_cosine']:.6f}, largest per-dimension std "

@@ -163,6 +163,37 @@ def _finite_tf_dataset(dataset, steps, name):
     raise _endless(name, kind, ending, extra, bound=" (or dataset.take(N))")
 
 
+def image_files(data):
+    """Whether `data` is image files: a file-based `LabeledImages` split or `(paths, labels)`."""
+    from keras_dml.data.labels import is_paths
+    from keras_dml.datasets.base import LabeledImages
+
+    if isinstance(data, LabeledImages):
+        return data.paths is not None
+    return isinstance(data, (tuple, list)) and len(data) == 2 and is_paths(data[0])
+
+
+def model_batches(model, data, batch_size=256, steps=None, name="data"):
+    """`as_dataset` of what `model` embeds: image files (`image_files`) become
+    `keras_dml.data.evaluation_batches` prepared as the model records
+    (`keras_dml.data.stream_preprocessing.model_preprocessing`), an in-memory
+    `LabeledImages` its `(images, labels)`; a keras_dml stream prepared otherwise than
+    the model records gets a warning."""
+    from keras_dml.data.stream_preprocessing import (model_preprocessing, stream_preprocessing,
+                                                      warn_if_prepared_otherwise)
+    from keras_dml.datasets.base import LabeledImages
+
+    if image_files(data):
+        from keras_dml.data.evaluation_batches import evaluation_batches
+
+        data = evaluation_batches(data, model_preprocessing(model), batch_size)
+    elif isinstance(data, LabeledImages):
+        data = (data.images, data.labels)
+    else:
+        warn_if_prepared_otherwise(model, stream_preprocessing(data))
+    return as_dataset(data, batch_size, steps, name)
+
+
 def embed_dataset(model, data, batch_size=256, steps=None):
     """Run `model` over `data` in inference mode; return `(embeddings, labels)`.
 
@@ -170,9 +201,12 @@ def embed_dataset(model, data, batch_size=256, steps=None):
         model: a Keras model (or any callable `model(x, training=False)`) that
             maps a batch to (batch, dim) embeddings.
         data: a `tf.data.Dataset`, a `keras.utils.PyDataset` or an iterable
-            yielding `(x, y)` or `(x, y, sample_weight)` batches, or an `(x, y)`
-            tuple of arrays.
-        batch_size: batch size used when `data` is a tuple of arrays. Defaults
+            yielding `(x, y)` or `(x, y, sample_weight)` batches, an `(x, y)`
+            tuple of arrays, or a `keras_dml.datasets.LabeledImages` split or
+            `(paths, labels)` of image files, prepared as the model records
+            (`model.preprocessing` of a fitted `DMLModel` or its `embedder()`;
+            else `keras-dml train`'s for its input, with a warning).
+        batch_size: batch size used when `data` is arrays or files. Defaults
             to 256.
         steps: batches taken from a dataset. Defaults to None: all of it (an
             infinite or unknown-length dataset is refused, see `finite_dataset`).
@@ -180,7 +214,8 @@ def embed_dataset(model, data, batch_size=256, steps=None):
     Returns:
         float32 NumPy embeddings (N, dim) and NumPy labels (N,).
     """
-    return embed_with(inference_function(model), data, batch_size, steps=steps)
+    return embed_with(inference_function(model),
+                      model_batches(model, data, batch_size, steps), batch_size)
 
 
 def inference_function(model):
@@ -251,7 +286,8 @@ def evaluate_retrieval(
     Args:
         model: a Keras model mapping inputs to (batch, dim) embeddings.
         dataset: queries, a `tf.data.Dataset`, `keras.utils.PyDataset` or iterable
-            of `(x, y)` batches, or an `(x, y)` tuple of arrays.
+            of `(x, y)` batches, an `(x, y)` tuple of arrays, or image files (see
+            `embed_dataset`: prepared as the model records).
         reference_dataset: references in the same form. Defaults to None:
             leave-one-out on the queries.
         ks, metrics, metric, chunk_size: see `retrieval_metrics`. (`distance=`
@@ -268,9 +304,10 @@ def evaluate_retrieval(
         >>> evaluate_retrieval(model, (x_test, y_test), ks=(1, 2))["recall@1"]  # doctest: +SKIP
     """
     # both checked before the first is embedded
-    dataset = as_dataset(dataset, batch_size, steps, "dataset")
+    dataset = model_batches(model, dataset, batch_size, steps, "dataset")
     if reference_dataset is not None:
-        reference_dataset = as_dataset(reference_dataset, batch_size, steps, "reference_dataset")
+        reference_dataset = model_batches(model, reference_dataset, batch_size, steps,
+                                          "reference_dataset")
     queries, query_labels = embed_dataset(model, dataset, batch_size)
     references = reference_labels = None
     if reference_dataset is not None:

@@ -4,6 +4,7 @@ load (`load`) -> serving input (`inputs`) -> embed (`embed`) -> gallery
 (`gallery`, retriever only) -> write (`writer`) -> verify (`verify`).
 """
 
+from keras_dml import backend
 from keras_dml.export.embed import embedding_fn, gallery_embeddings
 from keras_dml.export.gallery import OUTPUT_DESCRIPTIONS, build_gallery, search_fn
 from keras_dml.export.inputs import serving_input
@@ -62,6 +63,9 @@ def export_embedder(model, base_dir, version=None, input_format="image_bytes",
     Raises:
         ValueError: Bad model, input format, preprocessing or arguments.
         FileExistsError: The version exists and `overwrite` is False.
+        keras_dml.backend.TensorFlowBackendRequiredError: Keras runs on JAX or
+            PyTorch (export the saved `.keras` file with `KERAS_BACKEND=tensorflow
+            keras-dml export`).
 
     Examples:
 
@@ -70,6 +74,7 @@ def export_embedder(model, base_dir, version=None, input_format="image_bytes",
     >>> path  # doctest: +SKIP
     'savedmodels/cub/1'
     """
+    backend.require_tensorflow_backend("the SavedModel export")
     serving = serving_input(model, input_format, preprocessing)
     embed, dim = embedding_fn(model, serving.image_spec, l2_normalize)
 
@@ -142,6 +147,7 @@ def export_retriever(model, base_dir, reference_images=None, reference_embedding
     ...                  preprocessing=Preprocessing(image_size=227))  # doctest: +SKIP
     'savedmodels/cub_search/1'
     """
+    backend.require_tensorflow_backend("the SavedModel export")
     serving = serving_input(model, input_format, preprocessing)
     embed, dim = embedding_fn(model, serving.image_spec, l2_normalize=True)
     embeddings, labels = gallery_embeddings(embed, serving, reference_images,
@@ -185,6 +191,7 @@ def export_from_keras_file(keras_path, base_dir, *, kind="embedder", reference=N
     ...                        preprocessing={"image_size": 227})  # doctest: +SKIP
     'savedmodels/cub/1'
     """
+    backend.require_tensorflow_backend("the SavedModel export")
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}.")
     if (kind == "retriever") != (reference is not None):

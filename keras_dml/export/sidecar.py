@@ -51,7 +51,9 @@ def export_info(kind, version, serving_input, outputs, embedding_dim, run_info=N
         "inputs": {serving_input.name: serving_input.describe()},
         "outputs": outputs,
         "embedding_dim": embedding_dim,
-        "preprocessing": None if preprocessing is None else preprocessing.to_dict(),
+        # what the SavedModel does (image_bytes) or wants done (images): the evaluation
+        # transform, without the training augmentation (flip, crop)
+        "preprocessing": None if preprocessing is None else preprocessing.evaluation_dict(),
         **sections,
         "training_run": run_info,
         "software": {

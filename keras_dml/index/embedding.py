@@ -1,5 +1,6 @@
 """Embedding a dataset, a split or image files for an index, with a progress bar."""
 
+import keras
 import numpy as np
 
 from keras_dml import backend
@@ -52,10 +53,10 @@ def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None, prog
         for batch in dataset:
             x, y = (batch[0], batch[1]) if isinstance(batch, (tuple, list)) else (batch, None)
             out = forward(x)
-            if out.shape.rank != 2:
+            if len(out.shape) != 2:
                 raise ValueError(f"The embedder must return (batch, d) embeddings, got shape "
                                  f"{tuple(out.shape)}.")
-            embeddings.append(np.asarray(out, dtype=np.float32))
+            embeddings.append(keras.ops.convert_to_numpy(out).astype(np.float32, copy=False))
             if y is not None:
                 labels.append(np.asarray(y).reshape(len(out), -1)[:, 0])
             progress.update(len(out))
@@ -81,7 +82,8 @@ def embed_source(embedder, source, batch_size=256, verbose=1, preprocessing=None
             `embed_batches` takes.
         batch_size, verbose: As in `embed_batches`.
         preprocessing: The `Preprocessing` of image files. Defaults to None:
-            `keras_dml.index.runs.file_preprocessing` of the embedder's input.
+            the one the embedder records, else `keras-dml train`'s for its input
+            (with a warning; see `keras_dml.data.stream_preprocessing.model_preprocessing`).
     """
     from keras_dml.data import evaluation_batches
     from keras_dml.data.sources import is_paths
@@ -106,12 +108,25 @@ def embed_source(embedder, source, batch_size=256, verbose=1, preprocessing=None
 
 
 def _file_preprocessing(embedder, preprocessing):
+    from keras_dml.data.stream_preprocessing import model_preprocessing
+
+    return model_preprocessing(embedder, preprocessing)
+
+
+def source_preprocessing(embedder, source, preprocessing=None):
+    """The `Preprocessing` that makes `source`'s embeddings, to record with them.
+
+    `preprocessing` when given; for image files, the one `embed_source` uses
+    (recorded by the embedder, else `keras-dml train`'s default with a warning);
+    else the one the embedder records, or None (arrays and tf.data batches
+    arrive prepared).
+    """
+    from keras_dml.data.sources import is_paths
+    from keras_dml.data.stream_preprocessing import recorded_preprocessing
+    from keras_dml.datasets import LabeledImages
+
     if preprocessing is not None:
         return preprocessing
-    from keras_dml.index.runs import file_preprocessing
-
-    inputs = getattr(embedder, "inputs", None)
-    if not inputs or len(inputs[0].shape) != 4:
-        raise ValueError("Image files need preprocessing=keras_dml.data.Preprocessing(...): the "
-                         "embedder has no (batch, H, W, C) Keras input to take its size from.")
-    return file_preprocessing(tuple(int(d) for d in inputs[0].shape[1:]))
+    files = (isinstance(source, LabeledImages) and source.paths is not None) or (
+        isinstance(source, (tuple, list)) and len(source) == 2 and is_paths(source[0]))
+    return _file_preprocessing(embedder, None) if files else recorded_preprocessing(embedder)

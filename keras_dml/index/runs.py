@@ -3,8 +3,8 @@
 A run directory holds `model.keras` and `summary.json` (the training
 configuration and export settings). Image files are prepared for its embedder
 by `preprocessing(run)`: for runs on image-file datasets the evaluation
-transform training recorded; for runs on in-memory datasets (digits, Omniglot)
-a resize to the model input and a scale to [0, 1].
+transform the model (or the run's summary) records; for runs on in-memory
+datasets (digits, Omniglot) a resize to the model input and a scale to [0, 1].
 """
 
 import dataclasses
@@ -71,16 +71,6 @@ def load_run(run_dir):
     return Run(run_dir, embedder, summary.get("config", {}), shape, summary.get("export") or {})
 
 
-def run_provenance(run):
-    """The provenance an index built by `run` records: `model_fingerprint`,
-    `preprocessing` (its dict) and `run` (absolute path)."""
-    from keras_dml.index.provenance import model_fingerprint
-
-    return {"model_fingerprint": model_fingerprint(run.embedder),
-            "preprocessing": preprocessing(run).to_dict(),
-            "run": os.path.abspath(run.run_dir)}
-
-
 def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256):
     """`(batches, class_names, count)`: `(x, y)` batches of a dataset split, prepared
     for the run's embedder, the split's class name per label, and its number of images.
@@ -119,27 +109,30 @@ def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256
 def preprocessing(run):
     """The run's `Preprocessing` for image files.
 
-    A run on image files: the one training recorded (its summary), else the one
-    `keras-dml train` builds for the input size. A run on in-memory images:
-    resize to the input size and scale to [0, 1], as training saw its arrays.
+    A run on image files: the one its model records, else the one its summary
+    records, else the one `keras-dml train` builds for the input size (with a
+    warning, see `model_preprocessing`). A run on in-memory images: resize to the
+    input size and scale to [0, 1], as training saw its arrays.
     """
     from keras_dml.data import Preprocessing
+    from keras_dml.data.stream_preprocessing import model_preprocessing, recorded_preprocessing
 
     height, _, channels = run.input_shape
     if run.in_memory:
         return Preprocessing(image_size=height, resize_size=height, channels=channels)
-    if run.export.get("preprocessing"):
+    if recorded_preprocessing(run.embedder) is None and run.export.get("preprocessing"):
         return Preprocessing.from_dict(run.export["preprocessing"])
-    return file_preprocessing(run.input_shape)
+    return model_preprocessing(run.embedder)
 
 
-def file_preprocessing(input_shape):
-    """The `Preprocessing` `keras-dml train` gives image files for a model input
-    `(H, W, C)`: resize to 256 (or H when larger), centre crop H, scale to [0, 1]."""
-    from keras_dml.data import Preprocessing
+def run_provenance(run):
+    """The `Index.provenance` of embeddings made by `run`'s embedder from image files:
+    its `model_fingerprint`, its `preprocessing` and the run directory."""
+    from keras_dml.index.provenance import model_fingerprint
 
-    height, _, channels = input_shape
-    return Preprocessing(image_size=height, resize_size=max(256, height), channels=channels)
+    return {"model_fingerprint": model_fingerprint(run.embedder),
+            "preprocessing": preprocessing(run).to_dict(),
+            "run": os.path.abspath(run.run_dir)}
 
 
 def _array_transform(split, input_shape):
@@ -202,11 +195,16 @@ def embedded_chunks(run, paths, chunk_size, batch_size=64):
     from keras_dml.data.bad_images import BadImageError, clear_error
     from keras_dml.evaluation.embedding import inference_function
 
+    import keras
+
     prepare = preprocessing(run)
     forward = inference_function(run.embedder)
 
+    def numpy(out):
+        return keras.ops.convert_to_numpy(out).astype(np.float32, copy=False)
+
     def embed(images):
-        return np.concatenate([np.asarray(forward(images[i:i + batch_size]), np.float32)
+        return np.concatenate([numpy(forward(images[i:i + batch_size]))
                                for i in range(0, len(images), batch_size)])
 
     paths = [str(p) for p in paths]
@@ -218,7 +216,7 @@ def embedded_chunks(run, paths, chunk_size, batch_size=64):
         done = []
         try:
             for x, _ in batches:
-                done.append(np.asarray(forward(x), np.float32))
+                done.append(numpy(forward(x)))
                 rows = sum(len(e) for e in done)
                 if rows >= chunk_size:
                     yield np.concatenate(done), paths[start:start + rows], []

@@ -19,6 +19,8 @@ import numpy as np
 
 #: Images embedded and stored per step: bounds the memory of a long indexing job.
 CHUNK_SIZE = 2048
+#: Ids asked of the index at a time when comparing it with the catalogue.
+CHECK_ROWS = 10_000
 
 
 @dataclasses.dataclass
@@ -63,16 +65,19 @@ def sync(index, catalogue, embed_chunks, chunk_size=CHUNK_SIZE, update=False, pr
         A `SyncReport`.
     """
     log = log or sys.stderr
-    stored = set(str(i) for i in index.ids) if len(index) else set()
-    listed = dict(zip(catalogue.ids, range(len(catalogue))))
-    report = SyncReport(kept=len(stored & listed.keys()))
-    gone = sorted(stored - listed.keys())
+    listed = np.asarray(catalogue.ids, str)
+    stored = np.concatenate([index.contains(listed[i:i + CHECK_ROWS])
+                             for i in range(0, len(listed), CHECK_ROWS)] or [np.zeros(0, bool)])
+    report = SyncReport(kept=int(stored.sum()))
+    gone = len(index) - report.kept
     if update and gone:
-        index.remove(gone)
-        report.removed = len(gone)
+        keep = set(catalogue.ids)
+        removed = [i for i in index.ids.tolist() if i not in keep]
+        index.remove(removed)
+        report.removed = len(removed)
     else:
-        report.gone = len(gone)
-    missing = {catalogue.paths[p]: p for item, p in listed.items() if item not in stored}
+        report.gone = gone
+    missing = {catalogue.paths[p]: p for p in np.flatnonzero(~stored).tolist()}
     del stored, listed
     if progress is not None:
         progress.total = len(missing)

@@ -137,7 +137,7 @@ def _tsne_rows(labels, max_points, highlight, seed):
 @hyperparameters.renamed_keywords(distance="metric")
 def tsne_map(embeddings, labels, path="tsne.png", max_points=3000, perplexity=30.0,
              metric="cosine", seed=0, threads=None, dpi=100, highlight=20,
-             class_names=None):
+             class_names=None, max_iter=1000):
     """A t-SNE map of embeddings, up to `highlight` classes in colour (ICE supp. Figs. 2-4).
 
     With more than `highlight` classes, `highlight` random classes are drawn in
@@ -160,6 +160,8 @@ def tsne_map(embeddings, labels, path="tsne.png", max_points=3000, perplexity=30
         dpi: resolution. Defaults to 100.
         highlight: classes drawn in colour, at most 20. Defaults to 20.
         class_names: optional names indexed by label, for the legend.
+        max_iter: t-SNE iterations (at least 250, the first 250 of them early
+            exaggeration); the time grows with it. Defaults to 1000 (scikit-learn's).
 
     Returns:
         dict with "points" (n, 2) drawn, "labels" (n,), "indices" (n,) rows of
@@ -182,10 +184,11 @@ def tsne_map(embeddings, labels, path="tsne.png", max_points=3000, perplexity=30
     highlight = hyperparameters.integer_at_least("highlight", highlight, 1)
     if highlight > 20:
         raise ValueError(f"highlight must be at most 20 (distinct colours), got {highlight}.")
+    max_iter = hyperparameters.integer_at_least("max_iter", max_iter, 250)
     indices, coloured = _tsne_rows(y, max_points, highlight, seed)
     x, y = x[indices], y[indices]
     tsne = TSNE(n_components=2, perplexity=min(perplexity, (len(x) - 1) / 3.0),
-                metric=metric, init="pca", random_state=seed)
+                metric=metric, init="pca", random_state=seed, max_iter=max_iter)
     with threadpool_limits(limits=threads, user_api="openmp"):
         points = tsne.fit_transform(x.astype(np.float64))
     figure = _figure(7.5, 6.0)
@@ -227,6 +230,32 @@ def _displayable(image):
     return image
 
 
+class _ImageFiles:
+    """Image files indexed like an image array: `files[i]` reads file i as a uint8
+    `(H, W, 3)` thumbnail (longest side `THUMBNAIL` pixels)."""
+
+    THUMBNAIL = 128
+
+    def __init__(self, paths):
+        self.paths = [p.decode() if isinstance(p, bytes) else str(p) for p in paths]
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, index):
+        from PIL import Image  # matplotlib's own dependency
+
+        path = self.paths[int(index)]
+        try:
+            with Image.open(path) as image:
+                image = image.convert("RGB")
+                image.thumbnail((self.THUMBNAIL, self.THUMBNAIL))
+                return np.asarray(image)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"cannot read or decode image {path!r} to draw it: "
+                             f"{error}") from None
+
+
 @hyperparameters.renamed_keywords(distance="metric")
 def retrieval_grid(images, labels, embeddings, path="retrievals.png", queries=8, k=5,
                    metric="cosine", seed=0, dpi=100, class_names=None):
@@ -237,7 +266,8 @@ def retrieval_grid(images, labels, embeddings, path="retrievals.png", queries=8,
 
     Args:
         images: (N, H, W), (N, H, W, 1) or (N, H, W, 3) array; any value range
-            (shown rescaled to [0, 1] when outside it).
+            (shown rescaled to [0, 1] when outside it). Or N image file paths
+            (a file-based split's `paths`): only the images shown are read.
         labels: (N,) class ids.
         embeddings: float (N, d) embeddings of the images.
         path: PNG file to write. Defaults to "retrievals.png".
@@ -257,9 +287,11 @@ def retrieval_grid(images, labels, embeddings, path="retrievals.png", queries=8,
     """
     x = validation.embedding_array(embeddings)
     y = validation.label_array(labels, x.shape[0])
-    images = np.asarray(images)
-    if images.shape[0] != x.shape[0]:
-        raise ValueError(f"{images.shape[0]} images but {x.shape[0]} embeddings.")
+    from keras_dml.data.labels import is_paths
+
+    images = _ImageFiles(images) if is_paths(images) else np.asarray(images)
+    if len(images) != x.shape[0]:
+        raise ValueError(f"{len(images)} images but {x.shape[0]} embeddings.")
     k = hyperparameters.integer_at_least("k", k, 1)
     if isinstance(queries, (int, np.integer)):
         count = min(hyperparameters.integer_at_least("queries", queries, 1), x.shape[0])
