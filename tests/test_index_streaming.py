@@ -148,3 +148,31 @@ def test_a_killed_indexing_run_resumes_without_duplicate_or_loss(run_dir, tmp_pa
     assert 0 < int(kept) < 600 and int(added) + int(kept) == 600 and total == "600"
     ids = Index.open(str(uri)).ids
     assert len(ids) == 600 and sorted(ids) == sorted(list_images(folder).ids)
+
+
+@pytest.mark.slow
+def test_the_same_commands_on_a_server_uri(photos, run_dir, tmp_path, capsys):  # noqa: F811
+    """`milvus-lite server` serves a database over Milvus' gRPC API: the http:// road of
+    `--uri` (the one a Milvus server or cluster takes), with a second client connected."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "milvus_lite", "server", "--data-dir",
+                               str(tmp_path / "served.db"), "--host", "127.0.0.1", "--port",
+                               str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    try:
+        assert "listening" in server.stdout.readline()
+        uri = f"http://127.0.0.1:{port}"
+        out = _main(["index", run_dir, "--images", photos, "--uri", uri], capsys)
+        assert _summary(out) == ("9", "0", "", "9")
+        other = Index.open(uri)  # a second client while the CLI searches
+        out = _main(["search", uri, photos / "owl" / "1.png", "--k", "2"], capsys)
+        assert re.search(r"^\s+1\. owl/1.png\s+label owl\s+score 1.0000", out, re.M)
+        assert len(other) == 9
+        other.close()
+    finally:
+        server.kill()
+        server.wait()
