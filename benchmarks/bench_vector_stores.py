@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-SYSTEMS = ("faiss_flat", "faiss_hnsw", "milvus_flat", "milvus_hnsw")
+SYSTEMS = ("faiss_flat", "milvus_flat", "faiss_hnsw", "milvus_hnsw")
 HNSW = {"M": 32, "efConstruction": 80, "ef": 64}
 
 
@@ -210,16 +210,16 @@ def machine():
     return f"{model}, {os.cpu_count()} cores"
 
 
-def table(results, recalls):
-    """The results as a Markdown table."""
-    lines = ["| system | insert (vectors/s) | first search (s) | batch QPS | single QPS | "
-             "recall@10 | peak memory (MB) | on disk (MB) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in results:
-        lines.append(f"| {r['system']} | {r['insert_per_s']:,.0f} | {r['first_search_s']:.2f} | "
-                     f"{r['batch_qps']:,.0f} | {r['single_qps']:,.0f} | "
-                     f"{recalls[r['system']]:.3f} | {r['peak_mb']:,.0f} | {r['size_mb']:,.0f} |")
-    return "\n".join(lines)
+TABLE_HEAD = ("| system | insert (vectors/s) | first search (s) | batch QPS | single QPS | "
+              "recall@10 | peak memory (MB) | on disk (MB) |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def row(r, recall):
+    """One system's Markdown table row."""
+    return (f"| {r['system']} | {r['insert_per_s']:,.0f} | {r['first_search_s']:.2f} | "
+            f"{r['batch_qps']:,.0f} | {r['single_qps']:,.0f} | {recall:.3f} | "
+            f"{r['peak_mb']:,.0f} | {r['size_mb']:,.0f} |")
 
 
 def main(argv=None):
@@ -254,21 +254,27 @@ def main(argv=None):
         parser.error(f"--systems: unknown {unknown}; choose among {', '.join(SYSTEMS)}")
     load = os.getloadavg()[0]
     gallery, queries = load_data(args.n, args.d, args.q, args.embeddings)
-    exact = exact_top_k(gallery, queries, args.k)
+    exact = exact_top_k(gallery, queries, args.k).tolist()
     shape = gallery.shape
     del gallery
-    results = [_run(system, args, argv) for system in systems]
-    recalls = {r["system"]: float(np.mean([len(set(a) & set(b)) / args.k for a, b in
-                                           zip(r.pop("ids"), exact.tolist())]))
-               for r in results}
     source = args.embeddings or "synthetic unit Gaussian"
     print(f"{shape[0]:,} x {shape[1]} ({source}), {len(queries)} batch queries, "
-          f"{args.single} single, k={args.k}; {machine()}; load average {load:.2f} at start")
-    print(table(results, recalls))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"shape": shape, "source": source, "machine": machine(), "load": load,
-                       "results": results, "recalls": recalls}, f, indent=2)
+          f"{args.single} single, k={args.k}; {machine()}; load average {load:.2f} at start",
+          flush=True)
+    header, rule = TABLE_HEAD
+    print(header + "\n" + rule, flush=True)
+    results, recalls = [], {}
+    for system in systems:  # each row as soon as its process ends
+        result = _run(system, args, argv)
+        recalls[system] = float(np.mean([len(set(a) & set(b)) / args.k
+                                         for a, b in zip(result.pop("ids"), exact)]))
+        result["load_after"] = os.getloadavg()[0]
+        results.append(result)
+        print(row(result, recalls[system]), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"shape": shape, "source": source, "machine": machine(),
+                           "load": load, "results": results, "recalls": recalls}, f, indent=2)
     return 0
 
 

@@ -507,7 +507,7 @@ def test_vector_stores_quick_mode(tmp_path, capsys):
     out = capsys.readouterr().out
     assert re.search(r"20,000 x 32 .*load average", out)
     rows = [line.strip("|").split("|") for line in out.splitlines() if line.startswith("| ")]
-    assert [row[0].strip() for row in rows[1:]] == ["faiss_flat", "faiss_hnsw", "milvus_flat",
+    assert [row[0].strip() for row in rows[1:]] == ["faiss_flat", "milvus_flat", "faiss_hnsw",
                                                      "milvus_hnsw"]
     recalls = json.loads((tmp_path / "stores.json").read_text())["recalls"]
     assert recalls["faiss_flat"] == recalls["milvus_flat"] == 1.0
