@@ -106,8 +106,7 @@ def test_save_and_load_in_a_new_process_search_the_same(tmp_path):
     assert loaded["next"] == [2991]  # ids continue after the largest ever used
     assert sorted(os.listdir(tmp_path / "index")) == [
         "added.npy", "embeddings.npy", "ids.npy", "index.json", "labels.npy", "metadata.json"]
-    # plain arrays, no objects
-    for name in ("added.npy", "embeddings.npy", "ids.npy", "labels.npy"):
+    for name in ("added.npy", "embeddings.npy", "ids.npy", "labels.npy"):  # plain, no objects
         assert np.load(tmp_path / "index" / name, allow_pickle=False).dtype != object
 
 

@@ -20,7 +20,7 @@ def embedded(args, run):
     from keras_dml.index.catalogue import list_images
     from keras_dml.index.embedding import embed_batches
     from keras_dml.index.progress import Progress
-    from keras_dml.index.runs import split_batches
+    from keras_dml.index.runs import batches_of, load_split
 
     info = {"run": os.path.abspath(run.run_dir)}
     if args.images is not None:
@@ -31,8 +31,9 @@ def embedded(args, run):
         info.update(images=os.path.abspath(args.images), root=catalogue.root)
         labels = catalogue.labels if catalogue.labelled else None
         return embeddings, labels, catalogue.ids, info
-    batches, class_names, count = split_batches(run, args.dataset, args.split, args.data_dir)
-    embeddings, labels = embed_batches(run.embedder, batches, progress=Progress(count))
+    split = load_split(run, args.dataset, args.split, args.data_dir)
+    batches, class_names = batches_of(run, split)
+    embeddings, labels = embed_batches(run.embedder, batches, progress=Progress(len(split)))
     info.update(dataset=args.dataset or run.dataset, split=args.split,
                 class_names=class_names)
     return embeddings, labels, None, info
