@@ -115,6 +115,10 @@ def test_ids_labels_metadata_upsert_remove_and_get(make):
     assert result.labels[:, 0].tolist() == names[:3].tolist()
     assert [m[0] for m in result.metadata] == [{"row": 0}, {"row": 1}, {"row": 2}]
     np.testing.assert_allclose(index.get_embeddings(ids[[5, 2]]), x[[5, 2]], rtol=1e-6)
+    assert index.contains([ids[4], "img/none.jpg"]).tolist() == [True, False]
+    assert index.ids.tolist() == ids.tolist() and index.labels.tolist() == names.tolist()
+    assert index.metadata[:2] == [{"row": 0}, {"row": 1}]
+    np.testing.assert_allclose(index.embeddings, x, rtol=1e-6)  # in the order added
 
     # upsert moves item 0 onto item 150's vector, with new label and metadata
     index.upsert(x[150:151], labels=["moved"], ids=ids[:1], metadata=[{"row": -1}])
@@ -238,3 +242,17 @@ def test_match_decides_as_the_exact_index_at_a_calibrated_threshold(make):
     expected = exact.match(queries, threshold)
     assert 0 < np.sum(expected == -1) < len(queries)  # both decisions occur
     np.testing.assert_array_equal(index.match(queries, threshold), expected)
+
+
+def test_re_ranking_runs_on_every_store(make):
+    x, labels = _clusters(seed=5)
+    exact = Index()
+    exact.add(x, labels=labels)
+    index = make()
+    index.add(x, labels=labels)
+    queries = x[::20] + 0.05
+    for method in ("qe", "dba", "k_reciprocal"):
+        result = index.search(queries, k=5, rerank=method)
+        assert result.ids.shape == (len(queries), 5)
+        if make.store in EXACT:
+            np.testing.assert_array_equal(result.ids, exact.search(queries, 5, rerank=method).ids)

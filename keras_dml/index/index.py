@@ -132,6 +132,8 @@ class Index:
             self._store = MemoryStore(self.metric, backend, backend_options)
             self._record = _new_record(self.metric, self._store.options, info, given)
         self._store.record = self._record
+        if info is not None:
+            self._write_record()  # an existing collection keeps the new info
 
     def _open_collection(self, given_options, info, given, allow_mismatch):
         """The record of the store's collection (checked against what is given), or
@@ -239,24 +241,29 @@ class Index:
     def embeddings(self):
         """float32 `(N, d)` embeddings (None while empty). On Milvus this reads the
         whole collection; in memory it is in insertion order."""
-        return self._arrays()[0]
+        return self._arrays(("vector",))[0]
 
     @property
     def ids(self):
-        ids = self._arrays()[1]
+        """Every id, in the order of `embeddings`."""
+        ids = self._arrays(())[1]
         return np.zeros([0], np.int64) if ids is None else ids.copy()
 
     @property
     def labels(self):
-        labels = self._arrays()[2]
+        labels = self._arrays(("label",))[2]
         return None if labels is None else labels.copy()
 
     @property
     def metadata(self):
-        return list(self._arrays()[3])
+        return list(self._arrays(("metadata",))[3] or [])
 
-    def _arrays(self):
-        return self._store.arrays()
+    def _arrays(self, fields=("vector", "label", "metadata")):
+        return self._store.arrays(fields)
+
+    def contains(self, ids):
+        """A boolean per id: whether the index holds it."""
+        return self._store.contains(self._id_array(ids))
 
     def __len__(self):
         return self._store.count()
@@ -370,7 +377,7 @@ class Index:
         if rerank is not None:
             from keras_dml.index.rerank import rerank_search
 
-            return rerank_search(self, queries, k, filter, rerank)
+            return SearchResult(*rerank_search(self, queries, k, filter, rerank))
         selection = self._selection(filter)
         if self.backend != "milvus":
             return SearchResult(*self._store.search(queries, k, selection))
@@ -426,7 +433,7 @@ class Index:
         in memory from the whole collection.
         """
         found = self.search(queries, k).ids
-        embeddings, ids = self._arrays()[:2]
+        embeddings, ids = self._arrays(("vector",))[:2]
         from keras_dml.index.backends import Exact
 
         positions, _ = Exact(self.metric).search(embeddings, self._queries(queries), k)

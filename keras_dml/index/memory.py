@@ -33,8 +33,9 @@ class MemoryStore:
             self._chunks = []
         return self._embeddings
 
-    def arrays(self):
-        """`(embeddings, ids, labels, metadata, added)` in insertion order."""
+    def arrays(self, fields=None):
+        """`(embeddings, ids, labels, metadata, added)` in insertion order (`fields`:
+        as in `MilvusStore.arrays`; every array is at hand here)."""
         return self.embeddings, self._ids, self._labels, self._metadata, self._added
 
     def count(self, conditions=None):

@@ -12,6 +12,7 @@ A collection holds one row per item:
     label     INT64 or VARCHAR
     metadata  JSON: {"v": the item's metadata}
     added     DOUBLE: seconds since the epoch when the item was added
+    seq       INT64: the order items were written in (`Index.embeddings`' order)
 
 and, in its `keras_dml.record` property, the index's record (metric, id and
 label kinds, next id, metadata fields, index type and options, info and
@@ -99,6 +100,8 @@ def read_record(uri, collection, token=None, timeout=None):
     """The record of an existing keras_dml collection, or an error naming what is missing."""
     if is_lite(uri) and not os.path.isdir(os.fspath(uri)):
         raise FileNotFoundError(f"No Milvus Lite database at {uri}.")
+    if is_lite(uri) and os.path.isfile(os.path.join(os.fspath(uri), storage.CONFIG)):
+        raise ValueError(f"{uri} is an index saved by Index.save: read it with Index.load.")
     store = MilvusStore(uri, collection, token, TIMEOUT if timeout is None else timeout)
     try:
         if not store.exists():
@@ -263,6 +266,7 @@ class MilvusStore:
         schema.add_field("label", **(text if label_kind == "str" else number))
         schema.add_field("metadata", DataType.JSON, nullable=True)
         schema.add_field("added", DataType.DOUBLE)
+        schema.add_field("seq", DataType.INT64)
         params = client.prepare_index_params()
         build = self._parameters("build")
         params.add_index("vector", index_type=self.record["options"]["index_type"],
@@ -311,11 +315,13 @@ class MilvusStore:
             self._create(embeddings.shape[1], self.record["id_kind"], self.record["label_kind"])
         write = self._client.upsert if replace else self._client.insert
         ids, labels, added = _plain(ids), _plain(labels), added.tolist()
+        first = self.record.setdefault("next_seq", 0)
         for start in range(0, len(ids), INSERT_ROWS):
             rows = [{"id": ids[i], "vector": embeddings[i], "label": labels[i],
-                     "metadata": {"v": metadata[i]}, "added": added[i]}
+                     "metadata": {"v": metadata[i]}, "added": added[i], "seq": first + i}
                     for i in range(start, min(start + INSERT_ROWS, len(ids)))]
             self._call(write, self.collection, rows)
+        self.record["next_seq"] = first + len(ids)
         self.write_record()
 
     def delete(self, ids):
@@ -333,31 +339,35 @@ class MilvusStore:
                 vectors[row["id"]] = row["vector"]
         return np.asarray([vectors[i] for i in _plain(ids)], np.float32).reshape(len(ids), -1)
 
-    def arrays(self):
+    def arrays(self, fields=("vector", "label", "metadata")):
         """`(embeddings, ids, labels, metadata, added)` of the whole collection,
-        ordered by time added (None arrays while it is empty)."""
-        batches = list(self.rows())
-        rows = [row for batch in batches for row in batch]
+        in the order written; only `fields` (and ids and times) are read, the
+        others are None (all None while it is empty)."""
+        rows = [row for batch in self.rows(fields) for row in batch]
         if not rows:
             return None, None, None, [], np.zeros([0])
         added = np.array([row["added"] for row in rows], np.float64)
-        order = np.argsort(added, kind="stable")
+        order = np.argsort([row["seq"] for row in rows], kind="stable")
         rows = [rows[i] for i in order]
         record = self.record
-        embeddings = np.asarray([row["vector"] for row in rows], np.float32)
         ids = np.array([row["id"] for row in rows], storage.kind_dtype(record["id_kind"]))
-        labels = np.array([row["label"] for row in rows],
-                          storage.kind_dtype(record["label_kind"]))
-        metadata = [(row.get("metadata") or {}).get("v") for row in rows]
+        embeddings = labels = metadata = None
+        if "vector" in fields:
+            embeddings = np.asarray([row["vector"] for row in rows], np.float32)
+        if "label" in fields:
+            labels = np.array([row["label"] for row in rows],
+                              storage.kind_dtype(record["label_kind"]))
+        if "metadata" in fields:
+            metadata = [(row.get("metadata") or {}).get("v") for row in rows]
         return embeddings, ids, labels, metadata, added[order]
 
-    def rows(self, batch_size=INSERT_ROWS):
-        """Every row (id, vector, label, metadata, added) in batches of dicts."""
+    def rows(self, fields=("vector", "label", "metadata"), batch_size=INSERT_ROWS):
+        """Every row's id, time added, order and `fields`, in batches of dicts."""
         if not self.exists():
             return
         iterator = self._call(self._client.query_iterator, self.collection,
                               batch_size=batch_size, filter="",
-                              output_fields=["id", "vector", "label", "metadata", "added"])
+                              output_fields=["id", "added", "seq", *fields])
         try:
             while True:
                 batch = self._call(iterator.next)
