@@ -56,6 +56,26 @@ def machine(threads):
             "tf_onednn": processes.thread_env(threads)["TF_ENABLE_ONEDNN_OPTS"]}
 
 
+def gpu_names():
+    """The GPUs the first installed framework sees (PyTorch, JAX, then TensorFlow), as
+    names; [] when none or no framework is installed. TensorFlow is not needed."""
+    for module in ("torch", "jax", "tensorflow"):
+        try:
+            framework = importlib.import_module(module)
+        except ImportError:
+            continue
+        if module == "torch":
+            return [framework.cuda.get_device_name(i)
+                    for i in range(framework.cuda.device_count())]
+        if module == "jax":
+            try:
+                return [str(device) for device in framework.devices("gpu")]
+            except RuntimeError:  # "Unknown backend: 'gpu' requested"
+                return []
+        return [device.name for device in framework.config.list_physical_devices("GPU")]
+    return []
+
+
 def _round_ratios(runs, system="keras_dml"):
     """`system` (keras_dml) / peer time in each interleaved round of each run."""
     return [a / b for run in runs
@@ -322,6 +342,11 @@ def main(argv=None):
     if not cases and not args.large_batches:
         parser.error(f"--only {args.only} matches no case; cases: "
                      + ", ".join(c.key for c in CASES))
+    if args.device == "gpu" and not gpu_names():
+        parser.error("--device gpu: no GPU is visible here (neither PyTorch, JAX nor "
+                     "TensorFlow sees one; CUDA_VISIBLE_DEVICES="
+                     f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}); "
+                     "run with --device cpu")
     info = {**machine(args.threads), "mode": chosen, "device": args.device}
     stem = os.path.join(args.out, "benchmarks" if args.device == "cpu" else "benchmarks-gpu")
     os.makedirs(args.out, exist_ok=True)

@@ -3,8 +3,10 @@
 import keras
 
 from keras_dml import hyperparameters
+from keras_dml.backbone_families import FAMILIES
 from keras_dml.batch_norm import FusedBatchNormalization  # noqa: F401 (public here)
 from keras_dml.ops import NORM_EPSILON
+from keras_dml.pooling import TiledMaxPooling2D  # noqa: F401 (public here)
 
 _POOLINGS = ("avg", "max", "gem")
 
@@ -257,8 +259,6 @@ class BackbonePreprocessing(keras.layers.Layer):
     def __init__(self, family, **kwargs):
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
-        from keras_dml.backbones import FAMILIES
-
         if family not in FAMILIES:
             raise ValueError(f"Unknown backbone family {family!r}: expected one of "
                              f"{list(FAMILIES)}.")

@@ -8,7 +8,8 @@ import keras
 import numpy as np
 
 from keras_dml import backend, losses, validation
-from keras_dml.backend.trainer import clear_data_error, is_tf_dataset, steps
+from keras_dml.backend.trainer import is_tf_dataset, steps
+from keras_dml.data.bad_images import clear_data_error
 
 NONFINITE_MESSAGE = (
     "keras_dml: NaN or Inf in the embeddings or gradients of a training batch; the "
@@ -217,9 +218,10 @@ class DMLModel(keras.Model):
             raise ValueError("DMLModel needs labels: the dataset must yield (images, labels).")
         replicas = 1
         if backend.is_tensorflow():
-            continuous = getattr(self.dml_loss, "continuous_labels", False)
+            if not getattr(self.dml_loss, "continuous_labels", False):
+                y = validation.check_class_labels(y)
             embeddings, y, sample_weight, keys = steps().global_batch(
-                embeddings, y, sample_weight, continuous, keys)
+                embeddings, y, sample_weight, keys)
             replicas = steps().replicas()
         elif keys is not None:
             keys = keras.ops.stop_gradient(keys)

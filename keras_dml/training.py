@@ -749,6 +749,10 @@ def run(config, report=None, resume=False):
             with clock.phase("plots"):
                 summary["plots"] = write_plots(run_dir, recall.history, queries, embeddings,
                                                config.steps_per_epoch)
+                from keras_dml.plots.report import write_run_report
+
+                summary["report"] = write_run_report(run_dir, queries, embeddings, before, after)
+                print(f"report: {summary['report']}", flush=True)
         if config.export and summary["verdict"] and not config.export_anyway:
             print(f"export skipped: {summary['verdict']} (--export-anyway exports it)",
                   flush=True)

@@ -4,7 +4,8 @@ deterministic seeds.
 The Keras backend comes from the environment (`KERAS_BACKEND`, each backend in its own
 process). On TensorFlow every test module is collected; on JAX and PyTorch only the
 backend-neutral ones (`BACKEND_NEUTRAL`), which use NumPy inputs and `keras.ops` and
-never import TensorFlow: the rest test TensorFlow itself (tf.data, tf.function and XLA
+import TensorFlow at most as the image-file pipeline (tf.data decoding, installed where
+CI runs them): the rest test TensorFlow itself (tf.data, tf.function and XLA
 modes, SavedModel export, tf.distribute) or have not been written backend-neutral yet.
 """
 
@@ -28,6 +29,8 @@ BACKEND_NEUTRAL = (
     "test_backend_pair_losses.py",
     "test_backend_softmax_losses.py",
     "test_data_arrays.py",
+    "test_own_images_backends.py",
+    "test_pooling.py",
     "test_without_tensorflow.py",
 )
 

@@ -21,7 +21,7 @@ import pytest
 import reference as ref
 from keras_dml import ops, weighting
 from keras_dml.backend import gradients, name as backend_name
-from keras_dml.losses import Contrastive, PairLoss, Reference, row_blocks
+from keras_dml.losses import Contrastive, PairLoss, Reference, row_block_limits, row_blocks
 from test_backend_pair_losses import finite_difference
 
 
@@ -203,8 +203,8 @@ def test_row_blocks_equal_the_whole_matrix(monkeypatch, metric, keys):
         memory = np.random.default_rng(2).normal(size=(7, x.shape[1])).astype("float32")
         reference = Reference(np.array([0, 1, 2, 3, 4, 0, -1], "int32"), memory)
     whole = value_and_grad(lambda e: Contrastive(metric)(labels, e, reference=reference), x)
-    monkeypatch.setattr(row_blocks, "ROW_BLOCKS_ABOVE_ENTRIES", 10)
-    monkeypatch.setattr(row_blocks, "BLOCK_ENTRIES", 3 * 20)  # blocks of 3 rows (and 2)
+    monkeypatch.setattr(row_block_limits, "ROW_BLOCKS_ABOVE_ENTRIES", 10)
+    monkeypatch.setattr(row_block_limits, "BLOCK_ENTRIES", 3 * 20)  # blocks of 3 rows (and 2)
     assert row_blocks.applies(Contrastive(metric), Reference.batch(labels, x))
     blocked = value_and_grad(lambda e: Contrastive(metric)(labels, e, reference=reference), x)
     np.testing.assert_allclose(blocked[0], whole[0], rtol=1e-5)

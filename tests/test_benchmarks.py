@@ -40,6 +40,38 @@ def test_cpu_device_hides_every_gpu_and_gpu_device_is_passed_on():
     assert env.get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
+def test_gpu_device_without_a_gpu_is_refused_in_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--device", "gpu", "--smoke", "--only", "knn",
+         "--out", str(tmp_path / "out")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "",
+             "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    assert result.returncode == 2, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert "--device gpu: no GPU is visible here" in last and "--device cpu" in last, last
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()  # nothing timed, nothing written
+
+
+@pytest.mark.slow  # three short fits of the main job's network (about 40 s on 2 cores)
+def test_training_step_times_the_main_job_beside_plain_keras(tmp_path):
+    out = tmp_path / "step.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.training_step", "--steps", "3", "--rounds", "1",
+         "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["systems"]) == {"plain", "main_job", "multi_similarity"}
+    assert report["cpu"] and report["backend"] == os.environ.get("KERAS_BACKEND", "tensorflow")
+    for row in report["systems"].values():
+        low, median, high = row["step_ms"]
+        assert 0 < low <= median <= high
+    assert report["systems"]["plain"]["ratio_to_plain"] == [1.0, 1.0, 1.0]
+    assert "main_job" in result.stdout and "x plain" in result.stdout
+
+
 def test_faiss_peers_on_gpu_need_faiss_gpu(monkeypatch):
     """`--device gpu` never puts a CPU faiss search into the GPU table: without faiss-gpu
     the faiss peer and PML's AccuracyCalculator peers stop with an error saying so."""

@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 
 import keras_dml
-from keras_dml.data import (GroupDesign, RandomPairDesign, design_batches,
+from keras_dml.data import (GroupDesign, RandomPairDesign, design_batches, design_sampler,
                             importance_weights)
 from reference_data import (contrastive_terms, full_contrastive_mean,
                                   group_design_q, random_design_q)
@@ -53,7 +53,7 @@ def test_samplers_draw_pairs_with_the_paper_q():
     num = len(labels)
     rows, cols = np.meshgrid(np.arange(6), np.arange(6), indexing="ij")
     off = rows != cols
-    group = GroupDesign(m=2, n=3).sampler(labels, seed=0)
+    group = design_sampler(GroupDesign(m=2, n=3), labels, seed=0)
     freq = _pair_frequencies((group.next_batch() for _ in range(12000)), num,
                              lambda b: (b[rows[off]], b[cols[off]]))
     q = np.array([group_design_q(a, b, COUNTS, 2, 3) for a, b in zip(labels[i], labels[j])])
@@ -61,7 +61,7 @@ def test_samplers_draw_pairs_with_the_paper_q():
     se = np.sqrt(q * (1 - q) / draws)
     assert np.max(np.abs(freq[i, j] - q) / se) < 5
 
-    rand = RandomPairDesign(p=0.3, num_pairs=50).sampler(labels, seed=0)
+    rand = design_sampler(RandomPairDesign(p=0.3, num_pairs=50), labels, seed=0)
     freq = _pair_frequencies((rand.next_batch() for _ in range(4000)), num,
                              lambda b: (b[0::2], b[1::2]))
     q = np.array([random_design_q(a, b, COUNTS, 0.3) for a, b in zip(labels[i], labels[j])])
@@ -89,7 +89,7 @@ def test_design_validation():
     with pytest.raises(ValueError, match="p must"):
         RandomPairDesign(p=1.0, num_pairs=3)
     with pytest.raises(ValueError, match="at least 2"):
-        RandomPairDesign(p=0.5, num_pairs=3).sampler(np.array([0, 0, 1]))
+        design_sampler(RandomPairDesign(p=0.5, num_pairs=3), np.array([0, 0, 1]))
     with pytest.raises(ValueError, match="GroupDesign or RandomPairDesign"):
         importance_weights([0, 1], [1, 1], "group")
 
@@ -128,7 +128,7 @@ def test_importance_weighted_batch_loss_is_unbiased_on_real_data(design):
     emb, labels = _imbalanced_digits()
     margin = 0.8
     exact = full_contrastive_mean(emb, labels, margin)
-    sampler = design.sampler(labels, seed=0)
+    sampler = design_sampler(design, labels, seed=0)
     weighted, plain = _estimates(design, emb, labels,
                                  [sampler.next_batch() for _ in range(3000)], margin)
     se = weighted.std(ddof=1) / np.sqrt(len(weighted))

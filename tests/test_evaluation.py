@@ -294,6 +294,15 @@ def test_evaluate_retrieval_embeds_in_batches():
     np.testing.assert_array_equal(labels, y)
 
 
+def test_repeated_query_and_gallery_evaluations_do_not_warn_of_retracing(caplog):
+    x, y = random_data(50)
+    model = _tiny_model()
+    for batch_size in (7, 9, 11, 13):  # each query and gallery: a new function, two shapes
+        evaluate_retrieval(model, (x[:20], y[:20]), (x[20:], y[20:]), ks=(1,),
+                           batch_size=batch_size)
+    assert "retracing" not in caplog.text
+
+
 def test_evaluate_retrieval_errors():
     model = _tiny_model()
     with pytest.raises(ValueError, match="tf.data.Dataset"):

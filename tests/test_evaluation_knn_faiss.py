@@ -110,7 +110,7 @@ def test_index_exact_kernels_agree_and_the_kernel_is_saved(tmp_path):
         results.append(index.search(gallery[::7], k=4))
     np.testing.assert_array_equal(results[0].ids, results[1].ids)
     index.save(tmp_path / "index")
-    assert Index.load(tmp_path / "index")._backend.options == {"kernel": "tensorflow"}
+    assert Index.load(tmp_path / "index").options == {"kernel": "tensorflow"}
 
 
 def test_search_with_many_batch_sizes_and_ks_does_not_retrace(caplog):

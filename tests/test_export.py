@@ -469,6 +469,9 @@ def test_sidecar_describes_the_export(served):
     assert info["outputs"]["embedding"]["dtype"] == "float32"
     assert info["embedding_dim"] == DIM
     assert Preprocessing.from_dict(info["preprocessing"]) == PREP
+    # what the SavedModel does: the evaluation transform, no training flip or crop
+    assert sorted(info["preprocessing"]) == ["channels", "image_size", "normalization",
+                                             "resize_mode", "resize_size"]
     assert info["training_run"] == served["run_info"]
     assert info["warmup"]["batch_sizes"] == [1, 3]
     images = export.read_export_info(served["paths"]["images"])

@@ -105,8 +105,8 @@ def test_save_and_load_in_a_new_process_search_the_same(tmp_path):
     assert loaded["meta"] == here.metadata and loaded["len"] == 298
     assert loaded["next"] == [2991]  # ids continue after the largest ever used
     assert sorted(os.listdir(tmp_path / "index")) == [
-        "embeddings.npy", "ids.npy", "index.json", "labels.npy", "metadata.json"]
-    for name in ("embeddings.npy", "ids.npy", "labels.npy"):  # plain arrays, no objects
+        "added.npy", "embeddings.npy", "ids.npy", "index.json", "labels.npy", "metadata.json"]
+    for name in ("added.npy", "embeddings.npy", "ids.npy", "labels.npy"):  # plain, no objects
         assert np.load(tmp_path / "index" / name, allow_pickle=False).dtype != object
 
 
@@ -233,3 +233,30 @@ def test_from_model_refuses_a_training_stream_at_once_and_takes_steps():
         Index.from_model(embedder, stream, verbose=0)
     embeddings, labels = embed_batches(embedder, stream, verbose=0, steps=2)
     assert embeddings.shape == (12, 3) and labels.shape == (12,)
+
+
+def test_from_model_prepares_image_files_as_the_model_records(tmp_path):
+    import keras
+    import tensorflow as tf
+
+    from keras_dml.data import Preprocessing, evaluation_batches
+    from keras_dml.models import DMLModel
+
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(6):  # 60 x 40 photos: resizing to 20 or to 37 gives other crops
+        paths.append(str(tmp_path / f"{i}.png"))
+        tf.io.write_file(paths[-1], tf.io.encode_png(rng.integers(0, 255, (60, 40, 3), np.uint8)))
+    inputs = keras.Input((16, 16, 3))
+    model = DMLModel(inputs, keras.layers.Dense(4)(keras.layers.Flatten()(inputs)))
+    model.preprocessing = Preprocessing(image_size=16, resize_size=20)  # as fit records it
+    labels = np.arange(6) % 2
+    index = Index.from_model(model.embedder(), (paths, labels), verbose=0)
+    expected = model.predict(evaluation_batches((paths, labels), model.preprocessing), verbose=0)
+    np.testing.assert_allclose(index.embeddings, expected, atol=1e-5)
+    plain = keras.Model(model.input, model.output)  # records nothing: keras-dml train's
+    with pytest.warns(UserWarning, match=r"records no preprocessing, so image files are "
+                      r"embedded as keras-dml train prepares them for a 16 px input: resize "
+                      r"to 18 x 18, centre crop 16"):
+        assumed = Index.from_model(plain, (paths, labels), verbose=0)
+    assert np.abs(assumed.embeddings - expected).max() > 1e-3

@@ -4,6 +4,7 @@ calibrated from the command line, and indexed from Python."""
 import io
 import json
 import re
+import shutil
 
 import keras
 import numpy as np
@@ -12,7 +13,7 @@ import tensorflow as tf
 
 from keras_dml import cli, datasets
 from keras_dml.data import Preprocessing, decode_image, evaluation_batches
-from keras_dml.index import Index
+from keras_dml.index import Index, model_fingerprint
 from keras_dml.index.catalogue import Progress, list_images, save_embeddings
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
@@ -167,6 +168,24 @@ def test_index_images_search_prints_paths_and_calibrate(photos, run_dir, tmp_pat
 
     assert cli.main(["index", str(run_dir), "--images", str(photos), "--dataset", "digits"]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_the_index_records_its_model_and_search_refuses_another(photos, run_dir, tmp_path,
+                                                                capsys):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    with pytest.warns(UserWarning, match="notes.txt"):
+        _main(["index", run, "--images", photos, "--output", tmp_path / "index"], capsys)
+    made = Index.load(tmp_path / "index").provenance
+    before = model_fingerprint(_embedder(run))
+    assert made["model_fingerprint"] == before and made["run"] == str(run)
+    assert made["preprocessing"] == PREPROCESSING.to_dict()
+    model = keras.saving.load_model(run / "model.keras")  # the run retrained in place
+    model.set_weights([w + 0.5 for w in model.get_weights()])
+    model.save(run / "model.keras")
+    assert cli.main(["search", str(tmp_path / "index"), str(photos / "dog" / "1.png")]) == 2
+    err = capsys.readouterr().err
+    assert before in err and model_fingerprint(_embedder(run)) in err and str(run) in err
 
 
 def test_calibrate_images_needs_labels(run_dir, tmp_path, capsys):

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from keras_dml import losses, mining
-from keras_dml.losses import Reference, row_blocks
+from keras_dml.losses import Reference, row_block_limits, row_blocks
 from keras_dml.losses.registry import ENTRIES
 
 ROW_NAMES = sorted(name for name, entry in ENTRIES.items()
@@ -56,10 +56,11 @@ def blocks(monkeypatch):
         return blocked(*args)
 
     def use(stored, xla=False):
-        monkeypatch.setattr(row_blocks, "ROW_BLOCKS_ABOVE_ENTRIES", 8)
-        monkeypatch.setattr(row_blocks, "BLOCK_ENTRIES", 5 * 12)
-        monkeypatch.setattr(row_blocks, "XLA_BLOCKS_FROM_ENTRIES", 0 if xla else 2 ** 62)
-        monkeypatch.setattr(row_blocks, "STORED_WEIGHTS_MAX_ENTRIES", 2 ** 30 if stored else 8)
+        monkeypatch.setattr(row_block_limits, "ROW_BLOCKS_ABOVE_ENTRIES", 8)
+        monkeypatch.setattr(row_block_limits, "BLOCK_ENTRIES", 5 * 12)
+        monkeypatch.setattr(row_block_limits, "XLA_BLOCKS_FROM_ENTRIES", 0 if xla else 2 ** 62)
+        monkeypatch.setattr(row_block_limits, "STORED_WEIGHTS_MAX_ENTRIES",
+                            2 ** 30 if stored else 8)
         monkeypatch.setattr(row_blocks, "row_blocked_values", recorded)
         return calls
 

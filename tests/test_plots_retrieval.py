@@ -1,5 +1,7 @@
 """Tests for keras_dml.plots.retrieval: each figure is written and draws the right data."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -86,6 +88,28 @@ def test_retrieval_grid_frames_and_neighbours(tmp_path):
         plots.retrieval_grid(images[:3], y, x, path=tmp_path / "i.png")
     with pytest.raises(ValueError, match="row indices"):
         plots.retrieval_grid(images, y, x, path=tmp_path / "j.png", queries=[99])
+
+
+def test_retrieval_grid_reads_only_the_image_files_it_shows(tmp_path):
+    from PIL import Image
+
+    x, y = blobs(classes=3, per_class=6, dim=4)
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 255, size=(len(x), 8, 8, 3)).astype("uint8")
+    paths = [str(tmp_path / f"{i}.png") for i in range(len(x))]
+    for image, path in zip(images, paths):
+        Image.fromarray(image).save(path)
+    from_arrays = plots.retrieval_grid(images, y, x, path=tmp_path / "a.png", queries=[0], k=2)
+    shown = set(from_arrays["queries"]) | set(from_arrays["neighbors"].ravel())
+    for i in set(range(len(x))) - shown:  # files never shown are never opened
+        os.remove(paths[i])
+    from_files = plots.retrieval_grid(paths, y, x, path=tmp_path / "f.png", queries=[0], k=2)
+    assert_png(tmp_path / "f.png")
+    np.testing.assert_array_equal(from_files["neighbors"], from_arrays["neighbors"])
+    with open(paths[0], "w") as handle:
+        handle.write("<html>not an image</html>")
+    with pytest.raises(ValueError, match=r"cannot read or decode image .*0\.png"):
+        plots.retrieval_grid(paths, y, x, path=tmp_path / "g.png", queries=[0], k=2)
 
 
 def test_recall_curves_start_at_the_untrained_point_in_steps(tmp_path):

@@ -8,7 +8,7 @@ so that `import keras_dml` works on a machine without TensorFlow.
 Submodules: `gradients` (the engine's VJP through its matrix; plain autodiff for
 tests), `primitives` (scatters, shapes, XLA, run-time assertions), `pairs` (row-wise
 gathers, sorts, matmuls), `tensors` (control dependencies, value checks),
-`tensorflow_row_blocks` (the TensorFlow form of `keras_dml.losses.row_blocks`),
+`tensorflow_row_blocks` (the row blocks of `keras_dml.losses.row_blocks_tensorflow`),
 `batch_norm`.
 """
 

@@ -24,16 +24,6 @@ def is_tf_dataset(data, distributed=True):
     return isinstance(data, kinds)
 
 
-def clear_data_error(error):
-    """The error naming the bad image file that a tf.data pipeline failed on, else None."""
-    tf = sys.modules.get("tensorflow")
-    if tf is None or not isinstance(error, tf.errors.OpError):
-        return None
-    from keras_dml.data.bad_images import clear_error
-
-    return clear_error(error)
-
-
 def backend_inputs(x):
     """`x` (a tensor or a structure of them) with TensorFlow tensors as NumPy arrays, so a
     tf.data stream (of image files, say) feeds a model running on JAX or PyTorch; other

@@ -10,8 +10,6 @@ import functools
 import keras
 import tensorflow as tf
 
-from keras_dml import validation
-
 
 def replicas():
     """Replicas in sync under the current `tf.distribute` strategy (1 without one)."""
@@ -66,11 +64,9 @@ def gather_across_replicas(embeddings, labels, sample_weight=None):
     return embeddings, labels, sample_weight
 
 
-def global_batch(embeddings, labels, sample_weight, continuous, keys=None):
-    """The loss's inputs of the global batch: labels checked (int32 (N,) class ids
-    unless `continuous`), then everything gathered across replicas; `keys` (the
+def global_batch(embeddings, labels, sample_weight, keys=None):
+    """The loss's inputs of the global batch, gathered across replicas; `keys` (the
     momentum encoder's) gathered without gradient."""
-    labels = labels if continuous else validation.check_class_labels(labels)
     embeddings, labels, sample_weight = gather_across_replicas(embeddings, labels,
                                                                sample_weight)
     if keys is not None:

@@ -27,14 +27,14 @@ def run(args):
     import os
 
     from keras_dml.index import Index
-    from keras_dml.index.runs import load_run
+    from keras_dml.index.runs import load_run, run_provenance
 
     run = load_run(args.run)
     output = args.output or os.path.join(args.run, "index")
     if os.path.exists(output) and not args.overwrite:
         raise FileExistsError(f"{output} exists; pass --overwrite to replace it.")
     embeddings, labels, metadata, info = embedded(args, run)
-    index = Index(backend=args.backend, info=info)
+    index = Index(backend=args.backend, info=info, provenance=run_provenance(run))
     index.add(embeddings, labels=labels, metadata=metadata)
     index.save(output, overwrite=args.overwrite)
     print(f"index: {output} ({len(index)} items, dimension {index.dim}, {args.backend})")

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "keras_dml.cli.index",
     "keras_dml.cli.search",
     "keras_dml.cli.calibrate",
+    "keras_dml.cli.evaluate",
     "keras_dml.cli.verify",
 )
 

@@ -29,6 +29,7 @@ def run(args):
         raise ValueError(f"{args.index} records no run to embed images with: build it with "
                          "`keras-dml index RUN`.")
     run = load_run(index.info["run"])
+    index.check_model(run.embedder, run=index.info["run"])  # a retrained run: refused
     threshold = _threshold(args.threshold, index.info["run"])
     queries = run.embedder.predict(image_files(run, args.images), verbose=0)
     result = index.search(queries, min(args.k, len(index)))

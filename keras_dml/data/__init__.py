@@ -24,6 +24,7 @@ _TENSORFLOW_NAMES = {
     "RandomPairDesign": "designs",
     "RandomPairSampler": "designs",
     "design_batches": "designs",
+    "design_sampler": "designs",
     "importance_weights": "designs",
     "distributed_class_balanced_batches": "distributed",
     "evaluation_batches": "evaluation_batches",
@@ -39,7 +40,7 @@ _TENSORFLOW_NAMES = {
 
 if backend.tensorflow_installed():
     from keras_dml.data.designs import (GroupDesign, RandomPairDesign, RandomPairSampler,
-                                        design_batches, importance_weights)
+                                        design_batches, design_sampler, importance_weights)
     from keras_dml.data.distributed import distributed_class_balanced_batches
     from keras_dml.data.evaluation_batches import evaluation_batches
     from keras_dml.data.hard_classes import (HardNegativeClassMining, HardNegativeClassSampler,
@@ -67,6 +68,7 @@ __all__ = [
     "class_balanced_batches",
     "decode_image",
     "design_batches",
+    "design_sampler",
     "distributed_class_balanced_batches",
     "evaluation_batches",
     "hard_negative_class_batches",

@@ -186,6 +186,14 @@ def only_x_y(batch_id, indices, ok, x, y):
     return x, y
 
 
+def clear_data_error(error):
+    """The error naming the bad image file that a tf.data pipeline failed on, else None."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None or not isinstance(error, tf.errors.OpError):
+        return None
+    return clear_error(error)
+
+
 def clear_error(error):
     """The `BadImageError` a `BadImageGuard` raised inside a `tf.data` pipeline, taken
     out of the `tf.errors.OpError` that carries it; `None` for any other error."""

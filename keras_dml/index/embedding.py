@@ -121,3 +121,22 @@ def _file_preprocessing(embedder, preprocessing):
     from keras_dml.data.stream_preprocessing import model_preprocessing
 
     return model_preprocessing(embedder, preprocessing)
+
+
+def source_preprocessing(embedder, source, preprocessing=None):
+    """The `Preprocessing` that makes `source`'s embeddings, to record with them.
+
+    `preprocessing` when given; for image files, the one `embed_source` uses
+    (recorded by the embedder, else `keras-dml train`'s default with a warning);
+    else the one the embedder records, or None (arrays and tf.data batches
+    arrive prepared).
+    """
+    from keras_dml.data.sources import is_paths
+    from keras_dml.data.stream_preprocessing import recorded_preprocessing
+    from keras_dml.datasets import LabeledImages
+
+    if preprocessing is not None:
+        return preprocessing
+    files = (isinstance(source, LabeledImages) and source.paths is not None) or (
+        isinstance(source, (tuple, list)) and len(source) == 2 and is_paths(source[0]))
+    return _file_preprocessing(embedder, None) if files else recorded_preprocessing(embedder)

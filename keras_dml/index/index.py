@@ -1,15 +1,25 @@
-"""`Index`: a searchable, savable gallery of embeddings with labels, ids and metadata."""
+"""`Index`: a searchable, savable gallery of embeddings with labels, ids and metadata.
+
+`Index` is a facade: it checks what goes in and defines what comes out (ids,
+labels, metadata, scores, `match`, `recall_vs_exact`, provenance), and keeps
+the items in a store: `keras_dml.index.memory.MemoryStore` (NumPy arrays,
+exact or faiss search) or `keras_dml.index.milvus.MilvusStore` (a Milvus
+collection in a Lite file or on a server).
+"""
 
 import dataclasses
+import time
 
 import numpy as np
 
 from keras_dml import hyperparameters, validation
-from keras_dml.index import backends, storage
+from keras_dml.index import filters, provenance, storage
+from keras_dml.index.memory import MemoryStore
 
 METRICS = validation.SEARCH_METRICS
 UNKNOWN_INT = -1
 UNKNOWN_STRING = ""
+DEFAULT_URI = "keras_dml.db"  # the Milvus Lite file of backend="milvus" without a uri
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,9 +27,10 @@ class SearchResult:
     """The k nearest gallery items of each query, best first.
 
     Attributes:
-        ids: int64 `(queries, k)` item ids.
+        ids: `(queries, k)` item ids (int64, or str for string ids).
         scores: float32 `(queries, k)` similarities, higher is closer (cosine
-            similarity, inner product, or minus the squared Euclidean distance).
+            similarity, inner product, or minus the squared Euclidean distance),
+            on every backend.
         labels: `(queries, k)` labels (int64, or str for string labels).
         metadata: `queries` lists of k metadata values (None where none was given).
     """
@@ -33,27 +44,56 @@ class SearchResult:
 class Index:
     """A gallery of embeddings to search by similarity, save and load.
 
-    Items are added with `add` (any number of times) and removed by id; each
-    has an int64 id (running integers by default), a label (int or str;
-    unknown: -1 or "") and optional JSON metadata. `search` finds the k most
-    similar items of each query. The `"exact"` backend scores every item with
-    the evaluation's exact kNN kernels (`keras_dml.evaluation.nearest_neighbors`):
-    faiss' flat index where faiss is installed and TensorFlow sees no GPU, else
-    TensorFlow's chunked kernel (bounded memory, on the GPU when there is one),
-    both ranking equal scores by insertion order; `"faiss_ivf"` and `"faiss_hnsw"` are
-    approximate (`pip install "keras_dml[ann]"`) and report their recall on
-    your data with `recall_vs_exact`. `save` writes NumPy and JSON files (no
-    pickle: a saved index is data, not code); `Index.load` reads them.
+    Items are added with `add` (any number of times), replaced with `upsert`
+    and removed by id; each has an id (int or str, one kind per index; running
+    integers by default), a label (int or str; unknown: -1 or ""), optional
+    JSON metadata and the time it was added. `search` finds the k most similar
+    items of each query, optionally among those passing a `filter`
+    (`keras_dml.index.filters`: by label, id, time added or metadata field).
+
+    Backends: `"exact"` scores every item with the evaluation's exact kNN
+    kernels (`keras_dml.evaluation.nearest_neighbors`): faiss' flat index where
+    faiss is installed and TensorFlow sees no GPU, else TensorFlow's chunked
+    kernel, both ranking equal scores by insertion order; `"faiss_ivf"` and
+    `"faiss_hnsw"` are approximate (`pip install "keras_dml[ann]"`); these
+    three hold the items in memory, and `save` / `Index.load` write and read
+    them as NumPy and JSON files (no pickle). `"milvus"` keeps them in a Milvus
+    collection (`pip install "keras_dml[milvus]"`): an embedded Milvus Lite
+    file (`uri="catalogue.db"`, the default `keras_dml.db`) or a Milvus server
+    or cluster (`uri="http://host:19530"`, `token=...`), reopened from another
+    process with `Index.open(uri)`; index type FLAT (exact), HNSW or IVF_FLAT.
+    `recall_vs_exact` reports an approximate index's recall on your data.
+    Scores are the same similarity on every backend, so thresholds from
+    `keras_dml.evaluation.calibrate` apply unchanged.
+
+    Every index records its `provenance` (the model's fingerprint and
+    preprocessing, dimension, metric, run); reopening a collection with
+    another model's provenance, or `check_model` with another model, raises
+    `ModelMismatchError` naming both, unless `allow_mismatch=True`.
 
     Args:
         metric: `"cosine"` (default), `"dot"` or `"euclidean"`.
-        backend: `"exact"` (default), `"faiss_ivf"` or `"faiss_hnsw"`.
+        backend: `"exact"` (default), `"faiss_ivf"`, `"faiss_hnsw"` or `"milvus"`.
         info: A JSON dict saved with the index (e.g. where its embeddings come
-            from). Defaults to None (empty).
+            from). Defaults to None (empty; an existing collection's).
+        uri: Milvus only: a Lite file path ending in `.db` or an `http(s)://`
+            server URI. Defaults to None: `keras_dml.db` in the current folder.
+        token: Milvus only: the server's token (`"user:password"` or an API key).
+        collection: Milvus only: the collection name. Defaults to `"keras_dml"`.
+            An existing collection is opened (its metric and index options must
+            agree with those given), a new one created at the first `add`.
+        provenance: What made the embeddings (see `provenance`): at least
+            `model_fingerprint` (`keras_dml.index.model_fingerprint(model)`);
+            `from_model` fills it in. Defaults to None (unknown).
+        allow_mismatch: Open a collection whose recorded model differs from
+            `provenance` with a warning instead of an error. Defaults to False.
         **backend_options: For `"exact"`: `kernel`, `"auto"` (default),
             `"faiss"` or `"tensorflow"`. For `"faiss_ivf"`: `nlist` (default ~4 sqrt(N)),
             `nprobe` (default 16); for `"faiss_hnsw"`: `m` (default 32),
-            `ef_search` (default 64), `ef_construction` (default 80).
+            `ef_search` (default 64), `ef_construction` (default 80). For
+            `"milvus"`: `index_type` `"FLAT"` (default), `"HNSW"` (`m` 32,
+            `ef_construction` 80, `ef_search` 64) or `"IVF_FLAT"` (`nlist` 128,
+            `nprobe` 16), and `timeout` (seconds to reach a server, default 10).
 
     Examples:
 
@@ -62,140 +102,358 @@ class Index:
     array([0, 1, 2])
     >>> index.search(np.array([[1.0, 0.1, 0.0]], "float32"), k=2).labels
     array([[7, 8]])
+    >>> index.search(np.array([[1.0, 0.1, 0.0]], "float32"), k=2, filter={"label": [8, 9]}).ids
+    array([[1, 2]])
     >>> index.match(np.array([[1.0, 0.1, 0.0], [1, 1, 1]], "float32"), threshold=0.9)
     array([ 7, -1])
     """
 
-    def __init__(self, metric="cosine", backend="exact", info=None, **backend_options):
+    def __init__(self, metric="cosine", backend="exact", info=None, *, uri=None, token=None,
+                 collection=None, provenance=None, allow_mismatch=False, **backend_options):
         self.metric = validation.check_search_metric(metric)
-        self.info = storage.check_info(info)
-        self._backend = backends.make(backend, metric, backend_options)
-        self._chunks = []  # embeddings added since the last consolidation
-        self._embeddings = None
-        self._ids = np.zeros([0], np.int64)
-        self._labels = None
-        self._metadata = []
-        self._next_id = 0
+        given = _check_provenance(provenance, self.metric)
+        if backend == "milvus":
+            from keras_dml.index.milvus import TIMEOUT, MilvusStore
+
+            timeout = backend_options.pop("timeout", TIMEOUT)
+            self._store = MilvusStore(DEFAULT_URI if uri is None else uri, collection, token,
+                                      timeout)
+            try:
+                self._record = self._open_collection(backend_options, info, given,
+                                                     allow_mismatch)
+            except BaseException:
+                self._store.close()
+                raise
+        else:
+            for name, value in (("uri", uri), ("token", token), ("collection", collection)):
+                if value is not None:
+                    raise ValueError(f"{name}= is for backend='milvus'; backend {backend!r} "
+                                     "keeps the index in memory.")
+            self._store = MemoryStore(self.metric, backend, backend_options)
+            self._record = _new_record(self.metric, self._store.options, info, given)
+        self._store.record = self._record
+
+    def _open_collection(self, given_options, info, given, allow_mismatch):
+        """The record of the store's collection (checked against what is given), or
+        a new one."""
+        from keras_dml.index.milvus import check_index_options, search_options
+
+        store = self._store
+        if not store.exists():
+            index_type, options = check_index_options(given_options)
+            return _new_record(self.metric, {"index_type": index_type, **options}, info, given)
+        record = store.read_record()
+        where = f"Collection {store.collection!r} at {store.uri}"
+        if record["metric"] != self.metric:
+            raise ValueError(f"{where} holds {record['metric']} embeddings, not "
+                             f"metric={self.metric!r}: open it with metric="
+                             f"{record['metric']!r} (or Index.open).")
+        recorded_type = record["options"]["index_type"]
+        _, options = check_index_options({"index_type": recorded_type, **given_options})
+        given_type = str(given_options.get("index_type", recorded_type)).upper()
+        fixed = {k: v for k, v in options.items() if k in given_options
+                 and k not in search_options(recorded_type) and record["options"][k] != v}
+        if given_type != recorded_type or fixed:
+            raise ValueError(f"{where} has index options {record['options']}; got "
+                             f"index_type={given_type!r} {fixed or ''}: an index is built with "
+                             "its options when the collection is created.")
+        record["options"].update({k: options[k] for k in search_options(recorded_type)
+                                  if k in given_options})
+        recorded = record["provenance"]
+        if given["dim"] is not None and recorded["dim"] not in (None, given["dim"]):
+            raise ValueError(f"{where} holds embeddings of dimension {recorded['dim']}, not "
+                             f"{given['dim']}.")
+        provenance.compare_models(recorded, given, allow_mismatch, where)
+        store.load()
+        if info is not None:
+            record["info"] = {**record["info"], **storage.check_info(info)}
+        return record
+
+    @classmethod
+    def open(cls, uri, collection=None, token=None, provenance=None, allow_mismatch=False,
+             **options):
+        """Reopens an existing Milvus collection (a Lite file or a server URI) with
+        its recorded metric and index options.
+
+        Args:
+            uri, collection, token: As in `Index`.
+            provenance, allow_mismatch: As in `Index`: the model at hand, checked
+                against the collection's record.
+            **options: Search options to change (`ef_search` for HNSW, `nprobe`
+                for IVF_FLAT) and `timeout`.
+
+        Raises:
+            FileNotFoundError: No such Lite file or collection (the message lists
+                the collections there).
+        """
+        from keras_dml.index.milvus import DEFAULT_COLLECTION, read_record
+
+        name = collection or DEFAULT_COLLECTION
+        record = read_record(uri, name, token, options.get("timeout"))
+        return cls(record["metric"], "milvus", uri=uri, token=token, collection=name,
+                   provenance=provenance, allow_mismatch=allow_mismatch, **options)
+
+    def close(self):
+        """Releases the store (a Milvus Lite file: so another process can open it)."""
+        self._store.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
 
     # -- contents ------------------------------------------------------------------------
 
     @property
     def backend(self):
-        return self._backend.name
+        return self._store.name
+
+    @property
+    def options(self):
+        """The backend's options (in memory), or the Milvus index type and its options."""
+        return dict(self._record["options"])
+
+    @property
+    def info(self):
+        """The JSON dict saved with the index."""
+        return self._record["info"]
+
+    @info.setter
+    def info(self, value):
+        self._record["info"] = storage.check_info(value)
+        self._write_record()
+
+    @property
+    def provenance(self):
+        """What made the embeddings: `model_fingerprint`, `preprocessing`, `dim`,
+        `metric` and `run` (None where unknown)."""
+        return dict(self._record["provenance"])
 
     @property
     def dim(self):
-        """The embedding size, or None while the index is empty."""
-        embeddings = self.embeddings
-        return None if embeddings is None else embeddings.shape[1]
+        """The embedding size, or None before the first add."""
+        return self._record["provenance"]["dim"]
 
     @property
     def embeddings(self):
-        """float32 `(N, d)` embeddings in insertion order (None before the first add)."""
-        if self._chunks:
-            parts = ([] if self._embeddings is None else [self._embeddings]) + self._chunks
-            self._embeddings = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            self._chunks = []
-        return self._embeddings
+        """float32 `(N, d)` embeddings (None while empty). On Milvus this reads the
+        whole collection; in memory it is in insertion order."""
+        return self._arrays(("vector",))[0]
 
     @property
     def ids(self):
-        return self._ids.copy()
+        """Every id, in the order of `embeddings`."""
+        ids = self._arrays(())[1]
+        return np.zeros([0], np.int64) if ids is None else ids.copy()
 
     @property
     def labels(self):
-        return None if self._labels is None else self._labels.copy()
+        labels = self._arrays(("label",))[2]
+        return None if labels is None else labels.copy()
 
     @property
     def metadata(self):
-        return list(self._metadata)
+        return list(self._arrays(("metadata",))[3] or [])
+
+    def _arrays(self, fields=("vector", "label", "metadata")):
+        return self._store.arrays(fields)
+
+    def contains(self, ids):
+        """A boolean per id: whether the index holds it."""
+        return self._store.contains(self._id_array(ids))
 
     def __len__(self):
-        return len(self._ids)
+        return self._store.count()
 
     def __repr__(self):
         return (f"Index(metric={self.metric!r}, backend={self.backend!r}, size={len(self)}, "
                 f"dim={self.dim})")
 
     def add(self, embeddings, labels=None, ids=None, metadata=None):
-        """Adds items; returns their ids (int64).
+        """Adds items; returns their ids.
 
         Args:
-            embeddings: float `(n, d)`, finite; d must match earlier adds.
+            embeddings: float `(n, d)`, finite; d must match the index.
             labels: `(n,)` ints or strings (one kind per index). Defaults to
                 None: unknown (-1, or "" in an index of string labels).
-            ids: `(n,)` distinct ints not in the index. Defaults to None:
-                running integers after the largest id used so far.
-            metadata: A list of n JSON-serialisable values. Defaults to None.
+            ids: `(n,)` distinct ints or strings (one kind per index) not in the
+                index. Defaults to None: running integers after the largest id
+                used so far (an index of string ids needs them given).
+            metadata: A list of n JSON-serialisable values (dicts' keys become
+                filter fields). Defaults to None.
+
+        Raises:
+            ValueError: Another dimension, a kind of ids or labels the index
+                does not hold, repeated ids, or ids already in the index (use
+                `upsert` to replace them).
         """
+        return self._write(embeddings, labels, ids, metadata, replace=False)
+
+    def upsert(self, embeddings, labels=None, ids=None, metadata=None):
+        """Adds items, replacing those whose ids are already in the index; returns
+        the ids. Arguments as in `add`, but `ids` are required."""
+        if ids is None:
+            raise ValueError("upsert needs ids: the items to add or replace.")
+        return self._write(embeddings, labels, ids, metadata, replace=True)
+
+    def _write(self, embeddings, labels, ids, metadata, replace, added=None):
         embeddings = validation.embedding_array(embeddings, "embeddings")
         n = len(embeddings)
         if self.dim is not None and embeddings.shape[1] != self.dim:
             raise ValueError(f"embeddings have dimension {embeddings.shape[1]} but the index "
                              f"holds dimension {self.dim}.")
         labels = self._check_labels(labels, n)
-        ids = self._check_ids(ids, n)
+        ids = self._check_ids(ids, n, replace)
         metadata = storage.check_metadata(metadata, n)
-        self._chunks.append(embeddings.copy())  # later changes to the caller's array stay out
-        self._ids = np.concatenate([self._ids, ids])
-        self._labels = labels if self._labels is None else np.concatenate([self._labels, labels])
-        self._metadata.extend(metadata)
-        self._next_id = max(self._next_id, int(ids.max()) + 1)
-        self._backend.invalidate()
+        added = np.full(n, time.time()) if added is None else np.asarray(added, np.float64)
+        record = self._record
+        record["provenance"]["dim"] = int(embeddings.shape[1])
+        record["id_kind"] = storage.kind_of(ids)
+        record["label_kind"] = storage.kind_of(labels)
+        fields = set(record["metadata_fields"]).union(
+            *(m.keys() for m in metadata if isinstance(m, dict)))
+        record["metadata_fields"] = sorted(fields)
+        if ids.dtype.kind != "U" and n:
+            record["next_id"] = max(record["next_id"], int(ids.max()) + 1)
+        self._store.insert(embeddings, ids, labels, metadata, added, replace)
         return ids
 
     def remove(self, ids):
-        """Removes the items with these ids; an unknown id is a `KeyError`."""
-        ids = np.atleast_1d(np.asarray(ids))
-        if ids.dtype.kind not in "iu":
-            raise ValueError(f"ids must be integers, got dtype {ids.dtype}.")
-        missing = np.setdiff1d(ids, self._ids)
+        """Removes the items with these ids; an id not in the index is a `KeyError`
+        and nothing is removed."""
+        ids = self._id_array(ids)
+        self._require(ids)
+        self._store.delete(ids)
+
+    def get_embeddings(self, ids):
+        """float32 `(n, d)` embeddings of these ids, in their order (`KeyError` for
+        an id not in the index)."""
+        ids = self._id_array(ids)
+        self._require(ids)
+        return self._store.get(ids)
+
+    def _require(self, ids):
+        missing = ids[~self._store.contains(ids)]
         if missing.size:
             raise KeyError(f"ids not in the index: {missing[:5].tolist()}"
                            + (" ..." if missing.size > 5 else ""))
-        keep = ~np.isin(self._ids, ids)
-        self._embeddings = self.embeddings[keep]
-        self._ids = self._ids[keep]
-        self._labels = self._labels[keep]
-        self._metadata = [m for m, k in zip(self._metadata, keep) if k]
-        self._backend.invalidate()
 
     # -- search --------------------------------------------------------------------------
 
-    def search(self, queries, k=1):
+    def search(self, queries, k=1, filter=None, rerank=None):
         """The k most similar items of each query (`SearchResult`, best first).
 
-        Ties between bitwise-equal scores go to the item added first (exact
-        backend; the TensorFlow kernel scores the gallery in blocks of 2**18
-        rows, and copies of one vector in different blocks may score one float
-        rounding apart).
-        """
-        positions, scores = self._positions(queries, k)
-        return self._result(positions, scores)
+        Args:
+            queries: float `(Q, d)`.
+            k: Items per query; at most the index size.
+            filter: Search only the items passing it: a dict (see
+                `keras_dml.index.filters`, e.g. `{"label": ["cat", "dog"]}`,
+                `{"added": {">": datetime(2026, 1, 1)}}`, `{"year": {">=": 2020}}`)
+                or, on Milvus, a Milvus expression string. With a filter, k is
+                capped at the number of passing items. Defaults to None.
+            rerank: Re-rank the top candidates (`keras_dml.index.rerank`): `"qe"`,
+                `"dba"`, `"k_reciprocal"`, with options as `"qe:n=2,alpha=3"`, or a
+                re-ranker object. Defaults to None: the plain search.
 
-    def match(self, queries, threshold):
+        Ties between bitwise-equal scores go to the item added first on the
+        in-memory backends (the TensorFlow kernel scores the gallery in blocks of
+        2**18 rows, and copies of one vector in different blocks may score one
+        float rounding apart); Milvus orders them its own way.
+
+        Raises:
+            ValueError: An empty index, k above its size, queries of another
+                dimension, or a filter naming an unknown field.
+        """
+        size = len(self)
+        if not size:
+            raise ValueError("The index is empty: add embeddings before searching.")
+        k = hyperparameters.integer_at_least("k", k, 1)
+        if k > size:
+            raise ValueError(f"k={k} exceeds the {size} items in the index.")
+        queries = self._queries(queries)
+        if rerank is not None:
+            from keras_dml.index.rerank import rerank_search
+
+            return rerank_search(self, queries, k, filter, rerank)
+        selection = self._selection(filter)
+        if self.backend != "milvus":
+            return SearchResult(*self._store.search(queries, k, selection))
+        if selection:
+            k = min(k, self._store.count(selection))
+            if not k:
+                return self._empty_result(len(queries))
+        return SearchResult(*self._store.search(queries, k, selection or ""))
+
+    def _selection(self, filter):
+        """The filter as the store takes it: conditions in memory, an expression on Milvus."""
+        if filter is None:
+            return None
+        if isinstance(filter, str):
+            if self.backend != "milvus":
+                raise ValueError("A filter string is a Milvus expression, for backend='milvus'; "
+                                 "in memory write it as a dict, e.g. {'label': ['cat']}.")
+            return filter
+        conditions = filters.parse(filter, self._record["metadata_fields"])
+        if self.backend == "milvus":
+            return filters.milvus_expression(conditions)
+        return conditions
+
+    def _empty_result(self, count):
+        shape = (count, 0)
+        return SearchResult(np.zeros(shape, storage.kind_dtype(self._record["id_kind"])),
+                            np.zeros(shape, np.float32),
+                            np.zeros(shape, storage.kind_dtype(self._record["label_kind"])),
+                            [[] for _ in range(count)])
+
+    def match(self, queries, threshold, filter=None):
         """Open-set decision per query: the nearest item's label if its score is at
         or above `threshold`, else -1 (or "" for string labels).
 
-        `threshold` is a similarity (e.g. from `keras_dml.evaluation.calibrate`).
+        `threshold` is a similarity (e.g. from `keras_dml.evaluation.calibrate`),
+        the same on every backend. `filter` as in `search`.
         """
         threshold = float(threshold)
         if not np.isfinite(threshold):
             raise ValueError(f"threshold must be a finite similarity, got {threshold!r}.")
-        positions, scores = self._positions(queries, 1)
-        unknown = UNKNOWN_STRING if self._labels.dtype.kind == "U" else UNKNOWN_INT
-        return np.where(scores[:, 0] >= threshold, self._labels[positions[:, 0]], unknown)
+        result = self.search(queries, 1, filter)
+        unknown = storage.unknown(self._record["label_kind"])
+        if not result.labels.shape[1]:
+            return np.full(len(result.labels), unknown, result.labels.dtype)
+        return np.where(result.scores[:, 0] >= threshold, result.labels[:, 0], unknown)
 
     def recall_vs_exact(self, queries, k=10):
         """Mean fraction of the exact top-k ids that this index's search returns.
 
-        1.0 for the exact backend; for an approximate one, its recall@k on
-        `queries` (your data), the figure to tune `nprobe` / `ef_search` by.
+        1.0 for the exact backend (and Milvus FLAT, ties aside); for an
+        approximate one, its recall@k on `queries` (your data), the figure to
+        tune `nprobe` / `ef_search` by. On Milvus the exact top-k is computed
+        in memory from the whole collection.
         """
-        positions, _ = self._positions(queries, k)
-        exact, _ = backends.Exact(self.metric).search(self.embeddings, self._queries(queries), k)
-        found = [np.intersect1d(a, b).size for a, b in zip(positions, exact)]
-        return float(np.mean(found) / k)
+        found = self.search(queries, k).ids
+        embeddings, ids = self._arrays(("vector",))[:2]
+        from keras_dml.index.backends import Exact
+
+        positions, _ = Exact(self.metric).search(embeddings, self._queries(queries), k)
+        hits = [np.intersect1d(a, b).size for a, b in zip(found, ids[positions])]
+        return float(np.mean(hits) / k)
+
+    def check_model(self, model, allow_mismatch=False, run=None):
+        """Refuses a model that is not the one whose embeddings the index holds.
+
+        Args:
+            model: A Keras model, or its `model_fingerprint`.
+            allow_mismatch: Warn instead of raising. Defaults to False.
+            run: The model's run directory, named in the message.
+
+        Raises:
+            ModelMismatchError: Both fingerprints are known and differ (the
+                message names both, and the run paths where known). An index
+                that records no fingerprint warns that it cannot check.
+        """
+        fingerprint = model if isinstance(model, str) else provenance.model_fingerprint(model)
+        provenance.compare_models(self.provenance, {"model_fingerprint": fingerprint,
+                                                    "run": run}, allow_mismatch)
 
     def _queries(self, queries):
         queries = validation.embedding_array(queries, "queries")
@@ -204,26 +462,12 @@ class Index:
                              f"dimension {self.dim}.")
         return queries
 
-    def _positions(self, queries, k):
-        if not len(self):
-            raise ValueError("The index is empty: add embeddings before searching.")
-        k = hyperparameters.integer_at_least("k", k, 1)
-        if k > len(self):
-            raise ValueError(f"k={k} exceeds the {len(self)} items in the index.")
-        return self._backend.search(self.embeddings, self._queries(queries), k)
-
-    def _result(self, positions, scores):
-        metadata = [[self._metadata[p] for p in row] for row in positions.tolist()]
-        return SearchResult(ids=self._ids[positions], scores=scores.astype(np.float32),
-                            labels=self._labels[positions], metadata=metadata)
-
     # -- checks --------------------------------------------------------------------------
 
     def _check_labels(self, labels, n):
-        string_index = self._labels is not None and self._labels.dtype.kind == "U"
+        kind = self._record["label_kind"]
         if labels is None:
-            return np.full(n, UNKNOWN_STRING if string_index else UNKNOWN_INT,
-                           dtype=str if string_index else np.int64)
+            return np.full(n, storage.unknown(kind), dtype=storage.kind_dtype(kind))
         labels = validation.label_array(labels, n, "labels")
         if labels.dtype.kind == "f":
             if not np.all(labels == np.round(labels)):
@@ -233,58 +477,96 @@ class Index:
             labels = labels.astype(str)
         if labels.dtype.kind not in "iuU":
             raise ValueError(f"labels must be integers or strings, got dtype {labels.dtype}.")
-        if self._labels is not None and (labels.dtype.kind == "U") != string_index:
-            kind = "string" if string_index else "integer"
-            raise ValueError(f"The index holds {kind} labels; got labels of dtype {labels.dtype}.")
+        if kind is not None and storage.kind_of(labels) != kind:
+            name = "string" if kind == "str" else "integer"
+            raise ValueError(f"The index holds {name} labels; got labels of dtype {labels.dtype}.")
         return labels if labels.dtype.kind == "U" else labels.astype(np.int64)
 
-    def _check_ids(self, ids, n):
+    def _id_array(self, ids):
+        ids = np.atleast_1d(np.asarray(ids))
+        if ids.dtype.kind == "S":
+            ids = ids.astype(str)
+        if ids.ndim != 1 or ids.dtype.kind not in "iuU":
+            raise ValueError(f"ids must be a list of integers or strings, got dtype {ids.dtype} "
+                             f"and shape {ids.shape}.")
+        kind = self._record["id_kind"]
+        if kind is not None and storage.kind_of(ids) != kind:
+            name = "string" if kind == "str" else "integer"
+            raise ValueError(f"The index has {name} ids; got ids of dtype {ids.dtype}.")
+        return ids if ids.dtype.kind == "U" else ids.astype(np.int64)
+
+    def _check_ids(self, ids, n, replace):
         if ids is None:
-            return np.arange(self._next_id, self._next_id + n, dtype=np.int64)
+            if self._record["id_kind"] == "str":
+                raise ValueError("The index has string ids: pass ids= for the new items.")
+            start = self._record["next_id"]
+            return np.arange(start, start + n, dtype=np.int64)
         ids = np.asarray(ids)
-        if ids.shape != (n,) or ids.dtype.kind not in "iu":
-            raise ValueError(f"ids must be {n} integers, one per embedding, got dtype "
-                             f"{ids.dtype} and shape {ids.shape}.")
-        ids = ids.astype(np.int64)
-        if np.unique(ids).size != n:
-            raise ValueError("ids must be distinct; got repeated ids.")
-        taken = np.intersect1d(ids, self._ids)
-        if taken.size:
-            raise ValueError(f"ids already in the index: {taken[:5].tolist()}; remove them first.")
+        if ids.shape != (n,):
+            raise ValueError(f"ids must be {n} integers or strings, one per embedding, got "
+                             f"shape {ids.shape}.")
+        ids = self._id_array(ids)
+        if ids.dtype.kind == "U" and (not all(ids) or max(map(len, ids)) > 65535):
+            raise ValueError("string ids must be non-empty and at most 65535 characters.")
+        values, counts = np.unique(ids, return_counts=True)
+        if values.size != n:
+            raise ValueError(f"ids must be distinct; repeated: {values[counts > 1][:5].tolist()}.")
+        if not replace:
+            taken = ids[self._store.contains(ids)]
+            if taken.size:
+                raise ValueError(f"ids already in the index: {taken[:5].tolist()}; remove them "
+                                 "first, or use upsert to replace them.")
         return ids
+
+    def _write_record(self):
+        if self.backend == "milvus":
+            self._store.write_record()
 
     # -- persistence ---------------------------------------------------------------------
 
     def save(self, path, overwrite=False):
-        """Writes the index to the directory `path` (NumPy + JSON files, no pickle).
+        """Writes the index to the directory `path` (NumPy + JSON files, no pickle),
+        with its provenance in `index.json`. A Milvus index is written in full
+        (as an exact in-memory index).
 
         An existing index directory is replaced only with `overwrite=True`.
         """
+        embeddings, ids, labels, metadata, added = self._arrays()
+        memory = self.backend != "milvus"
         storage.save(path, {
             "metric": self.metric,
-            "backend": self.backend,
-            "backend_options": self._backend.options,
-            "next_id": self._next_id,
+            "backend": self.backend if memory else "exact",
+            "backend_options": self._record["options"] if memory else {},
+            "next_id": self._record["next_id"],
             "info": storage.check_info(self.info),
-        }, self.embeddings, self._ids, self._labels, self._metadata, overwrite)
+            "provenance": self.provenance,
+        }, embeddings, ids, labels, metadata, added, overwrite)
         return str(path)
 
     @classmethod
     def load(cls, path, backend=None, **backend_options):
         """Reads an index written by `save` (optionally with another backend)."""
-        config, embeddings, ids, labels, metadata = storage.load(path)
+        config, embeddings, ids, labels, metadata, added = storage.load(path)
         options = config["backend_options"] if backend is None else backend_options
+        recorded = {**config.get("provenance", {}), "dim": None}
         index = cls(config["metric"], backend or config["backend"], info=config.get("info"),
-                    **options)
+                    provenance=recorded, **options)
         if embeddings is not None:
-            index.add(embeddings, labels=labels, ids=ids, metadata=metadata)
-        index._next_id = max(index._next_id, int(config["next_id"]))
+            index._write(embeddings, labels, ids, metadata, replace=False, added=added)
+        index._record["next_id"] = max(index._record["next_id"], int(config["next_id"]))
         return index
 
     @classmethod
     def from_model(cls, embedder, dataset, metric="cosine", backend="exact", batch_size=256,
-                   verbose=1, info=None, metadata=None, preprocessing=None, **backend_options):
+                   verbose=1, info=None, metadata=None, preprocessing=None, *, uri=None,
+                   token=None, collection=None, run=None, allow_mismatch=False,
+                   **backend_options):
         """An index of `dataset` embedded by `embedder`, with a progress bar.
+
+        The index records the embedder's `model_fingerprint` and the
+        preprocessing of its image files in `provenance`; into an existing
+        Milvus collection made by another model nothing is embedded: a
+        `ModelMismatchError` names both (unless `allow_mismatch=True`).
 
         Args:
             embedder: A Keras model (or callable) mapping an image batch to
@@ -295,6 +577,7 @@ class Index:
                 of arrays, or a `tf.data.Dataset` of `(x, y)` or `x` batches
                 (e.g. `keras_dml.data.evaluation_batches`).
             metric, backend, info, backend_options: As in `Index`.
+            uri, token, collection, allow_mismatch: As in `Index` (Milvus).
             batch_size: Batch size for splits, files and arrays. Defaults to 256.
             verbose: 1 shows a progress bar. Defaults to 1.
             metadata: A list of one JSON value per image. Defaults to None: the
@@ -306,6 +589,8 @@ class Index:
                 the one `keras-dml train` uses for the embedder's input size
                 (resize to size * 256 / 224, centre crop, [0, 1]), with a
                 warning saying so.
+            run: The run directory the embedder comes from, recorded in
+                `provenance`. Defaults to None.
 
         Examples:
 
@@ -313,10 +598,34 @@ class Index:
         >>> index = Index.from_model(model.embedder(), splits.test)  # doctest: +SKIP
         >>> index.search(queries, k=3).metadata[0]  # doctest: +SKIP
         """
-        from keras_dml.index.embedding import embed_source
+        from keras_dml.index.embedding import embed_source, source_preprocessing
 
-        embeddings, labels, paths = embed_source(embedder, dataset, batch_size, verbose,
-                                                 preprocessing)
-        index = cls(metric, backend, info=info, **backend_options)
-        index.add(embeddings, labels=labels, metadata=paths if metadata is None else metadata)
+        preprocessing = source_preprocessing(embedder, dataset, preprocessing)
+        made = {"model_fingerprint": provenance.model_fingerprint(embedder),
+                "preprocessing": None if preprocessing is None else preprocessing.to_dict(),
+                "run": None if run is None else str(run)}
+        index = cls(metric, backend, info=info, uri=uri, token=token, collection=collection,
+                    provenance=made, allow_mismatch=allow_mismatch, **backend_options)
+        try:
+            embeddings, labels, paths = embed_source(embedder, dataset, batch_size, verbose,
+                                                     preprocessing)
+            index.add(embeddings, labels=labels,
+                      metadata=paths if metadata is None else metadata)
+        except BaseException:
+            index.close()
+            raise
         return index
+
+
+def _new_record(metric, options, info, given):
+    return {"metric": metric, "options": dict(options), "id_kind": None, "label_kind": None,
+            "next_id": 0, "metadata_fields": [], "info": storage.check_info(info),
+            "provenance": given}
+
+
+def _check_provenance(given, metric):
+    given = provenance.check(given)
+    if given["metric"] not in (None, metric):
+        raise ValueError(f"provenance says metric {given['metric']!r} but metric={metric!r}.")
+    given["metric"] = metric
+    return given

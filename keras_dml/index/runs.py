@@ -48,7 +48,8 @@ class Run:
 
 
 def load_run(run_dir):
-    """Loads `run_dir/model.keras` (its embedder) and `run_dir/summary.json`.
+    """Loads `run_dir/model.keras` (its embedder) and `run_dir/summary.json`; `run_dir`
+    may also be a `.keras` file (with the `summary.json` of its folder, if any).
 
     Raises:
         FileNotFoundError: Not a run directory.
@@ -57,6 +58,8 @@ def load_run(run_dir):
 
     run_dir = os.fspath(run_dir)
     model_path = os.path.join(run_dir, "model.keras")
+    if run_dir.endswith(".keras") and os.path.isfile(run_dir):  # a model file: its folder
+        model_path, run_dir = run_dir, os.path.dirname(os.path.abspath(run_dir))
     if not os.path.isfile(model_path):
         raise FileNotFoundError(f"{model_path} does not exist: {run_dir!r} is not a keras-dml "
                                 "run directory (keras-dml train writes runs/<run>/model.keras).")
@@ -83,7 +86,19 @@ def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256
         data_dir: Local dataset folder. Defaults to the run's.
         batch_size: Defaults to 256.
     """
-    from keras_dml import data, datasets
+    from keras_dml import data
+
+    chosen = load_split(run, dataset, split, data_dir)
+    names = [str(name) for name in chosen.class_names]
+    if chosen.images is not None:
+        return data.evaluation_batches(chosen, batch_size=batch_size, transform=_array_transform(
+            chosen, run.input_shape)), names
+    return data.evaluation_batches(chosen, preprocessing(run), batch_size=batch_size), names
+
+
+def load_split(run, dataset=None, split="test", data_dir=None):
+    """The `LabeledImages` split of `split_batches` (same arguments), unprepared."""
+    from keras_dml import datasets
 
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}.")
@@ -98,11 +113,7 @@ def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256
     chosen = getattr(splits, split, None)
     if chosen is None:
         raise ValueError(f"Dataset {name!r} has no {split!r} split.")
-    names = [str(name) for name in chosen.class_names]
-    if chosen.images is not None:
-        return data.evaluation_batches(chosen, batch_size=batch_size, transform=_array_transform(
-            chosen, run.input_shape)), names
-    return data.evaluation_batches(chosen, preprocessing(run), batch_size=batch_size), names
+    return chosen
 
 
 def preprocessing(run):
@@ -122,6 +133,16 @@ def preprocessing(run):
     if recorded_preprocessing(run.embedder) is None and run.export.get("preprocessing"):
         return Preprocessing.from_dict(run.export["preprocessing"])
     return model_preprocessing(run.embedder)
+
+
+def run_provenance(run):
+    """The `Index.provenance` of embeddings made by `run`'s embedder from image files:
+    its `model_fingerprint`, its `preprocessing` and the run directory."""
+    from keras_dml.index.provenance import model_fingerprint
+
+    return {"model_fingerprint": model_fingerprint(run.embedder),
+            "preprocessing": preprocessing(run).to_dict(),
+            "run": os.path.abspath(run.run_dir)}
 
 
 def _array_transform(split, input_shape):

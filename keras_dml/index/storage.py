@@ -1,10 +1,13 @@
 """An `Index` on disk: a directory of NumPy `.npy` arrays and JSON, read without pickle.
 
-    index.json        format, metric, backend and its options, next id, info, size, dim
+    index.json        format, metric, backend and its options, next id, info,
+                      provenance (model fingerprint, preprocessing, ...), size, dim
     embeddings.npy    float32 (N, d)
-    ids.npy           int64 (N,)
+    ids.npy           int64 (N,) or unicode (N,)
     labels.npy        int64 (N,) or unicode (N,)
     metadata.json     a list of N JSON values (null where none was given)
+    added.npy         float64 (N,): when each item was added, seconds since the
+                      epoch (absent in indexes saved before it was recorded: 0)
 """
 
 import json
@@ -16,6 +19,22 @@ import numpy as np
 
 FORMAT = "keras_dml.index/1"
 CONFIG = "index.json"
+
+
+def unknown(kind):
+    """The id or label that stands for none in an index of `kind` ("int" or "str"):
+    -1, or "" for strings."""
+    return "" if kind == "str" else -1
+
+
+def kind_dtype(kind):
+    """The NumPy dtype of ids or labels of `kind`."""
+    return str if kind == "str" else np.int64
+
+
+def kind_of(array):
+    """"str" for a unicode array, else "int"."""
+    return "str" if array.dtype.kind == "U" else "int"
 
 
 def check_metadata(metadata, n):
@@ -44,7 +63,7 @@ def check_info(info):
         raise ValueError(f"info must be JSON-serialisable: {error}.") from None
 
 
-def save(path, config, embeddings, ids, labels, metadata, overwrite=False):
+def save(path, config, embeddings, ids, labels, metadata, added, overwrite=False):
     """Writes the index directory atomically (staging directory, then rename)."""
     path = os.fspath(path)
     if os.path.exists(path):
@@ -55,12 +74,13 @@ def save(path, config, embeddings, ids, labels, metadata, overwrite=False):
     staging = f"{path.rstrip(os.sep)}.saving-{uuid.uuid4().hex[:8]}"
     os.makedirs(staging)
     try:
-        count = len(ids)
+        count = 0 if ids is None else len(ids)
         dim = None if embeddings is None else int(embeddings.shape[1])
         if count:
             np.save(os.path.join(staging, "embeddings.npy"), embeddings)
             np.save(os.path.join(staging, "ids.npy"), ids)
             np.save(os.path.join(staging, "labels.npy"), labels)
+            np.save(os.path.join(staging, "added.npy"), added)
             with open(os.path.join(staging, "metadata.json"), "w") as f:
                 json.dump(metadata, f)
         with open(os.path.join(staging, CONFIG), "w") as f:
@@ -79,7 +99,8 @@ def save(path, config, embeddings, ids, labels, metadata, overwrite=False):
 
 
 def load(path):
-    """`(config, embeddings, ids, labels, metadata)`; arrays are None for an empty index."""
+    """`(config, embeddings, ids, labels, metadata, added)`; arrays are None for an
+    empty index."""
     path = os.fspath(path)
     config_path = os.path.join(path, CONFIG)
     if not os.path.isfile(config_path):
@@ -89,7 +110,7 @@ def load(path):
     if config.get("format") != FORMAT:
         raise ValueError(f"{config_path} has format {config.get('format')!r}, expected {FORMAT!r}.")
     if not config["size"]:
-        return config, None, None, None, None
+        return config, None, None, None, None, None
 
     def array(name):
         return np.load(os.path.join(path, name), allow_pickle=False)
@@ -97,9 +118,11 @@ def load(path):
     embeddings, ids, labels = array("embeddings.npy"), array("ids.npy"), array("labels.npy")
     with open(os.path.join(path, "metadata.json")) as f:
         metadata = json.load(f)
-    sizes = {len(embeddings), len(ids), len(labels), len(metadata)}
+    added_path = os.path.join(path, "added.npy")
+    added = array("added.npy") if os.path.isfile(added_path) else np.zeros(len(ids))
+    sizes = {len(embeddings), len(ids), len(labels), len(metadata), len(added)}
     if sizes != {config["size"]} or embeddings.shape[1] != config["dim"]:
         raise ValueError(f"{path} is inconsistent: {CONFIG} says {config['size']} x "
                          f"{config['dim']}, the arrays hold {sorted(sizes)} rows of "
                          f"dimension {embeddings.shape[1]}.")
-    return config, embeddings, ids, labels, metadata
+    return config, embeddings, ids, labels, metadata, added

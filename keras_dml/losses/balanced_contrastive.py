@@ -15,9 +15,9 @@ _DESIGNS = ("GroupDesign", "RandomPairDesign")
 
 
 def _designs():
-    from keras_dml.data import designs  # imported lazily: the data package is heavier
+    from keras_dml import pair_designs  # imported lazily: it needs TensorFlow
 
-    return designs
+    return pair_designs
 
 
 def _design(design):
@@ -94,7 +94,7 @@ class BalancedContrastive(PairLoss):
     With a batch design of `keras_dml.data` (`GroupDesign(m, n)` or
     `RandomPairDesign(p, num_pairs)`), W_ij are its importance weights (eq. 24-25),
     computed inside the loss from the batch labels and `class_counts` by
-    `keras_dml.data.designs.importance_weights`; nothing has to be packed into
+    `keras_dml.data.importance_weights`; nothing has to be packed into
     y_true or sample_weight. For the p-random design only the design's pairs
     (2t, 2t + 1) are sampled, so B = num_pairs. Feed batches drawn by
     `keras_dml.data.designs.design_batches(source, design)`.

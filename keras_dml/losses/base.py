@@ -111,7 +111,7 @@ class PairLoss(keras.losses.Loss):
     #: fused temporaries alive through the cluster (about 5 N x N float32 at the peak
     #: against 3 for TensorFlow's graph), which matters at large N only.
     xla_terms = False
-    #: above `row_blocks.ROW_BLOCKS_ABOVE_ENTRIES` matrix entries, compute the values and
+    #: above `row_block_limits.ROW_BLOCKS_ABOVE_ENTRIES` matrix entries, compute the values and
     #: weights a block of query rows at a time, never the whole matrix (bounded memory
     #: for large batches; `row_blocks.applies` lists the conditions). A loss opts in:
     #: its value must be per query, row a from row a of the matrix and the masks.
@@ -224,7 +224,9 @@ class PairLoss(keras.losses.Loss):
     def against(self, labels, embeddings, reference):
         """Unreduced values of checked inputs against `reference`, with the engine's gradient."""
         embeddings = ops.to_float32(embeddings)
-        if row_blocks.applies(self, reference):
+        default_pairs = (type(self).pairs is PairLoss.pairs
+                         and type(self).parameters is PairLoss.parameters)
+        if default_pairs and row_blocks.applies(self, reference):
             value = ops.cond(
                 row_blocks.is_large(embeddings, reference),
                 lambda: row_blocks.row_blocked_values(self, labels, embeddings, reference),

@@ -14,7 +14,7 @@ again. Beyond
 block's matrix, masks and weights again: memory is then a few blocks, for the
 forward matmul and terms done twice.
 
-That is TensorFlow's form (`keras_dml.backend.tensorflow_row_blocks`, a
+That is TensorFlow's form (`keras_dml.losses.row_blocks_tensorflow`, a
 `tf.while_loop` with dynamic shapes). On JAX and PyTorch, whose shapes are static
 (JAX) or eager (PyTorch), the blocks are a Python loop over static slices, each
 block the engine's `weighted_pair_loss` on its own (rows, M) matrix: the same
@@ -23,41 +23,24 @@ values and gradient, with each block's weights kept for the backward pass.
 import keras
 
 from keras_dml import backend, ops
-from keras_dml.backend import gradients, primitives
+from keras_dml.backend import gradients
+from keras_dml.losses import row_block_limits as limits
 from keras_dml.weighting import weighted_pair_loss
-
-#: (N, M) matrices with more entries are computed in row blocks (2,048^2: 16 MB)
-ROW_BLOCKS_ABOVE_ENTRIES = 2048 * 2048
-#: up to this many entries (4 GB) the forward pass keeps each block's weights for the
-#: backward pass (one N x M float32 in all); beyond, the backward pass computes them again
-STORED_WEIGHTS_MAX_ENTRIES = 2 ** 30
-#: the entries of one block, (rows, M), at most
-BLOCK_ENTRIES = 2048 * 2048
-#: and at least this many blocks, so that one block's temporaries stay a small part of
-#: the peak just above `ROW_BLOCKS_ABOVE_ENTRIES`
-MIN_BLOCKS = 8
-#: from this many matrix entries on, a loss that runs its terms under XLA does so on each
-#: block (10-25 % faster); below, TensorFlow's kernels: XLA's compiled code and cluster
-#: temporaries hold about 80 MB more, 1.3 N x N float32 at N = 4,096 (benchmarks/README.md)
-XLA_BLOCKS_FROM_ENTRIES = 8192 * 8192
 
 
 def applies(loss, reference):
     """Whether `loss` against `reference` can run in row blocks (any batch size).
 
     The loss opts in (`row_blocks`: its value is per query, from its matrix row),
-    its masks are label equality with a row-local miner or none, it has no
-    differentiable parameters besides the matrix, the keys are the batch or a
-    whole key set (no drawn rows, no own copies), and the step is not compiled as
-    a whole by XLA (which needs static block shapes).
+    its masks are label equality with a row-local miner or none, the keys are the
+    batch or a whole key set (no drawn rows, no own copies), and the step is not
+    compiled as a whole by XLA (which needs static block shapes). `PairLoss` asks
+    this only of a loss that keeps its default `pairs` and has no differentiable
+    parameters besides the matrix.
     """
-    from keras_dml.losses.base import PairLoss  # base imports this module
-
     miner = loss.pair_miner
     return (loss.row_blocks
             and (miner is None or getattr(miner, "row_local", False))
-            and type(loss).pairs is PairLoss.pairs
-            and type(loss).parameters is PairLoss.parameters
             and reference.rows is None and reference.query_rows is None
             and reference.own is None
             and not ops.in_xla_context())
@@ -65,7 +48,7 @@ def applies(loss, reference):
 
 def is_large(embeddings, reference):
     """Python bool for static shapes, else a boolean tensor: more entries than the limit."""
-    return more_entries(embeddings, reference.embeddings, ROW_BLOCKS_ABOVE_ENTRIES)
+    return limits.more_entries(embeddings, reference.embeddings, limits.ROW_BLOCKS_ABOVE_ENTRIES)
 
 
 def row_blocked_values(loss, labels, embeddings, reference):
@@ -76,15 +59,15 @@ def row_blocked_values(loss, labels, embeddings, reference):
     keys that are not the batch (proxies), the keys.
     """
     if backend.is_tensorflow():
-        from keras_dml.backend import tensorflow_row_blocks
+        from keras_dml.losses import row_blocks_tensorflow
 
-        return tensorflow_row_blocks.row_blocked_values(loss, labels, embeddings, reference)
+        return row_blocks_tensorflow.row_blocked_values(loss, labels, embeddings, reference)
     batch = reference.is_batch
     keys = embeddings if batch else reference.embeddings
     if not reference.trainable:
         keys = keras.ops.stop_gradient(keys)
     n, m = embeddings.shape[0], keys.shape[0]
-    size = max(1, min(BLOCK_ENTRIES // m, (n + MIN_BLOCKS - 1) // MIN_BLOCKS))
+    size = max(1, min(limits.BLOCK_ENTRIES // m, (n + limits.MIN_BLOCKS - 1) // limits.MIN_BLOCKS))
     values = []
     for start in range(0, n, size):
         stop = min(start + size, n)
@@ -112,8 +95,3 @@ def _block_pairs(loss, labels, reference, start, stop, matrix):
                             dtype="bool")
     positive = keras.ops.logical_and(positive, keras.ops.logical_not(own))
     return loss.mined(query_labels, labels, positive, negative, matrix)
-
-
-def more_entries(queries, keys, limit):
-    """N x M > limit: a Python bool for static shapes, else a boolean tensor."""
-    return primitives.num_rows(queries) * primitives.num_rows(keys) > limit

@@ -12,6 +12,10 @@ _FUNCTIONS = {
     "retrieval_grid": "keras_dml.plots.retrieval",
     "verification_curves": "keras_dml.plots.verification",
     "score_histograms": "keras_dml.plots.verification",
+    "worst_queries": "keras_dml.plots.failures",
+    "per_class_bars": "keras_dml.plots.failures",
+    "confused_pairs": "keras_dml.plots.failures",
+    "write_report": "keras_dml.plots.report",
 }
 
 

@@ -1,0 +1,47 @@
+"""The Keras Applications backbone families and the preprocessing each expects.
+
+The one table that `keras_dml.layers.BackbonePreprocessing` (the preprocessing
+inside a model), `keras_dml.backbones` (building the networks) and the input
+pipelines read; it imports nothing of keras_dml, so each of them can. Users read
+it as `keras_dml.backbones.FAMILIES`.
+"""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A Keras Applications backbone: how to build it and what it expects.
+
+    Attributes:
+        module: the `keras.applications` module holding its `preprocess_input`.
+        input_range: what `preprocess_input` makes of pixels in [0, 255].
+        default_size: the image side of its ImageNet training.
+        min_size: the smallest image side Keras accepts.
+    """
+
+    module: str
+    input_range: str
+    default_size: int
+    min_size: int = 32
+
+
+_CAFFE = "caffe: RGB to BGR, minus the ImageNet mean (no scaling)"
+_TF = "tf: scaled to [-1, 1]"
+_INSIDE = "none: [0, 255], the network rescales inside"
+
+# Name (the `keras.applications` constructor) -> family. Checked against the
+# installed Keras by tests/test_backbones.py.
+FAMILIES = {
+    "ResNet50": Family("resnet", _CAFFE, 224),
+    "ResNet50V2": Family("resnet_v2", _TF, 224),
+    "InceptionV3": Family("inception_v3", _TF, 299, min_size=75),
+    "EfficientNetV2B0": Family("efficientnet_v2", _INSIDE, 224),
+    "EfficientNetV2B1": Family("efficientnet_v2", _INSIDE, 240),
+    "EfficientNetV2B2": Family("efficientnet_v2", _INSIDE, 260),
+    "EfficientNetV2B3": Family("efficientnet_v2", _INSIDE, 300),
+    "EfficientNetV2S": Family("efficientnet_v2", _INSIDE, 384),
+    "ConvNeXtTiny": Family("convnext", _INSIDE, 224),
+    "MobileNetV3Small": Family("mobilenet_v3", _INSIDE, 224),
+    "MobileNetV3Large": Family("mobilenet_v3", _INSIDE, 224),
+}

@@ -1,0 +1,155 @@
+"""Search filters of `Index`, written as Python dicts, for every store.
+
+A filter is a dict from a field to a condition; an item passes when it meets
+every condition. Fields: `"id"`, `"label"`, `"added"` (when the item was
+added: seconds since the epoch, or a `datetime`), `"metadata"` (the whole
+metadata value) and any key of dict metadata (e.g. `"year"`). A condition is
+a value (equality), a list, tuple or set (membership), or a dict of operators
+`"=="`, `"!="`, `"<"`, `"<="`, `">"`, `">="`, `"in"`, `"not in"`. An item
+without the field, or whose value does not compare with the condition's,
+does not pass. On the `"milvus"` backend a string is also accepted: Milvus'
+own boolean expression over the fields `id`, `label`, `added` and `metadata`.
+
+Examples:
+
+>>> parse({"label": "cat", "year": {">=": 2020}}, known={"year"})[1]
+Condition(field='year', op='>=', value=2020)
+"""
+
+import dataclasses
+import datetime
+import json
+import operator
+
+import numpy as np
+
+COLUMNS = ("id", "label", "added", "metadata")  # fields every item has
+OPERATORS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+             ">": operator.gt, ">=": operator.ge}
+MEMBERSHIP = ("in", "not in")
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    """One test of a filter: `field op value` (value: a list for membership)."""
+
+    field: str
+    op: str
+    value: object
+
+
+def parse(filter, known=()):
+    """A dict filter as a list of `Condition`s.
+
+    Args:
+        filter: The dict described in the module docstring.
+        known: Metadata keys the index holds; a field outside them and
+            `COLUMNS` is refused (a typo would otherwise match nothing).
+
+    Raises:
+        ValueError: Not a dict, an unknown field or operator, or a value that
+            is neither a number, a string nor a boolean.
+    """
+    if not isinstance(filter, dict) or not filter:
+        raise ValueError(f"filter must be a non-empty dict such as {{'label': ['cat']}}, got "
+                         f"{filter!r}.")
+    conditions = []
+    for field, condition in filter.items():
+        if field not in COLUMNS and field not in known:
+            raise ValueError(f"filter names the unknown field {field!r}; the index has "
+                             f"{sorted(set(COLUMNS) | set(known))}.")
+        operators = condition if isinstance(condition, dict) else {_default_op(condition):
+                                                                     condition}
+        if not operators:
+            raise ValueError(f"filter field {field!r} has an empty condition.")
+        for op, value in operators.items():
+            if op not in OPERATORS and op not in MEMBERSHIP:
+                raise ValueError(f"filter field {field!r}: unknown operator {op!r}; use one of "
+                                 f"{sorted(OPERATORS) + list(MEMBERSHIP)}.")
+            conditions.append(Condition(field, op, _value(field, op, value)))
+    return conditions
+
+
+def _default_op(value):
+    return "in" if isinstance(value, (list, tuple, set, frozenset, np.ndarray)) else "=="
+
+
+def _value(field, op, value):
+    if op in MEMBERSHIP:
+        if not isinstance(value, (list, tuple, set, frozenset, np.ndarray)):
+            raise ValueError(f"filter field {field!r}: {op!r} needs a list, got {value!r}.")
+        return [_scalar(field, v) for v in value]
+    return _scalar(field, value)
+
+
+def _scalar(field, value):
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    raise ValueError(f"filter field {field!r}: values must be numbers, strings, booleans or "
+                     f"datetimes, got {value!r}.")
+
+
+def item_value(field, item):
+    """The value of `field` for an item given as a dict of its columns, or
+    `MISSING` when it has none."""
+    if field in COLUMNS:
+        return item[field]
+    metadata = item["metadata"]
+    return metadata.get(field, MISSING) if isinstance(metadata, dict) else MISSING
+
+
+MISSING = object()
+
+
+def passes(conditions, item):
+    """Whether an item (a dict of its columns) meets every condition."""
+    for condition in conditions:
+        value = item_value(condition.field, item)
+        if value is MISSING or value is None:
+            return False
+        try:
+            if condition.op in MEMBERSHIP:
+                found = any(_equal(value, v) for v in condition.value)
+                met = found if condition.op == "in" else not found
+            elif condition.op in ("==", "!="):
+                met = _equal(value, condition.value) == (condition.op == "==")
+            else:
+                met = (_comparable(value, condition.value)
+                       and OPERATORS[condition.op](value, condition.value))
+        except TypeError:
+            met = False
+        if not met:
+            return False
+    return True
+
+
+def _equal(a, b):
+    return _comparable(a, b) and a == b
+
+
+def _comparable(a, b):
+    """Numbers with numbers (booleans with booleans), strings with strings."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool)
+    numbers = (int, float)
+    return (isinstance(a, numbers) and isinstance(b, numbers)) or (
+        isinstance(a, str) and isinstance(b, str))
+
+
+def milvus_expression(conditions):
+    """The Milvus boolean expression of `conditions` (metadata lives under the
+    JSON field `metadata["v"]`)."""
+    return " and ".join(
+        f"({_milvus_field(c.field)} {c.op} {json.dumps(c.value)})" for c in conditions)
+
+
+def _milvus_field(field):
+    if field in ("id", "label", "added"):
+        return field
+    if field == "metadata":
+        return 'metadata["v"]'
+    return f'metadata["v"][{json.dumps(field)}]'

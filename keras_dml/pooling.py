@@ -1,0 +1,49 @@
+"""Max pooling over non-overlapping tiles as a reshape and a max, for JAX's CPU step.
+
+XLA:CPU differentiates `keras.layers.MaxPooling2D` with a select-and-scatter op that
+is slow on a CPU: in the main job's network (cnn3, width 32, batch 128) the pooling
+gradients took about half of JAX's training step (a jitted value and gradient of the
+network: 251 ms with Keras' pooling, 134 ms with this layer, 2026-11-28, 2 busy
+cores). Where the tiles do not overlap (strides equal to the pool size, "valid"
+padding, channels last), the same maximum is a reshape of the input into tiles and a
+max over each tile, whose gradient is elementwise. TensorFlow and PyTorch have fast
+pooling gradients of their own and take Keras' path.
+"""
+
+import keras
+
+from keras_dml import backend
+
+
+@keras.saving.register_keras_serializable(package="keras_dml")
+class TiledMaxPooling2D(keras.layers.MaxPooling2D):
+    """`keras.layers.MaxPooling2D` computed on JAX as a max over reshaped tiles.
+
+    The same layer: the same arguments and outputs. On JAX, with strides equal to the
+    pool size, "valid" padding and channels-last inputs, the input is cropped to whole
+    tiles, reshaped to (batch, rows, pool, columns, pool, channels) and reduced by
+    max. The gradient then goes to the maximum of each tile as Keras' does; where a
+    tile holds several equal maxima, it is shared among them instead of given to one
+    (after a ReLU those ties are zeros, whose gradient the ReLU stops either way).
+    Every other case, and every other backend, takes Keras' path.
+
+    Examples:
+
+    >>> pool = keras_dml.pooling.TiledMaxPooling2D()
+    >>> pool(np.arange(16.0).reshape(1, 4, 4, 1))[0, :, :, 0]  # [[5, 7], [13, 15]]
+    """
+
+    def _tiled(self, inputs):
+        return (backend.name() == "jax" and tuple(self.strides) == tuple(self.pool_size)
+                and self.padding == "valid" and self.data_format == "channels_last"
+                and None not in inputs.shape[1:])
+
+    def call(self, inputs):
+        if not self._tiled(inputs):
+            return super().call(inputs)
+        rows, columns = self.pool_size
+        height, width, channels = inputs.shape[1:]
+        height, width = height // rows, width // columns
+        tiles = keras.ops.reshape(inputs[:, :height * rows, :width * columns],
+                                  (-1, height, rows, width, columns, channels))
+        return keras.ops.max(tiles, axis=(2, 4))

@@ -1,0 +1,158 @@
+"""Re-ranking (keras_dml.index.rerank) against direct NumPy implementations of the papers'
+equations, written with loops and sets on small data."""
+
+import numpy as np
+import pytest
+
+from keras_dml.index import Index
+from keras_dml.index import rerank as rr
+
+
+def _unit(x):
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _data(seed=0, n=40, q=6, d=5):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(4, d))
+    gallery = (centres[np.arange(n) % 4] + 0.6 * rng.normal(size=(n, d))).astype("float32")
+    queries = (centres[np.arange(q) % 4] + 0.6 * rng.normal(size=(q, d))).astype("float32")
+    index = Index()
+    index.add(gallery, labels=np.arange(n) % 4)
+    return index, gallery, queries
+
+
+def _reference_qe(gallery, query, n, alpha, k):
+    """Radenovic et al. 2018, alpha-QE: q' = q + sum_i s_i^alpha x_i over the top n."""
+    g, q = _unit(gallery.astype(np.float64)), _unit(query.astype(np.float64))
+    sims = g @ q
+    top = np.argsort(-sims, kind="stable")[:n]
+    expanded = q.copy()
+    for i in top:
+        expanded += max(sims[i], 0.0) ** alpha * g[i]
+    expanded = _unit(expanded)
+    return np.argsort(-(g @ expanded), kind="stable")[:k]
+
+
+def _reference_dba(gallery, query, n, alpha, k):
+    """Database-side augmentation of every item over its n nearest other items, then the
+    query ranked against the augmented database."""
+    g = _unit(gallery.astype(np.float64))
+    augmented = np.empty_like(g)
+    for i in range(len(g)):
+        sims = g @ g[i]
+        sims[i] = -np.inf
+        top = np.argsort(-sims, kind="stable")[:n]
+        augmented[i] = g[i] + sum(max(sims[j], 0.0) ** alpha * g[j] for j in top)
+    augmented = _unit(augmented)
+    return np.argsort(-(augmented @ _unit(query.astype(np.float64))), kind="stable")[:k]
+
+
+def _reference_k_reciprocal(gallery, query, k1, k2, lam, k):
+    """Zhong et al. 2017, eqs. 4-12, with sets, on the probe p = node 0 and the gallery."""
+    nodes = np.concatenate([_unit(query[None]), _unit(gallery)]).astype(np.float64)
+    size = len(nodes)
+    d = np.array([[np.sum((a - b) ** 2) for b in nodes] for a in nodes])
+
+    def neighbours(i, kk):  # N(i, kk): i itself and its kk nearest others
+        others = sorted((j for j in range(size) if j != i), key=lambda j: (d[i, j], j))
+        return {i, *others[:kk]}
+
+    def reciprocal(i, kk):  # eq. 4
+        return {j for j in neighbours(i, kk) if i in neighbours(j, kk)}
+
+    half = int(np.around(k1 / 2))
+
+    def r_star(i):  # eq. 6
+        base = reciprocal(i, k1)
+        result = set(base)
+        for q in base:
+            candidate = reciprocal(q, half)
+            if len(base & candidate) >= 2 / 3 * len(candidate):
+                result |= candidate
+        return result
+
+    v = np.zeros((size, size))
+    for i in range(size):  # eq. 7
+        for j in r_star(i):
+            v[i, j] = np.exp(-d[i, j])
+    v_qe = np.zeros_like(v)
+    for i in range(size):  # eq. 11: N(i, k2) is i and its k2 - 1 nearest
+        members = sorted(range(size), key=lambda j: (d[i, j], j != i, j))[:k2]
+        v_qe[i] = np.mean([v[j] for j in members], axis=0)
+    final = []
+    for g in range(1, size):  # eqs. 10 and 12
+        jaccard = 1 - np.minimum(v_qe[0], v_qe[g]).sum() / np.maximum(v_qe[0], v_qe[g]).sum()
+        final.append((1 - lam) * jaccard + lam * d[0, g])
+    return np.argsort(final, kind="stable")[:k], np.array(final)
+
+
+@pytest.mark.parametrize("n,alpha", [(1, 3.0), (3, 0.0), (5, 1.0)])
+def test_alpha_qe_matches_the_papers_equation(n, alpha):
+    index, gallery, queries = _data()
+    result = index.search(queries, 10, rerank=rr.AlphaQE(n=n, alpha=alpha))
+    for row, query in enumerate(queries):
+        np.testing.assert_array_equal(result.ids[row], _reference_qe(gallery, query, n, alpha, 10))
+
+
+@pytest.mark.parametrize("n,alpha", [(1, 3.0), (2, 1.0)])
+def test_dba_over_all_candidates_matches_a_fully_augmented_database(n, alpha):
+    index, gallery, queries = _data(1)
+    result = index.search(queries, 8, rerank=rr.DBA(n=n, alpha=alpha, depth=len(gallery)))
+    for row, query in enumerate(queries):
+        np.testing.assert_array_equal(result.ids[row],
+                                      _reference_dba(gallery, query, n, alpha, 8))
+    assert np.all(np.diff(result.scores, axis=1) <= 0)
+
+
+@pytest.mark.parametrize("k1,k2,lam", [(20, 6, 0.3), (6, 3, 0.0), (4, 1, 0.7)])
+def test_k_reciprocal_matches_the_papers_equations(k1, k2, lam):
+    index, gallery, queries = _data(2, n=30, q=4)
+    reranker = rr.KReciprocal(k1=k1, k2=k2, lam=lam, depth=len(gallery))
+    result = index.search(queries, 10, rerank=reranker)
+    for row, query in enumerate(queries):
+        expected, distances = _reference_k_reciprocal(gallery, query, k1, k2, lam, 10)
+        # the same order up to exact ties (lam=0 ties many Jaccard distances)
+        np.testing.assert_allclose(distances[result.ids[row]], distances[expected], atol=1e-9)
+        np.testing.assert_allclose(-result.scores[row], distances[expected], rtol=1e-5)
+
+
+def test_reranked_results_carry_labels_and_metadata_of_their_ids():
+    rng = np.random.default_rng(3)
+    gallery = rng.normal(size=(30, 4)).astype("float32")
+    index = Index()
+    index.add(gallery, labels=[f"c{i % 3}" for i in range(30)], ids=[f"item{i}" for i in range(30)],
+              metadata=[{"n": i} for i in range(30)])
+    for method in rr.METHODS:
+        result = index.search(gallery[:3], 5, rerank=method)
+        for row in range(3):
+            numbers = [int(i[4:]) for i in result.ids[row]]
+            assert result.labels[row].tolist() == [f"c{i % 3}" for i in numbers]
+            assert result.metadata[row] == [{"n": i} for i in numbers]
+
+
+def test_without_rerank_the_search_is_unchanged():
+    index, _, queries = _data()
+    plain = index.search(queries, 5)
+    again = index.search(queries, 5, rerank=None)
+    np.testing.assert_array_equal(plain.ids, again.ids)
+    np.testing.assert_array_equal(plain.scores, again.scores)
+
+
+def test_rerank_names_with_options_and_bad_ones():
+    assert rr.get("k_reciprocal:k1=10,lam=0.5") == rr.KReciprocal(k1=10, lam=0.5)
+    assert rr.get("qe:n=3") == rr.AlphaQE(n=3)
+    for bad, words in [("qx", "rerank must be one of"), ("qe:m=2", "takes n, alpha"),
+                       ("qe:n=two", "n must be a number"), ("k_reciprocal:lam=2", "lam must")]:
+        with pytest.raises(ValueError, match=words):
+            rr.get(bad)
+
+
+def test_rerank_on_the_faiss_backend_agrees_with_exact():
+    pytest.importorskip("faiss")
+    index, gallery, queries = _data(4)
+    hnsw = Index(backend="faiss_hnsw")
+    hnsw.add(gallery, labels=np.arange(len(gallery)) % 4)
+    for method in rr.METHODS:
+        np.testing.assert_array_equal(index.search(queries, 5, rerank=method).ids,
+                                      hnsw.search(queries, 5, rerank=method).ids)

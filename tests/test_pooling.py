@@ -1,0 +1,49 @@
+"""`keras_dml.pooling.TiledMaxPooling2D` on the running Keras backend (its tiled path on
+JAX): Keras' `MaxPooling2D` values and gradients. NumPy inputs, no TensorFlow."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_dml.backend.gradients import value_and_gradient
+from keras_dml.pooling import TiledMaxPooling2D
+
+
+def _numpy(value):
+    return keras.ops.convert_to_numpy(value)
+
+
+def _value_and_gradient(layer, x):
+    weights = keras.ops.convert_to_tensor(
+        np.random.default_rng(1).normal(size=layer.compute_output_shape(x.shape)), "float32")
+    value, _, gradient = value_and_gradient(lambda t: (layer(t) * weights, None),
+                                            keras.ops.convert_to_tensor(x))
+    return _numpy(value), _numpy(gradient)
+
+
+@pytest.mark.parametrize("options", [
+    {},  # the tiled path on JAX
+    {"pool_size": 3},
+    {"pool_size": (2, 3)},
+    {"strides": 1},  # overlapping windows: Keras' path everywhere
+    {"padding": "same"},
+])
+def test_values_and_gradients_are_keras_max_pooling(options):
+    x = np.random.default_rng(0).normal(size=(3, 7, 9, 4)).astype("float32")  # no ties
+    value, gradient = _value_and_gradient(TiledMaxPooling2D(**options), x)
+    expected_value, expected_gradient = _value_and_gradient(
+        keras.layers.MaxPooling2D(**options), x)
+    assert value.shape == expected_value.shape
+    np.testing.assert_allclose(value, expected_value, rtol=0, atol=0)
+    np.testing.assert_allclose(gradient, expected_gradient, rtol=1e-6, atol=1e-6)
+
+
+def test_a_model_with_it_saves_and_loads(tmp_path):
+    inputs = keras.Input((6, 6, 2))
+    model = keras.Model(inputs, TiledMaxPooling2D(name="pool")(inputs))
+    path = str(tmp_path / "pool.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert isinstance(loaded.get_layer("pool"), TiledMaxPooling2D)
+    x = np.random.default_rng(2).normal(size=(2, 6, 6, 2)).astype("float32")
+    np.testing.assert_array_equal(_numpy(loaded(x)), _numpy(model(x)))
