@@ -18,12 +18,13 @@ from keras_dml.backend.augmentation import training_call
 from keras_dml.callbacks import RecallAtK
 from keras_dml.data.preprocessing import default_preprocessing
 from keras_dml.evaluation.collapse import TRAIN_CAUSES
-from keras_dml.evaluation.embedding import embed_with, inference_function
+from keras_dml.evaluation.embedding import embed_with
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
 from keras_dml.training_config import (  # noqa: F401 (TrainConfig: re-exported)
     FILE_IMAGE_SIZE,
     LR_SCHEDULES,
+    OWN_DATASETS,
     TrainConfig,
     own_files_options,
 )
@@ -319,8 +320,8 @@ class RunEvaluation(RecallAtK):
 
     def evaluate_now(self, model=None):
         """Embeds queries (and references) now; returns `retrieval_metrics`."""
-        if model is not None and self._forward is None:
-            self._forward = inference_function(model)
+        if model is not None:
+            self.embed_with_model(model)
         with self.clock.phase("evaluation"):
             self.embeddings, labels = self._embed(self.validation_data, "the evaluation images")
             self.check_collapse(self.embeddings)
@@ -642,6 +643,7 @@ def run(config, report=None, resume=False):
                                **own_files_options(config.dataset, config.test_classes))
         if config.rotated_classes:
             splits = dataclasses.replace(splits, train=splits.train.with_rotated_classes())
+    check_meaningful(config, splits)
     input_shape, preprocessing = _input_spec(splits.train, config.image_size, config.backbone,
                                              config.augment_crop)
     strategy = _strategy(config.strategy)
@@ -770,6 +772,39 @@ def run(config, report=None, resume=False):
         if report:
             report.finish(summary)
     return summary
+
+
+def check_meaningful(config, splits):
+    """Refuses, before any work, a run whose results would mean nothing (issue 52).
+
+    A Keras Applications backbone from random weights (its BatchNorm moving averages
+    lag the weights for thousands of steps: MobileNetV3Small on 30 CUB classes, 2 x 100
+    steps, fell from R@1 10.2 to 3.4, chance, and to 3.5 with --freeze-bn); a test
+    split of one class (every neighbour is right: Recall@K is 1); fewer training
+    classes than a batch holds (named in the flags that fix it).
+    """
+    if backbones.is_application(config.backbone) and config.weights == "none":
+        raise ValueError(
+            f"backbone={config.backbone} with weights=none: a Keras Applications network "
+            "from random weights collapses to chance-level retrieval at CPU budgets (its "
+            "BatchNorm statistics lag the weights for thousands of steps). Start it from "
+            "weights=imagenet (Keras' download or ~/.keras/models), a .weights.h5 file or an "
+            "earlier run folder, or train backbone=cnn3 or convnet from scratch.")
+    test = evaluation_splits(splits)[0]
+    own = config.dataset in OWN_DATASETS
+    if test.num_classes < 2:
+        fix = (" hold out at least 2 classes (test_classes=2 or a larger fraction)" if own
+               else " use a dataset whose test split has several classes")
+        raise ValueError(f"The test split has {test.num_classes} class: every retrieved image "
+                         f"is of the query's class, so Recall@K would read 100 and mean "
+                         f"nothing;{fix}.")
+    if splits.train.num_classes < config.classes_per_batch:
+        fix = ("hold out fewer classes (test_classes) or lower classes_per_batch" if own
+               else "lower classes_per_batch")
+        raise ValueError(
+            f"{splits.train.num_classes} training class(es) (of "
+            f"{splits.train.num_classes + test.num_classes}) are fewer than "
+            f"classes_per_batch={config.classes_per_batch}: {fix}.")
 
 
 def chance_recall(queries, references=None):

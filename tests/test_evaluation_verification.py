@@ -136,18 +136,28 @@ def test_bad_input_is_a_clear_error():
 
 
 def test_calibration_reports_its_support_and_warns_when_it_is_a_handful_of_pairs():
-    """The reported case: precision 0.99 reached by the one top-scoring same-class pair."""
+    """The reported case: precision 0.99 reached by the one top-scoring same-class pair.
+    Scores carry no signal here, so more data cannot help: the warning says what the
+    model reaches where enough pairs support it (issue 52), not "a larger set"."""
     rng = np.random.default_rng(5)
     scores = rng.normal(size=20_000)
     same = rng.random(20_000) < 0.05
     same[np.argmax(scores)] = True
-    with pytest.warns(UserWarning, match=r"too little labelled data to estimate precision >= "
-                                         r"0.99: 1 same-class pairs .*, 30 needed; 1 pairs .*"
-                                         r"300 needed.*times larger"):
+    with pytest.warns(UserWarning, match=r"precision >= 0.99 is reached only at the top few "
+                                         r"pairs.*at least 300 pairs.*best precision this "
+                                         r"model reaches on this set is 0\.0"):
         result = calibrate_scores(scores, same, "precision", 0.99)
     assert (result.support_same, result.support) == (1, 1)
     summary = result.to_dict()
-    assert summary["support_same"] == 1 and "too little" in summary["warning"]
+    assert summary["support_same"] == 1 and "times larger" not in summary["warning"]
+
+
+def test_a_small_set_of_a_good_model_is_told_how_much_more_data_it_takes():
+    rng = np.random.default_rng(5)
+    same = rng.random(400) < 0.05
+    scores = rng.normal(size=400) + 4 * same  # separable, but too few pairs to show 0.99
+    with pytest.warns(UserWarning, match=r"too little labelled data.*times larger"):
+        calibrate_scores(scores, same, "precision", 0.99)
 
 
 def test_a_well_supported_calibration_has_no_warning():
@@ -165,3 +175,16 @@ def test_a_far_target_needs_three_over_far_different_class_pairs():
     with pytest.warns(UserWarning, match=r"different-class pairs to show FAR <= 0.0001 "
                                          r"\(3 / 0.0001\), 30,000 needed"):
         calibrate_scores(scores, same, "far", 1e-4)
+
+
+def test_a_target_met_only_by_a_few_top_pairs_gives_the_models_best_supported_precision():
+    rng = np.random.default_rng(0)
+    same = rng.random(20000) < 0.1  # a weak model: same-class pairs score a little higher
+    scores = rng.normal(0, 1, 20000) + 0.5 * same
+    scores[:3], same[:3] = 10.0, True  # three perfect pairs at the top
+    with pytest.warns(UserWarning, match="best precision this model reaches") as record:
+        calibration = calibrate_scores(scores, same, "precision", 0.99)
+    message = str(record[0].message)
+    assert "more data" in message.lower() and "times larger" not in message
+    best = float(message.split("reaches on this set is ")[1].split()[0])
+    assert 0.1 < best < 0.99 and calibration.warning == message

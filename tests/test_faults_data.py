@@ -208,3 +208,44 @@ def test_a_bad_image_in_a_batch_never_taken_logs_no_traceback(tmp_path):
     assert "took 3 batches" in result.stdout, result.stderr[-2000:]
     assert "Traceback" not in result.stderr and "img_1.jpg" not in result.stderr, (
         result.stderr[-2000:])
+
+
+def test_skip_bad_images_replaces_the_file_in_its_batch_and_names_it_once(tmp_path, capfd):
+    from keras_dml.data.bad_images import guards_made, skipped_files
+
+    paths = _write_cub(str(tmp_path), classes=2, per_class=3)
+    _truncate(paths[0])
+    mark = guards_made()
+    ds = class_balanced_batches((paths, np.repeat([0, 1], 3)), 2, 3, seed=0,
+                                preprocessing=PREP, skip_bad_images=True)
+    batches = [(x.numpy(), y.numpy()) for x, y in ds.take(4)]
+    for x, y in batches:  # every batch kept whole: C x k, its labels unshifted
+        assert x.shape[0] == 6 and sorted(y) == [0, 0, 0, 1, 1, 1]
+        # class 0's three samples are its two good images, one of them twice
+        assert len({image.tobytes() for image in x[y == 0]}) == 2
+        assert len({image.tobytes() for image in x[y == 1]}) == 3
+    err = capfd.readouterr().err
+    assert err.count("skipping unreadable") == 1 and "img_0.jpg" in err, err
+    assert skipped_files(mark) == [f"image 0 {paths[0]!r}"]
+
+
+def test_evaluation_batches_skip_bad_images_drops_only_the_file(tmp_path):
+    paths = _write_cub(str(tmp_path), classes=2, per_class=3)
+    _truncate(paths[4])
+    ds = evaluation_batches((paths, np.repeat([0, 1], 3)), PREP, batch_size=4,
+                            skip_bad_images=True)
+    assert int(ds.cardinality()) == 2  # the length stays known
+    labels = np.concatenate([y.numpy() for _, y in ds])
+    assert list(labels) == [0, 0, 0, 1, 1]
+
+
+def test_unreadable_files_lists_every_bad_file_with_its_reason(tmp_path):
+    from keras_dml.data.verify import unreadable_files
+
+    paths = _write_cub(str(tmp_path), classes=2, per_class=3)
+    _truncate(paths[1])
+    with open(paths[4], "w") as f:
+        f.write("<html></html>")
+    missing = str(tmp_path / "gone.jpg")
+    assert unreadable_files(paths + [missing]) == [
+        (paths[1], "cannot be decoded"), (paths[4], "cannot be decoded"), (missing, "missing")]

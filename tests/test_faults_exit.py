@@ -19,7 +19,9 @@ pytestmark = pytest.mark.faults
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNS = 20  # half through the command line, half through Python catching BadImageError
-EXIT_WITHIN = 15.0  # s from the error to the exit (4.5-5.3 s measured at load 12; hung: never)
+# Seconds from the error to the exit: measured 4.5-15.1 s with the machine at load 12 on 2
+# cores (TensorFlow's teardown); the hang this guards against never ends (issue 52: 10 min).
+EXIT_WITHIN = 30.0
 
 CHILD = r"""
 import sys, time
@@ -94,11 +96,13 @@ def test_every_run_stopped_by_a_bad_image_exits_within_seconds_of_its_error(tmp_
         results = list(pool.map(lambda i: _run_child(modes[i], folder,
                                                      str(tmp_path / f"runs{i}")),
                                 range(RUNS)))
+    delays = []
     for mode, ended, out, err in results:
         assert "cannot read or decode" in out + err, (mode, out, err[-2000:])
         error_at = float(out.split("ERROR-AT ")[1].split()[0]) if "ERROR-AT" in out else None
         assert ended is not None and error_at is not None, (mode, "hangs", err[-2000:])
-        assert ended - error_at < EXIT_WITHIN, (mode, ended - error_at)
+        delays.append((round(ended - error_at, 1), mode))
+    assert max(delays)[0] < EXIT_WITHIN, sorted(delays)
     for i in range(RUNS):  # the failed runs left no half-made folder
         runs = tmp_path / f"runs{i}"
         assert not runs.exists() or not os.listdir(runs), os.listdir(runs)

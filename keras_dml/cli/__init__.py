@@ -1,6 +1,6 @@
 """The `keras-dml` command line: one module per subcommand, the parser in `parser`.
 
-A command module (`train`, `export`, `embed`, `index`, `search`, `calibrate`)
+A command module (`train`, `export`, `embed`, `index`, `search`, `calibrate`, `verify`)
 imports only the standard library and `keras_dml.training_config` at module level
 (so `keras-dml --help` never loads TensorFlow) and defines `add_command(commands)`,
 which adds its subcommand to the `argparse` sub-parsers with

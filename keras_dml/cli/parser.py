@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "keras_dml.cli.search",
     "keras_dml.cli.calibrate",
     "keras_dml.cli.evaluate",
+    "keras_dml.cli.verify",
 )
 
 # Optional dependencies -> the extra that installs them (setup.cfg).

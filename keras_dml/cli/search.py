@@ -28,6 +28,9 @@ def add_command(commands):
     parser.add_argument("--threshold", default=None,
                         help="similarity threshold for match/unknown, or 'calibrated' "
                         "(the run's calibration.json)")
+    parser.add_argument("--rerank", default=None, metavar="METHOD[:k=v,...]",
+                        help="re-rank the top candidates: qe, dba or k_reciprocal, with "
+                        "options as qe:n=2,alpha=3 (keras_dml.index.rerank)")
     parser.add_argument("--label", action="append", default=None,
                         help="search only the items of this label (repeat for several)")
     parser.add_argument("--collection", default=None,
@@ -73,7 +76,7 @@ def run(args):
         progress.update(len(kept) + len(problems))
         if not kept:
             continue
-        result = index.search(queries, k, filter=search_filter)
+        result = index.search(queries, k, filter=search_filter, rerank=args.rerank)
         matches = None if threshold is None else index.match(queries, threshold)
         _print(kept, result, matches, named)
     progress.close()

@@ -1,6 +1,7 @@
 """Decode every image file of a source once and drop the bad ones."""
 
 import dataclasses
+import os
 import warnings
 
 import numpy as np
@@ -61,6 +62,31 @@ def verify_images(source, channels=3):
         return [source[i] for i in kept]
     x, y = source
     return [x[i] for i in kept], np.asarray(y)[kept]
+
+
+def unreadable_files(paths, channels=3):
+    """Every file of `paths` that cannot be read or decoded, in one pass.
+
+    Args:
+        paths: Image file paths.
+        channels: Channels to decode to. Defaults to 3.
+
+    Returns:
+        `[(path, reason)]` in the order of `paths`, reason "missing" (no such file)
+        or "cannot be decoded" (not an image TensorFlow decodes: truncated,
+        another format saved under an image extension, ...).
+
+    Examples:
+
+    >>> unreadable_files([])
+    []
+    """
+    paths = [str(p) for p in paths]
+    if not paths:
+        return []
+    good = _decodable(paths, channels)
+    return [(paths[i], "cannot be decoded" if os.path.isfile(paths[i]) else "missing")
+            for i in np.flatnonzero(~good)]
 
 
 def _decodable(paths, channels):

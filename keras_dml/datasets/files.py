@@ -152,6 +152,15 @@ def from_csv(path, test_classes=0.5, seed=0):
                    test_classes, seed, _label_order, what=path)
 
 
+def csv_paths(path):
+    """Every image path a `from_csv` file lists, absolute, in its order; listed files
+    that do not exist included (`from_csv` skips them)."""
+    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    base = os.path.dirname(path)
+    rows, _ = _read_csv(path)
+    return [os.path.normpath(os.path.join(base, name)) for _, name, _, _ in rows]
+
+
 def load_folder(data_dir=None, source="auto", test_classes=0.5, seed=0):
     """`datasets.load("folder", data_dir=ROOT)`: `from_directory(ROOT)`."""
     _check_source("folder", data_dir, source, "root/<class>/<image>")

@@ -313,10 +313,33 @@ def calibrate_scores(scores, same, target="precision", value=0.99, table_rows=10
                 for name, column in table.items() if name != "threshold"}
     support_same, support = int(tp[chosen]), int(tp[chosen] + fp[chosen])
     warning = support_warning(target, value, support_same, support, int(fp[-1]))
+    if warning and target == "precision":
+        warning = _model_limit(thresholds, tp, fp, value) or warning
     if warning:
         warnings.warn(warning, stacklevel=2)
     return Calibration(threshold, target, value, achieved, table, int(tp[-1]), int(fp[-1]),
                        support_same, support, warning)
+
+
+def _model_limit(thresholds, tp, fp, value):
+    """When more data cannot help a precision target: a message giving the best
+    precision the model reaches where enough pairs support it (`support_warning`'s
+    counts), below `value`; None when no threshold has that support (more data
+    can tell) or the supported best reaches `value`."""
+    need = max(MIN_SUPPORT_SAME, math.ceil(3 / (1 - value) - 1e-9) if value < 1.0 else 0)
+    supported = (tp >= MIN_SUPPORT_SAME) & (tp + fp >= need)
+    if not supported.any():
+        return None
+    precision = np.where(supported, tp / (tp + fp), -1.0)
+    best = int(np.argmax(precision))
+    if precision[best] >= value:
+        return None
+    return (f"calibrate: precision >= {value} is reached only at the top few pairs, too "
+            f"few to trust; where at least {need:,} pairs support it, the best precision "
+            f"this model reaches on this set is {precision[best]:.4g} (threshold "
+            f"{thresholds[best]:.4g}, {int(tp[best] + fp[best]):,} pairs). More data "
+            "would measure that better, not raise it: lower the target, or train a model "
+            "that separates the classes better.")
 
 
 def _table(grid, thresholds, tp, fp):
