@@ -50,6 +50,8 @@ def main():
     parser.add_argument("run")
     parser.add_argument("--methods", nargs="+", default=DEFAULT_METHODS)
     parser.add_argument("--queries-per-class", type=int, default=5)
+    parser.add_argument("--protocols", nargs="+", default=("loo", "qg"), choices=("loo", "qg"),
+                        help="leave-one-out and/or the query/gallery division")
     args = parser.parse_args()
     from keras_dml.cli.parser import load_tensorflow
 
@@ -61,7 +63,10 @@ def main():
     batches, _ = split_batches(run)
     embeddings, labels = embed_batches(run.embedder, batches, verbose=0)
     print(f"{args.run}: {len(labels)} test images, {len(np.unique(labels))} classes")
-    _table("leave-one-out", (embeddings, labels), args.methods)
+    if "loo" in args.protocols:
+        _table("leave-one-out", (embeddings, labels), args.methods)
+    if "qg" not in args.protocols:
+        return
     q = _division(labels, args.queries_per_class)
     _table(f"query/gallery: first {args.queries_per_class} images of each class as queries "
            f"({q.sum()}), the rest as gallery ({(~q).sum()})",
