@@ -195,9 +195,10 @@ def test_bad_image_hint_names_only_the_commands_own_flags(command):
     command_parser = cli.build_parser().command_parsers[command]
     message = cli.flag_words(_bad_image_hint(str(error.value), command_parser), command_parser)
     assert "x.jpg" in message and "skip_bad_images" not in message
-    ending = ("(keras_dml.data.verify_images finds bad files up front), or skip batches "
-              "holding them with --skip-bad-images." if command == "train" else
-              "(keras_dml.data.verify_images finds bad files up front).")
+    listed = ("(keras_dml.data.verify_images or `keras-dml verify DIR|CSV` lists every bad "
+              "file in one pass)")
+    ending = (f"{listed}, or skip the bad files with --skip-bad-images." if command == "train"
+              else f"{listed}.")
     assert message.endswith(ending), message
 
 

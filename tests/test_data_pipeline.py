@@ -124,7 +124,7 @@ def test_training_augmentation_is_seeded():
     np.testing.assert_array_equal(a[0].numpy(), b[0].numpy())
 
 
-def test_bad_files_skipped_on_request_whole_batches_with_count(tmp_path, capfd):
+def test_bad_files_skipped_on_request_each_named_once(tmp_path, capfd):
     paths, labels = _cub_files(3, 4)
     truncated = tmp_path / "truncated.jpg"
     truncated.write_bytes(b"\xff\xd8\xff\xe0" + b"\x00" * 20)
@@ -139,7 +139,8 @@ def test_bad_files_skipped_on_request_whole_batches_with_count(tmp_path, capfd):
         seen += 1
     assert seen == 30
     err = capfd.readouterr().err
-    assert "skipped batch" in err and "skipped so far" in err and "truncated.jpg" in err
+    assert err.count("skipping unreadable") == 2, err  # each bad file once, in 30 batches
+    assert "truncated.jpg" in err and "missing.jpg" in err
 
 
 def test_verify_images_drops_undecodable_files(tmp_path):

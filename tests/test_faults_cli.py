@@ -58,9 +58,11 @@ def test_skip_bad_images_on_the_command_line(tmp_path, capfd):
     assert cli.main(args + ["--run-name", "strict"]) == 2
     assert "img_1.jpg" in capfd.readouterr().err
     assert cli.main(args + ["--run-name", "skipping", "--skip-bad-images"]) == 0
-    assert "skipped so far" in capfd.readouterr().err
+    assert capfd.readouterr().err.count("skipping unreadable") == 1
     summary = json.load(open(tmp_path / "runs" / "skipping" / "summary.json"))
     assert np.isfinite(summary["loss_history"]).all()
+    assert len(summary["skipped_images"]) == 1 and "img_1.jpg" in summary["skipped_images"][0]
+    assert not (tmp_path / "runs" / "strict").exists()  # the failed run left no folder
 
 
 def test_resume_drops_history_rows_of_epochs_not_backed_up(tmp_path):
