@@ -120,6 +120,8 @@ def test_command_line_road_trains_on_a_folder_then_indexes_and_searches(photos, 
     summary = json.loads((run / "summary.json").read_text())
     assert summary["plots"] == ["recall_curves", "retrievals", "tsne"]
     assert os.path.getsize(run / "retrievals.png") > 0
+    assert summary["report"] == str(run / "report.html")  # the run's report, with thumbnails
+    assert "data:image/jpeg;base64," in (run / "report.html").read_text()
     if BACKEND != "tensorflow":  # the export: one line naming the command that does it
         assert cli.main(["export", str(run)]) == 2
         assert capsys.readouterr().err.strip().endswith(
