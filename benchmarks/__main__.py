@@ -34,15 +34,19 @@ PACKAGES = ("tensorflow", "keras", "jax", "torch", "pytorch-metric-learning", "f
             "numpy")
 
 
-def machine(threads):
-    """Date, CPU, thread count, load and package versions."""
-    cpu = platform.processor() or platform.machine()
+def cpu_model():
+    """The CPU's model name (/proc/cpuinfo), else the platform's processor."""
     try:
         with open("/proc/cpuinfo") as info:
-            cpu = next(line.split(":", 1)[1].strip() for line in info
-                       if line.startswith("model name"))
+            return next(line.split(":", 1)[1].strip() for line in info
+                        if line.startswith("model name"))
     except (OSError, StopIteration):
-        pass
+        return platform.processor() or platform.machine()
+
+
+def machine(threads):
+    """Date, CPU, thread count, load and package versions."""
+    cpu = cpu_model()
     versions = {}
     for package in PACKAGES:
         try:

@@ -27,7 +27,6 @@ with their range, the CPU model and the load average.
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -35,6 +34,7 @@ import time
 
 import keras
 
+from benchmarks.__main__ import cpu_model
 from keras_dml import data, datasets, training
 from keras_dml.training_config import TrainConfig
 
@@ -129,16 +129,6 @@ def summary(samples):
                       "ratio_to_plain": [round(v, 2) for v in (
                           min(ratios), statistics.median(ratios), max(ratios))]}
     return rows
-
-
-def cpu_model():
-    """The CPU's model name (/proc/cpuinfo), else the platform's processor."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            return next(line.split(":", 1)[1].strip() for line in info
-                        if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def main(argv=None):

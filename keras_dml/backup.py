@@ -20,7 +20,6 @@ import keras
 import numpy as np
 
 from keras_dml import hyperparameters
-from keras_dml.data.pipeline import stream_position
 
 FORMAT = 1
 _PREFIX = "epoch-"
@@ -125,6 +124,8 @@ class TrainingBackup(keras.callbacks.Callback):
             raise ValueError("TrainingBackup needs a backup_dir.")
         keep = hyperparameters.integer_at_least("keep", keep, 1, strict=True)
         self.backup_dir = str(backup_dir)
+        if stream is not None:  # tf.data's: this module imports without TensorFlow
+            from keras_dml.data.pipeline import stream_position
         self.position = None if stream is None else stream_position(stream)
         if stream is not None and self.position is None:
             raise ValueError(

@@ -30,10 +30,17 @@ class _EmbeddingCallback(keras.callbacks.Callback):
                                                                every_n_epochs, 1, strict=True)
         self.prefix = prefix
         self._forward = None
+        self._forward_of = None  # the model `_forward` embeds with
+
+    def embed_with_model(self, model):
+        """Embed with `model` from now on; its compiled inference function is kept while
+        the model stays the same (each new one compiles again: a JAX jit, a tf.function)."""
+        if self._forward is None or self._forward_of is not model:
+            self._forward, self._forward_of = inference_function(model), model
 
     def set_model(self, model):
         super().set_model(model)
-        self._forward = inference_function(self.embedding_model or model)
+        self.embed_with_model(self.embedding_model or model)
         for data in (self.validation_data, getattr(self, "reference_data", None)):
             warn_if_normalised_twice(self.embedding_model or model, stream_preprocessing(data))
             warn_if_prepared_otherwise(self.embedding_model or model, stream_preprocessing(data))

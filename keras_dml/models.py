@@ -9,7 +9,7 @@ import numpy as np
 
 from keras_dml import backend, losses, validation
 from keras_dml.backend.trainer import is_tf_dataset, steps
-from keras_dml.data.bad_images import clear_data_error
+from keras_dml.data.image_errors import clear_data_error
 
 NONFINITE_MESSAGE = (
     "keras_dml: NaN or Inf in the embeddings or gradients of a training batch; the "

@@ -30,7 +30,9 @@ class TiledMaxPooling2D(keras.layers.MaxPooling2D):
     Examples:
 
     >>> pool = keras_dml.pooling.TiledMaxPooling2D()
-    >>> pool(np.arange(16.0).reshape(1, 4, 4, 1))[0, :, :, 0]  # [[5, 7], [13, 15]]
+    >>> keras.ops.convert_to_numpy(pool(np.arange(16.0).reshape(1, 4, 4, 1)))[0, :, :, 0]
+    array([[ 5.,  7.],
+           [13., 15.]], dtype=float32)
     """
 
     def _tiled(self, inputs):

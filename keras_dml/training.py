@@ -18,7 +18,7 @@ from keras_dml.backend.augmentation import training_call
 from keras_dml.callbacks import RecallAtK
 from keras_dml.data.preprocessing import default_preprocessing
 from keras_dml.evaluation.collapse import TRAIN_CAUSES
-from keras_dml.evaluation.embedding import embed_with, inference_function
+from keras_dml.evaluation.embedding import embed_with
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
 from keras_dml.training_config import (  # noqa: F401 (TrainConfig: re-exported)
@@ -320,8 +320,8 @@ class RunEvaluation(RecallAtK):
 
     def evaluate_now(self, model=None):
         """Embeds queries (and references) now; returns `retrieval_metrics`."""
-        if model is not None and self._forward is None:
-            self._forward = inference_function(model)
+        if model is not None:
+            self.embed_with_model(model)
         with self.clock.phase("evaluation"):
             self.embeddings, labels = self._embed(self.validation_data, "the evaluation images")
             self.check_collapse(self.embeddings)

@@ -5,9 +5,12 @@ No timing is asserted: the machine's load decides the figures.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import types
+
+import numpy as np
 
 import pytest
 
@@ -489,3 +492,23 @@ def test_backend_column_times_keras_dml_on_jax_and_torch_in_their_own_processes(
     table = (tmp_path / "benchmarks.md").read_text()
     assert "keras_dml on JAX | keras_dml on PyTorch |" in table
     assert report["machine"]["versions"]["jax"]
+
+
+def test_vector_stores_quick_mode(tmp_path, capsys):
+    """benchmarks/bench_vector_stores.py --quick: faiss flat/HNSW and Milvus Lite FLAT/HNSW,
+    each in its own process, one table row each; the exact ones find the exact top-10."""
+    from benchmarks.bench_vector_stores import exact_top_k, load_data, main
+
+    gallery, queries = load_data(500, 8, 20)
+    scores = queries @ gallery.T
+    np.testing.assert_array_equal(exact_top_k(gallery, queries, 10, block=64),
+                                  np.argsort(-scores, axis=1, kind="stable")[:, :10])
+    assert main(["--quick", "--json", str(tmp_path / "stores.json")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"20,000 x 32 .*load average", out)
+    rows = [line.strip("|").split("|") for line in out.splitlines() if line.startswith("| ")]
+    assert [row[0].strip() for row in rows[1:]] == ["faiss_flat", "milvus_flat", "faiss_hnsw",
+                                                     "milvus_hnsw"]
+    recalls = json.loads((tmp_path / "stores.json").read_text())["recalls"]
+    assert recalls["faiss_flat"] == recalls["milvus_flat"] == 1.0
+    assert recalls["faiss_hnsw"] > 0.8 and recalls["milvus_hnsw"] > 0.8

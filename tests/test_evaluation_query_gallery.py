@@ -109,3 +109,29 @@ def test_rerank_in_evaluation_keeps_exclusions_and_bad_input_is_named():
         retrieval_report(emb, labels, emb, labels, query_groups=labels)
     with pytest.raises(ValueError, match="dimension"):
         retrieval_report(emb, labels, emb[:, :3], labels)
+
+
+class _Reversed:
+    """A re-ranker that reverses the exact top list: mAP must count the list as given."""
+
+    def rerank(self, gallery, queries, k, rows):
+        ids, scores = gallery.search(queries, k, rows)
+        return ids[:, ::-1], scores[:, ::-1]
+
+
+def test_map_after_rerank_ranks_the_list_then_the_rest_in_order():
+    emb, labels = _clusters(6, 48)
+    plain = retrieval_report(emb, labels, ks=(1,))
+    reversed_ = retrieval_report(emb, labels, ks=(1,), rerank=_Reversed())
+    width = 10  # max(ks, R, SHOWN)
+    g = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    for row in range(3):
+        s = g @ g[row]
+        s[row] = -np.inf
+        order = np.argsort(-s, kind="stable")[:-1]
+        ranking = np.concatenate([order[:width][::-1], order[width:]])
+        relevant = labels[ranking] == labels[row]
+        hits = np.flatnonzero(relevant) + 1
+        expected = np.mean(np.arange(1, len(hits) + 1) / hits)
+        assert reversed_.average_precision[row] == pytest.approx(expected)
+    assert reversed_.metrics["recall@1"] < plain.metrics["recall@1"]

@@ -190,7 +190,7 @@ def test_faiss_backends_report_their_recall_against_exact(backend, options):
         Index(backend="faiss_hnsw", nprobe=3)
 
 
-def test_from_model_embeds_a_dataset(tmp_path, capsys):
+def test_from_model_embeds_a_dataset(tmp_path):
     import keras
     import tensorflow as tf
 
@@ -200,7 +200,6 @@ def test_from_model_embeds_a_dataset(tmp_path, capsys):
     x = np.random.default_rng(0).random((23, 4, 4, 1)).astype(np.float32)
     y = np.arange(23) % 4
     index = Index.from_model(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(8))
-    assert "3/3" in capsys.readouterr().out  # the progress bar reached the last batch
     np.testing.assert_allclose(index.embeddings, model.predict(x, verbose=0), atol=1e-5)
     np.testing.assert_array_equal(index.labels, y)
     unlabelled = Index.from_model(model, x, batch_size=10, verbose=0)

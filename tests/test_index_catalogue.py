@@ -14,7 +14,8 @@ import tensorflow as tf
 from keras_dml import cli, datasets
 from keras_dml.data import Preprocessing, decode_image, evaluation_batches
 from keras_dml.index import Index, model_fingerprint
-from keras_dml.index.catalogue import Progress, list_images, save_embeddings
+from keras_dml.index.catalogue import list_images, save_embeddings
+from keras_dml.index.progress import Progress
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
 
@@ -236,3 +237,99 @@ def test_progress_bar_shows_images_per_second_on_a_terminal():
     bar.update(5)
     bar.close()
     assert quiet.getvalue() == "" and bar.done == 5 and bar.rate > 0
+
+
+@pytest.fixture()
+def index_dir(photos, run_dir, tmp_path, capsys):
+    with pytest.warns(UserWarning, match="notes.txt"):
+        _main(["index", run_dir, "--images", photos, "--output", tmp_path / "index"], capsys)
+    return tmp_path / "index"
+
+
+def test_search_answers_good_queries_and_names_each_bad_one(photos, run_dir, index_dir, tmp_path,
+                                                           capsys):
+    html = tmp_path / "page.jpg"
+    html.write_text("<html>not a photo</html>")
+    queries = tmp_path / "queries"
+    _png(queries / "a.png", CLASSES["owl"], 5)
+    (queries / "b.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    code = cli.main(["search", str(index_dir), str(photos / "cat" / "0.png"), str(html),
+                     str(tmp_path / "missing.png"), str(queries), "--k", "2"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    answered = re.findall(r"^(\S+)$", out, re.M)
+    assert answered == [str(photos / "cat" / "0.png"), str(queries / "a.png")]
+    assert "function_node" not in err and "Traceback" not in err
+    errors = [line for line in err.splitlines() if ": error: " in line]
+    assert len(errors) == 3, err
+    assert any(f"{html} is not a decodable image" in line for line in errors)
+    assert any(str(queries / "b.jpg") in line for line in errors)
+    assert any("missing.png" in line for line in errors)
+    assert "3 of 5 queries could not be read" in err
+
+
+def test_search_k_above_the_index_size_prints_all_with_a_note(index_dir, photos, capsys):
+    out = _main(["search", index_dir, photos / "dog" / "0.png", "--k", "50"], capsys)
+    assert len(re.findall(r"^\s+\d+\. ", out, re.M)) == 10
+    # The same query in Python is refused: the CLI caps k and says so instead.
+    with pytest.raises(ValueError, match="k=50 exceeds the 10 items"):
+        Index.load(index_dir).search(np.ones((1, 6), "float32"), 50)
+    cli.main(["search", str(index_dir), str(photos / "dog" / "0.png"), "--k", "50"])
+    assert "note: --k 50 is more than the 10 items in the index: using k=10" in (
+        capsys.readouterr().err)
+
+
+def test_search_refuses_another_model_and_follows_a_moved_run(photos, run_dir, index_dir,
+                                                              tmp_path, capsys):
+    import shutil
+
+    index = Index.load(index_dir)
+    assert index.provenance["run"] == str(run_dir)
+    assert index.provenance["preprocessing"] == PREPROCESSING.to_dict()
+    fingerprint = index.provenance["model_fingerprint"]
+    assert re.fullmatch(r"sha256:[0-9a-f]{16}", fingerprint)
+    moved = tmp_path / "moved-run"
+    shutil.copytree(run_dir, moved)
+    query = str(photos / "owl" / "2.png")
+    # The run's model retrained (other weights) at the recorded place: refused, both named.
+    keras.utils.set_random_seed(1)
+    model = keras.saving.load_model(moved / "model.keras")
+    model.set_weights([w + 0.1 for w in model.get_weights()])
+    retrained = tmp_path / "retrained"
+    shutil.copytree(run_dir, retrained)
+    model.save(retrained / "model.keras")
+    assert cli.main(["search", str(index_dir), query, "--run", str(retrained)]) == 2
+    err = capsys.readouterr().err
+    assert f"model {fingerprint} (run {run_dir})" in err
+    assert f"(run {retrained})" in err and err.count("\n") == 1 and "--allow-mismatch" in err
+    with pytest.warns(UserWarning, match=f"allow_mismatch=True: .*{fingerprint}"):
+        out = _main(["search", index_dir, query, "--run", retrained, "--allow-mismatch"],
+                    capsys)
+    assert out.startswith(query)
+    # The run moved: the error says where the index points; --run follows it.
+    shutil.move(run_dir, tmp_path / "elsewhere")
+    try:
+        assert cli.main(["search", str(index_dir), query]) == 2
+        err = capsys.readouterr().err
+        assert f"points to the run {run_dir}" in err and "--run" in err
+        out = _main(["search", index_dir, query, "--run", moved], capsys)
+        assert re.search(r"^\s+1\. owl/2.png\s+label owl\s+score 1.0000", out, re.M)
+    finally:
+        shutil.move(tmp_path / "elsewhere", run_dir)
+
+
+def test_embedding_shows_images_per_second_and_time_left(run_dir):
+    from keras_dml.index.embedding import embed_batches
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    screen = Terminal()
+    images = np.random.default_rng(0).random((23, 16, 16, 3)).astype("float32")
+    embeddings, _ = embed_batches(_embedder(run_dir), images, batch_size=10,
+                                  progress=Progress(23, stream=screen))
+    assert embeddings.shape == (23, 6)
+    frames = screen.getvalue().split("\r")[1:]
+    assert [f.split("/")[0] for f in frames] == ["10", "20", "23"]
+    assert re.match(r"23/23 \[=+\] [\d.]+ images/s, 0 s left", frames[-1])

@@ -109,12 +109,29 @@ def test_reopening_with_another_metric_dimension_model_or_index_is_refused(lite)
 
 
 def test_open_names_what_is_missing(lite, tmp_path):
-    with Index(backend="milvus", uri=lite, collection="present") as index:
+    with Index(backend="milvus", uri=lite, collection="present", info={"a": 1}) as index:
         index.add(_data(n=3))
+    Index(backend="milvus", uri=lite, collection="present", info={"b": 2}).close()
+    with Index.open(lite, "present") as index:
+        assert index.info == {"a": 1, "b": 2}
     with pytest.raises(FileNotFoundError, match=r"no collection 'absent'; it has .*'present'"):
         Index.open(lite, "absent")
     with pytest.raises(FileNotFoundError, match="No Milvus Lite database"):
         Index.open(str(tmp_path / "nothing.db"))
+    saved = Index()
+    saved.add(_data(n=2))
+    saved.save(tmp_path / "saved")
+    with pytest.raises(ValueError, match="saved by Index.save: read it with Index.load"):
+        Index.open(str(tmp_path / "saved"))
+    from pymilvus import DataType, MilvusClient
+
+    client = MilvusClient(lite)  # a collection another program made
+    schema = client.create_schema()
+    schema.add_field("pk", DataType.INT64, is_primary=True)
+    schema.add_field("v", DataType.FLOAT_VECTOR, dim=2)
+    client.create_collection("theirs", schema=schema)
+    with pytest.raises(ValueError, match="'theirs' .* was not made by keras_dml"):
+        Index(backend="milvus", uri=lite, collection="theirs")
 
 
 def test_paths_that_are_not_lite_databases_are_refused(tmp_path):

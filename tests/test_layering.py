@@ -13,6 +13,8 @@ import keras
 import numpy as np
 import pytest
 
+import keras_dml  # noqa: F401 (registers its Keras classes, as a user's script does)
+
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = shutil.which("lint-imports")
 needs_linter = pytest.mark.skipif(LINT_IMPORTS is None, reason="import-linter is not installed")

@@ -69,7 +69,9 @@ def test_report_is_one_self_contained_file_with_paths_under_thumbnails(tmp_path)
     assert len(sources) == 5 * (1 + 4) + 2  # thumbnails + bars + pairs
     assert all(src.startswith("data:image/") for src in sources)
     assert "http://" not in text and "https://" not in text and "<script" not in text
-    assert paths[report.evaluated[report.worst_queries(1)[0]]] in text
+    worst_path = paths[report.evaluated[report.worst_queries(1)[0]]]
+    assert os.path.relpath(worst_path, tmp_path) in text  # under the thumbnail
+    assert f"relative to {tmp_path}" in text
     assert text.count("class='c bad'") + text.count('class="c bad"') == int(
         (~report.correct()[report.worst_queries(5), :4]).sum())
     assert not list(tmp_path.glob(".*.png"))  # its temporary figures are gone

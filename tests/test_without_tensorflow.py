@@ -138,6 +138,7 @@ def test_train_runs_on_numpy_batches_and_skips_the_export_in_one_line(tmp_path):
     assert not (tmp_path / "savedmodels").exists()
 
 
+@pytest.mark.slow  # a child process building and fitting the main job's model (~15 s CPU)
 def test_the_main_jobs_jax_step_is_one_compiled_program(tmp_path):
     _ok(_run("""
         import keras

@@ -19,7 +19,8 @@ def embedded(args, run):
 
     from keras_dml.index.catalogue import list_images
     from keras_dml.index.embedding import embed_batches
-    from keras_dml.index.runs import split_batches
+    from keras_dml.index.progress import Progress
+    from keras_dml.index.runs import batches_of, load_split
 
     info = {"run": os.path.abspath(run.run_dir)}
     if args.images is not None:
@@ -30,8 +31,9 @@ def embedded(args, run):
         info.update(images=os.path.abspath(args.images), root=catalogue.root)
         labels = catalogue.labels if catalogue.labelled else None
         return embeddings, labels, catalogue.ids, info
-    batches, class_names = split_batches(run, args.dataset, args.split, args.data_dir)
-    embeddings, labels = embed_batches(run.embedder, batches)
+    split = load_split(run, args.dataset, args.split, args.data_dir)
+    batches, class_names = batches_of(run, split)
+    embeddings, labels = embed_batches(run.embedder, batches, progress=Progress(len(split)))
     info.update(dataset=args.dataset or run.dataset, split=args.split,
                 class_names=class_names)
     return embeddings, labels, None, info
@@ -50,3 +52,20 @@ def embed_catalogue(run, catalogue, batch_size=64):
     print(f"embedded {len(embeddings)} images in {seconds:.1f} s "
           f"({len(embeddings) / seconds:.1f} images/s)")
     return embeddings
+
+
+def capped_k(k, size, command, items="items in the index"):
+    """`min(k, size)`, with a note on stderr when `--k` is capped (the command line prints
+    every item with a note where Python's `Index.search` and `export_retriever` refuse).
+
+    Raises:
+        ValueError: `k` is below 1.
+    """
+    import sys
+
+    if k < 1:
+        raise ValueError(f"--k must be at least 1, got {k}.")
+    if k > size:
+        print(f"keras-dml {command}: note: --k {k} is more than the {size} {items}: "
+              f"using k={size}.", file=sys.stderr)
+    return min(k, size)

@@ -2,7 +2,7 @@
 
 import json
 
-from keras_dml.cli.arguments import add_data_arguments, embedded
+from keras_dml.cli.arguments import add_data_arguments, capped_k, embedded
 
 
 def add_command(commands):
@@ -103,7 +103,7 @@ def _export_calibrated(args, run, threshold, embeddings, labels):
 
     path = export_retriever(
         run.embedder, args.export, reference_embeddings=embeddings, reference_labels=labels,
-        k=min(args.k, len(labels)), threshold=threshold,
+        k=capped_k(args.k, len(labels), "calibrate", "retriever references"), threshold=threshold,
         input_format="images" if run.in_memory else "image_bytes",
         preprocessing=None if run.in_memory else preprocessing(run),
         run_info={"run": run.run_dir, "threshold": threshold})

@@ -59,14 +59,14 @@ def add_arguments(parser):
 def run(args):
     """`keras-dml export`: runs `export_from_keras_file`; prints the version directory."""
     from keras_dml import backend
+    from keras_dml.export import export_from_keras_file  # first: is TensorFlow installed
+    from keras_dml.training import apply_run_defaults
 
     if not backend.is_tensorflow():
         rest = " ..." if args.base_dir else ""
         raise ValueError(f"the SavedModel export traces the model in TensorFlow, and Keras runs "
                          f"on {backend.name()} here: run KERAS_BACKEND=tensorflow keras-dml "
                          f"export {args.model}{rest}")
-    from keras_dml.export import export_from_keras_file
-    from keras_dml.training import apply_run_defaults
 
     args = apply_run_defaults(args)
     run_info = None

@@ -1,4 +1,4 @@
-"""`keras-dml index`: a searchable index of a run's embeddings."""
+"""`keras-dml index`: a searchable index of a run's embeddings, saved or on Milvus."""
 
 from keras_dml.cli.arguments import add_data_arguments, embedded
 
@@ -10,15 +10,34 @@ def add_command(commands):
         description="Embed a dataset split, or any folder or CSV list of images (--images), "
         "with a run's embedder and save a keras_dml.index.Index (NumPy + JSON) to search with "
         "`keras-dml search`. With --images the items' labels are the class folders (or CSV "
-        "labels) and their metadata the image paths relative to the folder.")
+        "labels) and their metadata the image paths relative to the folder. With --uri the "
+        "images go to a Milvus collection instead (a Milvus Lite file, or a server's "
+        "http(s) URI), embedded and stored in chunks: memory stays bounded by --chunk-size, "
+        "a killed run continues where it stopped when run again, and --update also removes "
+        "the entries whose files are gone.")
     parser.add_argument("run", help="run directory (runs/<run>, holds model.keras)")
     add_data_arguments(parser)
     parser.add_argument("--output", default=None,
                         help="index directory (default: <run>/index)")
     parser.add_argument("--backend", default="exact",
-                        help="exact (default), faiss_ivf or faiss_hnsw")
+                        help="exact (default), faiss_ivf or faiss_hnsw (the saved index)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing index directory")
+    milvus = parser.add_argument_group("Milvus (pip install \"keras_dml[milvus]\")")
+    milvus.add_argument("--uri", default=None, metavar="FILE.db|http(s)://HOST:PORT",
+                        help="store the --images in this Milvus collection instead of a "
+                        "directory: a Milvus Lite file (created if missing) or a server")
+    milvus.add_argument("--token", default=None, help="Milvus server token (user:password)")
+    milvus.add_argument("--collection", default=None,
+                        help="collection name (default: the one keras_dml uses)")
+    milvus.add_argument("--index-type", default=None, choices=("FLAT", "HNSW", "IVF_FLAT"),
+                        help="Milvus index of a new collection: FLAT (exact, default), HNSW "
+                        "or IVF_FLAT (approximate; see the guide 'Beyond one machine')")
+    milvus.add_argument("--chunk-size", type=int, default=None,
+                        help="images embedded and stored per step (default 2048): bounds "
+                        "the memory")
+    milvus.add_argument("--update", action="store_true",
+                        help="also remove the entries whose files are gone")
     parser.set_defaults(handler=run)
 
 
@@ -26,6 +45,14 @@ def run(args):
     """`keras-dml index`: embeds the split or the images and saves the index; prints where."""
     import os
 
+    if args.uri is not None:
+        return run_milvus(args)
+    for flag in ("token", "collection", "chunk_size"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag.replace('_', '-')} applies to a Milvus index: pass --uri.")
+    if args.update:
+        raise ValueError("--update applies to a Milvus index (--uri); a saved index is rebuilt "
+                         "with --overwrite.")
     from keras_dml.index import Index
     from keras_dml.index.runs import load_run, run_provenance
 
@@ -39,3 +66,54 @@ def run(args):
     index.save(output, overwrite=args.overwrite)
     print(f"index: {output} ({len(index)} items, dimension {index.dim}, {args.backend})")
     return 0
+
+
+def run_milvus(args):
+    """`keras-dml index RUN --images DIR --uri URI`: the catalogue synced into Milvus."""
+    import functools
+    import os
+
+    from keras_dml.index.catalogue import list_images
+    from keras_dml.index.progress import Progress
+    from keras_dml.index.runs import embedded_chunks, load_run
+    from keras_dml.index.streaming import CHUNK_SIZE, sync
+
+    if args.images is None:
+        raise ValueError("--uri stores image files: pass --images DIR|CSV.")
+    if args.output is not None or args.overwrite or args.backend != "exact":
+        raise ValueError("--output, --overwrite and --backend are for a saved index, not --uri "
+                         "(remove or rename the Milvus collection to start again).")
+    chunk_size = CHUNK_SIZE if args.chunk_size is None else args.chunk_size
+    if chunk_size < 1:
+        raise ValueError(f"--chunk-size must be at least 1, got {chunk_size}.")
+    run = load_run(args.run)
+    catalogue = list_images(args.images)
+    index = milvus_index(args, run, {"images": os.path.abspath(args.images),
+                                     "root": catalogue.root})
+    progress = Progress(None)
+    report = sync(index, catalogue, functools.partial(embedded_chunks, run), chunk_size,
+                  args.update, progress)
+    progress.close()
+    where = args.uri + (f" (collection {args.collection})" if args.collection else "")
+    gone = (f", removed {report.removed} whose files are gone" if report.removed else
+            f"; {report.gone} entries' files are gone (--update removes them)" if report.gone
+            else "")
+    rate = f" ({progress.rate:.1f} images/s)" if report.added else ""
+    total = report.added + report.kept + report.gone
+    print(f"index: {where}: added {report.added} images{rate}, {report.kept} already there"
+          f"{gone}; {total} items")
+    if report.unreadable:
+        print(f"keras-dml index: {len(report.unreadable)} files could not be read (above) and "
+              "are not in the index; fix them and run the same command again.")
+        return 1
+    return 0
+
+
+def milvus_index(args, run, info):
+    """The collection at --uri: opened (refused if another model built it) or created."""
+    from keras_dml.index import Index
+    from keras_dml.index.runs import run_provenance
+
+    options = {} if args.index_type is None else {"index_type": args.index_type}
+    return Index("cosine", "milvus", info=info, uri=args.uri, token=args.token,
+                 collection=args.collection, provenance=run_provenance(run), **options)

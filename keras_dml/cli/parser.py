@@ -35,6 +35,8 @@ EXTRAS = {
     "sklearn": "plots",
     "tensorflow_serving": "export",
     "faiss": "ann",
+    "pymilvus": "milvus",
+    "milvus_lite": "milvus",
     "torch": "torch",
     "pytorch_metric_learning": "peers",
 }
@@ -174,7 +176,8 @@ def main(argv=None):
         message = _missing_module_message(error)
     except ImportError as error:  # keras_dml.backend.TensorFlowRequiredError: one line
         message = str(error)
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError, ConnectionError,
+            RuntimeError) as error:  # keras_dml raises these with one-line messages
         command_parser = parser.command_parsers[args.command]
         message = flag_words(_bad_image_hint(str(error), command_parser), command_parser)
     except KeyboardInterrupt:

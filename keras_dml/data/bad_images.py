@@ -6,6 +6,7 @@ import weakref
 import numpy as np
 
 from keras_dml import backend
+from keras_dml.data.image_errors import BadImageError, clear_data_error, clear_error  # noqa: F401
 
 tf = backend.require_tensorflow("keras_dml.data's image-file reading")
 
@@ -20,10 +21,6 @@ SKIP_HINT = ", or skip the bad files with skip_bad_images=True (CLI: --skip-bad-
 #: Every guard made since the interpreter started, for `skipped_files`: the run's
 #: streams (training batches, evaluation sets) are built inside library code.
 _GUARDS = []
-
-
-class BadImageError(ValueError):
-    """An image file of a keras_dml stream is missing or cannot be decoded."""
 
 
 class BadImageGuard:
@@ -184,22 +181,3 @@ def skipped_files(since=0):
 def only_x_y(batch_id, indices, ok, x, y):
     """The `(x, y)` of a `(batch_id, indices, ok, x, y)` batch."""
     return x, y
-
-
-def clear_data_error(error):
-    """The error naming the bad image file that a tf.data pipeline failed on, else None."""
-    tf = sys.modules.get("tensorflow")
-    if tf is None or not isinstance(error, tf.errors.OpError):
-        return None
-    return clear_error(error)
-
-
-def clear_error(error):
-    """The `BadImageError` a `BadImageGuard` raised inside a `tf.data` pipeline, taken
-    out of the `tf.errors.OpError` that carries it; `None` for any other error."""
-    message = getattr(error, "message", str(error))
-    start = message.find("keras_dml.data: ")
-    if start < 0:
-        return None
-    # The assertion prints its message as data: within [...], its quotes escaped.
-    return BadImageError(message[start:].splitlines()[0].rstrip("]").replace("\\'", "'"))

@@ -14,7 +14,7 @@ import numpy as np
 
 from keras_dml import backend, hyperparameters
 from keras_dml.backend.trainer import is_tf_dataset, steps as backend_steps
-from keras_dml.data.bad_images import clear_data_error
+from keras_dml.data.image_errors import clear_data_error
 from keras_dml.evaluation.retrieval import METRICS, retrieval_metrics
 
 

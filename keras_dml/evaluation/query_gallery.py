@@ -21,7 +21,9 @@ import dataclasses
 import numpy as np
 
 from keras_dml import hyperparameters, ops, validation
+from keras_dml.evaluation import rerank as reranking
 from keras_dml.evaluation.knn import _top_k
+from keras_dml.evaluation.rerank import without_self
 from keras_dml.evaluation.retrieval import _class_ids
 
 _SCORE_BUDGET = 2**23  # float32 scores per chunk (32 MB; with sort keys and masks ~130 MB)
@@ -39,7 +41,7 @@ class RetrievalReport:
         evaluated: int64 positions of the evaluated queries (their class has a
             gallery item they may find).
         average_precision: float64, per evaluated query (its AP over the whole
-            ranking; with re-ranking over the re-ranked list).
+            ranking; with re-ranking, the re-ranked list then the other items).
         map_at_r: float64, per evaluated query.
         top: int32 (evaluated, <= SHOWN) gallery positions of each query's best
             results, best first (query positions under leave-one-out).
@@ -137,7 +139,7 @@ class _Scorer:
 
 class ArrayGallery:
     """Gallery embeddings in memory as a re-ranker's gallery
-    (`keras_dml.index.rerank`), honouring each query row's exclusions."""
+    (`keras_dml.evaluation.rerank`), honouring each query row's exclusions."""
 
     def __init__(self, scorer, size):
         self.scorer, self.metric = scorer, scorer.metric
@@ -146,18 +148,22 @@ class ArrayGallery:
     def search(self, vectors, k, rows=None):
         """Top-k gallery positions of `vectors`, the items excluded for the query
         `rows` (positions in the evaluated queries) left out."""
-        scores = self.scorer.scores(vectors, rows)
-        top = _top_k(scores, k)
-        return top, np.take_along_axis(scores, top, 1)
+        found, values = [], []
+        step = self.scorer.chunk_rows()  # bounded: one block of scores at a time
+        for start in range(0, len(vectors), step):
+            block = None if rows is None else rows[start:start + step]
+            scores = self.scorer.scores(vectors[start:start + step], block)
+            top = _top_k(scores, k)
+            found.append(top)
+            values.append(np.take_along_axis(scores, top, 1))
+        return np.concatenate(found), np.concatenate(values)
 
     def embeddings(self, ids):
         return self.scorer.gallery[np.asarray(ids)]
 
     def neighbours(self, ids, n):
-        from keras_dml.index.rerank import _without_self
-
         found, scores = self.search(self.embeddings(ids), min(n + 1, self.scorer.size))
-        return _without_self(ids, found, scores, n)
+        return without_self(ids, found, scores, n)
 
 
 def _exclusions(query_ids, gallery_ids, query_groups, gallery_groups):
@@ -191,17 +197,26 @@ def _keys(values, count, name):
     return values
 
 
-def _average_precision(scores, positives):
-    """AP of one row over the whole ranking: positives ranked by their score, each
-    behind every item scoring at least as high (ties pessimistic)."""
-    positive_scores = np.sort(scores[positives])[::-1]
-    above = np.sort(scores[scores >= positive_scores[-1]])
-    ranks = len(above) - np.searchsorted(above, positive_scores, side="left")
+def _average_precision(scores, positives, top):
+    """AP of one query over its whole ranking: the list `top` (exact or re-ranked) first,
+    then every other item by score (each behind all scoring at least as high)."""
+    in_top = positives[top]
+    ranks = list(np.flatnonzero(in_top) + 1)
+    rest = positives.copy()
+    rest[top] = False
+    if rest.any():
+        rest_scores = np.sort(scores[rest])[::-1]
+        above = np.sort(scores[scores >= rest_scores[-1]])
+        top_scores = np.sort(scores[top])
+        ahead = (len(above) - np.searchsorted(above, rest_scores, side="left")) - (
+            len(top_scores) - np.searchsorted(top_scores, rest_scores, side="left"))
+        ranks.extend(len(top) + ahead)
+    ranks = np.sort(np.asarray(ranks, np.float64))
     return float(np.mean(np.arange(1, len(ranks) + 1) / ranks))
 
 
-def _list_metrics(same, r, ks, ap_from_list):
-    """Per-query hits@K, precision@K, MAP@R (and AP when `ap_from_list`) of ranked lists."""
+def _list_metrics(same, r, ks):
+    """Per-query hits@K, precision@K and MAP@R of ranked lists."""
     out = {}
     hits = np.logical_or.accumulate(same, axis=1)
     for k in ks:
@@ -212,9 +227,6 @@ def _list_metrics(same, r, ks, ap_from_list):
     relevant = same & within_r
     precision = np.cumsum(relevant, axis=1) / np.arange(1, width + 1)
     out["map@r"] = np.sum(precision * relevant, axis=1) / r
-    if ap_from_list:
-        precision_all = np.cumsum(same, axis=1) / np.arange(1, width + 1)
-        out["map"] = np.sum(precision_all * same, axis=1) / r
     return out
 
 
@@ -240,14 +252,14 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
             gallery items of its group. Defaults to None.
         ks: the K of Recall@K and Precision@K. Defaults to (1, 2, 4, 8).
         metric: "cosine" (default), "dot" or "euclidean".
-        rerank: a re-ranker of `keras_dml.index.rerank` (a name such as "qe" or
+        rerank: a re-ranker of `keras_dml.evaluation.rerank` (a name such as "qe" or
             an object). Defaults to None: the exact ranking.
         chunk_size: queries per chunk. Defaults to None (2**23 / N).
 
     Returns:
         A `RetrievalReport`. Its "map" is each query's AP over the whole ranking
-        averaged; with `rerank`, over the re-ranked list (positives outside it
-        count as missed). "map@r" and Recall@K are as `retrieval_metrics`.
+        averaged (with `rerank`: the re-ranked list, then the other items in
+        their exact order). "map@r" and Recall@K are as `retrieval_metrics`.
 
     Examples:
         >>> emb = np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], "float32")
@@ -287,9 +299,7 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
     scorer = _Scorer(gallery.astype(np.float32, copy=False), metric,
                      _exclusions(query_ids, gallery_ids, query_groups, gallery_groups))
     if rerank is not None:
-        from keras_dml.index import rerank as rerank_module
-
-        rerank = rerank_module.get(rerank)
+        rerank = reranking.get(rerank)
     chunk = chunk_size or scorer.chunk_rows()
     chunk = hyperparameters.integer_at_least("chunk_size", chunk, 1)
     # results every query can have: the gallery less its largest exclusion
@@ -316,10 +326,9 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
             top, top_scores = rerank.rerank(ArrayGallery(scorer, available), queries[rows],
                                             width, rows)
         same = g_ids[top] == q_ids[rows][:, None]
-        values = _list_metrics(same, r, ks, rerank is not None)
-        if rerank is None:
-            values["map"] = np.array([_average_precision(s, p) for s, p in
-                                      zip(scores, positives)])
+        values = _list_metrics(same, r, ks)
+        values["map"] = np.array([_average_precision(s, p, t) for s, p, t in
+                                  zip(scores, positives, top)])
         for key, value in values.items():
             parts[key].append(value)
         parts["evaluated"].append(rows)

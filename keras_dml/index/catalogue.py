@@ -13,8 +13,6 @@ files with a progress bar in images per second; `save_embeddings` writes the
 
 import dataclasses
 import os
-import sys
-import time
 
 import numpy as np
 
@@ -128,6 +126,7 @@ def embed_files(embedder, paths, preprocessing, batch_size=64, progress=True):
     """
     from keras_dml.data import evaluation_batches
     from keras_dml.index.embedding import embed_batches
+    from keras_dml.index.progress import Progress
 
     paths = [str(p) for p in paths]
     if not paths:
@@ -136,44 +135,6 @@ def embed_files(embedder, paths, preprocessing, batch_size=64, progress=True):
                                  batch_size=batch_size)
     embeddings, _ = embed_batches(embedder, batches, progress=Progress(len(paths), progress))
     return embeddings
-
-
-class Progress:
-    """A one-line progress bar on stderr: images done, images per second, time left.
-
-    Drawn only when stderr is a terminal (and `enabled`); `rate` and `seconds`
-    are measured either way.
-    """
-
-    def __init__(self, total, enabled=True, stream=None):
-        self.total, self.done = total, 0
-        self.stream = stream or sys.stderr
-        self.enabled = enabled and self.stream.isatty()
-        self.started = time.perf_counter()
-
-    @property
-    def seconds(self):
-        return time.perf_counter() - self.started
-
-    @property
-    def rate(self):
-        return self.done / max(self.seconds, 1e-9)
-
-    def update(self, count):
-        self.done += count
-        if not self.enabled:
-            return
-        width = 30
-        filled = int(width * self.done / self.total)
-        left = (self.total - self.done) / max(self.rate, 1e-9)
-        self.stream.write(f"\r{self.done}/{self.total} [{'=' * filled:<{width}}] "
-                          f"{self.rate:.1f} images/s, {left:.0f} s left ")
-        self.stream.flush()
-
-    def close(self):
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def save_embeddings(path, embeddings, ids, labels=None, overwrite=False):

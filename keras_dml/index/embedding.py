@@ -18,11 +18,13 @@ def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None, prog
         dataset: A `tf.data.Dataset` of `(x, y)` or `x` batches, or an `(x, y)`
             tuple of arrays, or an array of x.
         batch_size: Batch size for arrays. Defaults to 256.
-        verbose: 1 shows a `keras.utils.Progbar` over batches. Defaults to 1.
+        verbose: 1 shows the images embedded, images per second and time left
+            (`keras_dml.index.progress.Progress`). Defaults to 1.
         steps: Batches taken from a dataset. Defaults to None: all of it (an
             infinite or unknown-length dataset is refused, see `finite_dataset`).
-        progress: Instead of the Progbar, an object told `update(images)` after
-            each batch and `close()` at the end. Defaults to None.
+        progress: A `Progress` (or any object told `update(images)` after each
+            batch and `close()` at the end). Defaults to None: a `Progress`
+            over the images when their number is known.
 
     Raises:
         ValueError: An image file cannot be read or decoded (named), the
@@ -31,6 +33,9 @@ def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None, prog
     """
     from keras_dml.data.bad_images import clear_error
 
+    from keras_dml.index.progress import Progress
+
+    total = None
     if isinstance(dataset, tf.data.Dataset):
         dataset = finite_dataset(dataset, steps, "dataset")
     else:
@@ -38,12 +43,10 @@ def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None, prog
             dataset = tf.data.Dataset.from_tensor_slices(tuple(dataset))
         else:
             dataset = tf.data.Dataset.from_tensor_slices(dataset)
+        total = int(dataset.cardinality())
         dataset = steady(dataset.batch(batch_size))
     if progress is None:
-        count = int(dataset.cardinality())
-        bar = keras.utils.Progbar(count if count >= 0 else None, verbose=verbose,
-                                  unit_name="batch")
-        progress = _Batches(bar)
+        progress = Progress(total, enabled=bool(verbose))
     forward = inference_function(embedder)
     embeddings, labels = [], []
     try:
@@ -67,19 +70,6 @@ def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None, prog
     if not embeddings:
         raise ValueError("dataset is empty: no batch to embed.")
     return np.concatenate(embeddings), np.concatenate(labels) if labels else None
-
-
-class _Batches:
-    """A Progbar counting batches, told images."""
-
-    def __init__(self, bar):
-        self.bar = bar
-
-    def update(self, images):
-        self.bar.add(1)
-
-    def close(self):
-        pass
 
 
 def embed_source(embedder, source, batch_size=256, verbose=1, preprocessing=None):

@@ -132,6 +132,8 @@ class Index:
             self._store = MemoryStore(self.metric, backend, backend_options)
             self._record = _new_record(self.metric, self._store.options, info, given)
         self._store.record = self._record
+        if info is not None:
+            self._write_record()  # an existing collection keeps the new info
 
     def _open_collection(self, given_options, info, given, allow_mismatch):
         """The record of the store's collection (checked against what is given), or
@@ -375,7 +377,7 @@ class Index:
         if rerank is not None:
             from keras_dml.index.rerank import rerank_search
 
-            return rerank_search(self, queries, k, filter, rerank)
+            return SearchResult(*rerank_search(self, queries, k, filter, rerank))
         selection = self._selection(filter)
         if self.backend != "milvus":
             return SearchResult(*self._store.search(queries, k, selection))

@@ -100,6 +100,8 @@ def read_record(uri, collection, token=None, timeout=None):
     """The record of an existing keras_dml collection, or an error naming what is missing."""
     if is_lite(uri) and not os.path.isdir(os.fspath(uri)):
         raise FileNotFoundError(f"No Milvus Lite database at {uri}.")
+    if is_lite(uri) and os.path.isfile(os.path.join(os.fspath(uri), storage.CONFIG)):
+        raise ValueError(f"{uri} is an index saved by Index.save: read it with Index.load.")
     store = MilvusStore(uri, collection, token, TIMEOUT if timeout is None else timeout)
     try:
         if not store.exists():

@@ -1,206 +1,14 @@
-"""Re-ranking the top candidates of a search: alpha-QE, DBA and k-reciprocal.
-
-Each method needs only a gallery that can be searched and can return stored
-embeddings (`Gallery`: `Index.search` and `Index.get_embeddings`, so it works on
-every `Index` backend), and holds only one chunk of queries' candidates at a time.
-
-* `AlphaQE` (average query expansion, Radenovic et al. 2018): the query becomes
-  `q' = unit(q + sum_{i<=n} max(s_i, 0)**alpha * x_i)` over its n best items x_i
-  (similarity s_i), and the gallery is searched again with q'.
-* `DBA` (database-side augmentation, Arandjelovic & Zisserman 2012, with
-  Radenovic's alpha weights): each of the query's `depth` best items is replaced
-  by `unit(x + sum_{j<=n} max(s_j, 0)**alpha * x_j)` over its own n nearest
-  gallery items (itself excluded), and the candidates are sorted by similarity
-  to the query again.
-* `KReciprocal` (Zhong et al. 2017): on the query and its `depth` best items,
-  k-reciprocal neighbour sets R*(., k1) (eqs. 4-6), Gaussian weights
-  `V = exp(-d)` (eq. 7), local query expansion over k2 neighbours (eq. 11) and
-  the Jaccard distance (eq. 10); the candidates are sorted by
-  `d* = (1 - lambda) d_J + lambda d` (eq. 12), d the squared Euclidean
-  distance of the (unit, under cosine) embeddings. Neighbour sets are those of
-  this local set (the query with its candidates), not of the whole gallery.
-
-QE and DBA compare unit vectors (cosine similarity), as the papers do.
-Scores returned are similarities, higher is closer: the cosine similarity to
-q' (QE), to the augmented item (DBA), or `-d*` (k-reciprocal).
-"""
-
-import dataclasses
+"""Re-ranking an `Index` search: the methods of `keras_dml.evaluation.rerank`
+(alpha-QE, DBA, k-reciprocal; importable from here) on an `Index` as their gallery,
+one chunk of queries' candidates at a time."""
 
 import numpy as np
 
-from keras_dml import hyperparameters, ops
+from keras_dml.evaluation.rerank import (  # noqa: F401 (public here)
+    DBA, METHODS, AlphaQE, KReciprocal, check, expand, get, k_reciprocal_distances,
+    without_self)
 
-METHODS = ("qe", "dba", "k_reciprocal")
 _CHUNK = 256  # queries whose candidates are held at once
-
-
-@dataclasses.dataclass(frozen=True)
-class AlphaQE:
-    """Average query expansion with alpha weights over the query's n best items.
-
-    Attributes:
-        n: Items added to the query. Defaults to 2.
-        alpha: Exponent of the similarity weights (0: plain average QE). Defaults to 3.0.
-    """
-
-    n: int = 2
-    alpha: float = 3.0
-    name = "qe"
-
-    def rerank(self, gallery, queries, k, rows):
-        first = gallery.search(queries, min(self.n, gallery.size), rows)
-        expanded = expand(ops.unit_rows(queries), gallery.embeddings(first[0]), first[1],
-                          self.alpha)
-        return gallery.search(expanded, k, rows)
-
-
-@dataclasses.dataclass(frozen=True)
-class DBA:
-    """Database-side augmentation of the query's `depth` best items.
-
-    Attributes:
-        n: Gallery neighbours averaged into each candidate. Defaults to 1.
-        alpha: Exponent of the similarity weights. Defaults to 3.0.
-        depth: Candidates re-scored per query. Defaults to 100.
-    """
-
-    n: int = 1
-    alpha: float = 3.0
-    depth: int = 100
-    name = "dba"
-
-    def rerank(self, gallery, queries, k, rows):
-        ids, _ = gallery.search(queries, min(max(k, self.depth), gallery.size), rows)
-        unique, inverse = np.unique(ids, return_inverse=True)
-        vectors = gallery.embeddings(unique)
-        neighbour_ids, neighbour_scores = gallery.neighbours(unique, self.n)
-        augmented = expand(ops.unit_rows(vectors), gallery.embeddings(neighbour_ids),
-                           neighbour_scores, self.alpha)
-        candidates = augmented[inverse.reshape(ids.shape)]  # (q, depth, d)
-        scores = np.einsum("qd,qcd->qc", ops.unit_rows(queries), candidates)
-        return _sorted(ids, scores, k)
-
-
-@dataclasses.dataclass(frozen=True)
-class KReciprocal:
-    """k-reciprocal re-ranking of the query's `depth` best items (Zhong et al. 2017).
-
-    Attributes:
-        k1: Neighbours of the k-reciprocal sets. Defaults to 20.
-        k2: Neighbours of the local query expansion. Defaults to 6.
-        lam: Weight of the original distance, lambda. Defaults to 0.3.
-        depth: Candidates re-scored per query. Defaults to 100.
-    """
-
-    k1: int = 20
-    k2: int = 6
-    lam: float = 0.3
-    depth: int = 100
-    name = "k_reciprocal"
-
-    def rerank(self, gallery, queries, k, rows):
-        ids, _ = gallery.search(queries, min(max(k, self.depth), gallery.size), rows)
-        vectors = gallery.embeddings(ids.reshape(-1)).reshape(*ids.shape, -1)
-        if gallery.metric == "cosine":
-            queries, vectors = ops.unit_rows(queries), _unit(vectors)
-        scores = np.stack([-k_reciprocal_distances(q, v, self.k1, self.k2, self.lam)
-                           for q, v in zip(queries, vectors)])
-        return _sorted(ids, scores, k)
-
-
-def _unit(x):
-    return x / np.sqrt(np.maximum(np.sum(x * x, axis=-1, keepdims=True), ops.NORM_EPSILON))
-
-
-def _sorted(ids, scores, k):
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(ids, order, 1), np.take_along_axis(scores, order, 1).astype(
-        np.float32)
-
-
-def expand(vectors, neighbours, similarities, alpha):
-    """`unit(v + sum_j max(s_j, 0)**alpha * x_j)` per row: `vectors` (m, d) unit,
-    `neighbours` (m, n, d) and `similarities` (m, n) of each row's n items."""
-    weights = np.maximum(similarities, 0.0) ** alpha
-    return ops.unit_rows(vectors + np.einsum("mn,mnd->md", weights, _unit(neighbours)))
-
-
-def k_reciprocal_distances(query, candidates, k1=20, k2=6, lam=0.3):
-    """Zhong et al.'s `d*` from `query` (d,) to each of `candidates` (m, d).
-
-    The local set is the query (node 0) and the candidates. N(i, k) is node i and
-    its k nearest other nodes (as in the authors' code); R(i, k) the members j of
-    N(i, k) with i in N(j, k); R*(i) adds R(q, round(k1 / 2)) for each q in R(i, k1)
-    where |R(i, k1) & R(q, k1/2)| >= 2/3 |R(q, k1/2)|.
-    """
-    nodes = np.concatenate([query[np.newaxis], candidates]).astype(np.float64)
-    squared = np.sum(nodes * nodes, axis=1)
-    dist = np.maximum(squared[:, None] + squared[None, :] - 2.0 * nodes @ nodes.T, 0.0)
-    np.fill_diagonal(dist, 0.0)
-    size = len(nodes)
-    rank = np.argsort(dist, axis=1, kind="stable")
-    rank = np.concatenate([np.arange(size)[:, None], rank[rank != np.arange(size)[:, None]]
-                           .reshape(size, size - 1)], axis=1)  # each node first in its list
-
-    def reciprocal(k):
-        near = np.zeros((size, size), bool)
-        np.put_along_axis(near, rank[:, : min(k, size - 1) + 1], True, axis=1)
-        return near & near.T
-
-    r_full, r_half = reciprocal(k1), reciprocal(int(np.around(k1 / 2)))
-    overlap = r_full.astype(np.int32) @ r_half.T.astype(np.int32)  # |R(i) & R_half(q)|
-    added = r_full & (3 * overlap >= 2 * r_half.sum(axis=1)[None, :])
-    r_star = r_full | ((added.astype(np.int32) @ r_half.astype(np.int32)) > 0)
-    weights = np.where(r_star, np.exp(-dist), 0.0)
-    weights = weights[rank[:, :k2]].mean(axis=1)  # node i and its k2 - 1 nearest
-    query_weights = weights[0][None, :]
-    minimum = np.minimum(query_weights, weights[1:]).sum(axis=1)
-    maximum = np.maximum(query_weights, weights[1:]).sum(axis=1)
-    jaccard = 1.0 - minimum / np.maximum(maximum, 1e-12)
-    return (1.0 - lam) * jaccard + lam * dist[0, 1:]
-
-
-def get(rerank):
-    """A re-ranker from a name in `METHODS`, `"name:key=value,..."` (e.g.
-    `"k_reciprocal:k1=10,lam=0.5"`) or a re-ranker object (returned as is)."""
-    if not isinstance(rerank, str):
-        if not hasattr(rerank, "rerank"):
-            raise ValueError(f"rerank must be one of {METHODS} or a re-ranker object, got "
-                             f"{rerank!r}.")
-        return rerank
-    name, _, options = rerank.partition(":")
-    classes = {"qe": AlphaQE, "dba": DBA, "k_reciprocal": KReciprocal}
-    if name not in classes:
-        raise ValueError(f"rerank must be one of {METHODS} (optionally with options, e.g. "
-                         f"'qe:n=2,alpha=3'), got {rerank!r}.")
-    cls = classes[name]
-    fields = {field.name: field.type for field in dataclasses.fields(cls)}
-    values = {}
-    for item in filter(None, options.split(",")):
-        key, _, value = item.partition("=")
-        if key not in fields or not value:
-            raise ValueError(f"rerank {name!r} takes {', '.join(fields)} (as key=value), "
-                             f"got {item!r}.")
-        try:
-            values[key] = (int if fields[key] in (int, "int") else float)(value)
-        except ValueError:
-            raise ValueError(f"rerank {name!r}: {key} must be a number, got {value!r}.") \
-                from None
-    return check(cls(**values))
-
-
-def check(reranker):
-    """`reranker` with its numbers checked (a ValueError names a bad one)."""
-    for field in dataclasses.fields(reranker):
-        value = getattr(reranker, field.name)
-        if field.name in ("n", "k1", "k2", "depth"):
-            hyperparameters.integer_at_least(field.name, value, 1)
-        elif field.name == "lam" and not 0.0 <= value <= 1.0:
-            raise ValueError(f"lam must be in [0, 1], got {value!r}.")
-        elif field.name == "alpha" and not (np.isfinite(value) and value >= 0):
-            raise ValueError(f"alpha must be a finite number >= 0, got {value!r}.")
-    return reranker
 
 
 class IndexGallery:
@@ -232,31 +40,17 @@ class IndexGallery:
         """`(ids, scores)` (m, n) of each item's n nearest other items."""
         result = self.index.search(self.embeddings(ids), min(n + 1, len(self.index)),
                                    self.filter)
-        return _without_self(ids, result.ids, result.scores, n)
-
-
-def _without_self(ids, found, scores, n):
-    """Each row's first n found items other than its own id (the last dropped when
-    the item itself is not among them)."""
-    own = found == np.asarray(ids)[:, None]
-    own[~own.any(axis=1), -1] = True
-    keep = ~own
-    width = min(n, found.shape[1] - 1)
-    return (found[keep].reshape(len(found), -1)[:, :width],
-            scores[keep].reshape(len(found), -1)[:, :width])
+        return without_self(ids, result.ids, result.scores, n)
 
 
 def rerank_search(index, queries, k, filter, rerank):
-    """`Index.search(queries, k, filter, rerank=rerank)`: the re-ranked `SearchResult`."""
-    from keras_dml.index.index import SearchResult
-
+    """`Index.search(queries, k, filter, rerank=rerank)`: the re-ranked ids, scores,
+    labels and metadata of a `SearchResult`."""
     reranker = get(rerank)
     parts = []
     for start in range(0, len(queries), _CHUNK):
         gallery = IndexGallery(index, filter)  # one chunk's found items at a time
         ids, scores = reranker.rerank(gallery, queries[start:start + _CHUNK], k, None)
         parts.append((ids, scores, *gallery.describe(ids)))
-    return SearchResult(np.concatenate([p[0] for p in parts]),
-                        np.concatenate([p[1] for p in parts]),
-                        np.concatenate([p[2] for p in parts]),
-                        [row for p in parts for row in p[3]])
+    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]), [row for p in parts for row in p[3]])

@@ -86,9 +86,13 @@ def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256
         data_dir: Local dataset folder. Defaults to the run's.
         batch_size: Defaults to 256.
     """
+    return batches_of(run, load_split(run, dataset, split, data_dir), batch_size)
+
+
+def batches_of(run, chosen, batch_size=256):
+    """`(batches, class_names)` of a loaded split (`load_split`), as `split_batches`."""
     from keras_dml import data
 
-    chosen = load_split(run, dataset, split, data_dir)
     names = [str(name) for name in chosen.class_names]
     if chosen.images is not None:
         return data.evaluation_batches(chosen, batch_size=batch_size, transform=_array_transform(
@@ -151,24 +155,96 @@ def _array_transform(split, input_shape):
     return array_transform(split, input_shape)
 
 
-def image_files(run, paths):
-    """Image files decoded and prepared as model input `(n, H, W, C)` by the run's
-    `preprocessing`.
+def readable_images(run, paths):
+    """`(images, kept, problems)`: the files that decode, prepared as model input
+    `(n, H, W, C)` (None when none does), their paths, and one line per file that
+    does not ("PATH: reason"), so one bad file costs only itself."""
+    images, kept, problems = [], [], []
+    for path in paths:
+        image, problem = _image_file(run, path)
+        if problem is None:
+            images.append(image)
+            kept.append(path)
+        else:
+            problems.append(problem)
+    return (np.stack(images) if images else None), kept, problems
 
-    Raises:
-        FileNotFoundError: A path is not a file.
-        ValueError: A file is not a decodable image.
-    """
+
+def _image_file(run, path):
+    """`(prepared image, None)`, or `(None, one-line problem naming the file)`."""
     from keras_dml.data import decode_image
 
+    if not os.path.isfile(path):
+        return None, f"No image file at {path!r}."
     prepare = preprocessing(run)
-    images = []
-    for path in paths:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"No image file at {path!r}.")
+    try:
+        image = decode_image(tf.io.read_file(path), channels=prepare.channels)
+    except tf.errors.OpError as error:
+        return None, f"{path} is not a decodable image: {op_message(error)}"
+    return prepare.eval(image).numpy(), None
+
+
+def op_message(error):
+    """A TensorFlow op error's message without TensorFlow's `{{function_node ...}}`
+    prefix and `[Op:...]` suffix: "Unknown image file format. One of JPEG, PNG, GIF,
+    BMP required."."""
+    import re
+
+    message = re.sub(r"\{\{[^}]*\}\}\s*", "", error.message)
+    return re.sub(r"\s*\[Op:.*$", "", message, flags=re.S).strip()
+
+
+def embedded_chunks(run, paths, chunk_size, batch_size=64):
+    """Yields `(embeddings, kept paths, problems)` for consecutive chunks of `paths`,
+    embedded by the run's embedder with its preprocessing.
+
+    One `tf.data` pipeline and one compiled forward pass serve every chunk (a new
+    pipeline per chunk grows the process' memory with each), so memory follows
+    `chunk_size`, not `len(paths)`. A file that cannot be read or decoded costs
+    only itself: the chunk holding it is embedded file by file, the file named in
+    `problems` ("PATH is not a decodable image: ..."), and the pipeline restarts
+    after it.
+    """
+    from keras_dml.data import evaluation_batches
+    from keras_dml.data.bad_images import BadImageError, clear_error
+    from keras_dml.evaluation.embedding import inference_function
+
+    import keras
+
+    prepare = preprocessing(run)
+    forward = inference_function(run.embedder)
+
+    def numpy(out):
+        return keras.ops.convert_to_numpy(out).astype(np.float32, copy=False)
+
+    def embed(images):
+        return np.concatenate([numpy(forward(images[i:i + batch_size]))
+                               for i in range(0, len(images), batch_size)])
+
+    paths = [str(p) for p in paths]
+    start = 0
+    while start < len(paths):
+        rest = paths[start:]
+        batches = evaluation_batches((rest, np.zeros(len(rest), np.int32)), prepare,
+                                     batch_size=batch_size)
+        done = []
         try:
-            image = decode_image(tf.io.read_file(path), channels=prepare.channels)
-        except tf.errors.InvalidArgumentError as error:
-            raise ValueError(f"{path} is not a decodable image: {error.message}") from None
-        images.append(prepare.eval(image).numpy())
-    return np.stack(images)
+            for x, _ in batches:
+                done.append(numpy(forward(x)))
+                rows = sum(len(e) for e in done)
+                if rows >= chunk_size:
+                    yield np.concatenate(done), paths[start:start + rows], []
+                    start, done = start + rows, []
+            if done:
+                rows = sum(len(e) for e in done)
+                yield np.concatenate(done), paths[start:start + rows], []
+                start += rows
+        except (tf.errors.OpError, BadImageError) as error:  # a bad file in the next batch
+            clear = error if isinstance(error, BadImageError) else clear_error(error)
+            if not isinstance(clear, BadImageError):
+                raise
+            end = start + sum(len(e) for e in done) + batch_size
+            images, kept, problems = readable_images(run, paths[start:end])
+            yield (np.zeros((0, 0), np.float32) if images is None else embed(images)), kept, \
+                problems
+            start = end

@@ -105,6 +105,11 @@ def write_report(path, report, query_images, gallery_images=None, query_paths=No
     elif gallery_paths is None and is_paths(gallery_images):
         gallery_paths = list(gallery_images)
     queries, gallery = image_source(query_images), image_source(gallery_images)
+    root = _common_folder([p for p in (query_paths or []) + (gallery_paths or [])])
+    if root:  # paths under thumbnails relative to their common folder, named once
+        notes = [*notes, f"Image paths below are relative to {root}"]
+        query_paths = query_paths and [os.path.relpath(p, root) for p in query_paths]
+        gallery_paths = gallery_paths and [os.path.relpath(p, root) for p in gallery_paths]
     k = min(k, report.top.shape[1])
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
              f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"]
@@ -156,6 +161,19 @@ def write_report(path, report, query_images, gallery_images=None, query_paths=No
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(parts))
     return path
+
+
+def _common_folder(paths):
+    """The deepest folder holding every path (None for no paths or no shared folder)."""
+    if not paths:
+        return None
+    try:
+        root = os.path.commonpath([os.path.abspath(str(p)) for p in paths])
+    except ValueError:
+        return None
+    if os.path.isfile(root):
+        root = os.path.dirname(root)
+    return root if root not in ("", os.sep) else None
 
 
 def _class_table(rows, class_names):
