@@ -62,7 +62,9 @@ def test_skip_bad_images_on_the_command_line(tmp_path, capfd):
     summary = json.load(open(tmp_path / "runs" / "skipping" / "summary.json"))
     assert np.isfinite(summary["loss_history"]).all()
     assert len(summary["skipped_images"]) == 1 and "img_1.jpg" in summary["skipped_images"][0]
-    assert not (tmp_path / "runs" / "strict").exists()  # the failed run left no folder
+    # the bad batch came after epoch 1's backup: the failed run is kept, marked, resumable
+    failed = json.load(open(tmp_path / "runs" / "strict" / "failed.json"))
+    assert "img_1.jpg" in failed["error"] and "--resume" in failed["resume"]
 
 
 def test_resume_drops_history_rows_of_epochs_not_backed_up(tmp_path):
