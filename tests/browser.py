@@ -26,6 +26,20 @@ def available():
     return None
 
 
+def _needed():
+    """A pytest mark: skip where the browser cannot run, except under `.ci/run`
+    (KERAS_DML_BROWSER_REQUIRED=1), where a missing browser fails the test."""
+    import pytest
+
+    reason = available()
+    if reason is None or os.environ.get("KERAS_DML_BROWSER_REQUIRED") != "1":
+        return pytest.mark.skipif(reason is not None, reason=str(reason))
+    return pytest.mark.usefixtures()  # runs, and fails on the missing browser
+
+
+needed = _needed()
+
+
 def open_report(path, screenshot):
     """Loads `path` from the file system; returns {"images", "broken", "errors", "title"}
     (broken: the src prefixes of images that did not load) and saves a full-page PNG."""

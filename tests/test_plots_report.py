@@ -78,7 +78,7 @@ def test_report_is_one_self_contained_file_with_paths_under_thumbnails(tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(browser.available() is not None, reason=str(browser.available()))
+@browser.needed
 def test_report_opens_in_headless_chromium_with_every_image_and_no_console_error(tmp_path):
     embeddings, labels, images = _data(2)
     report = retrieval_report(embeddings, labels)
@@ -91,7 +91,7 @@ def test_report_opens_in_headless_chromium_with_every_image_and_no_console_error
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(browser.available() is not None, reason=str(browser.available()))
+@browser.needed
 def test_the_browser_check_fails_on_a_broken_image(tmp_path):
     page = tmp_path / "broken.html"
     page.write_text("<html><body><img src='data:image/png;base64,AAAA'>"
