@@ -16,6 +16,7 @@ import numpy as np
 from keras_dml import backbones, backend, data, datasets, evaluation, fine_tuning, losses
 from keras_dml.backend.augmentation import training_call
 from keras_dml.callbacks import RecallAtK
+from keras_dml.data.image_errors import clear_data_error
 from keras_dml.data.preprocessing import default_preprocessing
 from keras_dml.evaluation.collapse import TRAIN_CAUSES
 from keras_dml.evaluation.embedding import embed_with
@@ -699,7 +700,7 @@ def run(config, report=None, resume=False):
                                     steps_per_epoch=config.steps_per_epoch, callbacks=callbacks,
                                     verbose=_fit_verbose(report), shuffle=False)
             except Exception as error:  # a bad image file: the message names it
-                clear = _image_file_error(error)
+                clear = clear_data_error(error)
                 if clear is None:
                     raise
                 raise clear from None
@@ -879,16 +880,6 @@ def _skipped_images(mark=None):
     from keras_dml.data import bad_images
 
     return bad_images.guards_made() if mark is None else bad_images.skipped_files(mark)
-
-
-def _image_file_error(error):
-    """The clear error naming a bad image file, for a tf.data error; else None."""
-    tf = sys.modules.get("tensorflow")
-    if tf is None or not isinstance(error, tf.errors.OpError):
-        return None
-    from keras_dml.data.bad_images import clear_error
-
-    return clear_error(error)
 
 
 def _can_export(run_dir):

@@ -7,7 +7,7 @@ and returns the data it drew.
 import numpy as np
 
 from keras_dml import hyperparameters
-from keras_dml.plots.retrieval import _displayable, _figure, _ImageFiles
+from keras_dml.plots.retrieval import _figure, _ImageFiles, framed_image
 
 
 def image_source(images):
@@ -57,13 +57,7 @@ def worst_queries(report, query_images, gallery_images=None, path="worst_queries
             (gallery[n], "tab:green" if ok else "tab:red", f"#{i + 1}")
             for i, (n, ok) in enumerate(zip(neighbours[line], correct[line]))]
         for column, (axes, (image, colour, title)) in enumerate(zip(grid[line], cells)):
-            picture = _displayable(image)
-            axes.imshow(picture, cmap="gray" if picture.ndim == 2 else None, vmin=0, vmax=1)
-            axes.set_xticks([])
-            axes.set_yticks([])
-            for spine in axes.spines.values():
-                spine.set_edgecolor(colour)
-                spine.set_linewidth(3 if colour != "black" else 1)
+            framed_image(axes, image, colour)
             axes.set_title(title, fontsize="x-small")
             label = (report.query_labels[row] if column == 0
                      else report.gallery_labels[neighbours[line, column - 1]])

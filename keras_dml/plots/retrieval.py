@@ -214,6 +214,18 @@ def tsne_map(embeddings, labels, path="tsne.png", max_points=3000, perplexity=30
     return {"points": points, "labels": y, "indices": indices, "coloured": coloured}
 
 
+def framed_image(axes, image, colour):
+    """Draws `image` on `axes` without ticks, framed in `colour` (thick unless black:
+    green a correct result, red a wrong one)."""
+    picture = _displayable(image)
+    axes.imshow(picture, cmap="gray" if picture.ndim == 2 else None, vmin=0, vmax=1)
+    axes.set_xticks([])
+    axes.set_yticks([])
+    for spine in axes.spines.values():
+        spine.set_edgecolor(colour)
+        spine.set_linewidth(3 if colour != "black" else 1)
+
+
 def _displayable(image):
     """An image as float in [0, 1], (H, W) or (H, W, 3)."""
     image = np.asarray(image, np.float64)
@@ -321,13 +333,7 @@ def retrieval_grid(images, labels, embeddings, path="retrievals.png", queries=8,
             for i, (n, ok) in enumerate(zip(neighbors[row], correct[row]))
         ]
         for column, (axes, (index, colour, title)) in enumerate(zip(grid[row], cells)):
-            picture = _displayable(images[index])
-            axes.imshow(picture, cmap="gray" if picture.ndim == 2 else None, vmin=0, vmax=1)
-            axes.set_xticks([])
-            axes.set_yticks([])
-            for spine in axes.spines.values():
-                spine.set_edgecolor(colour)
-                spine.set_linewidth(3 if colour != "black" else 1)
+            framed_image(axes, images[index], colour)
             if row == 0:
                 axes.set_title(title, fontsize="small")
             if column == 0:
