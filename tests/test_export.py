@@ -885,5 +885,6 @@ def test_a_jax_trained_embedder_exports_a_saved_model_through_jax2tf(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     expected = np.load(outputs)
     loaded = tf.saved_model.load(str(saved))  # kept: its variables live as long as it
-    served = loaded.serve([tf.constant(expected["x"])])
+    # embedder() keeps the model's input structure: one input, one tensor (not a list)
+    served = loaded.serve(tf.constant(expected["x"]))
     np.testing.assert_allclose(served.numpy(), expected["embeddings"], atol=1e-6)
