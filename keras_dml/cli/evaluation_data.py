@@ -41,10 +41,12 @@ class EvaluationData:
         """`report.html` with a t-SNE map of (up to 1,000) query embeddings."""
         from keras_dml import plots
         from keras_dml.plots.report import write_report
+        from keras_dml.training import TSNE_ITERATIONS, TSNE_POINTS, TSNE_THREADS
 
         tsne = os.path.join(os.path.dirname(path), "tsne.png")
-        plots.tsne_map(self.query_embeddings, self.query_labels, tsne, max_points=1000,
-                       max_iter=500, class_names=self.class_names)
+        plots.tsne_map(self.query_embeddings, self.query_labels, tsne, max_points=TSNE_POINTS,
+                       max_iter=TSNE_ITERATIONS, threads=TSNE_THREADS,
+                       class_names=self.class_names)
         write_report(path, report, self.query_images, self.gallery_images,
                      title="keras-dml evaluate", metrics_rows=metrics_rows,
                      figures=[("The embedding map (t-SNE of the queries)", tsne)],
