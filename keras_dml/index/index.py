@@ -367,25 +367,23 @@ class Index:
             ValueError: An empty index, k above its size, queries of another
                 dimension, or a filter naming an unknown field.
         """
-        size = len(self)
-        if not size:
-            raise ValueError("The index is empty: add embeddings before searching.")
+        if self.dim is None:  # nothing was ever added
+            raise ValueError(storage.EMPTY)
         k = hyperparameters.integer_at_least("k", k, 1)
-        if k > size:
-            raise ValueError(f"k={k} exceeds the {size} items in the index.")
         queries = self._queries(queries)
         if rerank is not None:
             from keras_dml.index.rerank import rerank_search
 
             return SearchResult(*rerank_search(self, queries, k, filter, rerank))
         selection = self._selection(filter)
-        if self.backend != "milvus":
+        if self.backend == "milvus":  # the store checks k without counting the collection
             return SearchResult(*self._store.search(queries, k, selection))
-        if selection:
-            k = min(k, self._store.count(selection))
-            if not k:
-                return self._empty_result(len(queries))
-        return SearchResult(*self._store.search(queries, k, selection or ""))
+        size = len(self)
+        if not size:
+            raise ValueError(storage.EMPTY)
+        if k > size:
+            raise ValueError(storage.exceeds(k, size))
+        return SearchResult(*self._store.search(queries, k, selection))
 
     def _selection(self, filter):
         """The filter as the store takes it: conditions in memory, an expression on Milvus."""
@@ -400,13 +398,6 @@ class Index:
         if self.backend == "milvus":
             return filters.milvus_expression(conditions)
         return conditions
-
-    def _empty_result(self, count):
-        shape = (count, 0)
-        return SearchResult(np.zeros(shape, storage.kind_dtype(self._record["id_kind"])),
-                            np.zeros(shape, np.float32),
-                            np.zeros(shape, storage.kind_dtype(self._record["label_kind"])),
-                            [[] for _ in range(count)])
 
     def match(self, queries, threshold, filter=None):
         """Open-set decision per query: the nearest item's label if its score is at
