@@ -114,6 +114,9 @@ def milvus_index(args, run, info):
     from keras_dml.index import Index
     from keras_dml.index.runs import run_provenance
 
+    from keras_dml.index.milvus import is_lite
+
     options = {} if args.index_type is None else {"index_type": args.index_type}
+    options["lite_process"] = is_lite(args.uri)  # Lite's memory grows with the collection
     return Index("cosine", "milvus", info=info, uri=args.uri, token=args.token,
                  collection=args.collection, provenance=run_provenance(run), **options)

@@ -93,7 +93,11 @@ class Index:
             `ef_search` (default 64), `ef_construction` (default 80). For
             `"milvus"`: `index_type` `"FLAT"` (default), `"HNSW"` (`m` 32,
             `ef_construction` 80, `ef_search` 64) or `"IVF_FLAT"` (`nlist` 128,
-            `nprobe` 16), and `timeout` (seconds to reach a server, default 10).
+            `nprobe` 16), `timeout` (seconds to reach a server, default 10), and
+            `lite_process` (default False): serve a Lite file from a child
+            process, whose memory then holds the collection instead of this
+            one's (`keras_dml.index.lite_process`; `keras-dml index --uri`
+            does).
 
     Examples:
 
@@ -116,8 +120,9 @@ class Index:
             from keras_dml.index.milvus import TIMEOUT, MilvusStore
 
             timeout = backend_options.pop("timeout", TIMEOUT)
+            lite_process = bool(backend_options.pop("lite_process", False))
             self._store = MilvusStore(DEFAULT_URI if uri is None else uri, collection, token,
-                                      timeout)
+                                      timeout, lite_process)
             try:
                 self._record = self._open_collection(backend_options, info, given,
                                                      allow_mismatch)

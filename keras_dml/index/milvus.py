@@ -160,6 +160,18 @@ def _check_lite_path(uri):
     return path
 
 
+def serve_lite(uri):
+    """A `LiteProcess` serving the Lite database `uri` from a child process, or a
+    one-line error (another process holds it, or it cannot be opened)."""
+    from keras_dml.index.lite_process import LiteProcess
+
+    path = _check_lite_path(uri)
+    try:
+        return LiteProcess(path, _locked)
+    except RuntimeError as error:
+        raise _lite_error(path, error) from None
+
+
 def _lite_error(path, error):
     if _locked(path):
         return RuntimeError(
@@ -217,10 +229,19 @@ class MilvusStore:
 
     name = "milvus"
 
-    def __init__(self, uri, collection, token=None, timeout=TIMEOUT):
+    def __init__(self, uri, collection, token=None, timeout=TIMEOUT, lite_process=False):
         self.uri = os.fspath(uri)
         self.collection = collection or DEFAULT_COLLECTION
-        self._client = connect(self.uri, token, timeout)
+        self._server = None
+        if lite_process and is_lite(self.uri):
+            self._server = serve_lite(self.uri)
+        try:
+            self._client = connect(self._server.uri if self._server else self.uri, token,
+                                   timeout)
+        except BaseException:
+            if self._server is not None:
+                self._server.stop()
+            raise
         self.record = None
 
     # -- the record ---------------------------------------------------------------------
@@ -434,8 +455,11 @@ class MilvusStore:
 
     def close(self):
         if self._client is not None:
-            release(self._client, self.uri)
+            release(self._client, self._server.uri if self._server else self.uri)
             self._client = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
 
     def _call(self, method, *args, **kwargs):
         if self._client is None:
