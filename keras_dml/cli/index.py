@@ -91,9 +91,12 @@ def run_milvus(args):
     index = milvus_index(args, run, {"images": os.path.abspath(args.images),
                                      "root": catalogue.root})
     progress = Progress(None)
-    report = sync(index, catalogue, functools.partial(embedded_chunks, run), chunk_size,
-                  args.update, progress)
-    progress.close()
+    try:
+        report = sync(index, catalogue, functools.partial(embedded_chunks, run), chunk_size,
+                      args.update, progress)
+    finally:
+        progress.close()
+        index.close()  # a Lite file's serving process stops, and the file is free again
     where = args.uri + (f" (collection {args.collection})" if args.collection else "")
     gone = (f", removed {report.removed} whose files are gone" if report.removed else
             f"; {report.gone} entries' files are gone (--update removes them)" if report.gone

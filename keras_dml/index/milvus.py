@@ -160,6 +160,12 @@ def _check_lite_path(uri):
     return path
 
 
+def _open_here(uri):
+    """Whether this process already serves the Lite file (then a child could not open it)."""
+    with _LITE_LOCK:
+        return os.path.abspath(uri) in _LITE_USERS
+
+
 def serve_lite(uri):
     """A `LiteProcess` serving the Lite database `uri` from a child process, or a
     one-line error (another process holds it, or it cannot be opened)."""
@@ -233,7 +239,7 @@ class MilvusStore:
         self.uri = os.fspath(uri)
         self.collection = collection or DEFAULT_COLLECTION
         self._server = None
-        if lite_process and is_lite(self.uri):
+        if lite_process and is_lite(self.uri) and not _open_here(self.uri):
             self._server = serve_lite(self.uri)
         try:
             self._client = connect(self._server.uri if self._server else self.uri, token,
