@@ -11,6 +11,10 @@ processes on the machine thus hits every system alike, and no system shares an
 address space, thread pool or allocator with another. Each worker times itself,
 so the pipe is not in the figures.
 
+`Pool` keeps one worker per system name alive across cases (`compare(..., pool=)`):
+each case rebuilds its unit in the same process, so a framework's start-up (several
+seconds for Keras, torch or JAX) is paid once per run, not once per case.
+
 `alone` times one system with no other worker alive: the fairness check
 compares it with the same system's figure from `compare`. `peak_memory` measures
 one system's peak resident memory, first call and later calls apart.
@@ -49,6 +53,9 @@ def thread_env(threads, device="cpu", root=ROOT):
     env["BENCH_DEVICE"] = device
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
+    else:  # the workers share the GPU: none may take most of its memory up front
+        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX takes 75 % otherwise
+        env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")  # TensorFlow takes all
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                  "TF_NUM_INTRAOP_THREADS", "BENCH_THREADS"):
         env[name] = value
@@ -65,13 +72,14 @@ def thread_env(threads, device="cpu", root=ROOT):
 
 
 class Worker:
-    """A `benchmarks.worker` process running one system."""
+    """A `benchmarks.worker` process running one system (`factory` None: none yet, see
+    `build`)."""
 
     def __init__(self, factory, kwargs, threads, device="cpu", root=ROOT):
-        spec = json.dumps({"factory": factory, "kwargs": kwargs})
+        spec = [] if factory is None else [json.dumps({"factory": factory, "kwargs": kwargs})]
         self.log = tempfile.TemporaryFile("w+")  # a pipe could fill and block the worker
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.worker", spec], cwd=root,
+            [sys.executable, "-m", "benchmarks.worker", *spec], cwd=root,
             env=thread_env(threads, device, root), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.log, text=True)
         self.facts = None
@@ -79,6 +87,13 @@ class Worker:
     def wait_ready(self):
         """Wait for the worker to build its system (its set-up runs the unit once)."""
         self.facts = self._receive()["facts"]
+        return self
+
+    def start_build(self, factory, kwargs):
+        """Ask the worker to replace its unit by `factory(**kwargs)`; `wait_ready` answers."""
+        self.process.stdin.write(json.dumps({"build": {"factory": factory,
+                                                       "kwargs": kwargs}}) + "\n")
+        self.process.stdin.flush()
         return self
 
     def _receive(self):
@@ -134,8 +149,36 @@ def _measure(workers, repeats, warmup, inner, seed):
             for name in samples}
 
 
+class Pool:
+    """Live workers by system name, kept across cases; `close` ends them all."""
+
+    def __init__(self, threads, device="cpu"):
+        self.threads, self.device, self.workers = threads, device, {}
+
+    def build(self, systems):
+        """{name: worker} with each system's unit built in its name's worker (started on
+        first use), the builds side by side."""
+        workers = {}
+        for name, (factory, kwargs) in systems.items():
+            if name not in self.workers:
+                self.workers[name] = Worker(None, None, self.threads, self.device).wait_ready()
+            workers[name] = self.workers[name].start_build(factory, kwargs)
+        try:
+            for worker in workers.values():
+                worker.wait_ready()
+        except RuntimeError:
+            self.close()  # a failed build leaves the others' answers unread
+            raise
+        return workers
+
+    def close(self):
+        for worker in self.workers.values():
+            worker.close()
+        self.workers = {}
+
+
 def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0, device="cpu",
-            roots=None):
+            roots=None, pool=None):
     """Time each system in its own process, rounds interleaved.
 
     Args:
@@ -147,10 +190,14 @@ def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0, device="cp
         device: "cpu" or "gpu" (see `thread_env`).
         roots: {name: source tree} for systems that import another tree than this
             one (see `benchmarks.compare_revisions`).
+        pool: a `Pool` whose workers run the systems and stay alive (`threads` and
+            `device` are the pool's).
 
     Returns:
         {name: {"median", "min", "max", "q1", "q3", "n", "samples", "memory", "facts"}}.
     """
+    if pool is not None:
+        return _measure(pool.build(systems), repeats, warmup, inner, seed)
     workers = {}
     try:
         for name, (factory, kwargs) in systems.items():
