@@ -158,6 +158,8 @@ def run_case(case, mode, threads, check_fairness, device="cpu", pool=None):
     row = {"case": case.key, "group": case.group, "name": case.name, "unit": case.unit,
            "per_call": case.per_call, "target": case.target, "kwargs": systems,
            "systems": result, "harness_runs": len(runs), **fair}
+    if pool is not None and pool.failures:
+        row["failures"] = dict(pool.failures)
     if "peer" in result:
         row["ratios"] = {name: _ratio_fields(runs, name) for name in result
                          if name not in ("peer", "floor")}
@@ -270,6 +272,8 @@ def markdown(rows, info):
 
 def _system_cell(row, name):
     """A `--backends` cell: time [IQR] and the ratio to the peer, median [range]."""
+    if name in row.get("failures", {}):
+        return f"fails: {row['failures'][name][:100]}"
     if name not in row["systems"]:
         return ""
     result = row["systems"][name]

@@ -64,11 +64,23 @@ def thread_env(threads, device="cpu", root=ROOT):
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
                             " intra_op_parallelism_threads=1").strip()
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    # torch.compile's code generation in the worker itself: no pool of compiler processes
+    # that outlives the compilation beside the timed systems
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     # TensorFlow's oneDNN kernels, as `keras-dml` runs them (keras_dml.cli); TensorFlow
     # turns them on by itself only on CPUs with AVX-512 VNNI / BF16 or AMX.
     env.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+class BuildError(RuntimeError):
+    """A live worker could not build a unit; the message is the worker's traceback."""
+
+    def reason(self):
+        """The exception's own line (the traceback's last), for a table cell."""
+        lines = [line for line in str(self).splitlines() if line and not line[0].isspace()]
+        return lines[-1] if lines else "unknown error"
 
 
 class Worker:
@@ -85,8 +97,15 @@ class Worker:
         self.facts = None
 
     def wait_ready(self):
-        """Wait for the worker to build its system (its set-up runs the unit once)."""
-        self.facts = self._receive()["facts"]
+        """Wait for the worker to build its system (its set-up runs the unit once).
+
+        Raises:
+            BuildError: the unit of a `start_build` failed to build (the worker lives on).
+        """
+        answer = self._receive()
+        if "error" in answer:
+            raise BuildError(answer["error"])
+        self.facts = answer["facts"]
         return self
 
     def start_build(self, factory, kwargs):
@@ -150,24 +169,33 @@ def _measure(workers, repeats, warmup, inner, seed):
 
 
 class Pool:
-    """Live workers by system name, kept across cases; `close` ends them all."""
+    """Live workers by system name, kept across cases; `close` ends them all.
+
+    `failures` holds the systems of the last `build` that failed to build, {name: the
+    exception's line}: the case runs without them (e.g. `torch.compile` cannot trace a
+    loss), where a worker that died would stop the run."""
 
     def __init__(self, threads, device="cpu"):
-        self.threads, self.device, self.workers = threads, device, {}
+        self.threads, self.device, self.workers, self.failures = threads, device, {}, {}
 
     def build(self, systems):
         """{name: worker} with each system's unit built in its name's worker (started on
-        first use), the builds side by side."""
-        workers = {}
+        first use), the builds side by side; the failed ones left out (`failures`)."""
+        started = {}
         for name, (factory, kwargs) in systems.items():
             if name not in self.workers:
                 self.workers[name] = Worker(None, None, self.threads, self.device).wait_ready()
-            workers[name] = self.workers[name].start_build(factory, kwargs)
+            started[name] = self.workers[name].start_build(factory, kwargs)
+        workers, self.failures = {}, {}
         try:
-            for worker in workers.values():
-                worker.wait_ready()
+            for name, worker in started.items():
+                try:
+                    workers[name] = worker.wait_ready()
+                except BuildError as error:
+                    self.failures[name] = error.reason()
+                    print(f"[{name}] failed to build:\n{error}", file=sys.stderr, flush=True)
         except RuntimeError:
-            self.close()  # a failed build leaves the others' answers unread
+            self.close()  # a dead worker leaves the others' answers unread
             raise
         return workers
 

@@ -9,7 +9,8 @@ optionally a dict of facts to report.
 
 Protocol (one JSON line each way): the worker answers "ready" once built (at once,
 without SPEC), then for {"build": SPEC} drops its unit, resets the memory peak, builds
-the new one and answers "ready" with its facts (one process per framework serves
+the new one and answers "ready" with its facts (or {"error": its traceback}, and waits
+for the next build) (one process per framework serves
 many cases: `processes.Pool`); for {"run": n} runs the unit n times and answers the n
 wall times in seconds
 (with "lead_seconds": s, it first runs the unit untimed until s seconds have passed);
@@ -26,6 +27,7 @@ import json
 import os
 import sys
 import time
+import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -149,7 +151,11 @@ def main():
             gc.collect()  # the previous unit's arrays go before the next one's arrive
             memory = Memory()
             memory.reset_peak()
-            step, facts = build(command["build"])
+            try:
+                step, facts = build(command["build"])
+            except Exception:  # the case goes on without this system; the parent reports it
+                _answer({"error": traceback.format_exc()[-4000:]}, out)
+                continue
             memory = Memory()  # the unit may have imported the framework that holds the GPU
             after_setup = memory.in_use_kb()
             _answer({"ready": True, "facts": facts}, out)

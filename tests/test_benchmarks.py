@@ -508,15 +508,23 @@ def test_a_pool_builds_each_case_in_the_same_worker(tmp_path, monkeypatch):
     (tmp_path / "named_unit.py").write_text(
         "import os\n"
         "def build(name):\n"
+        "    if name == 'bad':\n"
+        "        raise ValueError('cannot trace this unit')\n"
         "    return (lambda: None), {'name': name, 'pid': os.getpid()}\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     pool = processes.Pool(threads=1)
     try:
         first = processes.compare({"a": ("named_unit:build", {"name": "one"})}, repeats=2,
                                   pool=pool)
+        # a unit that fails to build leaves its case without it, and its worker alive
+        failed = processes.compare({"a": ("named_unit:build", {"name": "bad"}),
+                                    "b": ("named_unit:build", {"name": "other"})},
+                                   repeats=1, pool=pool)
+        assert set(failed) == {"b"}
+        assert pool.failures == {"a": "ValueError: cannot trace this unit"}
         second = processes.compare({"a": ("named_unit:build", {"name": "two"})}, repeats=1,
                                    pool=pool)
-        assert pool.workers["a"].process.poll() is None  # still alive between cases
+        assert pool.failures == {} and pool.workers["a"].process.poll() is None
     finally:
         pool.close()
     assert first["a"]["facts"]["name"] == "one" and second["a"]["facts"]["name"] == "two"
