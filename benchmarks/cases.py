@@ -253,7 +253,8 @@ TORCH_COMPILED = "torch_compiled"
 BACKEND_LOSS_SIZES = (1024, 8192)
 
 # (keras_dml loss, its config, the PML peer (loss, config, miner, miner_config) or None,
-#  classes): ICE has no PML loss, its row times the backends only.
+#  classes: the labels modulo the loss's class count, so N = 8,192 stays within it): ICE
+#  has no PML loss, its row times the backends only.
 BACKEND_LOSSES = {
     "MultiSimilarity + VTHM mining": ("MultiSimilarity", None, (
         "MultiSimilarityLoss", {"alpha": 2, "beta": 50, "base": 0.5},
@@ -265,7 +266,7 @@ BACKEND_LOSSES = {
         "ContrastiveLoss", {"pos_margin": 1.0, "neg_margin": 0.5,
                             "distance": "CosineSimilarity"}, None, None), None),
     "ArcFace (C = 256)": ("ArcFace", {"num_classes": 256}, (
-        "ArcFaceLoss", {"num_classes": 256}, None, None), None),
+        "ArcFaceLoss", {"num_classes": 256}, None, None), 256),
 }
 
 

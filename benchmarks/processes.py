@@ -23,6 +23,7 @@ one system's peak resident memory, first call and later calls apart.
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -74,12 +75,16 @@ def thread_env(threads, device="cpu", root=ROOT):
     return env
 
 
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(Error|Exception)\b")
+
+
 class BuildError(RuntimeError):
     """A live worker could not build a unit; the message is the worker's traceback."""
 
     def reason(self):
-        """The exception's own line (the traceback's last), for a table cell."""
-        lines = [line for line in str(self).splitlines() if line and not line[0].isspace()]
+        """The exception's own line ("SomeError: message", the traceback's last such
+        line), for a table cell."""
+        lines = [line for line in str(self).splitlines() if _EXCEPTION_LINE.match(line)]
         return lines[-1] if lines else "unknown error"
 
 

@@ -21,6 +21,7 @@ VmRSS / VmHWM, reset through /proc/self/clear_refs), or on `--device gpu` the
 bytes its framework's allocator holds on the first GPU.
 """
 
+import ctypes
 import gc
 import importlib
 import json
@@ -42,6 +43,19 @@ def memory_kb(field):
     except OSError:
         pass
     return 0
+
+
+def release_free_memory():
+    """Give the allocator's free memory back to the system (glibc's `malloc_trim`).
+
+    A process that served a large unit keeps its freed heap otherwise: a PyTorch loss step
+    at N = 4,096 left the process at 1.29 GB after its unit was dropped and collected, 0.55
+    GB after the trim; at N = 8,192 two such workers held 9 GB each through the next case.
+    """
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def reset_peak():
@@ -149,6 +163,7 @@ def main():
         if "build" in command:
             step = facts = None
             gc.collect()  # the previous unit's arrays go before the next one's arrive
+            release_free_memory()
             memory = Memory()
             memory.reset_peak()
             try:
