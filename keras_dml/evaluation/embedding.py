@@ -2,7 +2,9 @@
 
 The data is a `tf.data.Dataset` (where TensorFlow is installed), a
 `keras.utils.PyDataset`, a Python iterable of `(x, y[, w])` batches, or an `(x, y)`
-tuple of arrays; every backend embeds each of them.
+tuple of arrays; every backend embeds each of them. Each public function normalises
+it once (`keras_dml.data.inputs.as_data`); the functions below take the finite
+batches made from that (`finite_batches`, `model_batches`), not the user's value.
 """
 
 import itertools
