@@ -38,7 +38,7 @@ def add_command(commands):
     how.add_argument("--rerank", default=None, metavar="METHOD[:k=v,...]",
                      help="also measure a re-ranking: qe (alpha query expansion), dba "
                      "(database-side augmentation) or k_reciprocal, with options as "
-                     "qe:n=2,alpha=3 or k_reciprocal:k1=20,k2=6,lam=0.3")
+                     "qe:n=2,mutual=0 or k_reciprocal:k1=20,k2=6,lam=0.3")
     out = parser.add_argument_group("output")
     out.add_argument("--output", default=None,
                      help="folder for metrics.json, per_class.csv and report.html (default "
