@@ -108,10 +108,16 @@ def run(args):
         shown = "  ".join(f"{key} {100 * value:.1f}" for key, value in metrics.items()
                           if not key.startswith("num_"))
         print(f"{title:<28} {shown}  ({metrics['num_queries']} queries, {seconds:.1f} s)")
+    summary = {"data": data.description, "rerank": args.rerank,
+               "results": [{"ranking": t, "metrics": m, "seconds": round(s, 2)}
+                           for t, m, s in rows]}
+    if args.rerank is not None:
+        extra = rows[1][2] - rows[0][2]
+        summary["rerank_extra_seconds"] = round(extra, 2)
+        print(f"re-ranking took {extra:+.1f} s over the exact ranking "
+              f"({1000 * extra / max(report.metrics['num_queries'], 1):+.2f} ms per query)")
     with open(os.path.join(folder, "metrics.json"), "w") as f:
-        json.dump({"data": data.description, "rerank": args.rerank,
-                   "results": [{"ranking": t, "metrics": m, "seconds": round(s, 2)}
-                               for t, m, s in rows]}, f, indent=2)
+        json.dump(summary, f, indent=2)
     report.write_per_class_csv(os.path.join(folder, "per_class.csv"), ks)
     written = ["metrics.json", "per_class.csv"]
     if not args.no_report:
