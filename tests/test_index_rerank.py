@@ -158,6 +158,15 @@ def test_k_reciprocal_matches_the_papers_equations(k1, k2, lam):
         np.testing.assert_allclose(-result.scores[row], distances[expected], rtol=1e-5)
 
 
+def test_every_method_searches_a_gallery_of_one_or_two_items():
+    for size in (1, 2):
+        index = Index()
+        index.add(np.eye(3, dtype="float32")[:size], labels=list(range(size)))
+        for method in rr.METHODS:
+            found = index.search(np.ones((2, 3), "float32"), size, rerank=method)
+            assert sorted(found.ids[0].tolist()) == list(range(size)), method
+
+
 def test_reranked_results_carry_labels_and_metadata_of_their_ids():
     rng = np.random.default_rng(3)
     gallery = rng.normal(size=(30, 4)).astype("float32")
@@ -184,7 +193,8 @@ def test_rerank_names_with_options_and_bad_ones():
     assert rr.get("k_reciprocal:k1=10,lam=0.5") == rr.KReciprocal(k1=10, lam=0.5)
     assert rr.get("qe:n=3") == rr.AlphaQE(n=3)
     for bad, words in [("qx", "rerank must be one of"), ("qe:m=2", "takes n, alpha"),
-                       ("qe:n=two", "n must be a number"), ("k_reciprocal:lam=2", "lam must")]:
+                       ("qe:n=two", "n must be a number"), ("k_reciprocal:lam=2", "lam must"),
+                       ("qe:mutual=-1", "mutual")]:
         with pytest.raises(ValueError, match=words):
             rr.get(bad)
 

@@ -90,8 +90,10 @@ class DBA:
         unique, inverse = np.unique(ids, return_inverse=True)
         vectors = gallery.embeddings(unique)
         neighbour_ids, neighbour_scores = gallery.neighbours(unique, self.n)
-        augmented = expand(ops.unit_rows(vectors), gallery.embeddings(neighbour_ids),
-                           neighbour_scores, self.alpha)
+        augmented = ops.unit_rows(vectors)
+        if neighbour_ids.shape[1]:  # (a gallery of one item has no neighbours)
+            augmented = expand(augmented, gallery.embeddings(neighbour_ids),
+                               neighbour_scores, self.alpha)
         candidates = augmented[inverse.reshape(ids.shape)]  # (q, depth, d)
         scores = np.einsum("qd,qcd->qc", ops.unit_rows(queries), candidates)
         return _sorted(ids, scores, k)
@@ -142,6 +144,8 @@ def mutual_neighbours(gallery, ids, similarities, m):
     """bool, as `ids` (q, n): whether each query would be among the m nearest items of
     its found item (similarity to it at least that of the item's m-th nearest)."""
     _, theirs = gallery.neighbours(ids.reshape(-1), m)
+    if theirs.shape[1] == 0:  # a gallery of one item: nothing is nearer than the query
+        return np.ones(ids.shape, bool)
     return similarities >= theirs[:, -1].reshape(ids.shape) - 1e-6
 
 
