@@ -596,8 +596,10 @@ class Index:
         >>> index = Index.from_model(model.embedder(), splits.test)  # doctest: +SKIP
         >>> index.search(queries, k=3).metadata[0]  # doctest: +SKIP
         """
-        from keras_dml.index.embedding import embed_source, source_preprocessing
+        from keras_dml.data.inputs import as_data
+        from keras_dml.index.embedding import SOURCE_FORMS, embed_source, source_preprocessing
 
+        dataset = as_data(dataset, SOURCE_FORMS, "dataset")  # once, for both below
         preprocessing = source_preprocessing(embedder, dataset, preprocessing)
         made = {"model_fingerprint": provenance.model_fingerprint(embedder),
                 "preprocessing": None if preprocessing is None else preprocessing.to_dict(),
