@@ -1,8 +1,8 @@
 """Run every benchmark, each system in its own process: `python -m benchmarks`.
 
     python -m benchmarks [--quick | --smoke] [--only TEXT ...] [--threads T]
-                         [--check-fairness] [--large-batches] [--backends jax torch]
-                         [--out DIR]
+                         [--check-fairness] [--large-batches] [--device cpu | gpu]
+                         [--backends tensorflow jax torch] [--out DIR]
 
 Writes DIR/benchmarks.json (every sample, the machine, the versions) and
 DIR/benchmarks.md (the table benchmarks/README.md shows) and prints the table.
@@ -13,9 +13,17 @@ processes one after the other) and reports it beside the peer's figure from the
 interleaved run. `--large-batches`
 alone times MultiSimilarity and ICE at N = 4,096-16,384 (PML's MultiSimilarity up to
 8,192, the triplet losses at 4,096) with their peak memory; add `--only ""` to run
-the cases too. `--backends jax torch` adds keras_dml's loss step on Keras' JAX and
-PyTorch backends to every loss case, each in its own process like the others: a column
-per backend beside keras_dml's (TensorFlow) and the peer's.
+the cases too.
+
+`--backends tensorflow jax torch` runs the backend suite instead (any of the three):
+the main job's training step, the loss steps of MultiSimilarity, InstanceCrossEntropy,
+ProxyAnchor, Contrastive and ArcFace at N = 1,024 and 8,192 (8,192 and PyTorch's
+`torch.compile` column in full runs only) and exact kNN, keras_dml on each backend
+beside pytorch-metric-learning on the same device, each system in one process of its
+own for the whole run. It writes DIR/backends.json and DIR/backends.md. Without
+"tensorflow" nothing imports TensorFlow: it runs where only JAX, PyTorch, Keras and
+pytorch-metric-learning are installed. `--device gpu` runs on the GPU (the files are
+named *-gpu.*) and stops with one line when a framework the run needs sees none.
 """
 
 import argparse
@@ -28,7 +36,7 @@ import statistics
 import sys
 
 from benchmarks import processes
-from benchmarks.cases import CASES, TF, TORCH
+from benchmarks.cases import BACKENDS, CASES, TF, TORCH, backend_cases
 
 PACKAGES = ("tensorflow", "keras", "jax", "torch", "pytorch-metric-learning", "faiss-cpu",
             "numpy")
@@ -60,24 +68,41 @@ def machine(threads):
             "tf_onednn": processes.thread_env(threads)["TF_ENABLE_ONEDNN_OPTS"]}
 
 
-def gpu_names():
-    """The GPUs the first installed framework sees (PyTorch, JAX, then TensorFlow), as
-    names; [] when none or no framework is installed. TensorFlow is not needed."""
-    for module in ("torch", "jax", "tensorflow"):
+#: the module of each framework a run may need, and its name in messages
+FRAMEWORKS = {"torch": "PyTorch", "jax": "JAX", "tensorflow": "TensorFlow"}
+
+
+def frameworks(backends):
+    """The frameworks a run uses: its Keras backends and PyTorch (PML's peers); the
+    catalogue (no `backends`): TensorFlow and PyTorch."""
+    return sorted(set(backends or ["tensorflow"]) | {"torch"}, key=list(FRAMEWORKS).index)
+
+
+def gpu_names(framework):
+    """The GPUs `framework` ("torch", "jax" or "tensorflow") sees, as names; [] when
+    none, None when it is not installed. Imports only that framework."""
+    try:
+        module = importlib.import_module(framework)
+    except ImportError:
+        return None
+    if framework == "torch":
+        return [module.cuda.get_device_name(i) for i in range(module.cuda.device_count())]
+    if framework == "jax":
         try:
-            framework = importlib.import_module(module)
-        except ImportError:
-            continue
-        if module == "torch":
-            return [framework.cuda.get_device_name(i)
-                    for i in range(framework.cuda.device_count())]
-        if module == "jax":
-            try:
-                return [str(device) for device in framework.devices("gpu")]
-            except RuntimeError:  # "Unknown backend: 'gpu' requested"
-                return []
-        return [device.name for device in framework.config.list_physical_devices("GPU")]
-    return []
+            return [str(device) for device in module.devices("gpu")]
+        except RuntimeError:  # "Unknown backend: 'gpu' requested"
+            return []
+    return [device.name for device in module.config.list_physical_devices("GPU")]
+
+
+def frameworks_without_gpu(names):
+    """Those of `names` that see no GPU (or are not installed), as readable names."""
+    blind = []
+    for name in names:
+        found = gpu_names(name)
+        if not found:
+            blind.append(FRAMEWORKS[name] + (" (not installed)" if found is None else ""))
+    return blind
 
 
 def _round_ratios(runs, system="keras_dml"):
@@ -102,31 +127,45 @@ def pooled(runs):
     return result
 
 
-#: the column titles of `--backends`
-BACKEND_TITLES = {"jax": "keras_dml on JAX", "torch": "keras_dml on PyTorch"}
+#: the systems of the `--backends` table, in column order, and their titles
+SYSTEM_TITLES = {"tensorflow": "TensorFlow", "jax": "JAX (jax.jit)",
+                 "torch": "PyTorch (eager)", "torch_compiled": "PyTorch (torch.compile)"}
 
 
-def run_case(case, mode, threads, check_fairness, device="cpu", backends=()):
+def _ratio_fields(runs, system):
+    """`system` / peer per round: {"median", "min", "max"}."""
+    ratios = _round_ratios(runs, system)
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+
+
+def run_case(case, mode, threads, check_fairness, device="cpu", pool=None):
+    """Time one case; its row for the table and the JSON. `pool`: run the systems in
+    these live workers (`processes.Pool`) instead of fresh processes."""
     repeats, warmup, inner = case.timing(mode)
-    systems = case.systems_for(mode, backends)
+    systems = case.systems_for(mode)
     print(f"[{case.key}] {repeats} rounds ...", file=sys.stderr, flush=True)
 
     def measure():
-        return processes.compare(systems, repeats, warmup, inner, threads, device=device)
+        return processes.compare(systems, repeats, warmup, inner, threads, device=device,
+                                 pool=pool)
 
     runs, fair = [measure()], {}
-    if check_fairness:
+    if check_fairness and "peer" in systems:
         factory, kwargs = systems["peer"]
         fair = check_fairness_of(runs, measure, lambda: processes.alone(
             factory, kwargs, repeats, warmup, inner, threads, device))
-    result, ratios = pooled(runs), _round_ratios(runs)
+    result = pooled(runs)
     row = {"case": case.key, "group": case.group, "name": case.name, "unit": case.unit,
            "per_call": case.per_call, "target": case.target, "kwargs": systems,
-           "systems": result, "harness_runs": len(runs), "ratio": statistics.median(ratios),
-           "ratio_min": min(ratios), "ratio_max": max(ratios), **fair}
-    for backend in BACKEND_TITLES:
-        if backend in result:
-            row[f"ratio_{backend}"] = statistics.median(_round_ratios(runs, backend))
+           "systems": result, "harness_runs": len(runs), **fair}
+    if pool is not None and pool.failures:
+        row["failures"] = dict(pool.failures)
+    if "peer" in result:
+        row["ratios"] = {name: _ratio_fields(runs, name) for name in result
+                         if name not in ("peer", "floor")}
+    if "keras_dml" in result:
+        ours = row["ratios"]["keras_dml"]
+        row.update(ratio=ours["median"], ratio_min=ours["min"], ratio_max=ours["max"])
     if "floor" in result:
         row["ratio_to_floor"] = result["keras_dml"]["median"] / result["floor"]["median"]
         row["floor_to_peer"] = result["floor"]["median"] / result["peer"]["median"]
@@ -185,33 +224,34 @@ def _time(stats, unit):
             f"[{scale * stats['q1']:.3g}-{scale * stats['q3']:.3g}]")
 
 
-def _backend_cell(row, backend):
-    """A `--backends` column's cell: the time and its ratio to the peer, or blank."""
-    if backend not in row["systems"]:
-        return ""
-    return f"{_time(row['systems'][backend], row['unit'])} ({row[f'ratio_{backend}']:.2f})"
+def _header(info):
+    """The table's first line: mode, date, CPU, threads, device, load, versions."""
+    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v)
+    return (("" if info["mode"] == "full" else f"Mode `--{info['mode']}` (not the full sizes). ")
+            + f"Measured {info['date']} on {info['cpu']} ({info['logical_cpus']} logical "
+            f"CPUs), {info['threads']} thread(s) per system, device {info['device']}, "
+            f"load average {info['load_average_start'][0]:.1f}"
+            f" at the start and {info['load_average_end'][0]:.1f} at the end; {versions}, "
+            f"TF_ENABLE_ONEDNN_OPTS={info['tf_onednn']}. ")
+
+
+def _fairness_cell(row):
+    runs = row.get("harness_runs", 1)
+    return (f" {row['peer_alone_over_harness']:.2f}"
+            f" ({'same within noise' if row['fair'] else 'DIFFERENT'}"
+            f"{f'; {runs} harness runs' if runs > 1 else ''}) |")
 
 
 def markdown(rows, info):
-    backends = [b for b in BACKEND_TITLES if any(b in row["systems"] for row in rows)]
-    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v)
     lines = [
-        ("" if info["mode"] == "full" else f"Mode `--{info['mode']}` (not the full sizes). ")
-        + f"Measured {info['date']} on {info['cpu']} ({info['logical_cpus']} logical CPUs), "
-        f"{info['threads']} thread(s) per system, device {info['device']}, "
-        f"load average {info['load_average_start'][0]:.1f}"
-        f" at the start and {info['load_average_end'][0]:.1f} at the end; {versions}, "
-        f"TF_ENABLE_ONEDNN_OPTS={info['tf_onednn']}. "
-        "Times: median [interquartile range] over interleaved rounds, each system in "
+        _header(info)
+        + "Times: median [interquartile range] over interleaved rounds, each system in "
         "its own process. Ratio: keras_dml / peer time, median [range] of the per-round "
-        "ratios (below 1: keras_dml is faster)."
-        + (" keras_dml on another Keras backend: time (its ratio to the peer); keras_dml "
-           "alone is TensorFlow's." if backends else ""),
+        "ratios (below 1: keras_dml is faster).",
         "",
         "| benchmark | keras_dml | peer | ratio | target | met |"
-        + "".join(f" {BACKEND_TITLES[b]} |" for b in backends)
         + (" peer alone / in harness |" if any("fair" in r for r in rows) else ""),
-        "| --- | --- | --- | --- | --- | --- |" + " --- |" * len(backends)
+        "| --- | --- | --- | --- | --- | --- |"
         + (" --- |" if any("fair" in r for r in rows) else ""),
     ]
     for row in rows:
@@ -223,13 +263,69 @@ def markdown(rows, info):
         target = "" if row["target"] is None else f"<= {row['target']:.2f}"
         met = "" if row["target"] is None else ("yes" if row["ratio"] <= row["target"] else "no")
         line = (f"| {row['group']}: {row['name']} | {_time(result['keras_dml'], row['unit'])} | "
-                f"{_time(result['peer'], row['unit'])} | {ratio} | {target} | {met} |"
-                + "".join(f" {_backend_cell(row, b)} |" for b in backends))
+                f"{_time(result['peer'], row['unit'])} | {ratio} | {target} | {met} |")
         if "fair" in row:
-            runs = row.get("harness_runs", 1)
-            line += (f" {row['peer_alone_over_harness']:.2f}"
-                     f" ({'same within noise' if row['fair'] else 'DIFFERENT'}"
-                     f"{f'; {runs} harness runs' if runs > 1 else ''}) |")
+            line += _fairness_cell(row)
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _system_cell(row, name):
+    """A `--backends` cell: time [IQR] and the ratio to the peer, median [range]."""
+    if name in row.get("failures", {}):
+        return f"fails: {row['failures'][name][:100]}"
+    if name not in row["systems"]:
+        return ""
+    result = row["systems"][name]
+    cell = _time(result, row["unit"])
+    ratio = row.get("ratios", {}).get(name)
+    if ratio:
+        cell += f"; {ratio['median']:.2f} [{ratio['min']:.2f}-{ratio['max']:.2f}]"
+    if "kernel" in result["facts"]:  # which search keras_dml picked on this backend
+        cell += f" ({result['facts']['kernel']})"
+    return cell
+
+
+def _case_title(row):
+    """The row's name, with the steps a call where a call is several training steps."""
+    steps = {kwargs.get("steps") for _, kwargs in row["kwargs"].values()} - {None}
+    return row["name"] + (f", {steps.pop()} steps a call" if len(steps) == 1 else "")
+
+
+def _peak_cell(row):
+    """The peak resident (or GPU allocator) memory of each system's process, GB."""
+    return ", ".join(f"{SYSTEM_TITLES.get(name, 'PML').split(' (')[0]}"
+                     f"{' compiled' if name == 'torch_compiled' else ''} "
+                     f"{result['memory']['peak_kb'] / 2**20:.1f}"
+                     for name, result in row["systems"].items()
+                     if result["memory"].get("peak_kb"))
+
+
+def backend_markdown(rows, info):
+    """The `--backends` table: a column per backend, the PML peer, peak memory."""
+    systems = [name for name in SYSTEM_TITLES if any(name in r["systems"] for r in rows)]
+    fair = any("fair" in r for r in rows)
+    lines = [
+        _header(info)
+        + "Each backend and the peer in its own process (one per system for the whole run), "
+        "rounds interleaved. Cells: median [interquartile range]; then the ratio to the "
+        "PML peer on the same device, median [range] of the per-round ratios (below 1: "
+        "keras_dml is faster); no ratio where PML has no such loss. keras_dml's TensorFlow "
+        "loss step is a `tf.function` (jit_compile=False), JAX's `jax.jit`; `keras-dml "
+        "train` runs PyTorch eagerly unless `--jit-compile`.",
+        "",
+        "| benchmark | PML peer |" + "".join(f" {SYSTEM_TITLES[n]} |" for n in systems)
+        + " peak memory (GB) |" + (" peer alone / in harness |" if fair else ""),
+        "| --- | --- |" + " --- |" * len(systems) + " --- |" + (" --- |" if fair else ""),
+    ]
+    for row in rows:
+        peer = _time(row["systems"]["peer"], row["unit"]) if "peer" in row["systems"] \
+            else "none"
+        line = (f"| {_case_title(row)} | {peer} |"
+                + "".join(f" {_system_cell(row, n)} |" for n in systems)
+                + f" {_peak_cell(row)} |")
+        if fair:
+            line += _fairness_cell(row) if "fair" in row else " |"
         lines.append(line)
     return "\n".join(lines) + "\n"
 
@@ -330,47 +426,62 @@ def main(argv=None):
                         help="cpu hides GPUs from every system; gpu runs TensorFlow, torch "
                              "and faiss (faiss-gpu needed) on the GPU; the files are named "
                              "benchmarks-gpu.*")
-    parser.add_argument("--backends", nargs="+", default=[], choices=list(BACKEND_TITLES),
-                        help="also time keras_dml's loss step on these Keras backends (loss "
-                             "cases; JAX and PyTorch must be installed)")
+    parser.add_argument("--backends", nargs="+", default=[], choices=list(BACKENDS),
+                        help="instead of the cases above, the backend suite: the main job's "
+                             "step, five loss steps and exact kNN of keras_dml on these "
+                             "Keras backends beside PML (no TensorFlow needed without "
+                             "'tensorflow'); writes backends.json / backends.md")
     parser.add_argument("--out", default=os.path.join("benchmarks", "results"),
                         help="folder for benchmarks.json and benchmarks.md")
     args = parser.parse_args(argv)
     if args.threads < 1:
         parser.error(f"--threads must be at least 1, got {args.threads}")
     chosen = "smoke" if args.smoke else "quick" if args.quick else "full"
-    cases = [c for c in CASES if not args.only or any(t.lower() in c.key.lower()
-                                                      for t in args.only)]
+    catalogue = backend_cases(args.backends) if args.backends else CASES
+    cases = [c for c in catalogue if c.runs_in(chosen) and (
+        not args.only or any(t.lower() in c.key.lower() for t in args.only))]
     if args.large_batches and not args.only:
         cases = []  # --large-batches alone runs only them
     if not cases and not args.large_batches:
         parser.error(f"--only {args.only} matches no case; cases: "
-                     + ", ".join(c.key for c in CASES))
-    if args.device == "gpu" and not gpu_names():
-        parser.error("--device gpu: no GPU is visible here (neither PyTorch, JAX nor "
-                     "TensorFlow sees one; CUDA_VISIBLE_DEVICES="
-                     f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}); "
-                     "run with --device cpu")
-    info = {**machine(args.threads), "mode": chosen, "device": args.device}
-    stem = os.path.join(args.out, "benchmarks" if args.device == "cpu" else "benchmarks-gpu")
+                     + ", ".join(c.key for c in catalogue if c.runs_in(chosen)))
+    if args.device == "gpu":
+        blind = frameworks_without_gpu(frameworks(args.backends))
+        if blind:
+            parser.error(f"--device gpu: no GPU is visible here to {', '.join(blind)} "
+                         "(CUDA_VISIBLE_DEVICES="
+                         f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}); "
+                         "run with --device cpu")
+    info = {**machine(args.threads), "mode": chosen, "device": args.device,
+            "command": "python -m benchmarks " + " ".join(argv if argv is not None
+                                                          else sys.argv[1:])}
+    name = "backends" if args.backends else "benchmarks"
+    stem = os.path.join(args.out, name if args.device == "cpu" else f"{name}-gpu")
     os.makedirs(args.out, exist_ok=True)
+    tabulate = backend_markdown if args.backends else markdown
+    pool = processes.Pool(args.threads, args.device) if args.backends else None
     rows, large = [], []
-    for case in cases:  # the files are rewritten after each case: a long run keeps its rows
-        rows.append(run_case(case, chosen, args.threads, args.check_fairness, args.device,
-                             args.backends))
-        table = write(stem, info, rows, large)
+    try:
+        for case in cases:  # the files are rewritten after each case: a long run keeps its rows
+            rows.append(run_case(case, chosen, args.threads, args.check_fairness, args.device,
+                                 pool))
+            table = write(stem, info, rows, large, tabulate)
+    finally:
+        if pool is not None:
+            pool.close()
     if args.large_batches:
         large = large_batches(args.threads, args.large_sizes, args.large_repeats,
                               device=args.device, losses=args.large_losses)
-        table = write(stem, info, rows, large)
+        table = write(stem, info, rows, large, tabulate)
     print(table)
     return 0
 
 
-def write(stem, info, rows, large):
-    """Write STEM.json and STEM.md; returns the Markdown."""
+def write(stem, info, rows, large, tabulate=markdown):
+    """Write STEM.json and STEM.md (`tabulate(rows, info)` and the large batches);
+    returns the Markdown."""
     info["load_average_end"] = os.getloadavg()
-    table = markdown(rows, info) if rows else ""
+    table = tabulate(rows, info) if rows else ""
     if large:
         memory = " and ".join(sorted({row["memory"] for row in large}))
         table += ("\nLarge batches (d = 512, forward + backward, each alone in its process; "

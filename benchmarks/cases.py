@@ -12,8 +12,6 @@ import dataclasses
 TF = "benchmarks.tf_systems"
 TORCH = "benchmarks.torch_systems"
 FAISS = "benchmarks.faiss_systems"
-#: keras_dml's loss step on the other Keras backends (`benchmarks.keras_systems`)
-ON_BACKEND = {"jax": "benchmarks.on_jax", "torch": "benchmarks.on_torch"}
 
 
 @dataclasses.dataclass
@@ -28,6 +26,7 @@ class Case:
     repeats: dict = dataclasses.field(default_factory=lambda: {"full": 9, "quick": 5})
     inner: int = 1  # calls per sample (their median), for millisecond units
     same_value: bool = False  # both sides compute the same number (checked by the tests)
+    full_only: tuple = ()  # systems timed in full runs only (a slow build, e.g. compiling)
 
     def timing(self, mode):
         """(rounds, warm-up runs, runs per sample) of the case in `mode`."""
@@ -35,19 +34,16 @@ class Case:
             return self.repeats.get(mode, 1), 0, 1
         return self.repeats.get(mode, 1), 1, self.inner
 
-    def systems_for(self, mode, backends=()):
-        """{name: (factory, kwargs)} at the sizes of `mode`. `backends` ("jax",
-        "torch") adds keras_dml's loss step on those Keras backends, each a system of
-        its own named after the backend (loss cases only)."""
+    def runs_in(self, mode):
+        """False for a case too slow for `mode` (no sizes for it)."""
+        return mode in self.sizes
+
+    def systems_for(self, mode):
+        """{name: (factory, kwargs)} at the sizes of `mode`."""
         size = self.sizes[mode]
-        systems = {name: (factory, {**kwargs, **size})
-                   for name, (factory, kwargs) in self.systems.items()}
-        factory, kwargs = systems["keras_dml"]
-        if factory == f"{TF}:loss_step":
-            kwargs = {key: value for key, value in kwargs.items() if key != "jit_compile"}
-            for backend in backends:
-                systems[backend] = (f"{ON_BACKEND[backend]}:loss_step", kwargs)
-        return systems
+        return {name: (factory, {**kwargs, **size})
+                for name, (factory, kwargs) in self.systems.items()
+                if mode == "full" or name not in self.full_only}
 
     @property
     def key(self):
@@ -245,3 +241,89 @@ CASES = [
          target=1 / 1.3, unit="s", per_call="embedding + metrics",
          repeats={"full": 7, "quick": 3}),
 ]
+
+
+# --backends: keras_dml on each Keras backend beside PML on the same device (issue 49).
+
+#: the worker module of each Keras backend: it sets KERAS_BACKEND before Keras is imported
+BACKENDS = {"tensorflow": "benchmarks.on_tensorflow", "jax": "benchmarks.on_jax",
+            "torch": "benchmarks.on_torch"}
+#: keras_dml's loss step on PyTorch under torch.compile: a system of its own (full runs)
+TORCH_COMPILED = "torch_compiled"
+BACKEND_LOSS_SIZES = (1024, 8192)
+
+# (keras_dml loss, its config, the PML peer (loss, config, miner, miner_config) or None,
+#  classes: the labels modulo the loss's class count, so N = 8,192 stays within it): ICE
+#  has no PML loss, its row times the backends only.
+BACKEND_LOSSES = {
+    "MultiSimilarity + VTHM mining": ("MultiSimilarity", None, (
+        "MultiSimilarityLoss", {"alpha": 2, "beta": 50, "base": 0.5},
+        "MultiSimilarityMiner", {"epsilon": 0.1}), None),
+    "InstanceCrossEntropy": ("InstanceCrossEntropy", None, None, None),
+    "ProxyAnchor (C = 100)": ("ProxyAnchor", {"num_classes": 100}, (
+        "ProxyAnchorLoss", {"num_classes": 100, "margin": 0.1, "alpha": 32}, None, None), 100),
+    "Contrastive (cosine)": ("Contrastive", None, (
+        "ContrastiveLoss", {"pos_margin": 1.0, "neg_margin": 0.5,
+                            "distance": "CosineSimilarity"}, None, None), None),
+    "ArcFace (C = 256)": ("ArcFace", {"num_classes": 256}, (
+        "ArcFaceLoss", {"num_classes": 256}, None, None), 256),
+}
+
+
+def _on_backends(backends, function, kwargs):
+    return {backend: (f"{BACKENDS[backend]}:{function}", kwargs) for backend in backends}
+
+
+def _backend_loss_case(name, n, backends):
+    """One loss at batch size `n` on every backend (PyTorch also under torch.compile in
+    full runs), beside its PML peer. N = 8,192 runs in full runs only, one call a round."""
+    loss, config, peer, classes = BACKEND_LOSSES[name]
+    ours = {"loss": loss, "config": config, "classes": classes}
+    systems = _on_backends(backends, "loss_step", ours)
+    if "torch" in backends:
+        systems[TORCH_COMPILED] = (f"{BACKENDS['torch']}:loss_step",
+                                   {**ours, "jit_compile": True})
+    if peer is not None:
+        pml_loss, pml_config, miner, miner_config = peer
+        systems["peer"] = (f"{TORCH}:loss_step", {
+            "loss": pml_loss, "config": pml_config, "miner": miner,
+            "miner_config": miner_config, "classes": classes})
+    large = n > 1024
+    sizes = {"full": {"n": n}, "smoke": {"n": 32, "d": 16}}
+    if not large:
+        sizes["quick"] = {"n": n}
+    return Case("backends", f"{name}, N = {n:,}", systems, sizes,
+                unit="s" if large else "ms", inner=1 if large else 5,
+                per_call="forward + backward, d = 512, C x 4",
+                repeats={"full": 5} if large else {"full": 9, "quick": 3},
+                full_only=(TORCH_COMPILED,))
+
+
+def backend_cases(backends):
+    """The `--backends` suite on `backends` ("tensorflow", "jax", "torch"): each system
+    named after its backend ("torch_compiled": PyTorch under torch.compile), "peer" the
+    PML (PyTorch) twin on the same device where there is one."""
+    backends = [b for b in BACKENDS if b in backends]
+    found = [
+        Case("backends", "main job step (cnn3 32 + 128-d head, ICE, 32 x 4)",
+             _on_backends(backends, "main_job_step", {}),
+             {"full": {"steps": 20}, "quick": {"steps": 5}, "smoke": {"steps": 2}},
+             unit="s", per_call="`steps` fit steps, NumPy C x k stream",
+             repeats={"full": 7, "quick": 3}),
+        Case("backends", "main job network + MultiSimilarity vs PML twin",
+             {**_on_backends(backends, "main_job_step", {"loss": "MultiSimilarity"}),
+              "peer": (f"{TORCH}:omniglot_train", {"width": 32, "bundled": True})},
+             {"full": {"steps": 20}, "quick": {"steps": 5}, "smoke": {"steps": 2}},
+             unit="s", per_call="`steps` training steps",
+             repeats={"full": 7, "quick": 3}),
+    ]
+    found += [_backend_loss_case(name, n, backends)
+              for n in BACKEND_LOSS_SIZES for name in BACKEND_LOSSES]
+    found.append(Case(
+        "backends", "exact kNN, all against all, k = 101 vs PML CustomKNN",
+        {**_on_backends(backends, "nearest_neighbors", {}),
+         "peer": (f"{TORCH}:nearest_neighbors", {})},
+        {"full": {"n": 20000, "d": 512}, "quick": {"n": 5000, "d": 512},
+         "smoke": {"n": 300, "d": 8, "classes": 50}},
+        unit="s", per_call="search of n x 512 unit vectors", repeats={"full": 5, "quick": 3}))
+    return found

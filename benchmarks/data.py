@@ -50,6 +50,18 @@ def clustered(n, d, num_classes, seed=0, spread=2.5):
     return x / np.linalg.norm(x, axis=1, keepdims=True), labels.astype("int64")
 
 
+BUNDLED_OMNIGLOT = os.path.join(_ROOT, "keras_dml", "datasets", "omniglot_28x28.npz")
+
+
+def bundled_omniglot():
+    """The 19,280 training images keras_dml bundles (`datasets.load("omniglot").train`),
+    read with NumPy: uint8 (n, 28, 28, 1), 255 = background, and int64 labels 0-963."""
+    with np.load(BUNDLED_OMNIGLOT) as bundled:
+        images = bundled["background"]
+    labels = np.repeat(np.arange(images.shape[0]), images.shape[1])
+    return images.reshape(-1, *images.shape[2:], 1), labels
+
+
 def omniglot28(split, data_dir=None, cache_dir="/tmp"):
     """Omniglot images resized to 28 x 28, ink = 1: float32 (n, 28, 28, 1), int64 labels.
 

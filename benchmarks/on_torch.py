@@ -4,6 +4,6 @@ import os
 
 os.environ["KERAS_BACKEND"] = "torch"
 
-from benchmarks.keras_systems import loss_step  # noqa: E402
+from benchmarks.keras_systems import loss_step, main_job_step, nearest_neighbors  # noqa: E402
 
-__all__ = ["loss_step"]
+__all__ = ["loss_step", "main_job_step", "nearest_neighbors"]

@@ -11,6 +11,10 @@ processes on the machine thus hits every system alike, and no system shares an
 address space, thread pool or allocator with another. Each worker times itself,
 so the pipe is not in the figures.
 
+`Pool` keeps one worker per system name alive across cases (`compare(..., pool=)`):
+each case rebuilds its unit in the same process, so a framework's start-up (several
+seconds for Keras, torch or JAX) is paid once per run, not once per case.
+
 `alone` times one system with no other worker alive: the fairness check
 compares it with the same system's figure from `compare`. `peak_memory` measures
 one system's peak resident memory, first call and later calls apart.
@@ -19,6 +23,7 @@ one system's peak resident memory, first call and later calls apart.
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -49,6 +54,9 @@ def thread_env(threads, device="cpu", root=ROOT):
     env["BENCH_DEVICE"] = device
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
+    else:  # the workers share the GPU: none may take most of its memory up front
+        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX takes 75 % otherwise
+        env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")  # TensorFlow takes all
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                  "TF_NUM_INTRAOP_THREADS", "BENCH_THREADS"):
         env[name] = value
@@ -57,6 +65,9 @@ def thread_env(threads, device="cpu", root=ROOT):
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
                             " intra_op_parallelism_threads=1").strip()
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    # torch.compile's code generation in the worker itself: no pool of compiler processes
+    # that outlives the compilation beside the timed systems
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     # TensorFlow's oneDNN kernels, as `keras-dml` runs them (keras_dml.cli); TensorFlow
     # turns them on by itself only on CPUs with AVX-512 VNNI / BF16 or AMX.
     env.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
@@ -64,21 +75,49 @@ def thread_env(threads, device="cpu", root=ROOT):
     return env
 
 
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(Error|Exception)\b")
+
+
+class BuildError(RuntimeError):
+    """A live worker could not build a unit; the message is the worker's traceback."""
+
+    def reason(self):
+        """The exception's own line ("SomeError: message", the traceback's last such
+        line), for a table cell."""
+        lines = [line for line in str(self).splitlines() if _EXCEPTION_LINE.match(line)]
+        return lines[-1] if lines else "unknown error"
+
+
 class Worker:
-    """A `benchmarks.worker` process running one system."""
+    """A `benchmarks.worker` process running one system (`factory` None: none yet, see
+    `build`)."""
 
     def __init__(self, factory, kwargs, threads, device="cpu", root=ROOT):
-        spec = json.dumps({"factory": factory, "kwargs": kwargs})
+        spec = [] if factory is None else [json.dumps({"factory": factory, "kwargs": kwargs})]
         self.log = tempfile.TemporaryFile("w+")  # a pipe could fill and block the worker
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.worker", spec], cwd=root,
+            [sys.executable, "-m", "benchmarks.worker", *spec], cwd=root,
             env=thread_env(threads, device, root), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.log, text=True)
         self.facts = None
 
     def wait_ready(self):
-        """Wait for the worker to build its system (its set-up runs the unit once)."""
-        self.facts = self._receive()["facts"]
+        """Wait for the worker to build its system (its set-up runs the unit once).
+
+        Raises:
+            BuildError: the unit of a `start_build` failed to build (the worker lives on).
+        """
+        answer = self._receive()
+        if "error" in answer:
+            raise BuildError(answer["error"])
+        self.facts = answer["facts"]
+        return self
+
+    def start_build(self, factory, kwargs):
+        """Ask the worker to replace its unit by `factory(**kwargs)`; `wait_ready` answers."""
+        self.process.stdin.write(json.dumps({"build": {"factory": factory,
+                                                       "kwargs": kwargs}}) + "\n")
+        self.process.stdin.flush()
         return self
 
     def _receive(self):
@@ -134,8 +173,45 @@ def _measure(workers, repeats, warmup, inner, seed):
             for name in samples}
 
 
+class Pool:
+    """Live workers by system name, kept across cases; `close` ends them all.
+
+    `failures` holds the systems of the last `build` that failed to build, {name: the
+    exception's line}: the case runs without them (e.g. `torch.compile` cannot trace a
+    loss), where a worker that died would stop the run."""
+
+    def __init__(self, threads, device="cpu"):
+        self.threads, self.device, self.workers, self.failures = threads, device, {}, {}
+
+    def build(self, systems):
+        """{name: worker} with each system's unit built in its name's worker (started on
+        first use), the builds side by side; the failed ones left out (`failures`)."""
+        started = {}
+        for name, (factory, kwargs) in systems.items():
+            if name not in self.workers:
+                self.workers[name] = Worker(None, None, self.threads, self.device).wait_ready()
+            started[name] = self.workers[name].start_build(factory, kwargs)
+        workers, self.failures = {}, {}
+        try:
+            for name, worker in started.items():
+                try:
+                    workers[name] = worker.wait_ready()
+                except BuildError as error:
+                    self.failures[name] = error.reason()
+                    print(f"[{name}] failed to build:\n{error}", file=sys.stderr, flush=True)
+        except RuntimeError:
+            self.close()  # a dead worker leaves the others' answers unread
+            raise
+        return workers
+
+    def close(self):
+        for worker in self.workers.values():
+            worker.close()
+        self.workers = {}
+
+
 def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0, device="cpu",
-            roots=None):
+            roots=None, pool=None):
     """Time each system in its own process, rounds interleaved.
 
     Args:
@@ -147,10 +223,14 @@ def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0, device="cp
         device: "cpu" or "gpu" (see `thread_env`).
         roots: {name: source tree} for systems that import another tree than this
             one (see `benchmarks.compare_revisions`).
+        pool: a `Pool` whose workers run the systems and stay alive (`threads` and
+            `device` are the pool's).
 
     Returns:
         {name: {"median", "min", "max", "q1", "q3", "n", "samples", "memory", "facts"}}.
     """
+    if pool is not None:
+        return _measure(pool.build(systems), repeats, warmup, inner, seed)
     workers = {}
     try:
         for name, (factory, kwargs) in systems.items():

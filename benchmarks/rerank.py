@@ -2,7 +2,7 @@
 extra time, leave-one-out and on a query/gallery division of the same split.
 
 Usage: python -m benchmarks.rerank RUN [--methods qe dba k_reciprocal ...]
-    [--queries-per-class 5]
+    [--queries-per-class 5] [--cache FILE.npz]
 
 The query/gallery division takes each class's first `--queries-per-class` images as
 queries and the rest as the gallery. Prints one markdown table per protocol.
@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-DEFAULT_METHODS = ("qe", "qe:n=1", "qe:n=5,alpha=3", "dba", "dba:n=3",
-                   "k_reciprocal", "k_reciprocal:k1=10,k2=3", "k_reciprocal:k1=6,k2=2,lam=0.5")
+DEFAULT_METHODS = ("qe", "qe:n=2,mutual=0", "dba", "dba:alpha=3", "k_reciprocal",
+                   "k_reciprocal:lam=0.3")  # the defaults, then the papers' settings
 
 
 def _division(labels, per_class):
@@ -45,6 +45,27 @@ def _table(title, arrays, methods):
               f"{100 * (metrics['map@r'] - base['map@r']):+.2f} |", flush=True)
 
 
+def _embeddings(run_dir, cache=None):
+    """The run's test split embedded (and saved to / read from `cache`)."""
+    import os
+
+    if cache and os.path.exists(cache):
+        with np.load(cache) as saved:
+            return saved["embeddings"], saved["labels"]
+    from keras_dml.cli.parser import load_tensorflow
+
+    load_tensorflow()
+    from keras_dml.index.embedding import embed_batches
+    from keras_dml.index.runs import load_run, split_batches
+
+    run = load_run(run_dir)
+    batches, _ = split_batches(run)
+    embeddings, labels = embed_batches(run.embedder, batches, verbose=0)
+    if cache:
+        np.savez(cache, embeddings=embeddings, labels=labels)
+    return embeddings, labels
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("run")
@@ -52,16 +73,10 @@ def main():
     parser.add_argument("--queries-per-class", type=int, default=5)
     parser.add_argument("--protocols", nargs="+", default=("loo", "qg"), choices=("loo", "qg"),
                         help="leave-one-out and/or the query/gallery division")
+    parser.add_argument("--cache", help="npz file of the test split's embeddings: read if it "
+                        "exists, else written (sweeps then skip the embedding)")
     args = parser.parse_args()
-    from keras_dml.cli.parser import load_tensorflow
-
-    load_tensorflow()
-    from keras_dml.index.embedding import embed_batches
-    from keras_dml.index.runs import load_run, split_batches
-
-    run = load_run(args.run)
-    batches, _ = split_batches(run)
-    embeddings, labels = embed_batches(run.embedder, batches, verbose=0)
+    embeddings, labels = _embeddings(args.run, args.cache)
     print(f"{args.run}: {len(labels)} test images, {len(np.unique(labels))} classes")
     if "loo" in args.protocols:
         _table("leave-one-out", (embeddings, labels), args.methods)

@@ -117,29 +117,55 @@ def accuracy_calculator(n=20000, d=512, classes=5000):
     return step, {key: float(value) for key, value in step().items()}
 
 
-class OmniglotCNN(torch.nn.Module):
-    """The Omniglot recipe's CNN: 3 x (conv 64, BN, ReLU, max-pool), dense 128, L2."""
+def nearest_neighbors(n=20000, d=512, k=101, classes=5000, batch_size=None):
+    """PML's exact kNN on the worker's device: `CustomKNN(DotProductSimilarity())` (a
+    torch matmul and `topk` per block of queries, no faiss), every row against all rows.
+    `batch_size`: queries per block, default 1,024 (keras_dml's TensorFlow kernel's chunk;
+    PML's default, none, holds the whole n x n matrix). The rows are unit vectors:
+    PML's normalisation is turned off, as keras_dml's "dot" metric does none."""
+    from pytorch_metric_learning.utils.inference import CustomKNN
 
-    def __init__(self):
+    x, _ = data.clustered(n, d, classes)
+    x = torch.from_numpy(x).to(DEVICE)
+    knn = CustomKNN(distances.DotProductSimilarity(normalize_embeddings=False),
+                    batch_size=batch_size or 1024)
+
+    def step():
+        _, indices = knn(x, k, x, False)
+        return indices.cpu()
+
+    indices = step()
+    return step, {"first_neighbours": indices[:20, :10].tolist()}
+
+
+class OmniglotCNN(torch.nn.Module):
+    """The Omniglot recipe's CNN: 3 x (conv `width`, BN, ReLU, max-pool), dense 128, L2."""
+
+    def __init__(self, width=64):
         super().__init__()
         blocks, channels = [], 1
         for _ in range(3):
-            blocks += [torch.nn.Conv2d(channels, 64, 3, padding=1), torch.nn.BatchNorm2d(64),
-                       torch.nn.ReLU(), torch.nn.MaxPool2d(2)]
-            channels = 64
+            blocks += [torch.nn.Conv2d(channels, width, 3, padding=1),
+                       torch.nn.BatchNorm2d(width), torch.nn.ReLU(), torch.nn.MaxPool2d(2)]
+            channels = width
         self.features = torch.nn.Sequential(*blocks, torch.nn.Flatten())
-        self.projection = torch.nn.Linear(64 * 3 * 3, 128)
+        self.projection = torch.nn.Linear(width * 3 * 3, 128)
 
     def forward(self, x):
         return torch.nn.functional.normalize(self.projection(self.features(x)), dim=1)
 
 
-def omniglot_train(steps=50, classes_per_batch=32, samples_per_class=4):
-    """`steps` training steps: DataLoader + `MPerClassSampler`, MultiSimilarity + miner, Adam."""
+def omniglot_train(steps=50, classes_per_batch=32, samples_per_class=4, width=64,
+                   bundled=False):
+    """`steps` training steps: DataLoader + `MPerClassSampler`, MultiSimilarity + miner, Adam.
+
+    `width` filters a convolution; `bundled`: the 28 x 28 images keras_dml bundles
+    (`data.bundled_omniglot`, scaled to [0, 1] per batch as the main job's stream does)
+    instead of those resized from ../shared/datasets (the Omniglot recipe's)."""
     from pytorch_metric_learning.samplers import MPerClassSampler
 
     torch.manual_seed(0)
-    x, y = data.omniglot28("background")
+    x, y = data.bundled_omniglot() if bundled else data.omniglot28("background")
     images = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
     labels = torch.from_numpy(y)
     batch_size = classes_per_batch * samples_per_class
@@ -148,7 +174,7 @@ def omniglot_train(steps=50, classes_per_batch=32, samples_per_class=4):
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images, labels),
                                          batch_size=batch_size, sampler=sampler,
                                          drop_last=True, num_workers=0)
-    model = OmniglotCNN().to(DEVICE)
+    model = OmniglotCNN(width).to(DEVICE)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = losses.MultiSimilarityLoss(alpha=2, beta=50, base=0.5)
     miner = miners.MultiSimilarityMiner(epsilon=0.1)
@@ -164,7 +190,9 @@ def omniglot_train(steps=50, classes_per_batch=32, samples_per_class=4):
             except StopIteration:
                 stream = iter(loader)
                 xb, yb = next(stream)
-            xb, yb = xb.to(DEVICE), yb.to(DEVICE)
+            xb, yb = xb.to(DEVICE).float(), yb.to(DEVICE)
+            if bundled:
+                xb = xb / 255.0
             optimizer.zero_grad(set_to_none=True)
             embeddings = model(xb)
             loss = loss_fn(embeddings, yb, miner(embeddings, yb))
@@ -173,7 +201,7 @@ def omniglot_train(steps=50, classes_per_batch=32, samples_per_class=4):
         last["loss"] = loss.item()
 
     step()
-    return step, {"steps": steps, "loss": last["loss"]}
+    return step, {"steps": steps, "loss": last["loss"], "width": width}
 
 
 def omniglot_evaluate(batch_size=1024, limit=None):

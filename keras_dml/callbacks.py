@@ -11,7 +11,7 @@ from keras_dml import hyperparameters, validation
 from keras_dml.data.stream_preprocessing import (stream_preprocessing, warn_if_normalised_twice,
                                                   warn_if_prepared_otherwise)
 from keras_dml.evaluation.collapse import CAUSES, collapse_warning
-from keras_dml.evaluation.embedding import as_dataset, embed_with, inference_function
+from keras_dml.evaluation.embedding import as_dataset, embed_finite, inference_function
 from keras_dml.evaluation.retrieval import METRICS, check_metrics, retrieval_metrics
 from keras_dml.evaluation.verification import FAR_TARGETS, pair_scores, verification_metrics
 
@@ -189,11 +189,11 @@ class RecallAtK(_EmbeddingCallback):
         """Embed the validation data now and return `{log_key: value}`."""
         if self._forward is None:
             raise ValueError("RecallAtK has no model: pass it to fit(callbacks=...) first.")
-        embeddings, labels = embed_with(self._forward, self.validation_data)
+        embeddings, labels = embed_finite(self._forward, self.validation_data)
         self.check_collapse(embeddings)
         references = reference_labels = None
         if self.reference_data is not None:
-            references, reference_labels = embed_with(self._forward, self.reference_data)
+            references, reference_labels = embed_finite(self._forward, self.reference_data)
         results = {"": self._metrics(embeddings, labels, references, reference_labels)}
         if self.seen_classes is not None:
             results.update(self._groups(embeddings, labels, references, reference_labels))
@@ -258,7 +258,7 @@ class VerificationMetrics(_EmbeddingCallback):
 
     def evaluate(self):
         """Embeds the validation data; returns the `verification_metrics` dict."""
-        embeddings, labels = embed_with(self._forward, self.validation_data, self.batch_size)
+        embeddings, labels = embed_finite(self._forward, self.validation_data)
         self.check_collapse(embeddings)
         scores, same = pair_scores(embeddings, labels, self.metric, self.max_pairs)
         self.last_results = verification_metrics(scores, same, self.far_targets)

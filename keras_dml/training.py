@@ -19,7 +19,7 @@ from keras_dml.callbacks import RecallAtK
 from keras_dml.data.image_errors import clear_data_error
 from keras_dml.data.preprocessing import default_preprocessing
 from keras_dml.evaluation.collapse import TRAIN_CAUSES
-from keras_dml.evaluation.embedding import embed_with
+from keras_dml.evaluation.embedding import embed_finite
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
 from keras_dml.training_config import (  # noqa: F401 (TrainConfig: re-exported)
@@ -312,10 +312,10 @@ class RunEvaluation(RecallAtK):
 
     def _embed(self, dataset, what):
         if not self.progress:
-            return embed_with(self._forward, dataset)
+            return embed_finite(self._forward, dataset)
         print(f"embedding {what}", flush=True)
         started = time.time()
-        embeddings, labels = embed_with(self._forward, dataset, progress=True)
+        embeddings, labels = embed_finite(self._forward, dataset, progress=True)
         print(f"embedded {len(labels):,} images in {time.time() - started:.1f} s", flush=True)
         return embeddings, labels
 

@@ -40,6 +40,8 @@ def test_cpu_device_hides_every_gpu_and_gpu_device_is_passed_on():
     assert processes.thread_env(1)["CUDA_VISIBLE_DEVICES"] == ""
     env = processes.thread_env(1, device="gpu")
     assert env["BENCH_DEVICE"] == "gpu"
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"  # workers share the GPU
+    assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
     assert env.get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
@@ -456,42 +458,149 @@ def test_listing_quick_mode(capsys):
         assert cells[1] == "200" and float(cells[2]) >= 0 and len(cells[3].split(", ")) == 3
 
 
-def test_backends_add_keras_dml_on_jax_and_torch_to_the_loss_cases_only():
-    for case in cases.CASES:
-        systems = case.systems_for("smoke", ("jax", "torch"))
-        ours = case.systems_for("smoke")
-        if ours["keras_dml"][0] != f"{cases.TF}:loss_step":
-            assert systems == ours, case.key
-            continue
-        kwargs = {k: v for k, v in ours["keras_dml"][1].items() if k != "jit_compile"}
-        assert systems["jax"] == ("benchmarks.on_jax:loss_step", kwargs)
-        assert systems["torch"] == ("benchmarks.on_torch:loss_step", kwargs)
+def _env(**extra):
+    return {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            **extra}
 
 
-@pytest.mark.parametrize("loss", ["MultiSimilarity + VTHM", "ProxyAnchor (C = 100)"])
-def test_backend_column_times_keras_dml_on_jax_and_torch_in_their_own_processes(
-        tmp_path, loss):
-    """`--backends jax torch`: the same loss step in a JAX and a PyTorch worker, each
-    with its finite value (the pair loss's equal to TensorFlow's), and a column each."""
+def _without_tensorflow(tmp_path):
+    """An environment in which `import tensorflow` fails in every process, as where it
+    is not installed: a sitecustomize that blocks it, first on PYTHONPATH (the
+    benchmark's workers inherit it)."""
+    blocker = tmp_path / "no_tensorflow"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['tensorflow'] = None  # import tensorflow fails\n")
+    env = _env()
+    env["PYTHONPATH"] = str(blocker) + os.pathsep + env["PYTHONPATH"]
+    check = subprocess.run([sys.executable, "-c", "import tensorflow"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode != 0 and "ModuleNotFoundError" in check.stderr
+    return env
+
+
+def test_backend_suite_names_each_backend_and_the_pml_peer():
+    """`--backends`: the main job, five losses at two sizes and kNN, a system per Keras
+    backend beside PML; without "tensorflow" no system imports TensorFlow."""
+    suite = cases.backend_cases(["torch", "jax"])
+    factories = {factory for case in suite for factory, _ in case.systems.values()}
+    assert not any("tf_systems" in f or "on_tensorflow" in f for f in factories)
+    losses = [c for c in suite if ", N = " in c.name]
+    assert {c.systems["jax"][1]["loss"] for c in losses} == {
+        "MultiSimilarity", "InstanceCrossEntropy", "ProxyAnchor", "Contrastive", "ArcFace"}
+    assert sorted({c.sizes["full"]["n"] for c in losses}) == [1024, 8192]
+    for case in losses:
+        assert ("peer" in case.systems) == ("InstanceCrossEntropy" not in case.name)
+        assert case.systems[cases.TORCH_COMPILED][1]["jit_compile"] is True
+        assert cases.TORCH_COMPILED not in case.systems_for("quick" if case.runs_in("quick")
+                                                            else "smoke")
+        assert cases.TORCH_COMPILED in case.systems_for("full")
+        assert case.runs_in("quick") == (case.sizes["full"]["n"] == 1024)
+    assert {"tensorflow", "jax", "torch"} <= set(cases.backend_cases(
+        ["tensorflow", "jax", "torch"])[0].systems)
+    assert any("kNN" in c.name and "peer" in c.systems for c in suite)
+    assert any("main job" in c.name and "peer" not in c.systems for c in suite)
+
+
+def test_a_pool_builds_each_case_in_the_same_worker(tmp_path, monkeypatch):
+    """`processes.Pool`: one process per system name for a whole run; each case's
+    unit replaces the last one in it."""
+    (tmp_path / "named_unit.py").write_text(
+        "import os\n"
+        "def build(name):\n"
+        "    if name == 'bad':\n"
+        "        raise ValueError('cannot trace this unit')\n"
+        "    return (lambda: None), {'name': name, 'pid': os.getpid()}\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    pool = processes.Pool(threads=1)
+    try:
+        first = processes.compare({"a": ("named_unit:build", {"name": "one"})}, repeats=2,
+                                  pool=pool)
+        # a unit that fails to build leaves its case without it, and its worker alive
+        failed = processes.compare({"a": ("named_unit:build", {"name": "bad"}),
+                                    "b": ("named_unit:build", {"name": "other"})},
+                                   repeats=1, pool=pool)
+        assert set(failed) == {"b"}
+        assert pool.failures == {"a": "ValueError: cannot trace this unit"}
+        second = processes.compare({"a": ("named_unit:build", {"name": "two"})}, repeats=1,
+                                   pool=pool)
+        assert pool.failures == {} and pool.workers["a"].process.poll() is None
+    finally:
+        pool.close()
+    assert first["a"]["facts"]["name"] == "one" and second["a"]["facts"]["name"] == "two"
+    assert first["a"]["facts"]["pid"] == second["a"]["facts"]["pid"]
+    assert len(first["a"]["samples"]) == 2 and len(second["a"]["samples"]) == 1
+    assert pool.workers == {}
+
+
+def test_frameworks_a_run_needs():
+    from benchmarks.__main__ import frameworks
+
+    assert frameworks([]) == ["torch", "tensorflow"]
+    assert frameworks(["jax", "torch"]) == ["torch", "jax"]
+
+
+def test_backend_suite_on_three_backends_agrees_with_pml(tmp_path):
+    """`--smoke --backends tensorflow jax torch` on two losses, in one live process per
+    system: the same MultiSimilarity value on every backend and PML, ratios to the peer,
+    a column per backend."""
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--threads", "1", "--only", loss,
-         "--backends", "jax", "torch", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")})
+        [sys.executable, "-m", "benchmarks", "--smoke", "--threads", "1", "--backends",
+         "tensorflow", "jax", "torch", "--only", "MultiSimilarity + VTHM mining, N = 1,024",
+         "ProxyAnchor (C = 100), N = 1,024", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=_env())
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads((tmp_path / "benchmarks.json").read_text())
-    (row,) = report["cases"]
-    assert {"keras_dml", "peer", "jax", "torch"} <= set(row["systems"])
-    tf_facts = row["systems"]["keras_dml"]["facts"]
-    for backend in ("jax", "torch"):
-        facts = row["systems"][backend]["facts"]
-        assert facts["backend"] == backend and facts["finite"]
-        if "proxy" not in loss.lower():  # proxies are drawn per process: values differ
-            assert facts["value"] == pytest.approx(tf_facts["value"], rel=1e-5)
-        assert row[f"ratio_{backend}"] > 0
-    table = (tmp_path / "benchmarks.md").read_text()
-    assert "keras_dml on JAX | keras_dml on PyTorch |" in table
-    assert report["machine"]["versions"]["jax"]
+    report = json.loads((tmp_path / "backends.json").read_text())
+    multi_similarity, proxy_anchor = report["cases"]
+    pml = multi_similarity["systems"]["peer"]["facts"]["value"]
+    for backend in ("tensorflow", "jax", "torch"):
+        for row in (multi_similarity, proxy_anchor):
+            assert row["systems"][backend]["facts"]["finite"]
+            assert row["ratios"][backend]["median"] > 0
+        facts = multi_similarity["systems"][backend]["facts"]
+        assert facts["value"] == pytest.approx(pml, rel=1e-4)
+    assert multi_similarity["systems"]["jax"]["facts"]["compiled"] == "jax.jit"
+    assert multi_similarity["systems"]["torch"]["facts"]["compiled"] == "eager"
+    table = (tmp_path / "backends.md").read_text()
+    assert "| benchmark | PML peer | TensorFlow | JAX (jax.jit) | PyTorch (eager) |" in table
+    assert "AMD" in table or report["machine"]["cpu"] in table
+
+
+def test_backend_suite_runs_without_tensorflow(tmp_path):
+    """`python -m benchmarks --quick --backends jax torch` where TensorFlow cannot be
+    imported: every case runs (the CPU path a GPU machine without TensorFlow takes)."""
+    env = _without_tensorflow(tmp_path)
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--backends", "jax", "torch",
+         "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "backends.json").read_text())
+    names = [row["name"] for row in report["cases"]]
+    assert len(names) == 8 and not any("8,192" in name for name in names)
+    for row in report["cases"]:
+        assert {"jax", "torch"} <= set(row["systems"]) and "tensorflow" not in row["systems"]
+        for name in ("jax", "torch"):
+            assert row["systems"][name]["median"] > 0
+            assert row["systems"][name]["facts"].get("finite", True)
+    knn = report["cases"][-1]["systems"]
+    assert knn["jax"]["facts"]["first_neighbours"] == knn["peer"]["facts"]["first_neighbours"]
+    assert "| exact kNN" in (out / "backends.md").read_text()
+
+
+def test_gpu_refused_in_one_line_without_tensorflow(tmp_path):
+    """`--device gpu --backends jax torch` with no GPU (and no TensorFlow): one line
+    naming the frameworks that see none, nothing timed or written."""
+    env = {**_without_tensorflow(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--device", "gpu", "--quick", "--backends",
+         "jax", "torch", "--out", str(tmp_path / "out")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 2, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert "--device gpu: no GPU is visible here to PyTorch, JAX" in last, last
+    assert "--device cpu" in last and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_vector_stores_quick_mode(tmp_path, capsys):

@@ -49,7 +49,10 @@ def test_query_gallery_folders_print_metrics_and_write_table_and_report(
     assert f"recall@1 {100 * expected['recall@1']:.1f}" in line
     assert f"map {100 * expected['map']:.1f}" in line and "(6 queries" in line
     assert any(row.startswith("re-ranked: qe") for row in out.splitlines())
+    assert "re-ranking took " in out and " ms per query)" in out
     saved = json.loads((out_dir / "metrics.json").read_text())
+    assert saved["rerank_extra_seconds"] == pytest.approx(
+        saved["results"][1]["seconds"] - saved["results"][0]["seconds"], abs=0.011)
     assert saved["results"][0]["metrics"]["recall@3"] == pytest.approx(expected["recall@3"])
     rows = list(csv.DictReader(open(out_dir / "per_class.csv")))
     assert sorted(r["class"] for r in rows) == sorted(CLASSES)

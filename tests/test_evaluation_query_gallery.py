@@ -34,7 +34,7 @@ def test_leave_one_out_matches_retrieval_metrics_and_brute_force_ap(chunk_size):
     emb, labels = _clusters(0, 90)
     report = retrieval_report(emb, labels, ks=(1, 4), chunk_size=chunk_size)
     expected = retrieval_metrics(emb, labels, ks=(1, 4))
-    for key in ("recall@1", "recall@4", "map@r"):
+    for key in ("recall@1", "recall@4", "r_precision", "map@r"):
         assert report.metrics[key] == pytest.approx(expected[key], abs=1e-12)
     aps = [_brute_ap(emb[i], labels[i], emb, labels, [i]) for i in range(len(emb))]
     assert report.metrics["map"] == pytest.approx(np.mean(aps), abs=1e-9)
@@ -47,7 +47,7 @@ def test_query_gallery_matches_retrieval_metrics_and_precision_at_k():
     queries, q_labels = _clusters(1, 30, noise=1.2)
     report = retrieval_report(queries, q_labels, gallery, g_labels, ks=(1, 2, 8))
     expected = retrieval_metrics(queries, q_labels, gallery, g_labels, ks=(1, 2, 8))
-    for key in ("recall@1", "recall@2", "recall@8", "map@r"):
+    for key in ("recall@1", "recall@2", "recall@8", "r_precision", "map@r"):
         assert report.metrics[key] == pytest.approx(expected[key], abs=1e-12)
     precision_at_1 = report.metrics["precision@1"]
     assert precision_at_1 == pytest.approx(expected["precision@1"])

@@ -195,3 +195,35 @@ def test_a_saved_index_moves_into_milvus_with_its_provenance(lite, tmp_path):
     back = Index.load(tmp_path / "back")
     assert back.backend == "exact" and back.provenance == memory.provenance
     np.testing.assert_array_equal(back.search(x[:4], k=5).ids, expected.ids)
+
+
+def test_search_match_and_filters_never_count_the_collection(lite):
+    """Counting a Lite collection walks every key (and a filtered count(*) reads every
+    passing row), so the search path asks Milvus for the k best and nothing else; only an
+    unfiltered answer shorter than k (k above the size) counts, to name the size."""
+    x = _data(n=30)
+    index = Index(backend="milvus", uri=lite, collection="uncounted")
+    index.add(x, labels=np.arange(30) % 3, metadata=[{"year": 2000 + i} for i in range(30)])
+    client = index._store._client
+    asked, query = [], client.query
+
+    def recording_query(*args, **kwargs):
+        asked.append(kwargs.get("output_fields"))
+        return query(*args, **kwargs)
+
+    client.query = recording_query
+    try:
+        assert index.search(x[:4], k=5).ids.shape == (4, 5)
+        assert index.search(x[:4], k=30).ids.shape == (4, 30)  # k = the size: no count
+        filtered = index.search(x[:4], k=20, filter={"label": [1], "year": {">": 2020}})
+        assert filtered.ids.shape == (4, 3)  # capped at the passing items: ids 22, 25, 28
+        assert sorted(filtered.ids[0].tolist()) == [22, 25, 28]
+        assert index.search(x[:2], k=3, filter={"label": [7]}).ids.shape == (2, 0)
+        assert index.match(x[:3], 0.5).tolist() == [0, 1, 2]
+        assert asked == []
+        with pytest.raises(ValueError, match="k=31 exceeds the 30 items"):
+            index.search(x[:1], k=31)
+        assert asked == [["count(*)"]]
+    finally:
+        client.query = query
+        index.close()

@@ -22,13 +22,17 @@ def _data(seed=0, n=40, q=6, d=5):
     return index, gallery, queries
 
 
-def _reference_qe(gallery, query, n, alpha, k):
-    """Radenovic et al. 2018, alpha-QE: q' = q + sum_i s_i^alpha x_i over the top n."""
+def _reference_qe(gallery, query, n, alpha, k, mutual=0):
+    """Radenovic et al. 2018, alpha-QE: q' = q + sum_i s_i^alpha x_i over the top n (with
+    `mutual`: only the x_i whose `mutual` nearest other items include the query)."""
     g, q = _unit(gallery.astype(np.float64)), _unit(query.astype(np.float64))
     sims = g @ q
     top = np.argsort(-sims, kind="stable")[:n]
     expanded = q.copy()
     for i in top:
+        theirs = sorted((g[j] @ g[i] for j in range(len(g)) if j != i), reverse=True)
+        if mutual and sims[i] < theirs[mutual - 1]:
+            continue  # the query would not be among x_i's `mutual` nearest
         expanded += max(sims[i], 0.0) ** alpha * g[i]
     expanded = _unit(expanded)
     return np.argsort(-(g @ expanded), kind="stable")[:k]
@@ -49,10 +53,12 @@ def _reference_dba(gallery, query, n, alpha, k):
 
 
 def _reference_k_reciprocal(gallery, query, k1, k2, lam, k):
-    """Zhong et al. 2017, eqs. 4-12, with sets, on the probe p = node 0 and the gallery."""
+    """Zhong et al. 2017, eqs. 4-12, with sets, on the probe p = node 0 and the gallery;
+    distances over each row's largest, as the authors' code."""
     nodes = np.concatenate([_unit(query[None]), _unit(gallery)]).astype(np.float64)
     size = len(nodes)
     d = np.array([[np.sum((a - b) ** 2) for b in nodes] for a in nodes])
+    scaled = d / d.max(axis=1, keepdims=True)  # each row over its largest (authors' code)
 
     def neighbours(i, kk):  # N(i, kk): i itself and its kk nearest others
         others = sorted((j for j in range(size) if j != i), key=lambda j: (d[i, j], j))
@@ -75,7 +81,7 @@ def _reference_k_reciprocal(gallery, query, k1, k2, lam, k):
     v = np.zeros((size, size))
     for i in range(size):  # eq. 7
         for j in r_star(i):
-            v[i, j] = np.exp(-d[i, j])
+            v[i, j] = np.exp(-scaled[i, j])
     v_qe = np.zeros_like(v)
     for i in range(size):  # eq. 11: N(i, k2) is i and its k2 - 1 nearest
         members = sorted(range(size), key=lambda j: (d[i, j], j != i, j))[:k2]
@@ -83,16 +89,51 @@ def _reference_k_reciprocal(gallery, query, k1, k2, lam, k):
     final = []
     for g in range(1, size):  # eqs. 10 and 12
         jaccard = 1 - np.minimum(v_qe[0], v_qe[g]).sum() / np.maximum(v_qe[0], v_qe[g]).sum()
-        final.append((1 - lam) * jaccard + lam * d[0, g])
+        final.append((1 - lam) * jaccard + lam * scaled[0, g])
     return np.argsort(final, kind="stable")[:k], np.array(final)
 
 
-@pytest.mark.parametrize("n,alpha", [(1, 3.0), (3, 0.0), (5, 1.0)])
-def test_alpha_qe_matches_the_papers_equation(n, alpha):
+@pytest.mark.parametrize("n,alpha,mutual", [(2, 3.0, 0), (3, 0.0, 0), (5, 1.0, 2), (4, 3.0, 1)])
+def test_alpha_qe_matches_the_papers_equation(n, alpha, mutual):
     index, gallery, queries = _data()
-    result = index.search(queries, 10, rerank=rr.AlphaQE(n=n, alpha=alpha))
+    result = index.search(queries, 10, rerank=rr.AlphaQE(n=n, alpha=alpha, mutual=mutual))
     for row, query in enumerate(queries):
-        np.testing.assert_array_equal(result.ids[row], _reference_qe(gallery, query, n, alpha, 10))
+        np.testing.assert_array_equal(result.ids[row],
+                                      _reference_qe(gallery, query, n, alpha, 10, mutual))
+
+
+def test_the_defaults_are_the_documented_settings_and_match_the_references():
+    """The defaults chosen on held-out classes (docs/guide/insight.md), each re-ranking
+    as its reference on data where it changes the exact order."""
+    assert rr.get("qe") == rr.AlphaQE(n=1, alpha=3.0, mutual=1)
+    assert rr.get("dba") == rr.DBA(n=1, alpha=30.0, depth=100)
+    assert rr.get("k_reciprocal") == rr.KReciprocal(k1=20, k2=6, lam=0.9, depth=100)
+    index, gallery, queries = _data(6, n=40, q=10, d=3)
+    exact = index.search(queries, 10).ids
+    found = {name: index.search(queries, 10, rerank=name).ids for name in rr.METHODS}
+    for row, query in enumerate(queries):
+        np.testing.assert_array_equal(found["qe"][row],
+                                      _reference_qe(gallery, query, 1, 3.0, 10, mutual=1))
+        np.testing.assert_array_equal(found["dba"][row],
+                                      _reference_dba(gallery, query, 1, 30.0, 10))
+        expected, distances = _reference_k_reciprocal(gallery, query, 20, 6, 0.9, 10)
+        np.testing.assert_allclose(distances[found["k_reciprocal"][row]], distances[expected],
+                                   atol=1e-9)
+    for name in rr.METHODS:
+        assert (found[name] != exact).any(), name  # each default does re-rank here
+
+
+def test_k_reciprocal_does_not_depend_on_the_scale_of_the_distances():
+    """Distances over their row's largest (the authors' code): embeddings 100x smaller (a
+    narrow cone's distances) are re-ranked the same, and not as the exact order."""
+    _, gallery, queries = _data(7, n=50, q=8)
+    found = []
+    for scale in (1.0, 0.01):
+        index = Index(metric="euclidean")
+        index.add(scale * gallery, labels=np.arange(len(gallery)) % 4)
+        found.append(index.search(scale * queries, 10, rerank="k_reciprocal:lam=0.3").ids)
+    np.testing.assert_array_equal(found[0], found[1])
+    assert (found[0] != index.search(0.01 * queries, 10).ids).any()
 
 
 @pytest.mark.parametrize("n,alpha", [(1, 3.0), (2, 1.0)])
@@ -115,6 +156,15 @@ def test_k_reciprocal_matches_the_papers_equations(k1, k2, lam):
         # the same order up to exact ties (lam=0 ties many Jaccard distances)
         np.testing.assert_allclose(distances[result.ids[row]], distances[expected], atol=1e-9)
         np.testing.assert_allclose(-result.scores[row], distances[expected], rtol=1e-5)
+
+
+def test_every_method_searches_a_gallery_of_one_or_two_items():
+    for size in (1, 2):
+        index = Index()
+        index.add(np.eye(3, dtype="float32")[:size], labels=list(range(size)))
+        for method in rr.METHODS:
+            found = index.search(np.ones((2, 3), "float32"), size, rerank=method)
+            assert sorted(found.ids[0].tolist()) == list(range(size)), method
 
 
 def test_reranked_results_carry_labels_and_metadata_of_their_ids():
@@ -143,7 +193,8 @@ def test_rerank_names_with_options_and_bad_ones():
     assert rr.get("k_reciprocal:k1=10,lam=0.5") == rr.KReciprocal(k1=10, lam=0.5)
     assert rr.get("qe:n=3") == rr.AlphaQE(n=3)
     for bad, words in [("qx", "rerank must be one of"), ("qe:m=2", "takes n, alpha"),
-                       ("qe:n=two", "n must be a number"), ("k_reciprocal:lam=2", "lam must")]:
+                       ("qe:n=two", "n must be a number"), ("k_reciprocal:lam=2", "lam must"),
+                       ("qe:mutual=-1", "mutual")]:
         with pytest.raises(ValueError, match=words):
             rr.get(bad)
 

@@ -77,6 +77,28 @@ def test_report_is_one_self_contained_file_with_paths_under_thumbnails(tmp_path)
     assert not list(tmp_path.glob(".*.png"))  # its temporary figures are gone
 
 
+def test_run_report_row_of_its_own_ranking_fills_every_column_of_the_run_metrics(tmp_path):
+    from types import SimpleNamespace
+
+    from keras_dml.evaluation import retrieval_metrics
+    from keras_dml.plots.report import write_run_report
+
+    embeddings, labels, images = _data(3, n=30, classes=5)
+    after = retrieval_metrics(embeddings, labels)  # as training reports it
+    assert "r_precision" in after
+    split = SimpleNamespace(labels=labels, images=images, paths=None,
+                            class_names=[f"c{i}" for i in range(5)])
+    text = open(write_run_report(tmp_path, split, embeddings, after, after),
+                encoding="utf-8").read()
+    table = text[text.index("<table>"):text.index("</table>")]
+    head = re.findall(r"<th>([^<]*)</th>", table)
+    row = table[table.index("this report&#x27;s ranking"):].split("</tr>")[0]
+    cells = re.findall(r"<td>([^<]*)</td>", row)
+    assert len(cells) == len(head) and "" not in cells
+    assert float(cells[head.index("r_precision")]) == pytest.approx(
+        100 * after["r_precision"], abs=0.051)
+
+
 @pytest.mark.slow
 @browser.needed
 def test_report_opens_in_headless_chromium_with_every_image_and_no_console_error(tmp_path):

@@ -91,9 +91,12 @@ def run_milvus(args):
     index = milvus_index(args, run, {"images": os.path.abspath(args.images),
                                      "root": catalogue.root})
     progress = Progress(None)
-    report = sync(index, catalogue, functools.partial(embedded_chunks, run), chunk_size,
-                  args.update, progress)
-    progress.close()
+    try:
+        report = sync(index, catalogue, functools.partial(embedded_chunks, run), chunk_size,
+                      args.update, progress)
+    finally:
+        progress.close()
+        index.close()  # a Lite file's serving process stops, and the file is free again
     where = args.uri + (f" (collection {args.collection})" if args.collection else "")
     gone = (f", removed {report.removed} whose files are gone" if report.removed else
             f"; {report.gone} entries' files are gone (--update removes them)" if report.gone
@@ -114,6 +117,9 @@ def milvus_index(args, run, info):
     from keras_dml.index import Index
     from keras_dml.index.runs import run_provenance
 
+    from keras_dml.index.milvus import is_lite
+
     options = {} if args.index_type is None else {"index_type": args.index_type}
+    options["lite_process"] = is_lite(args.uri)  # Lite's memory grows with the collection
     return Index("cosine", "milvus", info=info, uri=args.uri, token=args.token,
                  collection=args.collection, provenance=run_provenance(run), **options)

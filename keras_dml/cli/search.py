@@ -60,9 +60,10 @@ def run(args):
     run = _load_run(run_dir, args.index, args.run)
     index.check_model(run.embedder, allow_mismatch=args.allow_mismatch, run=run_dir)
     threshold = _threshold(args.threshold, run_dir)
-    if not len(index):
+    size = len(index)  # one count per command, not per query chunk
+    if not size:
         raise ValueError(f"{args.index} is empty: nothing to search.")
-    k = capped_k(args.k, len(index), "search")
+    k = capped_k(args.k, size, "search")
     paths, unlisted = query_files(args.images)
     for problem in unlisted:
         print(f"keras-dml search: error: {problem}", file=sys.stderr)

@@ -3,7 +3,8 @@
 import keras
 import numpy as np
 
-from keras_dml.data.labels import is_paths, label_ids
+from keras_dml.data.inputs import ARRAYS, as_data
+from keras_dml.data.labels import label_ids
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.hyperparameters import integer_at_least
 
@@ -47,12 +48,11 @@ class ClassBalancedPyDataset(keras.utils.PyDataset):
     def __init__(self, x, y, classes_per_batch, samples_per_class, *,
                  small_classes="replace", seed=None, map_fn=None, start_step=0, **kwargs):
         super().__init__(**kwargs)
-        if is_paths(x):
-            raise ValueError(
-                "ClassBalancedPyDataset takes in-memory arrays; image file paths are read "
-                "by TensorFlow's decoders: use keras_dml.data.class_balanced_batches.")
-        self.x = np.asarray(x)
-        self.labels, self.class_names = label_ids(y, len(self.x))
+        data = as_data((x, y), (ARRAYS,), "(x, y)", hint=(
+            "Image file paths are read by TensorFlow's decoders: use "
+            "keras_dml.data.class_balanced_batches."))
+        self.x = np.asarray(data.x)
+        self.labels, self.class_names = label_ids(data.y, len(self.x))
         self.labels = self.labels.astype(np.int32)
         self.sampler = ClassBalancedSampler(self.labels, classes_per_batch, samples_per_class,
                                             small_classes=small_classes, seed=seed)

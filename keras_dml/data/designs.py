@@ -16,6 +16,7 @@ import numpy as np
 from keras_dml import backend
 from keras_dml.data.pipeline import batches_from_sampler, batches_from_stream
 from keras_dml.data.sampler import ClassBalancedSampler
+from keras_dml.data.inputs import SAMPLES, as_data
 from keras_dml.data.sources import make_source
 from keras_dml.pair_designs import (  # noqa: F401 (public here)
     GroupDesign, RandomPairDesign, importance_weights)
@@ -102,7 +103,7 @@ def design_batches(source, design, *, seed=None, preprocessing=None, training=Tr
         `tf.data.Dataset`; feed `importance_weights(y, counts, design)` to
         the loss (e.g. `BalancedContrastive`).
     """
-    data = make_source(source, preprocessing=preprocessing, training=training)
+    data = make_source(as_data(source, SAMPLES), preprocessing=preprocessing, training=training)
     sampler = design_sampler(design, data.labels, seed)  # validates now
     if isinstance(sampler, ClassBalancedSampler):  # step-indexed: no Python in tf.data
         return batches_from_stream(data, sampler, seed=seed, map_fn=map_fn)

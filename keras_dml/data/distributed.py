@@ -19,6 +19,7 @@ import numpy as np
 from keras_dml import backend
 from keras_dml.data.pipeline import StreamPosition, batches_from_indices
 from keras_dml.data.sampler import ClassBalancedSampler
+from keras_dml.data.inputs import SAMPLES, as_data
 from keras_dml.data.sources import make_source
 
 tf = backend.require_tensorflow("keras_dml.data.distributed_class_balanced_batches (tf.data)")
@@ -86,7 +87,7 @@ def distributed_class_balanced_batches(strategy, source, classes_per_batch,
         raise ValueError(
             f"classes_per_batch={classes_per_batch} must be divisible by the number of "
             f"replicas ({replicas}) so each replica gets whole classes.")
-    data = make_source(source, preprocessing=preprocessing, training=training)
+    data = make_source(as_data(source, SAMPLES), preprocessing=preprocessing, training=training)
     sampler = ClassBalancedSampler(data.labels, classes_per_batch, samples_per_class,
                                    small_classes=small_classes, seed=seed)
     global_batch = sampler.batch_size

@@ -5,6 +5,7 @@ import numpy as np
 from keras_dml import backend
 from keras_dml.data.bad_images import BadImageGuard, drop_bad, only_x_y
 from keras_dml.data.options import steady
+from keras_dml.data.inputs import SAMPLES, as_data
 from keras_dml.data.sources import make_source
 from keras_dml.data.stream_preprocessing import record_preprocessing
 from keras_dml.hyperparameters import integer_at_least
@@ -42,7 +43,7 @@ def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None
         `skip_bad_images`).
     """
     batch_size = integer_at_least("batch_size", batch_size, 1, strict=True)
-    data = make_source(split, preprocessing, training=False)
+    data = make_source(as_data(split, SAMPLES, "split"), preprocessing, training=False)
     if data.from_files and preprocessing is None:
         raise ValueError(
             "This split holds image files: pass preprocessing=keras_dml.data.Preprocessing(...) "

@@ -21,6 +21,7 @@ from keras_dml import backend
 from keras_dml import hyperparameters, ops
 from keras_dml.data.pipeline import batches_from_sampler
 from keras_dml.data.sampler import ClassBalancedSampler
+from keras_dml.data.inputs import SAMPLES, as_data
 from keras_dml.data.sources import make_source
 
 tf = backend.require_tensorflow("keras_dml.data.hard_negative_class_batches (tf.data)")
@@ -153,7 +154,7 @@ def hard_negative_class_batches(source, classes_per_batch, samples_per_class=2, 
         `HardNegativeClassSampler` it reads (one shared sampler, so that
         `sampler.update` or a `HardNegativeClassMining` callback steers it).
     """
-    data = make_source(source, preprocessing=preprocessing, training=training)
+    data = make_source(as_data(source, SAMPLES), preprocessing=preprocessing, training=training)
     sampler = HardNegativeClassSampler(data.labels, classes_per_batch, samples_per_class,
                                        num_neighbors, small_classes, seed)
     dataset = batches_from_sampler(data, lambda: sampler, sampler.batch_size, seed=seed,
@@ -193,7 +194,8 @@ class HardNegativeClassMining(keras.callbacks.Callback):
         self.refresh_every = int(refresh_every)
         self.images_per_class = int(images_per_class)
         self.batch_size = int(batch_size)
-        self._data = make_source(source, preprocessing=preprocessing, training=False)
+        self._data = make_source(as_data(source, SAMPLES), preprocessing=preprocessing,
+                                 training=False)
         self._rng = np.random.default_rng(seed)
         self._fetch = tf.function(lambda idx: self._data.fetch(idx, None)[0])
         self._steps = 0

@@ -1,14 +1,18 @@
 """Sample labels as class ids, and telling image paths from images (NumPy only)."""
 
+import os
+
 import numpy as np
 
 
 def is_paths(x):
-    """Whether `x` is a list (or array) of image file paths rather than images."""
+    """Whether `x` is a list (or array) of image file paths (str, bytes or
+    `os.PathLike`) rather than images."""
+    path = (str, bytes, os.PathLike)
     if isinstance(x, np.ndarray):
         return x.dtype.kind in "US" or (x.dtype == object and len(x) and isinstance(
-            x.flat[0], (str, bytes)))
-    return isinstance(x, (list, tuple)) and len(x) > 0 and isinstance(x[0], (str, bytes))
+            x.flat[0], path))
+    return isinstance(x, (list, tuple)) and len(x) > 0 and isinstance(x[0], path)
 
 
 def label_ids(y, n):

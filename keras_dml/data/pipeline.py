@@ -9,6 +9,7 @@ from keras_dml.data.bad_images import BadImageGuard, only_x_y, refill
 from keras_dml.data.options import steady
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.stream_preprocessing import record_preprocessing
+from keras_dml.data.inputs import SAMPLES, as_data
 from keras_dml.data.sources import make_source
 
 tf = backend.require_tensorflow("keras_dml.data.class_balanced_batches (tf.data)")
@@ -105,7 +106,7 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
             f"classes_per_batch={classes_per_batch} must be divisible by the "
             f"number of replicas ({num_replicas}) so each replica gets whole classes."
         )
-    data = make_source(source, preprocessing=preprocessing, training=training)
+    data = make_source(as_data(source, SAMPLES), preprocessing=preprocessing, training=training)
     sampler = ClassBalancedSampler(data.labels, classes_per_batch, samples_per_class,
                                    small_classes=small_classes, seed=seed)
     return batches_from_stream(data, sampler, seed=seed, map_fn=map_fn,

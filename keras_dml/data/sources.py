@@ -1,8 +1,10 @@
-"""Turns the accepted inputs of `class_balanced_batches` into (labels, fetch).
+"""Builds the batch reader of the tf.data pipelines from normalised data: (labels, fetch).
 
-A source is reduced to integer labels (for the index sampler) and a
-graph-safe `fetch(indices, seed) -> (x, ok)` that builds one batch. Image
-bytes are never held per class; file sources keep only their paths.
+The user's value was normalised once by `keras_dml.data.inputs.as_data` at the
+public function's entry; `make_source` takes only that `Data`. A source is
+reduced to integer labels (for the index sampler) and a graph-safe
+`fetch(indices, seed) -> (x, ok)` that builds one batch. Image bytes are never
+held per class; file sources keep only their paths.
 """
 
 import dataclasses
@@ -10,9 +12,9 @@ import dataclasses
 import numpy as np
 
 from keras_dml import backend
-from keras_dml.data.labels import is_paths, label_ids
+from keras_dml.data.inputs import DATASET, SAMPLES, Data, unsupported
+from keras_dml.data.labels import label_ids
 from keras_dml.data.preprocessing import Preprocessing, decode_image
-from keras_dml.datasets.base import LabeledImages
 
 tf = backend.require_tensorflow("keras_dml.data's tf.data sources")
 
@@ -45,34 +47,40 @@ class Source:
     preprocessing: object = None
 
 
-def make_source(source, preprocessing=None, training=True):
-    """Builds a `Source` from arrays, a `LabeledImages`, paths or a dataset.
+def make_source(data, preprocessing=None, training=True):
+    """Builds the `Source` of normalised data (`keras_dml.data.inputs.as_data`).
 
     Labels are integers (any ids) or class names (strings), which become ids
     `0..C-1` in sorted order (`np.unique`), the names kept in `class_names`.
 
     Args:
-        source: `(x, y)` arrays; `(paths, y)` with `paths` a list of file
-            names; a `LabeledImages`; or a `tf.data.Dataset` of `(x, y)`.
+        data: A `keras_dml.data.inputs.Data` of form `ARRAYS`, `FILES`, `SPLIT`
+            or `DATASET` (a `tf.data.Dataset` of `(x, y)` samples, read once).
         preprocessing: `Preprocessing` for decoded / uint8 images. Defaults to
             `None`: `Preprocessing()` for files, no transform for arrays.
         training: Use `preprocessing.train` (else `.eval`). Defaults to True.
+
+    Raises:
+        TypeError: `data` is not a `Data` (the public function did not normalise it).
     """
-    if isinstance(source, LabeledImages):
-        if source.images is not None:
-            return _array_source(source.images, source.labels, preprocessing, training)
-        return _file_source(source.paths, source.labels, preprocessing, training)
-    if isinstance(source, tf.data.Dataset):
-        return _dataset_source(source, preprocessing, training)
-    if isinstance(source, (tuple, list)) and len(source) == 2:
-        x, y = source
-        if is_paths(x):
-            return _file_source(list(x), y, preprocessing, training)
-        return _array_source(x, y, preprocessing, training)
-    raise ValueError(
-        "source must be (x, y) arrays, (paths, labels), a LabeledImages or a "
-        f"tf.data.Dataset of (x, y); got {type(source).__name__}."
-    )
+    if not isinstance(data, Data):
+        raise TypeError(f"make_source takes the Data of as_data, got {type(data).__name__}.")
+    if data.form not in SAMPLES:
+        raise unsupported(data, SAMPLES)
+    if data.form == DATASET:
+        x, y, encoded = _read_dataset(data.x)
+        read, describe = tf.identity, lambda i: f"element {i} of the tf.data.Dataset source"
+    else:
+        x, y, encoded = data.x, data.y, data.files
+        read, describe = tf.io.read_file, lambda i: f"image {i} {x[i]!r}"
+    labels, names = label_ids(y, len(x))
+    if not encoded:
+        return _array_source(np.asarray(x), labels, names, preprocessing, training)
+    preprocessing = preprocessing or Preprocessing()
+    return Source(labels=labels, from_files=True, describe=describe, class_names=names,
+                  paths=x if data.files else None, preprocessing=preprocessing,
+                  fetch=_encoded_fetch(tf.constant(x, tf.string), read, preprocessing,
+                                       training))
 
 
 def _transform(preprocessing, training):
@@ -83,9 +91,7 @@ def _transform(preprocessing, training):
     return lambda images, seed: preprocessing.eval(images)
 
 
-def _array_source(x, y, preprocessing, training):
-    x = np.asarray(x)
-    y, names = label_ids(y, len(x))
+def _array_source(x, labels, names, preprocessing, training):
     images = tf.constant(x)
     transform = _transform(preprocessing, training)
 
@@ -94,17 +100,8 @@ def _array_source(x, y, preprocessing, training):
         ok = tf.ones(tf.shape(indices), tf.bool)
         return (batch if transform is None else transform(batch, seed)), ok
 
-    return Source(labels=y, fetch=fetch, from_files=False, class_names=names,
+    return Source(labels=labels, fetch=fetch, from_files=False, class_names=names,
                   preprocessing=preprocessing)
-
-
-def _file_source(paths, y, preprocessing, training):
-    y, names = label_ids(y, len(paths))
-    paths = [str(p) for p in paths]
-    result = _encoded_source(tf.constant(paths), y, preprocessing, training,
-                             tf.io.read_file, lambda i: f"image {i} {paths[i]!r}")
-    result.paths, result.class_names = paths, names
-    return result
 
 
 def decode_or_flag(table, read, channels):
@@ -135,8 +132,8 @@ def decode_or_flag(table, read, channels):
     return load
 
 
-def _encoded_source(table, y, preprocessing, training, read, describe):
-    preprocessing = preprocessing or Preprocessing()
+def _encoded_fetch(table, read, preprocessing, training):
+    """The `fetch` of encoded images: `read(table[i])` decoded, then transformed."""
     transform = _transform(preprocessing, training)
     spec = (tf.TensorSpec(preprocessing.output_shape, tf.float32), tf.TensorSpec([], tf.bool))
     load = decode_or_flag(table, read, preprocessing.channels)
@@ -151,33 +148,24 @@ def _encoded_source(table, y, preprocessing, training, read, describe):
         seeds = tf.random.experimental.stateless_split(seed, tf.size(indices))
         return tf.map_fn(lambda args: one(*args), (indices, seeds), fn_output_signature=spec)
 
-    return Source(labels=y, fetch=fetch, from_files=True, describe=describe,
-                  preprocessing=preprocessing)
+    return fetch
 
 
-def _dataset_source(dataset, preprocessing, training):
-    """One pass over `dataset`; encoded-image strings stay encoded."""
+def _read_dataset(dataset):
+    """`(x, y, encoded)` of a `tf.data.Dataset` of `(x, y)` samples, read in one pass:
+    encoded-image strings stay encoded (`encoded` True), fixed-shape images are stacked."""
     spec = dataset.element_spec
     if not (isinstance(spec, tuple) and len(spec) == 2):
         raise ValueError(
             f"A tf.data.Dataset source must yield (x, y) pairs; got element_spec {spec}."
         )
-    x_spec = spec[0]
-    if x_spec.dtype == tf.string:
-        items, labels = [], []
-        for x, y in dataset.as_numpy_iterator():
-            items.append(x)
-            labels.append(y)
-        labels, names = label_ids(np.asarray(labels).reshape(-1), len(items))
-        table = tf.constant(items, dtype=tf.string)
-        result = _encoded_source(table, labels, preprocessing, training, tf.identity,
-                                 lambda i: f"element {i} of the tf.data.Dataset source")
-        result.class_names = names
-        return result
     xs, ys = [], []
     for x, y in dataset.as_numpy_iterator():
         xs.append(x)
         ys.append(y)
+    y = np.asarray(ys).reshape(-1)
+    if spec[0].dtype == tf.string:
+        return xs, y, True
     if not xs:
         raise ValueError("The tf.data.Dataset source is empty.")
     shapes = {x.shape for x in xs}
@@ -187,5 +175,4 @@ def _dataset_source(dataset, preprocessing, training):
             f"(e.g. {sorted(shapes)[:2]}); pass encoded images instead (tfds: "
             "decoders={'image': tfds.decode.SkipDecoding()}) or resize them first."
         )
-    return _array_source(np.stack(xs), np.asarray(ys).reshape(-1), preprocessing,
-                         training)
+    return np.stack(xs), y, False

@@ -5,8 +5,8 @@ import numpy as np
 from keras_dml import backend
 from keras_dml import hyperparameters
 from keras_dml.data.pipeline import batches_from_sampler
+from keras_dml.data.inputs import IMAGES, SAMPLES, as_data
 from keras_dml.data.sources import make_source
-from keras_dml.datasets.base import LabeledImages
 
 tf = backend.require_tensorflow("keras_dml.data.two_view_batches (tf.data)")
 
@@ -66,13 +66,12 @@ def two_view_batches(source, augment, instances_per_batch, *, labels="instance",
     hyperparameters.one_of("labels", labels, _LABELS)
     if not callable(augment):
         raise ValueError(f"augment must be a callable images -> images, got {augment!r}.")
-    unlabelled = not isinstance(source, (tuple, list, LabeledImages, tf.data.Dataset))
-    if unlabelled:
+    given = as_data(source, (*SAMPLES, IMAGES))
+    if given.form == IMAGES:
         if labels == "class":
             raise ValueError('labels="class" needs a labelled source: pass (x, y).')
-        images = np.asarray(source)
-        source = (images, np.zeros(len(images), np.int64))
-    data = make_source(source, preprocessing=preprocessing, training=False)
+        given = given.with_labels(np.zeros(len(given.x), np.int64))
+    data = make_source(given, preprocessing=preprocessing, training=False)
     n = len(data.labels)
     batch = hyperparameters.integer_at_least("instances_per_batch", instances_per_batch, 1)
     if batch > n:

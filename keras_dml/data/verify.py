@@ -7,9 +7,8 @@ import warnings
 import numpy as np
 
 from keras_dml import backend
+from keras_dml.data.inputs import ARRAYS, FILES, PATHS, SPLIT, as_data
 from keras_dml.data.preprocessing import decode_image
-from keras_dml.data.sources import is_paths, make_source
-from keras_dml.datasets.base import LabeledImages
 
 tf = backend.require_tensorflow("keras_dml.data.verify_images (TensorFlow's image decoders)")
 
@@ -34,17 +33,16 @@ def verify_images(source, channels=3):
         or the list of kept paths.
 
     Raises:
-        ValueError: For a `tf.data.Dataset` (it has no files to check: decode
-            errors there are skipped with `dataset.ignore_errors()`).
+        ValueError: For any other form, a `tf.data.Dataset` among them (it has no
+            files to check: decode errors there are skipped with
+            `dataset.ignore_errors()`).
     """
-    if isinstance(source, tf.data.Dataset):
-        raise ValueError(
-            "verify_images checks image files: pass a LabeledImages, (paths, labels) or a "
-            "list of paths; a tf.data.Dataset can drop undecodable elements with "
-            "dataset.ignore_errors().")
-    paths = [str(p) for p in source] if is_paths(source) else make_source(source).paths
-    if paths is None:  # images in memory
+    data = as_data(source, (SPLIT, FILES, ARRAYS, PATHS), hint=(
+        "verify_images checks image files; a tf.data.Dataset drops undecodable elements "
+        "with dataset.ignore_errors()."))
+    if not data.files:  # images in memory
         return source
+    paths = data.x
     good = _decodable(paths, channels)
     bad = np.flatnonzero(~good)
     if not len(bad):
@@ -55,10 +53,10 @@ def verify_images(source, channels=3):
         stacklevel=2,
     )
     kept = np.flatnonzero(good)
-    if isinstance(source, LabeledImages):
+    if data.form == SPLIT:
         skipped = list(source.skipped) + [(source.paths[i], "undecodable") for i in bad]
         return dataclasses.replace(source.subset(kept), skipped=skipped)
-    if is_paths(source):
+    if data.form == PATHS:
         return [source[i] for i in kept]
     x, y = source
     return [x[i] for i in kept], np.asarray(y)[kept]

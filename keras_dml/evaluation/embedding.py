@@ -2,7 +2,9 @@
 
 The data is a `tf.data.Dataset` (where TensorFlow is installed), a
 `keras.utils.PyDataset`, a Python iterable of `(x, y[, w])` batches, or an `(x, y)`
-tuple of arrays; every backend embeds each of them.
+tuple of arrays; every backend embeds each of them. Each public function normalises
+it once (`keras_dml.data.inputs.as_data`); the functions below take the finite
+batches made from that (`finite_batches`, `model_batches`), not the user's value.
 """
 
 import itertools
@@ -15,6 +17,8 @@ import numpy as np
 from keras_dml import backend, hyperparameters
 from keras_dml.backend.trainer import is_tf_dataset, steps as backend_steps
 from keras_dml.data.image_errors import clear_data_error
+from keras_dml.data.inputs import (ARRAYS, BATCH_STREAMS, DATASET, EMBEDDABLE, SPLIT, WEIGHTED,
+                                   Data, as_data)
 from keras_dml.evaluation.retrieval import METRICS, retrieval_metrics
 
 
@@ -54,34 +58,28 @@ class Batches:
         return itertools.islice(self.source, self.count)
 
 
-def _arrays(data):
-    """Whether `data` is an `(x, y)` or `(x, y, w)` tuple of arrays (not a list of batches)."""
-    return (isinstance(data, (tuple, list)) and len(data) in (2, 3)
-            and not isinstance(data[0], (tuple, list, dict)))
-
-
 def as_dataset(data, batch_size, steps=None, name="data"):
-    """Batches of `(x, y[, w])` that end: a dataset, `PyDataset` or iterable of batches
-    (see `finite_dataset` for `steps` and the checks), or an `(x, y)` tuple of arrays
-    cut into batches (a `tf.data.Dataset` on the TensorFlow backend, as its other
+    """Batches of `(x, y[, w])` that end: `data` normalised (`as_data`, forms
+    `BATCH_STREAMS`), then `finite_batches`."""
+    return finite_batches(as_data(data, BATCH_STREAMS, name), batch_size, steps, name)
+
+
+def finite_batches(data, batch_size, steps=None, name="data"):
+    """The finite batches of a `Data` of `BATCH_STREAMS`: a dataset, `PyDataset` or
+    iterable of batches (see `finite_dataset` for `steps` and the checks), or `(x, y)`
+    arrays cut into batches (a `tf.data.Dataset` on the TensorFlow backend, as its other
     pipelines, else `ArrayBatches`)."""
-    if _arrays(data):
-        batches = ArrayBatches(data[0], data[1], batch_size)
-        if not backend.is_tensorflow():
-            return batches
-        import tensorflow as tf
+    if data.form not in (ARRAYS, WEIGHTED):
+        return finite_dataset(data.x, steps, name)
+    batches = ArrayBatches(data.x, data.y, batch_size)
+    if not backend.is_tensorflow():
+        return batches
+    import tensorflow as tf
 
-        from keras_dml.data.options import steady
+    from keras_dml.data.options import steady
 
-        return steady(tf.data.Dataset.from_tensor_slices((batches.x, batches.y)).batch(
-            batches.batch_size))
-    if is_tf_dataset(data) or isinstance(data, keras.utils.PyDataset) or (
-            hasattr(data, "__iter__") and not hasattr(data, "shape")  # an array: no batches
-            and not isinstance(data, (str, bytes, dict))):
-        return finite_dataset(data, steps, name)
-    raise ValueError(
-        f"{name} must be a tf.data.Dataset, a keras.utils.PyDataset or an iterable of "
-        f"(x, y) batches, or an (x, y) tuple of arrays, got {type(data).__name__}.")
+    return steady(tf.data.Dataset.from_tensor_slices((batches.x, batches.y)).batch(
+        batches.batch_size))
 
 
 def _length(data):
@@ -164,35 +162,25 @@ def _finite_tf_dataset(dataset, steps, name):
     raise _endless(name, kind, ending, extra, bound=" (or dataset.take(N))")
 
 
-def image_files(data):
-    """Whether `data` is image files: a file-based `LabeledImages` split or `(paths, labels)`."""
-    from keras_dml.data.labels import is_paths
-    from keras_dml.datasets.base import LabeledImages
-
-    if isinstance(data, LabeledImages):
-        return data.paths is not None
-    return isinstance(data, (tuple, list)) and len(data) == 2 and is_paths(data[0])
-
-
 def model_batches(model, data, batch_size=256, steps=None, name="data"):
-    """`as_dataset` of what `model` embeds: image files (`image_files`) become
-    `keras_dml.data.evaluation_batches` prepared as the model records
-    (`keras_dml.data.stream_preprocessing.model_preprocessing`), an in-memory
-    `LabeledImages` its `(images, labels)`; a keras_dml stream prepared otherwise than
-    the model records gets a warning."""
+    """The finite batches of what `model` embeds, `data` normalised (`as_data`, forms
+    `EMBEDDABLE`): image files become `keras_dml.data.evaluation_batches` prepared as
+    the model records (`keras_dml.data.stream_preprocessing.model_preprocessing`), an
+    in-memory `LabeledImages` its `(images, labels)`; a keras_dml stream prepared
+    otherwise than the model records gets a warning."""
     from keras_dml.data.stream_preprocessing import (model_preprocessing, stream_preprocessing,
                                                       warn_if_prepared_otherwise)
-    from keras_dml.datasets.base import LabeledImages
 
-    if image_files(data):
+    data = as_data(data, EMBEDDABLE, name)
+    if data.files:
         from keras_dml.data.evaluation_batches import evaluation_batches
 
-        data = evaluation_batches(data, model_preprocessing(model), batch_size)
-    elif isinstance(data, LabeledImages):
-        data = (data.images, data.labels)
+        data = Data(DATASET, evaluation_batches(data, model_preprocessing(model), batch_size))
+    elif data.form == SPLIT:
+        data = Data(ARRAYS, data.x, data.y)
     else:
-        warn_if_prepared_otherwise(model, stream_preprocessing(data))
-    return as_dataset(data, batch_size, steps, name)
+        warn_if_prepared_otherwise(model, stream_preprocessing(data.x))
+    return finite_batches(data, batch_size, steps, name)
 
 
 def embed_dataset(model, data, batch_size=256, steps=None):
@@ -215,8 +203,8 @@ def embed_dataset(model, data, batch_size=256, steps=None):
     Returns:
         float32 NumPy embeddings (N, dim) and NumPy labels (N,).
     """
-    return embed_with(inference_function(model),
-                      model_batches(model, data, batch_size, steps), batch_size)
+    return embed_finite(inference_function(model),
+                         model_batches(model, data, batch_size, steps))
 
 
 def inference_function(model):
@@ -231,14 +219,19 @@ def embed_with(forward, data, batch_size=256, progress=False, steps=None):
 
     `progress=True` shows a Keras progress bar over the batches on a terminal.
     """
+    return embed_finite(forward, as_dataset(data, batch_size, steps), progress)
+
+
+def embed_finite(forward, batches, progress=False):
+    """`(embeddings, labels)` of finite batches (`finite_batches`, `model_batches`) by
+    `forward(x)`; `progress` as in `embed_with`."""
     embeddings, labels = [], []
-    data = as_dataset(data, batch_size, steps)
     bar = None
     if progress and sys.stdout.isatty():
-        count = int(data.cardinality()) if is_tf_dataset(data) else len(data)
+        count = int(batches.cardinality()) if is_tf_dataset(batches) else len(batches)
         bar = keras.utils.Progbar(count if count > 0 else None, unit_name="batch")
     try:
-        for batch in data:
+        for batch in batches:
             _embed_batch(forward, batch, embeddings, labels)
             if bar is not None:
                 bar.add(1)
@@ -309,10 +302,11 @@ def evaluate_retrieval(
     if reference_dataset is not None:
         reference_dataset = model_batches(model, reference_dataset, batch_size, steps,
                                           "reference_dataset")
-    queries, query_labels = embed_dataset(model, dataset, batch_size)
+    forward = inference_function(model)
+    queries, query_labels = embed_finite(forward, dataset)
     references = reference_labels = None
     if reference_dataset is not None:
-        references, reference_labels = embed_dataset(model, reference_dataset, batch_size)
+        references, reference_labels = embed_finite(forward, reference_dataset)
     return retrieval_metrics(
         queries, query_labels, references, reference_labels, ks, metrics, metric, chunk_size
     )

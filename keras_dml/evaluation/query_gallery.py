@@ -35,8 +35,8 @@ class RetrievalReport:
     """Results of `retrieval_report`.
 
     Attributes:
-        metrics: "recall@K" and "precision@K" for each K, "map@r", "map" (floats in
-            [0, 1]), "num_queries" and "num_excluded_queries" (ints).
+        metrics: "recall@K" and "precision@K" for each K, "r_precision", "map@r",
+            "map" (floats in [0, 1]), "num_queries" and "num_excluded_queries" (ints).
         query_labels, gallery_labels: the labels as given.
         evaluated: int64 positions of the evaluated queries (their class has a
             gallery item they may find).
@@ -216,7 +216,7 @@ def _average_precision(scores, positives, top):
 
 
 def _list_metrics(same, r, ks):
-    """Per-query hits@K, precision@K and MAP@R of ranked lists."""
+    """Per-query hits@K, precision@K, R-precision and MAP@R of ranked lists."""
     out = {}
     hits = np.logical_or.accumulate(same, axis=1)
     for k in ks:
@@ -225,6 +225,7 @@ def _list_metrics(same, r, ks):
     width = same.shape[1]
     within_r = np.arange(width)[None, :] < r[:, None]
     relevant = same & within_r
+    out["r_precision"] = relevant.sum(axis=1) / r
     precision = np.cumsum(relevant, axis=1) / np.arange(1, width + 1)
     out["map@r"] = np.sum(precision * relevant, axis=1) / r
     return out
@@ -259,7 +260,8 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
     Returns:
         A `RetrievalReport`. Its "map" is each query's AP over the whole ranking
         averaged (with `rerank`: the re-ranked list, then the other items in
-        their exact order). "map@r" and Recall@K are as `retrieval_metrics`.
+        their exact order). Recall@K, "precision@1", "r_precision" and "map@r"
+        are as `retrieval_metrics`'.
 
     Examples:
         >>> emb = np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], "float32")
@@ -341,6 +343,7 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
     evaluated = joined["evaluated"].astype(np.int64)
     metrics = {f"recall@{k}": float(joined[f"recall@{k}"].mean()) for k in ks}
     metrics.update({f"precision@{k}": float(joined[f"precision@{k}"].mean()) for k in ks})
+    metrics["r_precision"] = float(joined["r_precision"].mean())
     metrics["map@r"] = float(joined["map@r"].mean())
     metrics["map"] = float(joined["map"].mean())
     metrics["num_queries"] = int(len(evaluated))

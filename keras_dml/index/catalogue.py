@@ -11,6 +11,7 @@ files with a progress bar in images per second; `save_embeddings` writes the
                 (present when any image has a class)
 """
 
+import collections.abc
 import dataclasses
 import os
 
@@ -125,15 +126,20 @@ def embed_files(embedder, paths, preprocessing, batch_size=64, progress=True):
             does not return `(batch, d)`.
     """
     from keras_dml.data import evaluation_batches
+    from keras_dml.data.inputs import DATASET, PATHS, Data, as_data
     from keras_dml.index.embedding import embed_batches
     from keras_dml.index.progress import Progress
 
-    paths = [str(p) for p in paths]
-    if not paths:
+    if isinstance(paths, collections.abc.Iterator):  # a generator, Path.glob(...)
+        paths = list(paths)
+    if isinstance(paths, (list, tuple, np.ndarray)) and not len(paths):
         raise ValueError("No image to embed.")
-    batches = evaluation_batches((paths, np.zeros(len(paths), np.int32)), preprocessing,
-                                 batch_size=batch_size)
-    embeddings, _ = embed_batches(embedder, batches, progress=Progress(len(paths), progress))
+    files = as_data(paths, (PATHS,), "paths")
+    count = len(files.x)
+    files = files.with_labels(np.zeros(count, np.int32))
+    batches = evaluation_batches(files, preprocessing, batch_size=batch_size)
+    embeddings, _ = embed_batches(embedder, Data(DATASET, batches),
+                                  progress=Progress(count, progress))
     return embeddings
 
 

@@ -4,10 +4,14 @@ import keras
 import numpy as np
 
 from keras_dml import backend
+from keras_dml.data.inputs import ARRAYS, DATASET, FILES, IMAGES, SPLIT, Data, as_data
 from keras_dml.data.options import steady
 from keras_dml.evaluation.embedding import finite_dataset, inference_function
 
 tf = backend.require_tensorflow("keras_dml.index.embedding (embedding image files and tf.data)")
+
+BATCH_FORMS = (DATASET, ARRAYS, IMAGES)  # what embed_batches takes
+SOURCE_FORMS = (SPLIT, FILES, *BATCH_FORMS)  # what embed_source and Index.from_model take
 
 
 def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None, progress=None):
@@ -36,13 +40,12 @@ def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None, prog
     from keras_dml.index.progress import Progress
 
     total = None
-    if isinstance(dataset, tf.data.Dataset):
-        dataset = finite_dataset(dataset, steps, "dataset")
+    data = as_data(dataset, BATCH_FORMS, "dataset")
+    if data.form == DATASET:
+        dataset = finite_dataset(data.x, steps, "dataset")
     else:
-        if isinstance(dataset, (tuple, list)) and len(dataset) == 2:
-            dataset = tf.data.Dataset.from_tensor_slices(tuple(dataset))
-        else:
-            dataset = tf.data.Dataset.from_tensor_slices(dataset)
+        dataset = tf.data.Dataset.from_tensor_slices(
+            data.x if data.form == IMAGES else (data.x, data.y))
         total = int(dataset.cardinality())
         dataset = steady(dataset.batch(batch_size))
     if progress is None:
@@ -86,25 +89,20 @@ def embed_source(embedder, source, batch_size=256, verbose=1, preprocessing=None
             (with a warning; see `keras_dml.data.stream_preprocessing.model_preprocessing`).
     """
     from keras_dml.data import evaluation_batches
-    from keras_dml.data.sources import is_paths
-    from keras_dml.datasets import LabeledImages
 
-    if isinstance(source, LabeledImages):
-        files = source.paths is not None
-        batches = evaluation_batches(
-            source, _file_preprocessing(embedder, preprocessing) if files else preprocessing,
-            batch_size=batch_size)
-        embeddings, _ = embed_batches(embedder, batches, verbose=verbose)
-        names = np.asarray(source.class_names, str)
-        return embeddings, names[source.labels], list(source.paths) if files else None
-    if isinstance(source, (tuple, list)) and len(source) == 2 and is_paths(source[0]):
-        paths, labels = [str(p) for p in source[0]], np.asarray(source[1])
-        batches = evaluation_batches((paths, labels), _file_preprocessing(embedder, preprocessing),
-                                     batch_size=batch_size)
-        embeddings, _ = embed_batches(embedder, batches, verbose=verbose)
-        return embeddings, labels, paths
-    embeddings, labels = embed_batches(embedder, source, batch_size, verbose)
-    return embeddings, labels, None
+    data = as_data(source, SOURCE_FORMS, "dataset")
+    if not data.files and data.form != SPLIT:
+        embeddings, labels = embed_batches(embedder, data, batch_size, verbose)
+        return embeddings, labels, None
+    batches = evaluation_batches(
+        data, _file_preprocessing(embedder, preprocessing) if data.files else preprocessing,
+        batch_size=batch_size)
+    embeddings, _ = embed_batches(embedder, Data(DATASET, batches), verbose=verbose)
+    if data.form == SPLIT:  # labels: its class names
+        labels = np.asarray(data.class_names, str)[data.y]
+    else:  # (paths, labels): the labels as given
+        labels = np.asarray(data.y)
+    return embeddings, labels, list(data.x) if data.files else None
 
 
 def _file_preprocessing(embedder, preprocessing):
@@ -121,12 +119,9 @@ def source_preprocessing(embedder, source, preprocessing=None):
     else the one the embedder records, or None (arrays and tf.data batches
     arrive prepared).
     """
-    from keras_dml.data.sources import is_paths
     from keras_dml.data.stream_preprocessing import recorded_preprocessing
-    from keras_dml.datasets import LabeledImages
 
     if preprocessing is not None:
         return preprocessing
-    files = (isinstance(source, LabeledImages) and source.paths is not None) or (
-        isinstance(source, (tuple, list)) and len(source) == 2 and is_paths(source[0]))
+    files = as_data(source, SOURCE_FORMS, "dataset").files
     return _file_preprocessing(embedder, None) if files else recorded_preprocessing(embedder)

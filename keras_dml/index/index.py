@@ -93,7 +93,11 @@ class Index:
             `ef_search` (default 64), `ef_construction` (default 80). For
             `"milvus"`: `index_type` `"FLAT"` (default), `"HNSW"` (`m` 32,
             `ef_construction` 80, `ef_search` 64) or `"IVF_FLAT"` (`nlist` 128,
-            `nprobe` 16), and `timeout` (seconds to reach a server, default 10).
+            `nprobe` 16), `timeout` (seconds to reach a server, default 10), and
+            `lite_process` (default False): serve a Lite file from a child
+            process, whose memory then holds the collection instead of this
+            one's (`keras_dml.index.lite_process`; `keras-dml index --uri`
+            does).
 
     Examples:
 
@@ -116,8 +120,9 @@ class Index:
             from keras_dml.index.milvus import TIMEOUT, MilvusStore
 
             timeout = backend_options.pop("timeout", TIMEOUT)
+            lite_process = bool(backend_options.pop("lite_process", False))
             self._store = MilvusStore(DEFAULT_URI if uri is None else uri, collection, token,
-                                      timeout)
+                                      timeout, lite_process)
             try:
                 self._record = self._open_collection(backend_options, info, given,
                                                      allow_mismatch)
@@ -367,25 +372,23 @@ class Index:
             ValueError: An empty index, k above its size, queries of another
                 dimension, or a filter naming an unknown field.
         """
-        size = len(self)
-        if not size:
-            raise ValueError("The index is empty: add embeddings before searching.")
+        if self.dim is None:  # nothing was ever added
+            raise ValueError(storage.EMPTY)
         k = hyperparameters.integer_at_least("k", k, 1)
-        if k > size:
-            raise ValueError(f"k={k} exceeds the {size} items in the index.")
         queries = self._queries(queries)
         if rerank is not None:
             from keras_dml.index.rerank import rerank_search
 
             return SearchResult(*rerank_search(self, queries, k, filter, rerank))
         selection = self._selection(filter)
-        if self.backend != "milvus":
+        if self.backend == "milvus":  # the store checks k without counting the collection
             return SearchResult(*self._store.search(queries, k, selection))
-        if selection:
-            k = min(k, self._store.count(selection))
-            if not k:
-                return self._empty_result(len(queries))
-        return SearchResult(*self._store.search(queries, k, selection or ""))
+        size = len(self)
+        if not size:
+            raise ValueError(storage.EMPTY)
+        if k > size:
+            raise ValueError(storage.exceeds(k, size))
+        return SearchResult(*self._store.search(queries, k, selection))
 
     def _selection(self, filter):
         """The filter as the store takes it: conditions in memory, an expression on Milvus."""
@@ -400,13 +403,6 @@ class Index:
         if self.backend == "milvus":
             return filters.milvus_expression(conditions)
         return conditions
-
-    def _empty_result(self, count):
-        shape = (count, 0)
-        return SearchResult(np.zeros(shape, storage.kind_dtype(self._record["id_kind"])),
-                            np.zeros(shape, np.float32),
-                            np.zeros(shape, storage.kind_dtype(self._record["label_kind"])),
-                            [[] for _ in range(count)])
 
     def match(self, queries, threshold, filter=None):
         """Open-set decision per query: the nearest item's label if its score is at
@@ -600,8 +596,10 @@ class Index:
         >>> index = Index.from_model(model.embedder(), splits.test)  # doctest: +SKIP
         >>> index.search(queries, k=3).metadata[0]  # doctest: +SKIP
         """
-        from keras_dml.index.embedding import embed_source, source_preprocessing
+        from keras_dml.data.inputs import as_data
+        from keras_dml.index.embedding import SOURCE_FORMS, embed_source, source_preprocessing
 
+        dataset = as_data(dataset, SOURCE_FORMS, "dataset")  # once, for both below
         preprocessing = source_preprocessing(embedder, dataset, preprocessing)
         made = {"model_fingerprint": provenance.model_fingerprint(embedder),
                 "preprocessing": None if preprocessing is None else preprocessing.to_dict(),

@@ -38,10 +38,8 @@ class MemoryStore:
         as in `MilvusStore.arrays`; every array is at hand here)."""
         return self.embeddings, self._ids, self._labels, self._metadata, self._added
 
-    def count(self, conditions=None):
-        if not conditions:
-            return len(self._added)
-        return int(self._mask(conditions).sum())
+    def count(self):
+        return len(self._added)
 
     def contains(self, ids):
         if self._ids is None:

@@ -160,6 +160,24 @@ def _check_lite_path(uri):
     return path
 
 
+def _open_here(uri):
+    """Whether this process already serves the Lite file (then a child could not open it)."""
+    with _LITE_LOCK:
+        return os.path.abspath(uri) in _LITE_USERS
+
+
+def serve_lite(uri):
+    """A `LiteProcess` serving the Lite database `uri` from a child process, or a
+    one-line error (another process holds it, or it cannot be opened)."""
+    from keras_dml.index.lite_process import LiteProcess
+
+    path = _check_lite_path(uri)
+    try:
+        return LiteProcess(path, _locked)
+    except RuntimeError as error:
+        raise _lite_error(path, error) from None
+
+
 def _lite_error(path, error):
     if _locked(path):
         return RuntimeError(
@@ -217,10 +235,19 @@ class MilvusStore:
 
     name = "milvus"
 
-    def __init__(self, uri, collection, token=None, timeout=TIMEOUT):
+    def __init__(self, uri, collection, token=None, timeout=TIMEOUT, lite_process=False):
         self.uri = os.fspath(uri)
         self.collection = collection or DEFAULT_COLLECTION
-        self._client = connect(self.uri, token, timeout)
+        self._server = None
+        if lite_process and is_lite(self.uri) and not _open_here(self.uri):
+            self._server = serve_lite(self.uri)
+        try:
+            self._client = connect(self._server.uri if self._server else self.uri, token,
+                                   timeout)
+        except BaseException:
+            if self._server is not None:
+                self._server.stop()
+            raise
         self.record = None
 
     # -- the record ---------------------------------------------------------------------
@@ -292,10 +319,13 @@ class MilvusStore:
 
     # -- contents ------------------------------------------------------------------------
 
-    def count(self, expression=""):
+    def count(self):
+        """The live rows: an unfiltered `count(*)`, which Milvus Lite answers from
+        its primary keys (a walk over every segment's keys, no rows read), a
+        server from its segments' statistics."""
         if not self.exists():
             return 0
-        rows = self._call(self._client.query, self.collection, filter=expression,
+        rows = self._call(self._client.query, self.collection, filter="",
                           output_fields=["count(*)"])
         return int(rows[0]["count(*)"])
 
@@ -379,19 +409,41 @@ class MilvusStore:
 
     # -- search --------------------------------------------------------------------------
 
-    def search(self, queries, k, expression=""):
-        """`(ids, scores, labels, metadata)` of the k best rows per query passing
-        `expression`, as `MemoryStore.search` returns them; a query that finds
-        fewer than k gets the rest padded (unknown id and label, score -inf)."""
+    def search(self, queries, k, expression=None):
+        """`(ids, scores, labels, metadata)` of the k best rows per query, as
+        `MemoryStore.search` returns them, without counting the collection.
+
+        Without `expression` (a Milvus filter), k above the collection's size is
+        an error, as in memory; with it, k is capped at the widest answer (the
+        number of passing rows, on FLAT). A query that finds fewer than k (an
+        approximate index may) gets the rest padded: unknown id and label,
+        score -inf. The collection is counted only when an unfiltered answer
+        comes back short, to tell k above its size from such a query.
+        """
+        if not self.exists():
+            raise ValueError(storage.EMPTY)
         if k > MAX_K:
             raise ValueError(f"k={k}: Milvus returns at most {MAX_K} items per query.")
         hits = []
         for start in range(0, len(queries), QUERY_ROWS):
             hits.extend(self._call(
                 self._client.search, self.collection, data=list(queries[start:start + QUERY_ROWS]),
-                limit=k, filter=expression, anns_field="vector",
+                limit=k, filter=expression or "", anns_field="vector",
                 output_fields=["label", "metadata"],
                 search_params={"params": self._search_parameters(k)}))
+        widest = max((len(row) for row in hits), default=k)
+        if expression is not None:
+            k = min(k, widest)
+        elif widest < k:
+            size = self.count()
+            if not size:
+                raise ValueError(storage.EMPTY)
+            if k > size:
+                raise ValueError(storage.exceeds(k, size))
+        return self._result(hits, k)
+
+    def _result(self, hits, k):
+        """Milvus' hits as arrays of k per query (padded), scores as `Index` defines them."""
         sign = -1.0 if self.record["metric"] == "euclidean" else 1.0  # L2: squared distance
         id_kind, label_kind = self.record["id_kind"], self.record["label_kind"]
         pad = (storage.unknown(id_kind), -np.inf, storage.unknown(label_kind), None)
@@ -409,8 +461,11 @@ class MilvusStore:
 
     def close(self):
         if self._client is not None:
-            release(self._client, self.uri)
+            release(self._client, self._server.uri if self._server else self.uri)
             self._client = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
 
     def _call(self, method, *args, **kwargs):
         if self._client is None:

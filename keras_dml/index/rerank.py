@@ -15,9 +15,9 @@ class IndexGallery:
     """An `Index` as a re-ranker's gallery: its search (with a filter) and stored
     embeddings."""
 
-    def __init__(self, index, filter=None):
+    def __init__(self, index, size, filter=None):
         self.index, self.filter, self.metric = index, filter, index.metric
-        self.size = len(index)
+        self.size = size  # counted once per re-ranked search
         self.found = {}  # id -> (label, metadata) of the items searches returned
 
     def search(self, queries, k, rows=None):
@@ -38,7 +38,7 @@ class IndexGallery:
 
     def neighbours(self, ids, n):
         """`(ids, scores)` (m, n) of each item's n nearest other items."""
-        result = self.index.search(self.embeddings(ids), min(n + 1, len(self.index)),
+        result = self.index.search(self.embeddings(ids), min(n + 1, self.size),
                                    self.filter)
         return without_self(ids, result.ids, result.scores, n)
 
@@ -47,9 +47,10 @@ def rerank_search(index, queries, k, filter, rerank):
     """`Index.search(queries, k, filter, rerank=rerank)`: the re-ranked ids, scores,
     labels and metadata of a `SearchResult`."""
     reranker = get(rerank)
+    size = len(index)
     parts = []
     for start in range(0, len(queries), _CHUNK):
-        gallery = IndexGallery(index, filter)  # one chunk's found items at a time
+        gallery = IndexGallery(index, size, filter)  # one chunk's found items at a time
         ids, scores = reranker.rerank(gallery, queries[start:start + _CHUNK], k, None)
         parts.append((ids, scores, *gallery.describe(ids)))
     return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),

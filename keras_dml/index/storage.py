@@ -19,6 +19,12 @@ import numpy as np
 
 FORMAT = "keras_dml.index/1"
 CONFIG = "index.json"
+EMPTY = "The index is empty: add embeddings before searching."
+
+
+def exceeds(k, size):
+    """The error message of a search asking more items than the index holds."""
+    return f"k={k} exceeds the {size} items in the index."
 
 
 def unknown(kind):
