@@ -7,6 +7,7 @@ does. The request code is executed from savedmodels/README.md itself.
 """
 
 import base64
+import importlib
 import json
 import os
 import pathlib
@@ -635,6 +636,10 @@ def test_failed_export_publishes_nothing(tmp_path, monkeypatch):
 
 
 def test_verify_refuses_to_publish_a_mismatching_export(tmp_path, monkeypatch):
+    # Keras' export imports tensorflow.saved_model.experimental, which puts a new module at
+    # tf.saved_model (on the first export of the process): import it first so that the
+    # patch below is the module verify_export reads.
+    importlib.import_module("tensorflow.saved_model.experimental")
     real_load = tf.saved_model.load
 
     class Perturbed:
