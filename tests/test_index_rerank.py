@@ -152,6 +152,17 @@ def test_dba_over_all_candidates_matches_a_fully_augmented_database(n, alpha, re
     assert np.all(np.diff(result.scores, axis=1) <= 0)
 
 
+def test_dba_augments_its_candidates_in_blocks_as_in_one(monkeypatch):
+    from keras_dml.evaluation import rerank as evaluation_rerank
+
+    index, _, queries = _data(8)
+    whole = index.search(queries, 10, rerank="dba")
+    monkeypatch.setattr(evaluation_rerank, "_BLOCK", 7)  # 40 candidates: 6 blocks
+    blocks = index.search(queries, 10, rerank="dba")
+    np.testing.assert_array_equal(blocks.ids, whole.ids)
+    np.testing.assert_allclose(blocks.scores, whole.scores, rtol=1e-6)
+
+
 @pytest.mark.parametrize("k1,k2,lam", [(20, 6, 0.3), (6, 3, 0.0), (4, 1, 0.7)])
 def test_k_reciprocal_matches_the_papers_equations(k1, k2, lam):
     index, gallery, queries = _data(2, n=30, q=4)

@@ -43,6 +43,7 @@ import numpy as np
 from keras_dml import hyperparameters, ops
 
 METHODS = ("qe", "dba", "k_reciprocal")
+_BLOCK = 4096  # DBA candidates whose neighbours are held at once (10 x 128 floats: 21 MB)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,21 +96,26 @@ class DBA:
     def rerank(self, gallery, queries, k, rows):
         ids, _ = gallery.search(queries, min(max(k, self.depth), gallery.size), rows)
         unique, inverse = np.unique(ids, return_inverse=True)
-        augmented = ops.unit_rows(gallery.embeddings(unique))
-        neighbour_ids, _ = gallery.neighbours(unique, max(self.n, self.relative))
-        if neighbour_ids.shape[1]:  # (a gallery of one item has no neighbours)
-            neighbours = _unit(gallery.embeddings(neighbour_ids))
-            similarities = np.einsum("md,mnd->mn", augmented, neighbours)
-            order = np.argsort(-similarities, axis=1, kind="stable")  # (any metric's order)
-            neighbours = np.take_along_axis(neighbours, order[..., None], 1)
-            similarities = np.take_along_axis(similarities, order, 1)
-            if self.relative:
-                similarities = relative_similarities(similarities, self.relative)
-            augmented = expand(augmented, neighbours[:, :self.n],
-                               similarities[:, :self.n], self.alpha)
+        augmented = np.concatenate([self._augment(gallery, unique[start:start + _BLOCK])
+                                    for start in range(0, len(unique), _BLOCK)])
         candidates = augmented[inverse.reshape(ids.shape)]  # (q, depth, d)
         scores = np.einsum("qd,qcd->qc", ops.unit_rows(queries), candidates)
         return _sorted(ids, scores, k)
+
+    def _augment(self, gallery, ids):
+        """The augmented unit embeddings (m, d) of gallery items `ids` (m,)."""
+        vectors = ops.unit_rows(gallery.embeddings(ids))
+        neighbour_ids, _ = gallery.neighbours(ids, max(self.n, self.relative))
+        if not neighbour_ids.shape[1]:  # a gallery of one item has no neighbours
+            return vectors
+        neighbours = _unit(gallery.embeddings(neighbour_ids))
+        similarities = np.einsum("md,mnd->mn", vectors, neighbours)
+        order = np.argsort(-similarities, axis=1, kind="stable")  # (any metric's order)
+        similarities = np.take_along_axis(similarities, order, 1)
+        if self.relative:
+            similarities = relative_similarities(similarities, self.relative)
+        nearest = np.take_along_axis(neighbours, order[:, :self.n, None], 1)
+        return expand(vectors, nearest, similarities[:, :self.n], self.alpha)
 
 
 @dataclasses.dataclass(frozen=True)
