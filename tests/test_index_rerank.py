@@ -110,8 +110,8 @@ def test_the_defaults_are_the_documented_settings_and_match_the_references():
     """The defaults chosen on held-out classes (docs/guide/insight.md), each re-ranking
     as its reference on data where it changes the exact order."""
     assert rr.get("qe") == rr.AlphaQE(n=1, alpha=3.0, mutual=1)
-    assert rr.get("dba") == rr.DBA(n=5, alpha=5.0, relative=10, depth=100)
-    assert rr.get("k_reciprocal") == rr.KReciprocal(k1=20, k2=3, lam=0.97, depth=100)
+    assert rr.get("dba") == rr.DBA(n=5, alpha=5.0, relative=10, depth=100, keep=0)
+    assert rr.get("k_reciprocal") == rr.KReciprocal(k1=20, k2=3, lam=0.97, depth=100, keep=0)
     index, gallery, queries = _data(6, n=40, q=10, d=3)
     exact = index.search(queries, 10).ids
     found = {name: index.search(queries, 10, rerank=name).ids for name in rr.METHODS}
@@ -175,6 +175,32 @@ def test_k_reciprocal_matches_the_papers_equations(k1, k2, lam):
         np.testing.assert_allclose(-result.scores[row], distances[expected], rtol=1e-5)
 
 
+def _first_kept(exact, reference, keep, k):
+    """`reference`'s ranking with the exact ranking's first `keep` items fixed in front."""
+    kept = list(exact[:keep])
+    return np.array(kept + [i for i in reference if i not in kept][:k - keep])
+
+
+@pytest.mark.parametrize("keep", [1, 3])
+def test_keep_fixes_the_exact_first_results_and_reorders_the_rest_as_the_references(keep):
+    index, gallery, queries = _data(4, n=30, q=5)
+    exact = index.search(queries, keep).ids
+    dba = index.search(queries, 10, rerank=rr.DBA(n=1, alpha=3.0, relative=0, depth=30,
+                                                  keep=keep)).ids
+    k_reciprocal = index.search(queries, 10, rerank=rr.KReciprocal(k2=6, lam=0.3, depth=30,
+                                                                   keep=keep)).ids
+    changed = False
+    for row, query in enumerate(queries):
+        full_dba = _reference_dba(gallery, query, 1, 3.0, 30, relative=0)
+        np.testing.assert_array_equal(dba[row], _first_kept(exact[row], full_dba, keep, 10))
+        full_kr, distances = _reference_k_reciprocal(gallery, query, 20, 6, 0.3, 30)
+        expected = _first_kept(exact[row], full_kr, keep, 10)
+        np.testing.assert_array_equal(k_reciprocal[row][:keep], exact[row])
+        np.testing.assert_allclose(distances[k_reciprocal[row]], distances[expected], atol=1e-9)
+        changed |= full_dba[0] != exact[row][0] or full_kr[0] != exact[row][0]
+    assert changed  # without keep, some first result would move here
+
+
 def test_every_method_searches_a_gallery_of_one_or_two_items():
     for size in (1, 2):
         index = Index()
@@ -211,7 +237,9 @@ def test_rerank_names_with_options_and_bad_ones():
     assert rr.get("qe:n=3") == rr.AlphaQE(n=3)
     for bad, words in [("qx", "rerank must be one of"), ("qe:m=2", "takes n, alpha"),
                        ("qe:n=two", "n must be a number"), ("k_reciprocal:lam=2", "lam must"),
-                       ("qe:mutual=-1", "mutual"), ("dba:relative=-1", "relative")]:
+                       ("qe:mutual=-1", "mutual"), ("dba:relative=-1", "relative"),
+                       ("dba:keep=-1", "keep must be an integer >= 0"),
+                       ("k_reciprocal:keep=1.5", "keep must be a number")]:
         with pytest.raises(ValueError, match=words):
             rr.get(bad)
 

@@ -85,12 +85,15 @@ class DBA:
             depend on how tight the embedding's cone is; 0 weighs by the cosine
             similarity itself (the paper: n=1, alpha=3, relative=0). Defaults to 10.
         depth: Candidates re-scored per query. Defaults to 100.
+        keep: The exact search's first `keep` results stay in place; only those after
+            them are re-ordered (1: Recall@1 cannot change). Defaults to 0.
     """
 
     n: int = 5
     alpha: float = 5.0
     relative: int = 10
     depth: int = 100
+    keep: int = 0
     name = "dba"
 
     def rerank(self, gallery, queries, k, rows):
@@ -100,7 +103,7 @@ class DBA:
                                     for start in range(0, len(unique), _BLOCK)])
         candidates = augmented[inverse.reshape(ids.shape)]  # (q, depth, d)
         scores = np.einsum("qd,qcd->qc", ops.unit_rows(queries), candidates)
-        return _sorted(ids, scores, k)
+        return _sorted(ids, scores, k, self.keep)
 
     def _augment(self, gallery, ids):
         """The augmented unit embeddings (m, d) of gallery items `ids` (m,)."""
@@ -129,12 +132,15 @@ class KReciprocal:
             distance only reorders near-ties of the original distance (the paper:
             0.3, with which it decides the first results).
         depth: Candidates re-scored per query. Defaults to 100.
+        keep: The exact search's first `keep` results stay in place; only those after
+            them are re-ordered (1: Recall@1 cannot change). Defaults to 0.
     """
 
     k1: int = 20
     k2: int = 3
     lam: float = 0.97
     depth: int = 100
+    keep: int = 0
     name = "k_reciprocal"
 
     def rerank(self, gallery, queries, k, rows):
@@ -147,15 +153,19 @@ class KReciprocal:
         with threadpool_limits(1):  # (depth + 1)^2 matrices: threads only wait (50x slower)
             scores = np.stack([-k_reciprocal_distances(q, v, self.k1, self.k2, self.lam)
                                for q, v in zip(queries, vectors)])
-        return _sorted(ids, scores, k)
+        return _sorted(ids, scores, k, self.keep)
 
 
 def _unit(x):
     return x / np.sqrt(np.maximum(np.sum(x * x, axis=-1, keepdims=True), ops.NORM_EPSILON))
 
 
-def _sorted(ids, scores, k):
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+def _sorted(ids, scores, k, keep=0):
+    """The k best of each row's candidates `ids` (q, c) (in the exact search's order) by
+    their `scores`, the first `keep` left in place (with their own scores)."""
+    ranked = np.concatenate([np.full((len(scores), min(keep, scores.shape[1])), np.inf),
+                             scores[:, keep:]], axis=1)
+    order = np.argsort(-ranked, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(ids, order, 1), np.take_along_axis(scores, order, 1).astype(
         np.float32)
 
@@ -259,7 +269,7 @@ def check(reranker):
     """`reranker` with its numbers checked (a ValueError names a bad one)."""
     for field in dataclasses.fields(reranker):
         value = getattr(reranker, field.name)
-        if field.name in ("mutual", "relative"):
+        if field.name in ("mutual", "relative", "keep"):
             hyperparameters.integer_at_least(field.name, value, 0)
         elif field.name in ("n", "k1", "k2", "depth"):
             hyperparameters.integer_at_least(field.name, value, 1)
