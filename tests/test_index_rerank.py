@@ -97,6 +97,12 @@ def _reference_k_reciprocal(gallery, query, k1, k2, lam, k):
     return np.argsort(final, kind="stable")[:k], np.array(final)
 
 
+def _first_kept(exact, reference, keep, k):
+    """`reference`'s ranking with the exact ranking's first `keep` items fixed in front."""
+    kept = list(exact[:keep])
+    return np.array(kept + [i for i in reference if i not in kept][:k - keep])
+
+
 @pytest.mark.parametrize("n,alpha,mutual", [(2, 3.0, 0), (3, 0.0, 0), (5, 1.0, 2), (4, 3.0, 1)])
 def test_alpha_qe_matches_the_papers_equation(n, alpha, mutual):
     index, gallery, queries = _data()
@@ -110,17 +116,18 @@ def test_the_defaults_are_the_documented_settings_and_match_the_references():
     """The defaults chosen on held-out classes (docs/guide/insight.md), each re-ranking
     as its reference on data where it changes the exact order."""
     assert rr.get("qe") == rr.AlphaQE(n=1, alpha=3.0, mutual=1)
-    assert rr.get("dba") == rr.DBA(n=5, alpha=5.0, relative=10, depth=100, keep=0)
-    assert rr.get("k_reciprocal") == rr.KReciprocal(k1=20, k2=3, lam=0.97, depth=100, keep=0)
+    assert rr.get("dba") == rr.DBA(n=1, alpha=3.0, relative=0, depth=100, keep=1)
+    assert rr.get("k_reciprocal") == rr.KReciprocal(k1=20, k2=3, lam=0.3, depth=100, keep=1)
     index, gallery, queries = _data(6, n=40, q=10, d=3)
     exact = index.search(queries, 10).ids
     found = {name: index.search(queries, 10, rerank=name).ids for name in rr.METHODS}
     for row, query in enumerate(queries):
         np.testing.assert_array_equal(found["qe"][row],
                                       _reference_qe(gallery, query, 1, 3.0, 10, mutual=1))
-        np.testing.assert_array_equal(found["dba"][row],
-                                      _reference_dba(gallery, query, 5, 5.0, 10, relative=10))
-        expected, distances = _reference_k_reciprocal(gallery, query, 20, 3, 0.97, 10)
+        full_dba = _reference_dba(gallery, query, 1, 3.0, 40, relative=0)
+        np.testing.assert_array_equal(found["dba"][row], _first_kept(exact[row], full_dba, 1, 10))
+        full_kr, distances = _reference_k_reciprocal(gallery, query, 20, 3, 0.3, 40)
+        expected = _first_kept(exact[row], full_kr, 1, 10)
         np.testing.assert_allclose(distances[found["k_reciprocal"][row]], distances[expected],
                                    atol=1e-9)
     for name in rr.METHODS:
@@ -144,7 +151,7 @@ def test_k_reciprocal_does_not_depend_on_the_scale_of_the_distances():
                                               (5, 5.0, 10)])
 def test_dba_over_all_candidates_matches_a_fully_augmented_database(n, alpha, relative):
     index, gallery, queries = _data(1)
-    reranker = rr.DBA(n=n, alpha=alpha, relative=relative, depth=len(gallery))
+    reranker = rr.DBA(n=n, alpha=alpha, relative=relative, depth=len(gallery), keep=0)
     result = index.search(queries, 8, rerank=reranker)
     for row, query in enumerate(queries):
         np.testing.assert_array_equal(result.ids[row],
@@ -166,19 +173,13 @@ def test_dba_augments_its_candidates_in_blocks_as_in_one(monkeypatch):
 @pytest.mark.parametrize("k1,k2,lam", [(20, 6, 0.3), (6, 3, 0.0), (4, 1, 0.7)])
 def test_k_reciprocal_matches_the_papers_equations(k1, k2, lam):
     index, gallery, queries = _data(2, n=30, q=4)
-    reranker = rr.KReciprocal(k1=k1, k2=k2, lam=lam, depth=len(gallery))
+    reranker = rr.KReciprocal(k1=k1, k2=k2, lam=lam, depth=len(gallery), keep=0)
     result = index.search(queries, 10, rerank=reranker)
     for row, query in enumerate(queries):
         expected, distances = _reference_k_reciprocal(gallery, query, k1, k2, lam, 10)
         # the same order up to exact ties (lam=0 ties many Jaccard distances)
         np.testing.assert_allclose(distances[result.ids[row]], distances[expected], atol=1e-9)
         np.testing.assert_allclose(-result.scores[row], distances[expected], rtol=1e-5)
-
-
-def _first_kept(exact, reference, keep, k):
-    """`reference`'s ranking with the exact ranking's first `keep` items fixed in front."""
-    kept = list(exact[:keep])
-    return np.array(kept + [i for i in reference if i not in kept][:k - keep])
 
 
 @pytest.mark.parametrize("keep", [1, 3])
