@@ -219,6 +219,9 @@ def test_search_match_and_filters_never_count_the_collection(lite):
         assert filtered.ids.shape == (4, 3)  # capped at the passing items: ids 22, 25, 28
         assert sorted(filtered.ids[0].tolist()) == [22, 25, 28]
         assert index.search(x[:2], k=3, filter={"label": [7]}).ids.shape == (2, 0)
+        with pytest.raises(ValueError, match="Milvus refused the filter expression: "
+                           "unexpected token"):
+            index.search(x[:1], k=3, filter="label ==== 1")
         assert index.match(x[:3], 0.5).tolist() == [0, 1, 2]
         assert asked == []
         with pytest.raises(ValueError, match="k=31 exceeds the 30 items"):
@@ -227,3 +230,21 @@ def test_search_match_and_filters_never_count_the_collection(lite):
     finally:
         client.query = query
         index.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc/<pid>/environ")
+def test_the_lite_child_runs_on_the_allocators_that_return_memory(tmp_path):
+    """PyArrow's default pool and glibc's many arenas keep what Lite frees after each
+    Parquet read: the child serving a Lite file runs on the system pool, two arenas."""
+    from keras_dml.index.lite_process import ALLOCATOR_ENV, LiteProcess
+    from keras_dml.index.milvus import _locked
+
+    server = LiteProcess(str(tmp_path / "child.db"), _locked)
+    try:
+        with open(f"/proc/{server.pid}/environ", "rb") as f:
+            environment = dict(item.split("=", 1) for item in
+                               f.read().decode().split("\0") if "=" in item)
+    finally:
+        server.stop()
+    assert {name: environment.get(name) for name in ALLOCATOR_ENV} == ALLOCATOR_ENV
+    assert ALLOCATOR_ENV["ARROW_DEFAULT_MEMORY_POOL"] == "system"
