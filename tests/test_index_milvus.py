@@ -233,18 +233,23 @@ def test_search_match_and_filters_never_count_the_collection(lite):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc/<pid>/environ")
-def test_the_lite_child_runs_on_the_allocators_that_return_memory(tmp_path):
-    """PyArrow's default pool and glibc's many arenas keep what Lite frees after each
-    Parquet read: the child serving a Lite file runs on the system pool, two arenas."""
-    from keras_dml.index.lite_process import ALLOCATOR_ENV, LiteProcess
-    from keras_dml.index.milvus import _locked
+def test_the_lite_child_flushes_early_and_returns_freed_memory(tmp_path):
+    """Lite's default MemTable holds ~200,000 rows of 128-d vectors before a flush, and
+    PyArrow's default pool and glibc's many arenas keep what Lite frees: the child serving
+    a Lite file flushes at 16 MB (here 6,000 rows of 1,024-d, 24 MB, reach a Parquet
+    segment before closing) and runs on the system pool, two arenas."""
+    from keras_dml.index.lite_process import CHILD_ENV
 
-    server = LiteProcess(str(tmp_path / "child.db"), _locked)
+    uri = str(tmp_path / "child.db")
+    index = Index(backend="milvus", uri=uri, lite_process=True)
     try:
-        with open(f"/proc/{server.pid}/environ", "rb") as f:
+        with open(f"/proc/{index._store._server.pid}/environ", "rb") as f:
             environment = dict(item.split("=", 1) for item in
                                f.read().decode().split("\0") if "=" in item)
+        index.add(_data(n=6000, d=1024))
+        data = os.path.join(uri, "collections", "keras_dml", "partitions", "_default", "data")
+        assert [name for name in os.listdir(data) if name.endswith(".parquet")]
     finally:
-        server.stop()
-    assert {name: environment.get(name) for name in ALLOCATOR_ENV} == ALLOCATOR_ENV
-    assert ALLOCATOR_ENV["ARROW_DEFAULT_MEMORY_POOL"] == "system"
+        index.close()
+    assert {name: environment.get(name) for name in CHILD_ENV} == CHILD_ENV
+    assert CHILD_ENV["ARROW_DEFAULT_MEMORY_POOL"] == "system"
