@@ -38,16 +38,20 @@ def _reference_qe(gallery, query, n, alpha, k, mutual=0):
     return np.argsort(-(g @ expanded), kind="stable")[:k]
 
 
-def _reference_dba(gallery, query, n, alpha, k):
-    """Database-side augmentation of every item over its n nearest other items, then the
-    query ranked against the augmented database."""
+def _reference_dba(gallery, query, n, alpha, k, relative=0):
+    """Database-side augmentation of every item over its n nearest other items (with
+    `relative`: each similarity s taken as 1 - (1 - s) / (1 - s_r), s_r the item's
+    `relative`-th largest), then the query ranked against the augmented database."""
     g = _unit(gallery.astype(np.float64))
     augmented = np.empty_like(g)
     for i in range(len(g)):
         sims = g @ g[i]
         sims[i] = -np.inf
-        top = np.argsort(-sims, kind="stable")[:n]
-        augmented[i] = g[i] + sum(max(sims[j], 0.0) ** alpha * g[j] for j in top)
+        order = np.argsort(-sims, kind="stable")
+        if relative:
+            reference = sims[order[min(relative, len(g) - 1) - 1]]
+            sims = 1.0 - (1.0 - sims) / (1.0 - reference)
+        augmented[i] = g[i] + sum(max(sims[j], 0.0) ** alpha * g[j] for j in order[:n])
     augmented = _unit(augmented)
     return np.argsort(-(augmented @ _unit(query.astype(np.float64))), kind="stable")[:k]
 
@@ -106,8 +110,8 @@ def test_the_defaults_are_the_documented_settings_and_match_the_references():
     """The defaults chosen on held-out classes (docs/guide/insight.md), each re-ranking
     as its reference on data where it changes the exact order."""
     assert rr.get("qe") == rr.AlphaQE(n=1, alpha=3.0, mutual=1)
-    assert rr.get("dba") == rr.DBA(n=1, alpha=30.0, depth=100)
-    assert rr.get("k_reciprocal") == rr.KReciprocal(k1=20, k2=6, lam=0.9, depth=100)
+    assert rr.get("dba") == rr.DBA(n=5, alpha=5.0, relative=10, depth=100)
+    assert rr.get("k_reciprocal") == rr.KReciprocal(k1=20, k2=3, lam=0.97, depth=100)
     index, gallery, queries = _data(6, n=40, q=10, d=3)
     exact = index.search(queries, 10).ids
     found = {name: index.search(queries, 10, rerank=name).ids for name in rr.METHODS}
@@ -115,8 +119,8 @@ def test_the_defaults_are_the_documented_settings_and_match_the_references():
         np.testing.assert_array_equal(found["qe"][row],
                                       _reference_qe(gallery, query, 1, 3.0, 10, mutual=1))
         np.testing.assert_array_equal(found["dba"][row],
-                                      _reference_dba(gallery, query, 1, 30.0, 10))
-        expected, distances = _reference_k_reciprocal(gallery, query, 20, 6, 0.9, 10)
+                                      _reference_dba(gallery, query, 5, 5.0, 10, relative=10))
+        expected, distances = _reference_k_reciprocal(gallery, query, 20, 3, 0.97, 10)
         np.testing.assert_allclose(distances[found["k_reciprocal"][row]], distances[expected],
                                    atol=1e-9)
     for name in rr.METHODS:
@@ -136,14 +140,27 @@ def test_k_reciprocal_does_not_depend_on_the_scale_of_the_distances():
     assert (found[0] != index.search(0.01 * queries, 10).ids).any()
 
 
-@pytest.mark.parametrize("n,alpha", [(1, 3.0), (2, 1.0)])
-def test_dba_over_all_candidates_matches_a_fully_augmented_database(n, alpha):
+@pytest.mark.parametrize("n,alpha,relative", [(1, 3.0, 0), (2, 1.0, 0), (3, 2.0, 4),
+                                              (5, 5.0, 10)])
+def test_dba_over_all_candidates_matches_a_fully_augmented_database(n, alpha, relative):
     index, gallery, queries = _data(1)
-    result = index.search(queries, 8, rerank=rr.DBA(n=n, alpha=alpha, depth=len(gallery)))
+    reranker = rr.DBA(n=n, alpha=alpha, relative=relative, depth=len(gallery))
+    result = index.search(queries, 8, rerank=reranker)
     for row, query in enumerate(queries):
         np.testing.assert_array_equal(result.ids[row],
-                                      _reference_dba(gallery, query, n, alpha, 8))
+                                      _reference_dba(gallery, query, n, alpha, 8, relative))
     assert np.all(np.diff(result.scores, axis=1) <= 0)
+
+
+def test_dba_augments_its_candidates_in_blocks_as_in_one(monkeypatch):
+    from keras_dml.evaluation import rerank as evaluation_rerank
+
+    index, _, queries = _data(8)
+    whole = index.search(queries, 10, rerank="dba")
+    monkeypatch.setattr(evaluation_rerank, "_BLOCK", 7)  # 40 candidates: 6 blocks
+    blocks = index.search(queries, 10, rerank="dba")
+    np.testing.assert_array_equal(blocks.ids, whole.ids)
+    np.testing.assert_allclose(blocks.scores, whole.scores, rtol=1e-6)
 
 
 @pytest.mark.parametrize("k1,k2,lam", [(20, 6, 0.3), (6, 3, 0.0), (4, 1, 0.7)])
@@ -194,7 +211,7 @@ def test_rerank_names_with_options_and_bad_ones():
     assert rr.get("qe:n=3") == rr.AlphaQE(n=3)
     for bad, words in [("qx", "rerank must be one of"), ("qe:m=2", "takes n, alpha"),
                        ("qe:n=two", "n must be a number"), ("k_reciprocal:lam=2", "lam must"),
-                       ("qe:mutual=-1", "mutual")]:
+                       ("qe:mutual=-1", "mutual"), ("dba:relative=-1", "relative")]:
         with pytest.raises(ValueError, match=words):
             rr.get(bad)
 
