@@ -43,13 +43,21 @@ PACKAGES = ("tensorflow", "keras", "jax", "torch", "pytorch-metric-learning", "f
 
 
 def cpu_model():
-    """The CPU's model name (/proc/cpuinfo), else the platform's processor."""
+    """The CPU's model name (/proc/cpuinfo) and its widest vector instructions ("AMD EPYC,
+    AVX-512": a VM may name only the family, and TensorFlow's oneDNN and PyTorch pick their
+    kernels by these), else the platform's processor."""
     try:
         with open("/proc/cpuinfo") as info:
-            return next(line.split(":", 1)[1].strip() for line in info
-                        if line.startswith("model name"))
+            lines = info.read().splitlines()
+        name = next(line.split(":", 1)[1].strip() for line in lines
+                    if line.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
+    flags = next((set(line.split(":", 1)[1].split()) for line in lines
+                  if line.startswith("flags")), set())
+    widest = next((label for flag, label in (("avx512f", "AVX-512"), ("avx2", "AVX2"))
+                   if flag in flags), None)
+    return f"{name}, {widest}" if widest else name
 
 
 def machine(threads):

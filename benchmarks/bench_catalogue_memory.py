@@ -3,12 +3,18 @@
 Generates catalogues of tiny PNG files (24 x 20 px, 10 class folders) under
 `--scratch` (default /tmp, never the repository), a run whose embedder takes
 16 px images to a 128-d embedding, then runs the command once per size in its
-own process and reads that process's peak resident memory (`ru_maxrss` of the
-waited child). With embedding and storing in chunks the peak should follow
-the chunk size, not the number of files; what still grows with the catalogue
-is the listing itself (a path per file) and the ids read back from the
-collection, a few hundred bytes per file, and Milvus Lite's own loaded
-segments (it keeps the collection's vectors in memory to search them).
+own process. A sampler thread reads `/proc/<pid>/status` (`VmHWM`, the peak
+resident memory) of that process and of every process under it every
+`--interval` seconds, so the embedding process and the Milvus Lite child that
+serves the database (`keras_dml.index.lite_process`) are reported separately,
+and neither includes this script. Then the database is reopened in a fresh
+Lite child and its resident memory read once the collection is loaded: the
+steady cost of the stored items, against the peak while inserting.
+
+With embedding and storing in chunks the embedding process's peak follows the
+chunk size, not the number of files (what still grows is the listing, a path
+per file, and the ids read back, a few hundred bytes per file); the Lite
+child holds the collection (its loaded segments) and grows with it.
 
     nice -n 10 python benchmarks/bench_catalogue_memory.py            # 20,000 and 200,000
     python benchmarks/bench_catalogue_memory.py --sizes 500,2000      # a quick look
@@ -17,14 +23,15 @@ segments (it keeps the collection's vectors in memory to search them).
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LITE_CHILD = "lite_process.py"  # how the Lite child's command line is recognised
 
 
 def tiny_png(seed, width=24, height=20):
@@ -83,23 +90,122 @@ def make_run(folder):
     return folder
 
 
-def index_once(run, images, uri, chunk_size):
-    """`(seconds, peak RSS MB, last stdout line)` of one `keras-dml index --uri` process."""
+def status_mb(pid, field):
+    """`field` (e.g. "VmHWM", "VmRSS") of `/proc/<pid>/status` in MB, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def descendants(pid):
+    """The ids of every live process under `pid`."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    children = [int(c) for c in f.read().split()]
+            except OSError:
+                continue
+            found.extend(children)
+            todo.extend(children)
+    return found
+
+
+def command_line(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class PeakSampler(threading.Thread):
+    """Samples the peak resident memory (`VmHWM`) of a process and of its descendants.
+
+    `peaks` maps each pid seen to `(its command line, its largest VmHWM in MB)`.
+    A process's peak in its last `interval` seconds before exiting may be missed.
+    """
+
+    def __init__(self, pid, interval=0.2):
+        super().__init__(daemon=True)
+        self.pid, self.interval, self.peaks = pid, interval, {}
+        self._done = threading.Event()
+
+    def run(self):
+        while not self._done.is_set():
+            for pid in [self.pid, *descendants(self.pid)]:
+                peak = status_mb(pid, "VmHWM")
+                if peak is None:
+                    continue
+                name, seen = self.peaks.get(pid) or (command_line(pid), 0.0)
+                self.peaks[pid] = (name, max(seen, peak))
+            self._done.wait(self.interval)
+
+    def stop(self):
+        self._done.set()
+        self.join()
+
+    def peak(self, is_child):
+        """The largest peak of the processes (other than the sampled one) `is_child` picks."""
+        return max((peak for pid, (name, peak) in self.peaks.items()
+                    if pid != self.pid and is_child(name)), default=None)
+
+
+def environment():
+    return {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def index_once(run, images, uri, chunk_size, interval=0.2):
+    """`(seconds, embedding process peak MB, Lite child peak MB, last stdout line)` of one
+    `keras-dml index --uri` process (the child's peak None if it started none)."""
     shutil.rmtree(uri, ignore_errors=True)
     command = [sys.executable, "-m", "keras_dml.cli", "index", run, "--images", images,
                "--uri", uri, "--chunk-size", str(chunk_size)]
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    process = subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    sampler = PeakSampler(process.pid, interval)
+    sampler.start()
+    out, err = process.communicate()
     seconds = time.perf_counter() - start
-    if done.returncode:
-        raise RuntimeError(done.stderr[-3000:])
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if peak <= before:
-        raise RuntimeError("run the sizes from smallest to largest: ru_maxrss is the maximum "
-                           "over all waited children")
-    return seconds, peak / 1024, done.stdout.strip().splitlines()[-1]
+    sampler.stop()
+    if process.returncode:
+        raise RuntimeError(err[-3000:])
+    own = sampler.peaks[process.pid][1] if process.pid in sampler.peaks else None
+    return seconds, own, sampler.peak(lambda name: LITE_CHILD in name), \
+        out.strip().splitlines()[-1]
+
+
+def reopened_rss(uri, collection="keras_dml"):
+    """`(MB before, MB after)` loading the collection in a fresh Lite child: the resident
+    memory of the stored items once nothing is being inserted."""
+    sys.path.insert(0, ROOT)
+    from pymilvus import MilvusClient
+
+    from keras_dml.index.lite_process import LiteProcess
+    from keras_dml.index.milvus import _locked
+
+    server = LiteProcess(uri, _locked)
+    try:
+        before = status_mb(server.pid, "VmRSS")
+        client = MilvusClient(uri=server.uri)
+        client.load_collection(collection)
+        after = status_mb(server.pid, "VmRSS")
+        client.close()
+    finally:
+        server.stop()
+    return before, after
 
 
 def main(argv=None):
@@ -107,19 +213,25 @@ def main(argv=None):
     parser.add_argument("--sizes", default="20000,200000")
     parser.add_argument("--chunk-size", type=int, default=2048)
     parser.add_argument("--scratch", default="/tmp/keras_dml_catalogue_bench")
+    parser.add_argument("--interval", type=float, default=0.2,
+                        help="seconds between memory samples")
     args = parser.parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(","))
     os.makedirs(args.scratch, exist_ok=True)
     sys.path.insert(0, ROOT)
     run = make_run(os.path.join(args.scratch, "run"))
     print(f"chunk size {args.chunk_size}; load average {os.getloadavg()[0]:.2f} at start")
-    print("| images | time (s) | images/s | peak RSS (MB) |\n|---:|---:|---:|---:|")
+    print("| images | time (s) | images/s | embedding process peak (MB) | Lite child peak (MB) "
+          "| Lite child reopened (MB, empty -> loaded) |\n|---:|---:|---:|---:|---:|---:|")
     for n in sizes:
         images = make_catalogue(os.path.join(args.scratch, f"images_{n}"), n)
-        seconds, peak, line = index_once(run, images, os.path.join(args.scratch, f"db_{n}.db"),
-                                         args.chunk_size)
-        print(f"| {n:,} | {seconds:.0f} | {n / seconds:,.0f} | {peak:,.0f} |  <!-- {line} -->",
-              flush=True)
+        uri = os.path.join(args.scratch, f"db_{n}.db")
+        seconds, own, child, line = index_once(run, images, uri, args.chunk_size,
+                                               args.interval)
+        empty, loaded = reopened_rss(uri)
+        print(f"| {n:,} | {seconds:.0f} | {n / seconds:,.0f} | {own:,.0f} | "
+              f"{'-' if child is None else f'{child:,.0f}'} | {empty:,.0f} -> {loaded:,.0f} "
+              f"|  <!-- {line}; load average {os.getloadavg()[0]:.2f} at end -->", flush=True)
     return 0
 
 

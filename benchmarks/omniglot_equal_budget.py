@@ -84,8 +84,10 @@ def commands(args):
 
 
 def table(rows, steps, seed, names=None):
-    """Markdown: one line per selected RUNS entry, keras_dml and PML side by side."""
+    """Markdown: one line per selected RUNS entry, keras_dml and PML side by side, then the
+    CPUs and the range of load averages the shown runs were measured at."""
     by_key = {_key(r): r for r in rows}
+    shown = []
     lines = ["| loss | keras_dml R@1 | R@8 | MAP@R | train s | PML R@1 | R@8 | MAP@R | "
              "train s | keras - PML |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, loss, loss_args, pml_loss, variant in _selected(names):
@@ -100,9 +102,15 @@ def table(rows, steps, seed, names=None):
             return [f"{row['R@1']:.1f}", f"{row['R@8']:.1f}", f"{row['MAP@R']:.1f}",
                     f"{row['train_seconds']:.0f}"]
 
+        shown += [row for row in (keras_row, pml_row) if row]
         gap = (f"{keras_row['R@1'] - pml_row['R@1']:+.1f}" if keras_row and pml_row else "-")
         lines.append(f"| {name} | " + " | ".join(cells(keras_row) + cells(pml_row))
                      + f" | {gap} |")
+    if shown:
+        cpus = sorted({row.get("cpu", "CPU not recorded") for row in shown})
+        loads = [row["load"] for row in shown if "load" in row]
+        lines.append("\nCPU: " + "; ".join(cpus) + (
+            f"; load average {min(loads):.1f}-{max(loads):.1f}" if loads else ""))
     return "\n".join(lines)
 
 

@@ -216,7 +216,7 @@ def main(argv=None):
            "variant": args.variant, "steps": args.steps, "seed": args.seed,
            "classes_per_batch": args.classes_per_batch,
            "samples_per_class": args.samples_per_class, "threads": args.threads, **result,
-           "wall_seconds": time.time() - started, "load": os.getloadavg()[0]}
+           "wall_seconds": time.time() - started, **protocol.machine()}
     print(json.dumps(row), flush=True)
     protocol.append_result(args.out, row)
     return row

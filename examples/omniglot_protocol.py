@@ -294,6 +294,16 @@ def set_threads(threads):
               "is not applied", file=sys.stderr)
 
 
+def machine():
+    """The CPU (`benchmarks.__main__.cpu_model`: model and widest vector instructions) and
+    the 1-minute load average, recorded with every result."""
+    if _ROOT not in sys.path:
+        sys.path.append(_ROOT)
+    from benchmarks.__main__ import cpu_model
+
+    return {"cpu": cpu_model(), "load": os.getloadavg()[0]}
+
+
 def append_result(path, row):
     if path:
         with open(path, "a") as f:
@@ -332,7 +342,7 @@ def main(argv=None):
         eval_every=args.eval_every, data_dir=args.data)
     row = {"system": "keras_dml", "loss": args.loss, "loss_args": loss_args, "tag": args.tag,
            **{k: v for k, v in vars(args).items() if k not in ("loss", "loss_args", "out")},
-           **result, "wall_seconds": time.time() - started, "load": os.getloadavg()[0]}
+           **result, "wall_seconds": time.time() - started, **machine()}
     print(json.dumps(row), flush=True)
     append_result(args.out, row)
     return row

@@ -399,6 +399,21 @@ def test_unknown_case_is_named():
         main(["--only", "no-such-case"])
 
 
+def test_cpu_model_names_the_widest_vector_instructions():
+    """Two VMs both called "AMD EPYC" differ in AVX-512: the recorded CPU says which."""
+    from benchmarks.__main__ import cpu_model
+
+    try:
+        with open("/proc/cpuinfo") as info:
+            flags = next(line for line in info if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        pytest.skip("no /proc/cpuinfo flags here")
+    expected = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else None
+    if expected is None:
+        pytest.skip("a CPU without AVX2")
+    assert cpu_model().endswith(", " + expected)
+
+
 def test_equal_budget_runs_the_selected_rows_and_tabulates_both_sides():
     """benchmarks/omniglot_equal_budget.py: --rows picks table rows, each row runs
     keras_dml and PML in their own command, and the table pairs their results."""
@@ -414,12 +429,15 @@ def test_equal_budget_runs_the_selected_rows_and_tabulates_both_sides():
     assert runs[1][1][1].endswith("pml_omniglot.py")
     results = [
         {"system": "keras_dml 0.1", "loss": "ArcFace", "loss_args": {}, "steps": 10,
-         "seed": 0, "R@1": 61.25, "R@8": 90.0, "MAP@R": 25.0, "train_seconds": 30.0},
+         "seed": 0, "R@1": 61.25, "R@8": 90.0, "MAP@R": 25.0, "train_seconds": 30.0,
+         "cpu": "AMD EPYC, AVX-512", "load": 0.5},
         {"system": "pml 2.9", "loss": "ArcFace", "variant": "default", "steps": 10,
-         "seed": 0, "R@1": 60.0, "R@8": 89.0, "MAP@R": 24.0, "train_seconds": 20.0}]
+         "seed": 0, "R@1": 60.0, "R@8": 89.0, "MAP@R": 24.0, "train_seconds": 20.0,
+         "cpu": "AMD EPYC, AVX-512", "load": 1.3}]
     lines = budget.table(results, 10, 0, ["ArcFace"]).splitlines()
     assert lines[2] == "| ArcFace | 61.2 | 90.0 | 25.0 | 30 | 60.0 | 89.0 | 24.0 | 20 | +1.2 |"
-    assert len(lines) == 3  # header, rule, the one selected row
+    # header, rule, the one selected row, then the machine both were measured on
+    assert lines[3:] == ["", "CPU: AMD EPYC, AVX-512; load average 0.5-1.3"]
 
 
 def test_compare_revisions_times_both_trees_and_names_a_failing_case(tmp_path):
@@ -621,3 +639,38 @@ def test_vector_stores_quick_mode(tmp_path, capsys):
     recalls = json.loads((tmp_path / "stores.json").read_text())["recalls"]
     assert recalls["faiss_flat"] == recalls["milvus_flat"] == 1.0
     assert recalls["faiss_hnsw"] > 0.8 and recalls["milvus_hnsw"] > 0.8
+
+
+def test_omniglot_twins_tabulates_each_side_and_both_ratios():
+    """benchmarks/omniglot_twins.py: medians per side, ratios paired round by round."""
+    from benchmarks import omniglot_twins as twins
+
+    results = {side: [{"step_ms": ms, "warmup_s": 2.0, "load": 1.0} for ms in times]
+               for side, times in (("keras_dml", [60, 90]), ("pml", [100, 100]),
+                                   ("keras_plain", [50, 50]), ("torch_plain", [40, 25]))}
+    text = twins.table(results, 100, 20, 2, "AMD EPYC, AVX-512")
+    assert "| keras_dml | 75 [60-90] | 2.0 | 1.0-1.0 |" in text
+    assert "keras_dml / pml: 0.75 [0.60-0.90]" in text
+    assert "keras_plain / torch_plain: 1.62 [1.25-2.00]" in text
+    assert text.startswith("100 steps of 32 x 4 after 20, 2 thread(s) a side, AMD EPYC")
+
+
+def test_omniglot_twins_runs_every_side_in_its_own_process():
+    if not os.path.isdir(os.path.join(SHARED_DATASETS, "omniglot")):
+        pytest.skip("the shared Omniglot npz files are not here")
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.omniglot_twins", "--steps", "2", "--warmup", "1",
+         "--rounds", "1", "--threads", "1"], cwd=ROOT, capture_output=True, text=True,
+        timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for side in ("keras_dml", "pml", "keras_plain", "torch_plain"):
+        assert f"| {side} | " in result.stdout
+    assert "keras_dml / pml: " in result.stdout and "keras_plain / torch_plain: " in result.stdout
+
+
+def test_omniglot_twins_refuses_zero_steps(capsys):
+    from benchmarks import omniglot_twins as twins
+
+    with pytest.raises(SystemExit):
+        twins.main(["--steps", "0"])
+    assert "--steps must be at least 1, got 0" in capsys.readouterr().err

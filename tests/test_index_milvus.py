@@ -219,6 +219,9 @@ def test_search_match_and_filters_never_count_the_collection(lite):
         assert filtered.ids.shape == (4, 3)  # capped at the passing items: ids 22, 25, 28
         assert sorted(filtered.ids[0].tolist()) == [22, 25, 28]
         assert index.search(x[:2], k=3, filter={"label": [7]}).ids.shape == (2, 0)
+        with pytest.raises(ValueError, match="Milvus refused the filter expression: "
+                           "unexpected token"):
+            index.search(x[:1], k=3, filter="label ==== 1")
         assert index.match(x[:3], 0.5).tolist() == [0, 1, 2]
         assert asked == []
         with pytest.raises(ValueError, match="k=31 exceeds the 30 items"):
@@ -227,3 +230,26 @@ def test_search_match_and_filters_never_count_the_collection(lite):
     finally:
         client.query = query
         index.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc/<pid>/environ")
+def test_the_lite_child_flushes_early_and_returns_freed_memory(tmp_path):
+    """Lite's default MemTable holds ~200,000 rows of 128-d vectors before a flush, and
+    PyArrow's default pool and glibc's many arenas keep what Lite frees: the child serving
+    a Lite file flushes at 16 MB (here 6,000 rows of 1,024-d, 24 MB, reach a Parquet
+    segment before closing) and runs on the system pool, two arenas."""
+    from keras_dml.index.lite_process import CHILD_ENV
+
+    uri = str(tmp_path / "child.db")
+    index = Index(backend="milvus", uri=uri, lite_process=True)
+    try:
+        with open(f"/proc/{index._store._server.pid}/environ", "rb") as f:
+            environment = dict(item.split("=", 1) for item in
+                               f.read().decode().split("\0") if "=" in item)
+        index.add(_data(n=6000, d=1024))
+        data = os.path.join(uri, "collections", "keras_dml", "partitions", "_default", "data")
+        assert [name for name in os.listdir(data) if name.endswith(".parquet")]
+    finally:
+        index.close()
+    assert {name: environment.get(name) for name in CHILD_ENV} == CHILD_ENV
+    assert CHILD_ENV["ARROW_DEFAULT_MEMORY_POOL"] == "system"

@@ -203,6 +203,13 @@ def test_filters_by_label_metadata_id_and_time_added(make):
     check({"added": {">": after}}, np.arange(200) >= 100)
     check({"id": [5, 17, 180]}, np.isin(np.arange(200), [5, 17, 180]), k=3)
     check({"path": "p42"}, np.arange(200) == 42, k=3)  # k capped at the one item passing
+    # Membership on metadata (Milvus takes `in` on fields only: spelled out on JSON paths).
+    check({"year": [2003, 2011]}, np.isin(year, [2003, 2011]), k=3)
+    check({"year": {"not in": [2003, 2011]}}, (year >= 0) & ~np.isin(year, [2003, 2011]))
+    check({"year": {"not in": []}}, year >= 0)
+    assert index.search(queries, k=3, filter={"year": []}).ids.shape == (len(queries), 0)
+    paths = np.array([f"p{i}" if i < 100 else "" for i in range(200)])
+    check({"path": {"in": ["p1", "p2", "p99"]}}, np.isin(paths, ["p1", "p2", "p99"]), k=3)
     empty = index.search(queries, k=3, filter={"year": 1990})
     assert empty.ids.shape == (len(queries), 0) and empty.scores.shape == (len(queries), 0)
     assert index.match(queries[:2], 0.0, filter={"year": 1990}).tolist() == [-1, -1]

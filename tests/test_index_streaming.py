@@ -54,6 +54,9 @@ def test_index_uri_searches_like_the_saved_index_and_updates(photos, run_dir, tm
     assert rows[0] == rows[1] and rows[0][0] == ("dog/1.png", "dog", "1.0000")
     only_cats = _main(["search", uri, query, "--k", "5", "--label", "cat"], capsys)
     assert re.findall(r"label (\S+)", only_cats) == ["cat"] * 3  # 3 cats: fewer than --k
+    assert cli.main(["search", uri, str(query), "--label", "kat"]) == 2  # a typo: no item
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"keras-dml search: error: No item in {uri} has --label kat: nothing to search."]
 
     # The same command again stores nothing twice; --update follows the folder's changes.
     assert _summary(_main(["index", run_dir, "--images", photos, "--uri", uri], capsys)) == (

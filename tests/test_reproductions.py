@@ -155,3 +155,12 @@ def test_cross_batch_memory_fine_tuning_quick_mode(tmp_path):
     script.main(["--quick", "--out-dir", str(tmp_path)])  # reuses the weights and the runs
     assert weights.stat().st_mtime_ns == made
     assert len(open(tmp_path / f"{script.NAME}.jsonl").readlines()) == 5
+
+
+def test_every_result_records_the_cpu_and_the_load():
+    """Both sides' rows carry `protocol.machine()`: the benchmarks' CPU model and the load."""
+    from benchmarks.__main__ import cpu_model
+
+    recorded = protocol.machine()
+    assert recorded["cpu"] == cpu_model() and recorded["cpu"]
+    assert recorded["load"] >= 0.0

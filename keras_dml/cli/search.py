@@ -78,6 +78,9 @@ def run(args):
         if not kept:
             continue
         result = index.search(queries, k, filter=search_filter, rerank=args.rerank)
+        if search_filter and not result.ids.shape[1]:
+            raise ValueError(f"No item in {args.index} has --label "
+                             f"{' or '.join(args.label)}: nothing to search.")
         matches = None if threshold is None else index.match(queries, threshold)
         _print(kept, result, matches, named)
     progress.close()

@@ -143,8 +143,19 @@ def _comparable(a, b):
 def milvus_expression(conditions):
     """The Milvus boolean expression of `conditions` (metadata lives under the
     JSON field `metadata["v"]`)."""
-    return " and ".join(
-        f"({_milvus_field(c.field)} {c.op} {json.dumps(c.value)})" for c in conditions)
+    return " and ".join(f"({_milvus_condition(c)})" for c in conditions)
+
+
+def _milvus_condition(condition):
+    field = _milvus_field(condition.field)
+    if condition.op not in MEMBERSHIP or condition.field in ("id", "label", "added"):
+        return f"{field} {condition.op} {json.dumps(condition.value)}"
+    # Milvus (Lite) takes `in` on fields only, not on JSON paths: spelled out instead.
+    if condition.op == "in":
+        return " or ".join(f"{field} == {json.dumps(v)}" for v in condition.value) or (
+            f"exists {field} and not (exists {field})")  # in []: no item
+    return " and ".join(f"{field} != {json.dumps(v)}" for v in condition.value) or (
+        f"exists {field}")  # not in []: every item that has the field
 
 
 def _milvus_field(field):

@@ -32,6 +32,19 @@ START_TIMEOUT = 60.0
 LOCK_WAIT = 10.0
 #: Seconds the child may take to flush and close on `stop()` before it is killed.
 STOP_TIMEOUT = 60.0
+#: The child's memory settings. Milvus Lite holds inserted rows in a MemTable (Arrow
+#: buffers plus a key index) until its estimate reaches 128 MB or its write-ahead log
+#: 256 MB: about 200,000 rows of 128-d vectors, so a catalogue of that size was never
+#: flushed before the end, and the child then held every row twice or three times
+#: (MemTable, the table being written, the loaded segment). 16 MB flushes every ~25,000
+#: such rows. PyArrow's default pool (mimalloc or jemalloc) keeps what it freed after
+#: each Parquet read or write, and glibc keeps freed heap in up to 8 arenas per core:
+#: Arrow on the system allocator, two arenas, freed memory over 128 KB returned at once.
+#: Figures: docs/guide/beyond_one_machine.md, "Memory of keras-dml index --uri".
+CHILD_ENV = {"MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES": str(16 << 20),
+             "MILVUS_LITE_WAL_SIZE_LIMIT_BYTES": str(32 << 20),
+             "ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2",
+             "MALLOC_TRIM_THRESHOLD_": "131072"}
 
 
 class LiteProcess:
@@ -57,7 +70,8 @@ class LiteProcess:
             time.sleep(0.2)
         self._child = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), self.path], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **CHILD_ENV})
         self.pid = self._child.pid
         try:
             self.uri = f"http://127.0.0.1:{self._port()}"

@@ -483,7 +483,7 @@ def _translate(error, uri, collection):
     message = _message(error)
     if "unknown field" in message or "field" in message and "not exist" in message:
         return ValueError(f"Milvus filter refused on collection {collection!r}: {message}")
-    if "parse" in message.lower() or "expr" in message.lower():
+    if any(word in message.lower() for word in ("parse", "expr", "token", "at column")):
         return ValueError(f"Milvus refused the filter expression: {message}")
     return RuntimeError(f"Milvus at {uri} (collection {collection!r}): {message}")
 
