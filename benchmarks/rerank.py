@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-DEFAULT_METHODS = ("qe", "qe:n=2,mutual=0", "dba", "dba:n=1,alpha=3,relative=0",
-                   "k_reciprocal", "k_reciprocal:k2=6,lam=0.3")  # defaults, papers' settings
+DEFAULT_METHODS = ("qe", "qe:n=2,mutual=0", "dba", "dba:keep=0",
+                   "k_reciprocal", "k_reciprocal:k2=6,keep=0")  # defaults, papers' settings
 
 
 def _division(labels, per_class):
