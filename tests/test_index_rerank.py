@@ -243,6 +243,11 @@ def test_rerank_names_with_options_and_bad_ones():
                        ("k_reciprocal:keep=1.5", "keep must be a number")]:
         with pytest.raises(ValueError, match=words):
             rr.get(bad)
+    for build, words in [(lambda: rr.DBA(keep=-1), "keep must be an integer >= 0"),
+                         (lambda: rr.KReciprocal(lam=1.5), "lam must be in"),
+                         (lambda: rr.AlphaQE(n=0), "n must be a positive integer")]:
+        with pytest.raises(ValueError, match=words):  # objects built in Python too
+            build()
 
 
 def test_rerank_on_the_faiss_backend_agrees_with_exact():

@@ -64,6 +64,9 @@ class AlphaQE:
     mutual: int = 1
     name = "qe"
 
+    def __post_init__(self):
+        check(self)
+
     def rerank(self, gallery, queries, k, rows):
         ids, similarities = gallery.search(queries, min(self.n, gallery.size), rows)
         keep = None
@@ -98,6 +101,9 @@ class DBA:
     depth: int = 100
     keep: int = 1
     name = "dba"
+
+    def __post_init__(self):
+        check(self)
 
     def rerank(self, gallery, queries, k, rows):
         ids, _ = gallery.search(queries, min(max(k, self.depth), gallery.size), rows)
@@ -144,6 +150,9 @@ class KReciprocal:
     depth: int = 100
     keep: int = 1
     name = "k_reciprocal"
+
+    def __post_init__(self):
+        check(self)
 
     def rerank(self, gallery, queries, k, rows):
         ids, _ = gallery.search(queries, min(max(k, self.depth), gallery.size), rows)
@@ -264,7 +273,7 @@ def get(rerank):
         except ValueError:
             raise ValueError(f"rerank {name!r}: {key} must be a number, got {value!r}.") \
                 from None
-    return check(cls(**values))
+    return cls(**values)
 
 
 def check(reranker):
