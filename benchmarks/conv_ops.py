@@ -28,21 +28,31 @@ def _median_ms(call, repeats=30):
     return 1e3 * float(np.median(times))
 
 
+def jax_conv(x, w):
+    """cnn3's convolution on JAX: NHWC input, HWIO kernel, stride 1, "SAME"."""
+    import jax
+
+    numbers = ("NHWC", "HWIO", "NHWC")
+    return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=numbers)
+
+
+def jax_im2col_conv(x, w):
+    """The same convolution as `jax_conv`, as 3x3 patches (im2col) times the kernel matrix."""
+    import jax
+    import jax.numpy as jnp
+
+    kh, kw, ci, co = w.shape
+    patches = jax.lax.conv_general_dilated_patches(
+        x, (kh, kw), (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )  # channel order (ci, kh, kw)
+    return patches @ jnp.transpose(w, (2, 0, 1, 3)).reshape(ci * kh * kw, co)
+
+
 def _jax_rows(inputs):
     import jax
     import jax.numpy as jnp
 
-    numbers = ("NHWC", "HWIO", "NHWC")
-
-    def conv(x, w):
-        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=numbers)
-
-    def im2col(x, w):
-        kh, kw, ci, co = w.shape
-        patches = jax.lax.conv_general_dilated_patches(
-            x, (kh, kw), (1, 1), "SAME", dimension_numbers=numbers
-        )  # channel order (ci, kh, kw)
-        return patches @ jnp.transpose(w, (2, 0, 1, 3)).reshape(ci * kh * kw, co)
+    conv, im2col = jax_conv, jax_im2col_conv
 
     def weight_grad(f):
         return jax.jit(lambda x, w: jax.grad(lambda w: f(x, w).sum())(w))
