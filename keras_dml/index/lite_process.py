@@ -71,7 +71,7 @@ class LiteProcess:
         self._child = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), self.path], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **CHILD_ENV})
+            env={**CHILD_ENV, **os.environ})  # a setting the user made wins
         self.pid = self._child.pid
         try:
             self.uri = f"http://127.0.0.1:{self._port()}"
