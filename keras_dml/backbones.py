@@ -24,6 +24,7 @@ import keras
 
 from keras_dml.backbone_families import FAMILIES, Family  # noqa: F401 (public here)
 from keras_dml.batch_norm import FusedBatchNormalization
+from keras_dml.convolution import ShiftedConv2D
 from keras_dml.hyperparameters import integer_at_least
 from keras_dml.pooling import TiledMaxPooling2D
 from keras_dml.training_config import backbone_name
@@ -49,7 +50,7 @@ def convnet(input_shape, widths=(32, 64, 128), name="convnet"):
     size = min(input_shape[0], input_shape[1])
     for stage, width in enumerate(widths):
         for conv in range(2):
-            x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False,
+            x = ShiftedConv2D(width, 3, padding="same", use_bias=False,
                                     name=f"stage{stage}_conv{conv}")(x)
             x = FusedBatchNormalization(name=f"stage{stage}_bn{conv}")(x)
             x = keras.layers.ReLU(name=f"stage{stage}_relu{conv}")(x)
@@ -69,7 +70,7 @@ def cnn3(input_shape, filters=64, blocks=3, name="cnn3"):
     inputs = keras.Input(shape=input_shape, name="images")
     x = inputs
     for block in range(blocks):
-        x = keras.layers.Conv2D(filters, 3, padding="same", name=f"conv{block}")(x)
+        x = ShiftedConv2D(filters, 3, padding="same", name=f"conv{block}")(x)
         x = FusedBatchNormalization(name=f"bn{block}")(x)
         x = keras.layers.ReLU(name=f"relu{block}")(x)
         x = TiledMaxPooling2D(name=f"pool{block}")(x)

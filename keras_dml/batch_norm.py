@@ -1,11 +1,11 @@
-"""Batch normalisation through TensorFlow's fused kernel.
+"""Batch normalisation in one pass each way on TensorFlow and JAX.
 
 Keras 3 normalises a batch with separate moment, subtract, scale and shift ops
 (`tf.nn.moments` and `tf.nn.batch_normalization`); on a CPU their forward and
 backward passes cost more than the convolutions of a small CNN. TensorFlow's
-fused kernel (`FusedBatchNormV3`, oneDNN on Intel CPUs) computes the same
-function in one op each way. On JAX and PyTorch the layer is Keras' own (XLA fuses
-the ops there).
+fused kernel (`FusedBatchNormV3`, oneDNN on x86 CPUs) computes the same function in
+one op each way; on JAX a custom VJP with the closed-form gradient does
+(`keras_dml.backend.batch_norm`). On PyTorch the layer is Keras' own.
 """
 
 import keras
@@ -16,20 +16,20 @@ from keras_dml.backend.batch_norm import fused_batch_norm
 
 @keras.saving.register_keras_serializable(package="keras_dml")
 class FusedBatchNormalization(keras.layers.BatchNormalization):
-    """`keras.layers.BatchNormalization` computed by TensorFlow's fused kernel.
+    """`keras.layers.BatchNormalization` computed in one pass each way.
 
     The same layer: the same arguments, weights, moving-statistics update
     (`moving = momentum * moving + (1 - momentum) * batch`, with the batch's
-    biased variance) and outputs up to float rounding. The fused kernel runs on
-    4-D inputs normalised over their last axis (channels-last images) without a
-    mask, renorm or synchronisation on TensorFlow; everything else (and every other
-    backend) takes Keras' own path.
+    biased variance) and outputs up to float rounding. The fused path runs on 4-D
+    inputs normalised over their last axis (channels-last images) without a mask,
+    renorm or synchronisation, on TensorFlow (its fused kernel) and JAX (a custom
+    VJP); everything else, and PyTorch, takes Keras' own path.
     """
 
     def _fusable(self, inputs, mask):
         axis = self.axis if isinstance(self.axis, int) else None
-        return (backend.is_tensorflow() and len(inputs.shape) == 4 and axis in (-1, 3)
-                and mask is None and not self.renorm and not self.synchronized)
+        return (backend.name() in ("tensorflow", "jax") and len(inputs.shape) == 4
+                and axis in (-1, 3) and mask is None and not self.renorm and not self.synchronized)
 
     def call(self, inputs, training=None, mask=None):
         if not self._fusable(inputs, mask):
@@ -40,9 +40,7 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
                  else keras.ops.ones([channels]))
         beta = keras.ops.cast(self.beta, "float32") if self.center else keras.ops.zeros([channels])
         if training and self.trainable:
-            y, mean, unbiased = fused_batch_norm(x, gamma, beta, self.epsilon)
-            count = keras.ops.cast(keras.ops.size(x) // channels, "float32")
-            variance = unbiased * (count - 1.0) / count  # the kernel returns n / (n - 1) x
+            y, mean, variance = fused_batch_norm(x, gamma, beta, self.epsilon)
             self.moving_mean.assign(self.moving_mean * self.momentum
                                     + mean * (1.0 - self.momentum))
             self.moving_variance.assign(self.moving_variance * self.momentum

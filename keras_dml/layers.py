@@ -5,6 +5,7 @@ import keras
 from keras_dml import hyperparameters
 from keras_dml.backbone_families import FAMILIES
 from keras_dml.batch_norm import FusedBatchNormalization  # noqa: F401 (public here)
+from keras_dml.convolution import ShiftedConv2D  # noqa: F401 (public here)
 from keras_dml.ops import NORM_EPSILON
 from keras_dml.pooling import TiledMaxPooling2D  # noqa: F401 (public here)
 

@@ -6,8 +6,9 @@ gradients took about half of JAX's training step (a jitted value and gradient of
 network: 251 ms with Keras' pooling, 134 ms with this layer, 2026-11-28, 2 busy
 cores). Where the tiles do not overlap (strides equal to the pool size, "valid"
 padding, channels last), the same maximum is a reshape of the input into tiles and a
-max over each tile, whose gradient is elementwise. TensorFlow and PyTorch have fast
-pooling gradients of their own and take Keras' path.
+max over each tile, whose gradient (`keras_dml.backend.layers_jax.max_over_tiles`) is
+elementwise. TensorFlow and PyTorch have fast pooling gradients of their own and take
+Keras' path.
 """
 
 import keras
@@ -22,10 +23,9 @@ class TiledMaxPooling2D(keras.layers.MaxPooling2D):
     The same layer: the same arguments and outputs. On JAX, with strides equal to the
     pool size, "valid" padding and channels-last inputs, the input is cropped to whole
     tiles, reshaped to (batch, rows, pool, columns, pool, channels) and reduced by
-    max. The gradient then goes to the maximum of each tile as Keras' does; where a
-    tile holds several equal maxima, it is shared among them instead of given to one
-    (after a ReLU those ties are zeros, whose gradient the ReLU stops either way).
-    Every other case, and every other backend, takes Keras' path.
+    max. The gradient then goes to the maximum of each tile as Keras' does, to the
+    first in row-major order where a tile holds several equal maxima. Every other
+    case, and every other backend, takes Keras' path.
 
     Examples:
 
@@ -46,6 +46,7 @@ class TiledMaxPooling2D(keras.layers.MaxPooling2D):
         rows, columns = self.pool_size
         height, width, channels = inputs.shape[1:]
         height, width = height // rows, width // columns
-        tiles = keras.ops.reshape(inputs[:, :height * rows, :width * columns],
-                                  (-1, height, rows, width, columns, channels))
-        return keras.ops.max(tiles, axis=(2, 4))
+        from keras_dml.backend import layers_jax
+
+        return layers_jax.max_over_tiles(inputs[:, :height * rows, :width * columns],
+                                         rows, columns)

@@ -28,11 +28,17 @@ BACKEND_NEUTRAL = (
     "test_backend_models.py",
     "test_backend_pair_losses.py",
     "test_backend_softmax_losses.py",
+    "test_batch_norm.py",
+    "test_convolution.py",
     "test_data_arrays.py",
     "test_own_images_backends.py",
     "test_pooling.py",
     "test_without_tensorflow.py",
 )
+
+#: Backend-neutral modules whose unit has a TensorFlow path of its own that no other
+#: module tests: in the quick tier on TensorFlow too.
+QUICK_ON_TENSORFLOW = ("test_batch_norm.py",)
 
 if BACKEND == "tensorflow":
     import tensorflow as tf
@@ -156,7 +162,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         # On TensorFlow the backend-neutral modules repeat what the TensorFlow tests of
         # the same units check in the quick tier: there they are full-tier only.
-        if BACKEND == "tensorflow" and item.path.name in BACKEND_NEUTRAL:
+        if (BACKEND == "tensorflow" and item.path.name in BACKEND_NEUTRAL
+                and item.path.name not in QUICK_ON_TENSORFLOW):
             item.add_marker(pytest.mark.slow)
     if config.getoption("--full") or "slow" in (config.getoption("markexpr") or ""):
         return

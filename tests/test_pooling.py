@@ -47,3 +47,14 @@ def test_a_model_with_it_saves_and_loads(tmp_path):
     assert isinstance(loaded.get_layer("pool"), TiledMaxPooling2D)
     x = np.random.default_rng(2).normal(size=(2, 6, 6, 2)).astype("float32")
     np.testing.assert_array_equal(_numpy(loaded(x)), _numpy(model(x)))
+
+
+def test_ties_send_the_gradient_to_the_first_maximum_as_keras_does():
+    # ReLU outputs: tiles of zeros and tiles with a repeated positive maximum.
+    x = np.maximum(np.random.default_rng(3).integers(-2, 3, size=(4, 6, 8, 3)), 0)
+    value, gradient = _value_and_gradient(TiledMaxPooling2D(), x.astype("float32"))
+    expected_value, expected_gradient = _value_and_gradient(
+        keras.layers.MaxPooling2D(), x.astype("float32"))
+    np.testing.assert_array_equal(value, expected_value)
+    np.testing.assert_allclose(gradient, expected_gradient, rtol=1e-6, atol=1e-6)
+    assert np.count_nonzero(gradient) == np.count_nonzero(expected_gradient)

@@ -1,16 +1,33 @@
-"""TensorFlow's fused batch-normalisation kernel (`FusedBatchNormV3`), for
-`keras_dml.batch_norm.FusedBatchNormalization` on the TensorFlow backend."""
+"""Batch normalisation of channels-last images in one pass each way, by backend, for
+`keras_dml.batch_norm.FusedBatchNormalization`.
+
+TensorFlow: its fused kernel `FusedBatchNormV3` (oneDNN on x86 CPUs). JAX: a
+`jax.custom_vjp` whose backward pass is the closed-form batch-norm gradient (two
+per-channel sums and one elementwise pass, `keras_dml.backend.layers_jax`).
+"""
 
 from keras_dml import backend
 
 
 def fused_batch_norm(x, gamma, beta, epsilon, mean=None, variance=None):
-    """NHWC float32 batch normalisation in one kernel.
+    """Float32 batch normalisation of `x` (N, H, W, C) over all but its last axis.
 
-    Training (`mean` and `variance` None): returns (y, batch mean, batch variance with
-    the n / (n - 1) correction the kernel applies). Inference: returns y, normalised
-    with the given moving `mean` and `variance`.
+    Training (`mean` and `variance` None): returns (y, batch mean, batch variance), the
+    variance biased (divided by N x H x W, as Keras' moving statistics take it).
+    Inference: returns y, normalised with the given moving `mean` and `variance`.
     """
+    if backend.is_tensorflow():
+        return _tensorflow(x, gamma, beta, epsilon, mean, variance)
+    if backend.name() == "jax":
+        from keras_dml.backend import layers_jax
+
+        if mean is None:
+            return layers_jax.normalise_batch(x, gamma, beta, epsilon)
+        return layers_jax.normalise(x, gamma, beta, epsilon, mean, variance)
+    raise ValueError(f"No fused batch normalisation on the {backend.name()} backend.")
+
+
+def _tensorflow(x, gamma, beta, epsilon, mean, variance):
     tf = backend.require_tensorflow("The fused batch-normalisation kernel")
     training = mean is None
     outputs = tf.raw_ops.FusedBatchNormV3(
@@ -18,4 +35,8 @@ def fused_batch_norm(x, gamma, beta, epsilon, mean=None, variance=None):
         mean=tf.zeros([0]) if training else mean,
         variance=tf.zeros([0]) if training else variance,
         epsilon=epsilon, data_format="NHWC", is_training=training)
-    return outputs[:3] if training else outputs[0]
+    if not training:
+        return outputs[0]
+    y, batch_mean, unbiased = outputs[:3]
+    count = tf.cast(tf.size(x) // tf.shape(x)[-1], tf.float32)
+    return y, batch_mean, unbiased * (count - 1.0) / count  # the kernel returns n / (n - 1) x
