@@ -1,5 +1,5 @@
 """`keras_dml.convolution.ShiftedConv2D` on the running Keras backend (its shifted path
-on JAX): Keras' `Conv2D` values and gradients. NumPy inputs, no TensorFlow."""
+on JAX and TensorFlow): Keras' `Conv2D` values and gradients. NumPy inputs."""
 
 import keras
 import numpy as np
@@ -55,7 +55,7 @@ def _value_and_gradients(layer, x):
 def test_values_and_gradients_are_keras_conv2d(options, channels):
     x = np.random.default_rng(0).normal(size=(3, 7, 8, channels)).astype("float32")
     ours, theirs = _pair(options, x.shape)[::-1]
-    shifted = keras.backend.backend() == "jax" and channels == 1 and "strides" not in options
+    shifted = keras.backend.backend() != "torch" and channels == 1 and "strides" not in options
     assert ours._shifted(keras.ops.convert_to_tensor(x)) == shifted
     value, x_gradient, kernel_gradient = _value_and_gradients(ours, x)
     expected = _value_and_gradients(theirs, x)
@@ -74,3 +74,33 @@ def test_a_model_with_it_saves_and_loads(tmp_path):
     assert isinstance(loaded.get_layer("conv"), ShiftedConv2D)
     x = np.random.default_rng(3).normal(size=(2, 6, 6, 1)).astype("float32")
     np.testing.assert_array_equal(_numpy(loaded(x)), _numpy(model(x)))
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.function and XLA")
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_graph_and_xla_gradients_match_eager(jit_compile):
+    import tensorflow as tf
+
+    layer = ShiftedConv2D(3, 3, padding="same")
+    x = tf.constant(np.random.default_rng(4).normal(size=(2, 6, 5, 1)).astype("float32"))
+    layer.build(x.shape)
+
+    def gradients(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            objective = tf.reduce_sum(tf.sin(layer(x)))
+        return tape.gradient(objective, [x, layer.kernel.value, layer.bias.value])
+
+    eager = gradients(x)
+    compiled = tf.function(gradients, jit_compile=jit_compile)(x)
+    for a, b in zip(compiled, eager):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_mixed_precision_returns_float16(mixed_precision):
+    x = np.random.default_rng(5).normal(size=(2, 6, 6, 1)).astype("float16")
+    theirs, ours = _pair({"filters": 2, "kernel_size": 3, "padding": "same"}, x.shape)
+    y = ours(x)
+    assert keras.backend.standardize_dtype(y.dtype) == "float16"
+    np.testing.assert_allclose(_numpy(y).astype("float32"),
+                               _numpy(theirs(x)).astype("float32"), atol=1e-2)
