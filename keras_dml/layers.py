@@ -133,6 +133,7 @@ class EmbeddingHead(keras.layers.Layer):
         if self.gem is not None and len(input_shape) > 2:
             self.gem.build(input_shape)
         self.projection.build((None, input_shape[-1]))
+        self.l2.build((None, self.dim))  # weightless, but built: the model is, as a whole
 
     def _pool(self, inputs):
         axes = tuple(range(1, len(inputs.shape) - 1))
@@ -221,6 +222,7 @@ class MultiLevelEmbedding(keras.layers.Layer):
         self._check_levels(input_shape)
         for head, shape in zip(self.heads, input_shape):
             head.build(shape)
+        self.l2.build((None, sum(self.dims)))
 
     def call(self, inputs):
         self._check_levels(inputs)

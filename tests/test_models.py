@@ -102,6 +102,27 @@ def test_fit_starts_one_pass_over_a_dataset_after_the_first_call(distributed,
         model.fit(bad, steps_per_epoch=2, verbose=0)
 
 
+class CountedTraces(DMLModel):
+    traces = 0
+
+    def train_step(self, *args):
+        type(self).traces += 1  # once per trace: the step runs as a graph
+        return super().train_step(*args)
+
+
+@pytest.mark.parametrize("make_loss", [losses.MultiSimilarity, _LearnedScaleMS])
+def test_fit_traces_the_step_once(make_loss):
+    # An optimizer built inside the first trace makes TensorFlow trace the step twice.
+    inputs = keras.Input((10,))
+    model = CountedTraces(inputs, EmbeddingHead(8)(keras.layers.Dense(16)(inputs)))
+    model.compile(optimizer="adam", loss=make_loss())
+    CountedTraces.traces = 0
+    x, y = _data()
+    model.fit(_dataset(x, y), epochs=2, verbose=0)
+    assert CountedTraces.traces == 1
+    assert len(model.optimizer.variables) > 1
+
+
 def test_compile_by_registered_name_and_jit_compile():
     x, y = _data()
     model = _model()
