@@ -4,8 +4,8 @@ Keras 3 normalises a batch with separate moment, subtract, scale and shift ops
 (`tf.nn.moments` and `tf.nn.batch_normalization`); on a CPU their forward and
 backward passes cost more than the convolutions of a small CNN. TensorFlow's
 fused kernel (`FusedBatchNormV3`, oneDNN on x86 CPUs) computes the same function in
-one op each way; on JAX a custom VJP with the closed-form gradient does
-(`keras_dml.backend.batch_norm`). On PyTorch the layer is Keras' own.
+one op each way; on JAX a custom VJP with the closed-form gradient does, and on
+PyTorch its native batch norm (`keras_dml.backend.batch_norm`).
 """
 
 import keras
@@ -21,15 +21,21 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
     The same layer: the same arguments, weights, moving-statistics update
     (`moving = momentum * moving + (1 - momentum) * batch`, with the batch's
     biased variance) and outputs up to float rounding. The fused path runs on 4-D
-    inputs normalised over their last axis (channels-last images) without a mask,
-    renorm or synchronisation, on TensorFlow (its fused kernel) and JAX (a custom
-    VJP); everything else, and PyTorch, takes Keras' own path.
+    inputs of known height and width normalised over their last axis (channels-last
+    images) without a mask, renorm or synchronisation, on TensorFlow (its fused
+    kernel), JAX (a custom VJP) and PyTorch (its native kernel); everything else takes
+    Keras' own path.
     """
 
     def _fusable(self, inputs, mask):
         axis = self.axis if isinstance(self.axis, int) else None
-        return (backend.name() in ("tensorflow", "jax") and len(inputs.shape) == 4
-                and axis in (-1, 3) and mask is None and not self.renorm and not self.synchronized)
+        if not (len(inputs.shape) == 4 and axis in (-1, 3) and mask is None
+                and not self.renorm and not self.synchronized):
+            return False
+        if backend.name() == "torch":  # it refuses one value per channel (Keras: variance 0)
+            values = inputs.shape[:3]
+            return None not in values and values[0] * values[1] * values[2] > 1
+        return backend.name() in ("tensorflow", "jax")
 
     def call(self, inputs, training=None, mask=None):
         if not self._fusable(inputs, mask):

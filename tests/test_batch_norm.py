@@ -1,5 +1,5 @@
 """`keras_dml.layers.FusedBatchNormalization` on the running Keras backend (TensorFlow's
-fused kernel, JAX's custom VJP, PyTorch's Keras path): Keras' `BatchNormalization`
+fused kernel, JAX's custom VJP, PyTorch's native kernel): Keras' `BatchNormalization`
 values, gradients and moving statistics. NumPy inputs."""
 
 import keras
@@ -90,10 +90,9 @@ def test_moving_variance_is_the_biased_batch_variance_as_in_keras():
                                rtol=1e-4)
 
 
-@pytest.mark.skipif(keras.backend.backend() == "torch",
-                    reason="Keras' own path on PyTorch takes one-pass moments")
 def test_a_large_mean_keeps_the_variance_exact():
-    # One-pass E[x^2] - E[x]^2 would lose the variance to cancellation at this offset.
+    # One-pass E[x^2] - E[x]^2 (Keras' own path on PyTorch) would lose the variance to
+    # cancellation at this offset.
     x = (np.random.default_rng(4).normal(size=(8, 6, 6, 2)) + 3e3).astype("float32")
     layer = FusedBatchNormalization(momentum=0.0)
     y = _numpy(layer(x, training=True))
@@ -164,3 +163,9 @@ def test_saved_and_loaded_with_the_model(tmp_path):
 def test_protocol_backbone_uses_the_fused_layer():
     model = backbones.cnn3((28, 28, 1))
     assert sum(isinstance(layer, FusedBatchNormalization) for layer in model.layers) == 3
+
+
+def test_one_value_per_channel_takes_keras_path():
+    x = np.full((1, 1, 1, 3), 2.0, "float32")
+    y = FusedBatchNormalization(momentum=0.0)(x, training=True)
+    np.testing.assert_allclose(_numpy(y), 0.0, atol=1e-6)

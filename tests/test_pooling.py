@@ -58,3 +58,14 @@ def test_ties_send_the_gradient_to_the_first_maximum_as_keras_does():
     np.testing.assert_array_equal(value, expected_value)
     np.testing.assert_allclose(gradient, expected_gradient, rtol=1e-6, atol=1e-6)
     assert np.count_nonzero(gradient) == np.count_nonzero(expected_gradient)
+
+
+@pytest.mark.parametrize("options", [{"pool_size": 3, "strides": 2}, {"pool_size": (2, 3)}])
+def test_overlapping_and_uneven_windows_are_keras_max_pooling(options):
+    # PyTorch's channels-last view takes any "valid" window; the other backends, Keras'.
+    x = np.random.default_rng(4).normal(size=(2, 9, 8, 3)).astype("float32")
+    value, gradient = _value_and_gradient(TiledMaxPooling2D(**options), x)
+    expected_value, expected_gradient = _value_and_gradient(
+        keras.layers.MaxPooling2D(**options), x)
+    np.testing.assert_array_equal(value, expected_value)
+    np.testing.assert_allclose(gradient, expected_gradient, rtol=1e-6, atol=1e-6)

@@ -9,8 +9,9 @@ Submodules: `gradients` (the engine's VJP through its matrix; plain autodiff for
 tests), `primitives` (scatters, shapes, XLA, run-time assertions), `pairs` (row-wise
 gathers, sorts, matmuls), `tensors` (control dependencies, value checks),
 `tensorflow_row_blocks` (the row blocks of `keras_dml.losses.row_blocks_tensorflow`),
-`batch_norm` (fused batch normalisation), `layers_jax` (cnn3's batch-norm and
-pooling gradients on JAX).
+`batch_norm` (fused batch normalisation), `convolution` (one-channel convolutions),
+`layers_jax` (cnn3's batch-norm and pooling gradients on JAX), `layers_torch` (its
+pooling on PyTorch).
 """
 
 import importlib
