@@ -51,7 +51,7 @@ def convnet(input_shape, widths=(32, 64, 128), name="convnet"):
     for stage, width in enumerate(widths):
         for conv in range(2):
             x = ShiftedConv2D(width, 3, padding="same", use_bias=False,
-                                    name=f"stage{stage}_conv{conv}")(x)
+                              name=f"stage{stage}_conv{conv}")(x)
             x = FusedBatchNormalization(name=f"stage{stage}_bn{conv}")(x)
             x = keras.layers.ReLU(name=f"stage{stage}_relu{conv}")(x)
         if size > 2 and stage < len(widths) - 1:

@@ -1,4 +1,4 @@
-"""Batch normalisation in one pass each way on TensorFlow and JAX.
+"""Batch normalisation in one pass each way, on every backend.
 
 Keras 3 normalises a batch with separate moment, subtract, scale and shift ops
 (`tf.nn.moments` and `tf.nn.batch_normalization`); on a CPU their forward and
@@ -21,10 +21,10 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
     The same layer: the same arguments, weights, moving-statistics update
     (`moving = momentum * moving + (1 - momentum) * batch`, with the batch's
     biased variance) and outputs up to float rounding. The fused path runs on 4-D
-    inputs of known height and width normalised over their last axis (channels-last
-    images) without a mask, renorm or synchronisation, on TensorFlow (its fused
-    kernel), JAX (a custom VJP) and PyTorch (its native kernel); everything else takes
-    Keras' own path.
+    inputs normalised over their last axis (channels-last images) without a mask,
+    renorm or synchronisation, on TensorFlow (its fused kernel), JAX (a custom VJP)
+    and PyTorch (its native kernel, given more than one value per channel);
+    everything else takes Keras' own path.
     """
 
     def _fusable(self, inputs, mask):
