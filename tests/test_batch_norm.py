@@ -7,52 +7,24 @@ import numpy as np
 import pytest
 
 from keras_dml import backbones
-from keras_dml.backend.gradients import value_and_gradient
 from keras_dml.layers import FusedBatchNormalization
+from layer_checks import keras_and_ours, numpy, stateless_gradients
 
 # A mean far from 0, as after a convolution of non-negative images.
 IMAGES = (np.random.default_rng(0).normal(size=(6, 5, 4, 3)) + 2.0).astype("float32")
 
 
-def _numpy(value):
-    return keras.ops.convert_to_numpy(value)
-
-
 def _pair(**kwargs):
     """Keras' layer and ours with the same (non-trivial) weights."""
-    layers = [keras.layers.BatchNormalization(**kwargs), FusedBatchNormalization(**kwargs)]
-    rng = np.random.default_rng(1)
-    weights = None
-    for layer in layers:
-        layer.build(IMAGES.shape)
-        if weights is None:
-            weights = [rng.normal(size=w.shape).astype("float32") if "variance" not in w.path
-                       else rng.uniform(0.5, 2.0, size=w.shape).astype("float32")
-                       for w in layer.weights]
-        layer.set_weights(weights)
-    return layers
+    return keras_and_ours(keras.layers.BatchNormalization(**kwargs),
+                          FusedBatchNormalization(**kwargs), IMAGES.shape)
 
 
 def _train_call(layer, x):
     """(y, gradient of sum(sin(3 y)) for x and each trainable weight, new moving
     statistics) of one training call, stateless, by the backend's autodiff."""
-    trainable = [_numpy(w) for w in layer.trainable_weights]
-    moving = [w.value for w in layer.non_trainable_weights]
-    sizes = [x.size] + [w.size for w in trainable]
-    packed = np.concatenate([x.ravel()] + [w.ravel() for w in trainable])
-
-    def objective(flat):
-        parts, start = [], 0
-        for size, shape in zip(sizes, [x.shape] + [w.shape for w in trainable]):
-            parts.append(keras.ops.reshape(flat[start:start + size], shape))
-            start += size
-        y, new_moving = layer.stateless_call(parts[1:], moving, parts[0], training=True)
-        return keras.ops.sin(3.0 * y), (y, new_moving)  # a gradient that is not constant
-
-    _, (y, new_moving), gradient = value_and_gradient(
-        objective, keras.ops.convert_to_tensor(packed))
-    gradient = np.split(_numpy(gradient), np.cumsum(sizes)[:-1])
-    return _numpy(y), gradient, [_numpy(m) for m in new_moving]
+    return stateless_gradients(layer, x, lambda y: keras.ops.sin(3.0 * y),  # not constant
+                               training=True)
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"momentum": 0.9, "epsilon": 1e-5},
@@ -76,17 +48,17 @@ def test_moving_statistics_follow_keras_over_stateful_calls():
         for layer in (ours, theirs):
             layer(IMAGES * (1.0 + step), training=True)
     for a, b in zip(ours.non_trainable_weights, theirs.non_trainable_weights):
-        np.testing.assert_allclose(_numpy(a), _numpy(b), rtol=1e-5)
-    np.testing.assert_allclose(_numpy(ours(IMAGES, training=False)),
-                               _numpy(theirs(IMAGES, training=False)), atol=2e-5)
+        np.testing.assert_allclose(numpy(a), numpy(b), rtol=1e-5)
+    np.testing.assert_allclose(numpy(ours(IMAGES, training=False)),
+                               numpy(theirs(IMAGES, training=False)), atol=2e-5)
 
 
 def test_moving_variance_is_the_biased_batch_variance_as_in_keras():
     layer = FusedBatchNormalization(momentum=0.0)
     layer(IMAGES, training=True)
-    np.testing.assert_allclose(_numpy(layer.moving_mean), IMAGES.mean(axis=(0, 1, 2)),
+    np.testing.assert_allclose(numpy(layer.moving_mean), IMAGES.mean(axis=(0, 1, 2)),
                                rtol=1e-5)
-    np.testing.assert_allclose(_numpy(layer.moving_variance), IMAGES.var(axis=(0, 1, 2)),
+    np.testing.assert_allclose(numpy(layer.moving_variance), IMAGES.var(axis=(0, 1, 2)),
                                rtol=1e-4)
 
 
@@ -95,8 +67,8 @@ def test_a_large_mean_keeps_the_variance_exact():
     # cancellation at this offset.
     x = (np.random.default_rng(4).normal(size=(8, 6, 6, 2)) + 3e3).astype("float32")
     layer = FusedBatchNormalization(momentum=0.0)
-    y = _numpy(layer(x, training=True))
-    np.testing.assert_allclose(_numpy(layer.moving_variance),
+    y = numpy(layer(x, training=True))
+    np.testing.assert_allclose(numpy(layer.moving_variance),
                                x.astype("float64").var(axis=(0, 1, 2)), rtol=1e-3)
     np.testing.assert_allclose(y.std(axis=(0, 1, 2)), 1.0, rtol=1e-3)
 
@@ -105,11 +77,11 @@ def test_frozen_layer_normalises_with_moving_statistics_and_does_not_update_them
     ours, theirs = _pair()[::-1]
     for layer in (ours, theirs):
         layer.trainable = False
-    before = [_numpy(w) for w in ours.non_trainable_weights]
-    np.testing.assert_allclose(_numpy(ours(IMAGES, training=True)),
-                               _numpy(theirs(IMAGES, training=True)), atol=2e-5)
+    before = [numpy(w) for w in ours.non_trainable_weights]
+    np.testing.assert_allclose(numpy(ours(IMAGES, training=True)),
+                               numpy(theirs(IMAGES, training=True)), atol=2e-5)
     for a, b in zip(before, ours.non_trainable_weights):
-        np.testing.assert_array_equal(a, _numpy(b))
+        np.testing.assert_array_equal(a, numpy(b))
 
 
 @pytest.mark.parametrize("shape, kwargs", [((6, 3), {}), ((6, 3, 4), {}),
@@ -118,9 +90,9 @@ def test_inputs_the_fused_path_does_not_cover_take_keras_path(shape, kwargs):
     x = np.random.default_rng(2).normal(size=shape).astype("float32")
     ours = FusedBatchNormalization(**kwargs)
     theirs = keras.layers.BatchNormalization(**kwargs)
-    np.testing.assert_allclose(_numpy(ours(x, training=True)),
-                               _numpy(theirs(x, training=True)), atol=1e-6)
-    np.testing.assert_allclose(_numpy(ours.moving_variance), _numpy(theirs.moving_variance),
+    np.testing.assert_allclose(numpy(ours(x, training=True)),
+                               numpy(theirs(x, training=True)), atol=1e-6)
+    np.testing.assert_allclose(numpy(ours.moving_variance), numpy(theirs.moving_variance),
                                rtol=1e-6)
 
 
@@ -146,7 +118,7 @@ def test_mixed_precision_computes_in_float32_and_returns_float16(mixed_precision
     assert keras.backend.standardize_dtype(y.dtype) == "float16"
     assert layer.moving_variance.dtype == "float32"
     reference = keras.layers.BatchNormalization(dtype="float32")(IMAGES, training=True)
-    np.testing.assert_allclose(_numpy(y).astype("float32"), _numpy(reference), atol=1e-2)
+    np.testing.assert_allclose(numpy(y).astype("float32"), numpy(reference), atol=1e-2)
 
 
 def test_saved_and_loaded_with_the_model(tmp_path):
@@ -157,7 +129,7 @@ def test_saved_and_loaded_with_the_model(tmp_path):
     restored = keras.models.load_model(tmp_path / "m.keras")
     assert isinstance(restored.layers[-1], FusedBatchNormalization)
     assert restored.layers[-1].get_config()["momentum"] == 0.8
-    np.testing.assert_allclose(_numpy(restored(IMAGES)), _numpy(model(IMAGES)), atol=1e-6)
+    np.testing.assert_allclose(numpy(restored(IMAGES)), numpy(model(IMAGES)), atol=1e-6)
 
 
 def test_protocol_backbone_uses_the_fused_layer():
@@ -168,4 +140,4 @@ def test_protocol_backbone_uses_the_fused_layer():
 def test_one_value_per_channel_takes_keras_path():
     x = np.full((1, 1, 1, 3), 2.0, "float32")
     y = FusedBatchNormalization(momentum=0.0)(x, training=True)
-    np.testing.assert_allclose(_numpy(y), 0.0, atol=1e-6)
+    np.testing.assert_allclose(numpy(y), 0.0, atol=1e-6)

@@ -7,10 +7,7 @@ import pytest
 
 from keras_dml.backend.gradients import value_and_gradient
 from keras_dml.pooling import TiledMaxPooling2D
-
-
-def _numpy(value):
-    return keras.ops.convert_to_numpy(value)
+from layer_checks import assert_saves_and_loads, numpy
 
 
 def _value_and_gradient(layer, x):
@@ -18,7 +15,7 @@ def _value_and_gradient(layer, x):
         np.random.default_rng(1).normal(size=layer.compute_output_shape(x.shape)), "float32")
     value, _, gradient = value_and_gradient(lambda t: (layer(t) * weights, None),
                                             keras.ops.convert_to_tensor(x))
-    return _numpy(value), _numpy(gradient)
+    return numpy(value), numpy(gradient)
 
 
 @pytest.mark.parametrize("options", [
@@ -39,14 +36,7 @@ def test_values_and_gradients_are_keras_max_pooling(options):
 
 
 def test_a_model_with_it_saves_and_loads(tmp_path):
-    inputs = keras.Input((6, 6, 2))
-    model = keras.Model(inputs, TiledMaxPooling2D(name="pool")(inputs))
-    path = str(tmp_path / "pool.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    assert isinstance(loaded.get_layer("pool"), TiledMaxPooling2D)
-    x = np.random.default_rng(2).normal(size=(2, 6, 6, 2)).astype("float32")
-    np.testing.assert_array_equal(_numpy(loaded(x)), _numpy(model(x)))
+    assert_saves_and_loads(TiledMaxPooling2D(name="pool"), (6, 6, 2), tmp_path)
 
 
 def test_ties_send_the_gradient_to_the_first_maximum_as_keras_does():

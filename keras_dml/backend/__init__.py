@@ -11,7 +11,7 @@ gathers, sorts, matmuls), `tensors` (control dependencies, value checks),
 `tensorflow_row_blocks` (the row blocks of `keras_dml.losses.row_blocks_tensorflow`),
 `batch_norm` (fused batch normalisation), `convolution` (one-channel convolutions),
 `layers_jax` (cnn3's batch-norm and pooling gradients on JAX), `layers_torch` (its
-pooling on PyTorch).
+pooling and batch norm on PyTorch).
 """
 
 import importlib

@@ -4,7 +4,8 @@
 TensorFlow: its fused kernel `FusedBatchNormV3` (oneDNN on x86 CPUs). JAX: a
 `jax.custom_vjp` whose backward pass is the closed-form batch-norm gradient (two
 per-channel sums and one elementwise pass, `keras_dml.backend.layers_jax`). PyTorch:
-its native `batch_norm` on a channels-first view of the channels-last batch (no copy).
+its native `batch_norm` on a channels-first view of the channels-last batch (no copy,
+`keras_dml.backend.layers_torch`).
 """
 
 from keras_dml import backend
@@ -26,7 +27,9 @@ def fused_batch_norm(x, gamma, beta, epsilon, mean=None, variance=None):
             return layers_jax.normalise_batch(x, gamma, beta, epsilon)
         return layers_jax.normalise(x, gamma, beta, epsilon, mean, variance)
     if backend.name() == "torch":
-        return _torch(x, gamma, beta, epsilon, mean, variance)
+        from keras_dml.backend import layers_torch
+
+        return layers_torch.batch_norm_channels_last(x, gamma, beta, epsilon, mean, variance)
     raise ValueError(f"No fused batch normalisation on the {backend.name()} backend.")
 
 
@@ -44,19 +47,3 @@ def _tensorflow(x, gamma, beta, epsilon, mean, variance):
     count = tf.cast(tf.size(x) // tf.shape(x)[-1], tf.float32)
     return y, batch_mean, unbiased * (count - 1.0) / count  # the kernel returns n / (n - 1) x
 
-
-def _torch(x, gamma, beta, epsilon, mean, variance):
-    import torch
-    import torch.nn.functional as F
-
-    channels_first = x.permute(0, 3, 1, 2)  # a view: PyTorch reads channels-last memory
-    if mean is not None:
-        return F.batch_norm(channels_first, mean, variance, gamma, beta, training=False,
-                            eps=epsilon).permute(0, 2, 3, 1)
-    # momentum 1: the "running" buffers receive the batch's mean and unbiased variance
-    with torch.no_grad():
-        batch_mean, unbiased = torch.zeros_like(gamma), torch.ones_like(gamma)
-    y = F.batch_norm(channels_first, batch_mean, unbiased, gamma, beta, training=True,
-                     momentum=1.0, eps=epsilon)
-    count = x.numel() // x.shape[-1]
-    return y.permute(0, 2, 3, 1), batch_mean, unbiased * ((count - 1) / count)
