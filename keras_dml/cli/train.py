@@ -42,7 +42,29 @@ def add_command(commands):
 
 def add_arguments(parser):
     """The `train` options; their defaults are `TrainConfig`'s."""
-    data = parser.add_argument_group("data")
+    _add_data_arguments(parser.add_argument_group("data"))
+    _add_model_arguments(parser.add_argument_group("model"))
+    _add_training_arguments(parser.add_argument_group("training"))
+    _add_fine_tuning_arguments(parser.add_argument_group("fine-tuning (a pretrained backbone)"))
+    recipe = parser.add_argument_group("recipes")
+    recipe.add_argument("--recipe", default=None,
+                        help="start from a shipped recipe's flags (flags you give override "
+                        "them), e.g. omniglot-best")
+    recipe.add_argument("--list-recipes", action="store_true",
+                        help="list the shipped recipes and exit")
+    _add_output_arguments(parser.add_argument_group("output"))
+    faults = parser.add_argument_group("faults")
+    faults.add_argument("--resume", default=None, metavar="RUN",
+                        help="continue a killed run from its last epoch backup (RUN: its "
+                        "directory, runs/<name>) with its saved settings")
+    faults.add_argument("--skip-bad-images", action="store_true",
+                        help="leave out image files that cannot be read or decoded, in "
+                        "training and test images (each named once on stderr, listed in "
+                        "summary.json), instead of stopping with an error naming the first")
+
+
+def _add_data_arguments(data):
+    """--dataset, --data-dir, the held-out classes, image size and the C x k batch."""
     data.add_argument("--dataset", default=None, choices=DATASETS, metavar="NAME",
                       help=f"one of: {', '.join(DATASETS)} (default {default('dataset')}: "
                       "bundled; digits: bundled with scikit-learn; folder and csv: your own "
@@ -75,7 +97,10 @@ def add_arguments(parser):
                       f"{exceptions})")
     data.add_argument("--samples-per-class", type=int, default=None,
                       help=f"k, images per class in a batch (default {DEFAULT_BATCH_DESIGN[1]})")
-    model = parser.add_argument_group("model")
+
+
+def _add_model_arguments(model):
+    """The network and its loss."""
     model.add_argument("--backbone", default=default("backbone"), type=_backbone,
                        metavar="NAME",
                        help=f"{', '.join(BACKBONES)}, in any case (default %(default)s); "
@@ -97,7 +122,10 @@ def add_arguments(parser):
                        help=f"default %(default)s; one of: {', '.join(LOSSES)}")
     model.add_argument("--loss-args", default="{}",
                        help='JSON constructor arguments, e.g. \'{"alpha": 2, "beta": 40}\'')
-    fit = parser.add_argument_group("training")
+
+
+def _add_training_arguments(fit):
+    """The optimiser, its schedule, augmentation, strategy and cross-batch memory."""
     fit.add_argument("--epochs", type=int, default=default("epochs"),
                      help="default %(default)s (Recall@K is measured after each)")
     fit.add_argument("--steps-per-epoch", type=int, default=default("steps_per_epoch"),
@@ -144,7 +172,10 @@ def add_arguments(parser):
     fit.add_argument("--memory-batch-loss", action=argparse.BooleanOptionalAction,
                      default=default("memory_batch_loss"),
                      help="add the in-batch loss to the memory loss (the XBM paper's form)")
-    tune = parser.add_argument_group("fine-tuning (a pretrained backbone)")
+
+
+def _add_fine_tuning_arguments(tune):
+    """What changes when the backbone starts pretrained."""
     tune.add_argument("--freeze-bn", action=argparse.BooleanOptionalAction, default=None,
                       help="BatchNorm layers keep their statistics and scale / shift, as in "
                       "the papers (default: on with pretrained --weights)")
@@ -163,13 +194,10 @@ def add_arguments(parser):
                       "random_resized for the Keras Applications, random otherwise)")
     tune.add_argument("--mixed-precision", action="store_true",
                       help="float16 computations with float32 weights and losses (GPUs)")
-    recipe = parser.add_argument_group("recipes")
-    recipe.add_argument("--recipe", default=None,
-                        help="start from a shipped recipe's flags (flags you give override "
-                        "them), e.g. omniglot-best")
-    recipe.add_argument("--list-recipes", action="store_true",
-                        help="list the shipped recipes and exit")
-    out = parser.add_argument_group("output")
+
+
+def _add_output_arguments(out):
+    """Where the run, its figures and its export go."""
     out.add_argument("--run-name", default=None,
                      help="default <dataset>-<loss>-<date>-<time>, never an existing one")
     out.add_argument("--runs-dir", default=default("runs_dir"),
@@ -184,14 +212,6 @@ def add_arguments(parser):
                      help="export even when the final Recall@1 is at chance or below its "
                      "start (such a run is not exported by default)")
     out.add_argument("--no-plots", action="store_true", help="skip the figures")
-    faults = parser.add_argument_group("faults")
-    faults.add_argument("--resume", default=None, metavar="RUN",
-                        help="continue a killed run from its last epoch backup (RUN: its "
-                        "directory, runs/<name>) with its saved settings")
-    faults.add_argument("--skip-bad-images", action="store_true",
-                        help="leave out image files that cannot be read or decoded, in "
-                        "training and test images (each named once on stderr, listed in "
-                        "summary.json), instead of stopping with an error naming the first")
 
 
 def _fraction_or_count(text):
