@@ -1,10 +1,10 @@
 """Backbones: small networks trained from scratch and the Keras Applications families.
 
-`cnn3` and `convnet` normalise with `FusedBatchNormalization`: Keras' layer computed
-by TensorFlow's fused kernel (the same function; a training step of the Omniglot
-recipe's CNN takes 57 instead of 92 ms on two CPU cores), and pool with
-`TiledMaxPooling2D`: Keras' layer computed on JAX as a max over reshaped tiles, whose
-gradient XLA:CPU computes in half the time of Keras' pooling gradient.
+`cnn3` and `convnet` normalise with `FusedBatchNormalization` and pool with
+`TiledMaxPooling2D`: Keras' own functions computed by each backend's fastest kernel
+(TensorFlow's fused batch norm; on JAX a max over reshaped tiles, whose gradient
+XLA:CPU computes faster than Keras' pooling gradient), as the training step of these
+small networks spends most of its time in them (benchmarks/README.md).
 
 The Keras Applications families (`FAMILIES`) are built with `include_top=False`
 and without pooling (the `EmbeddingHead` pools the feature map). Each takes raw

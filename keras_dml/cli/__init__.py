@@ -1,8 +1,8 @@
 """The `keras-dml` command line: one module per subcommand, the parser in `parser`.
 
-A command module (`train`, `export`, `embed`, `index`, `search`, `calibrate`, `verify`)
-imports only the standard library and `keras_dml.training_config` at module level
-(so `keras-dml --help` never loads TensorFlow) and defines `add_command(commands)`,
+A command module (`train`, `export`, `embed`, `index`, `search`, `calibrate`, `evaluate`,
+`verify`) imports at module level only the standard library and keras_dml modules that
+load no backend (so `keras-dml --help` never loads TensorFlow) and defines `add_command(commands)`,
 which adds its subcommand to the `argparse` sub-parsers with
 `set_defaults(handler=run)`; `run(args)` does the work (importing keras_dml's
 TensorFlow modules inside) and returns the exit code. List the module in

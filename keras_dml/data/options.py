@@ -11,10 +11,10 @@ _STEADY.autotune.enabled = False
 def steady(dataset):
     """`dataset` with tf.data's autotuner off.
 
-    On a 2-core CPU the autotuner's background work slowed about half of the
-    `fit` calls of the Omniglot recipe from 60 to 106 ms a step, and half of the
-    embedding passes over its test set from 1.5 to 2.55 s (benchmarks/README.md).
-    Without it, `AUTOTUNE` parallelism falls back to one call per core and
+    On a small CPU the autotuner's background work makes about half of the
+    `fit` calls and embedding passes markedly slower, at random
+    (benchmarks/README.md, "Why training steps were slower"). Without it,
+    `AUTOTUNE` parallelism falls back to one call per core and
     prefetching keeps its own buffer sizing.
     """
     return dataset.with_options(_STEADY)

@@ -114,7 +114,7 @@ def decode_or_flag(table, read, channels):
     `py_function`: one that runs in a `tf.data` worker thread needs the GIL,
     which the main thread holds while it deletes the iterator (after an error,
     or in garbage collection at interpreter shutdown) and waits for that worker:
-    a deadlock, the hang after a bad image (issue 52).
+    a deadlock that would hang the process after a bad image.
     """
     blank = tf.data.Dataset.from_tensors((tf.zeros([1, 1, channels], tf.uint8), False))
 

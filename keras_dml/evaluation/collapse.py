@@ -1,14 +1,11 @@
 """Embedding collapse: every input mapped to (nearly) the same point, found cheaply.
 
 A collapsed embedder scores chance-level retrieval that looks like slow training.
-Measured on 1,000 CUB test images at 64 x 64 (2026-11-26; MultiSimilarity, 64-d
-`EmbeddingHead`, `Preprocessing(normalization="unit")`, inference mode): `cnn3` had a
-relative spread of 0.31 untrained and 0.18 after 60 steps (mean pairwise cosine 0.90 and
-0.97: embeddings of one domain are far from orthogonal); MobileNetV3Small from scratch
-(which rescales its inputs itself, BatchNorm momentum 0.999) had 0.0013 untrained and
-0.0 after 60 steps (mean cosine 1.0). Untrained on 60 CUB images at 32 x 32 without a
-head, MobileNetV3Small had 0.76 fed [0, 255] pixels and 0.0039 fed [0, 1].
-`COLLAPSED_BELOW` sits between the two groups.
+Healthy embedders of one domain are far from orthogonal but keep a relative spread of
+0.1 or more; collapsed ones (a backbone whose BatchNorm statistics lag its weights, or
+whose inputs are normalised twice) fall to 0.005 and below. `COLLAPSED_BELOW` sits
+between the two groups (the figures: benchmarks/README.md, "Figures moved from
+docstrings").
 """
 
 import numpy as np

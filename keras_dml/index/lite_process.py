@@ -40,7 +40,7 @@ STOP_TIMEOUT = 60.0
 #: such rows. PyArrow's default pool (mimalloc or jemalloc) keeps what it freed after
 #: each Parquet read or write, and glibc keeps freed heap in up to 8 arenas per core:
 #: Arrow on the system allocator, two arenas, freed memory over 128 KB returned at once.
-#: Figures: docs/guide/beyond_one_machine.md, "Memory of keras-dml index --uri".
+#: Figures: docs/guide/beyond_one_machine.md, "What each store costs".
 CHILD_ENV = {"MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES": str(16 << 20),
              "MILVUS_LITE_WAL_SIZE_LIMIT_BYTES": str(32 << 20),
              "ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2",

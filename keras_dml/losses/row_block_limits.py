@@ -17,8 +17,9 @@ BLOCK_ENTRIES = 2048 * 2048
 #: the peak just above `ROW_BLOCKS_ABOVE_ENTRIES`
 MIN_BLOCKS = 8
 #: from this many matrix entries on, a loss that runs its terms under XLA does so on each
-#: block (10-25 % faster); below, TensorFlow's kernels: XLA's compiled code and cluster
-#: temporaries hold about 80 MB more, 1.3 N x N float32 at N = 4,096 (benchmarks/README.md)
+#: block, where XLA is faster; below, TensorFlow's kernels, as XLA's compiled code and
+#: cluster temporaries add a fixed memory cost that weighs most on smaller batches
+#: (benchmarks/README.md, "Large batches")
 XLA_BLOCKS_FROM_ENTRIES = 8192 * 8192
 
 

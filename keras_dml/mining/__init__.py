@@ -1,4 +1,4 @@
-"""Miners: functions from (similarity, positive mask, negative mask) to kept-pair masks."""
+"""Miners: classes whose call maps (similarity, positive mask, negative mask) to kept-pair masks."""
 
 from keras_dml.mining.base import Miner, MultiSimilarityMiner, get, serialize
 from keras_dml.mining.triplet import EasyMiner

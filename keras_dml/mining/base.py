@@ -1,4 +1,4 @@
-"""Miners: functions from (similarity, positive mask, negative mask) to kept-pair masks.
+"""Miners: classes whose call maps (similarity, positive mask, negative mask) to kept-pair masks.
 
 A miner runs without gradient and never changes the loss formula: it only decides
 which pairs the loss sees. Any miner can be given to any pair loss
