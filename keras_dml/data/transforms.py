@@ -5,6 +5,8 @@ import numpy as np
 
 from keras_dml import backend
 
+__all__ = ["array_transform"]
+
 
 def array_transform(split, input_shape, pixel_max=1.0):
     """Batch transform for in-memory images: float32 in [0, pixel_max], resized to

@@ -19,6 +19,8 @@ from keras_dml.inference import (  # noqa: F401 (re-exported: their earlier home
 )
 from keras_dml.inference.embed import EMBEDDABLE, LABELLED, embed_data, embed_prepared, prepare
 
+__all__ = ["embed_dataset", "embed_with", "evaluate_retrieval"]
+
 
 def embed_dataset(model, data, batch_size=256, steps=None, *, skip_bad_images=False):
     """Run `model` over `data` in inference mode; return `(embeddings, labels)`.

@@ -13,6 +13,9 @@ import numpy as np
 from keras_dml.data.inputs import SPLIT, as_data
 from keras_dml.inference.embed import EMBEDDABLE, embed_data
 
+__all__ = ["BATCH_FORMS", "SOURCE_FORMS", "embed_batches", "embed_source", "items",
+           "recorded_preprocessing", "source_preprocessing"]
+
 #: What `Index.from_model` takes: every form `keras_dml.inference.embed` takes.
 SOURCE_FORMS = EMBEDDABLE
 BATCH_FORMS = EMBEDDABLE

@@ -4,6 +4,8 @@ checked against what the caller gives."""
 
 from keras_dml.index import provenance, storage
 
+__all__ = ["check_provenance", "new_record", "open_collection"]
+
 
 def new_record(metric, options, info, given):
     """The record of a new, empty index."""

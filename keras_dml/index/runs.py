@@ -11,6 +11,10 @@ import dataclasses
 import json
 import os
 
+__all__ = ["ARRAY_DATASETS", "SPLITS", "Run", "batches_of", "embed_chunks", "embed_files",
+           "embed_split", "embedded_chunks", "load_run", "load_split", "preprocessing",
+           "run_provenance", "split_batches"]
+
 SPLITS = ("test", "train", "query", "gallery")
 
 

@@ -13,6 +13,8 @@ from keras_dml import backend, hyperparameters
 from keras_dml.backend.trainer import is_tf_dataset
 from keras_dml.data.inputs import ARRAYS, BATCH_STREAMS, IMAGES, WEIGHTED, as_data
 
+__all__ = ["ArrayBatches", "Batches", "as_dataset", "finite_batches", "finite_dataset"]
+
 
 class ArrayBatches:
     """Arrays as their consecutive batches of `batch_size`: a finite, re-iterable

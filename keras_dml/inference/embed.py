@@ -7,17 +7,16 @@ higher floor hands on after its own `as_data`).
 
 import numpy as np
 
-from keras_dml.data.inputs import ARRAYS, DATASET, FILES, FORMS, PYDATASET, SPLIT, BATCHES, \
-    Data, as_data
+from keras_dml.data.inputs import ARRAYS, BATCHES, DATASET, EMBEDDABLE, FILES, LABELLED, \
+    PYDATASET, SPLIT, Data, as_data
 from keras_dml.hyperparameters import integer_at_least
 from keras_dml.inference.batches import finite_batches
 from keras_dml.inference.loop import (Prepared, embedded_chunks, inference_function, joined,
                                       progress_line)
 
-#: What `embed` takes: every form of `keras_dml.data.inputs.FORMS`.
-EMBEDDABLE = tuple(FORMS)
-#: The forms that carry labels (what an evaluation needs).
-LABELLED = tuple(form for form in EMBEDDABLE if form not in ("images", "paths"))
+__all__ = ["EMBEDDABLE", "LABELLED", "embed", "embed_chunks", "embed_data",
+           "embed_data_chunks", "embed_prepared", "prepare"]
+
 _STREAMS = (DATASET, PYDATASET, BATCHES)
 
 

@@ -27,6 +27,9 @@ from keras_dml.data.image_errors import clear_data_error
 from keras_dml.inference.batches import ArrayBatches
 from keras_dml.inference.progress import Progress
 
+__all__ = ["Embedded", "Prepared", "embed_finite", "embedded_batches", "embedded_chunks",
+           "inference_function", "item_count", "joined", "label_column", "progress_line"]
+
 
 @dataclasses.dataclass
 class Embedded:

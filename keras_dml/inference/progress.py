@@ -9,6 +9,8 @@ progress without filling the log.
 import sys
 import time
 
+__all__ = ["Progress"]
+
 
 class Progress:
     """Images done, images per second and time left, on stderr.
