@@ -245,6 +245,12 @@ def test_old_keywords_and_functions_warn_and_still_work(files):
         embeddings, labels, paths = embedding.embed_source(model, (good, ["a", "b", "b"]),
                                                            verbose=0)
     assert embeddings.shape == (3, 4) and labels.tolist() == ["a", "b", "b"] and paths == good
+    from keras_dml.index.catalogue import embed_files
+
+    with pytest.warns(DeprecationWarning, match="embedder= is deprecated: use model="):
+        shape = embed_files(embedder=model, paths=good, preprocessing=PREPARED,
+                            progress=False).shape
+    assert shape == (3, 4)
     with pytest.warns(DeprecationWarning, match="source_preprocessing is deprecated"):
         assert embedding.source_preprocessing(model, good) is PREPARED
     with warnings.catch_warnings():

@@ -17,6 +17,8 @@ import os
 
 import numpy as np
 
+from keras_dml.hyperparameters import renamed_keywords
+
 UNLABELLED = ""  # the label of an image outside any class folder (as `Index`'s unknown)
 
 
@@ -109,11 +111,14 @@ def _from_csv(path):
     return Catalogue(root, paths, ids, [str(labels[i]) for i in order])
 
 
-def embed_files(embedder, paths, preprocessing, batch_size=64, progress=True):
-    """float32 `(n, d)` embeddings of image files, in order, in inference mode.
+@renamed_keywords(embedder="model")
+def embed_files(model, paths, preprocessing, batch_size=64, progress=True):
+    """float32 `(n, d)` embeddings of image files, in order, in inference mode
+    (`keras_dml.inference.embed` of the paths).
 
     Args:
-        embedder: A Keras model (or callable) mapping image batches to `(batch, d)`.
+        model: A Keras model (or callable) mapping image batches to `(batch, d)`
+            (`embedder=` is its deprecated name).
         paths: Image file paths.
         preprocessing: The `keras_dml.data.Preprocessing` the embedder's input
             needs (its evaluation transform is applied).
@@ -133,7 +138,7 @@ def embed_files(embedder, paths, preprocessing, batch_size=64, progress=True):
     if isinstance(paths, (list, tuple, np.ndarray)) and not len(paths):
         raise ValueError("No image to embed.")
     files = as_data(paths, (PATHS,), "paths")
-    return embed_data(embedder, files, batch_size, preprocessing=preprocessing,
+    return embed_data(model, files, batch_size, preprocessing=preprocessing,
                       progress=progress).embeddings
 
 
