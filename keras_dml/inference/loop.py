@@ -18,6 +18,7 @@ listed in `Embedded.skipped`.
 """
 
 import dataclasses
+import typing
 
 import keras
 import numpy as np
@@ -132,6 +133,17 @@ def _forward(forward, x):
     return keras.ops.convert_to_numpy(out).astype(np.float32, copy=False)
 
 
+class _Batch(typing.NamedTuple):
+    """One embedded batch: its embeddings (None: no rows), labels, positions, and the
+    items `[first, end)` of the data it covers (image files: skipped ones included)."""
+
+    embeddings: np.ndarray
+    labels: np.ndarray
+    positions: np.ndarray
+    first: int
+    end: int
+
+
 def embedded_chunks(forward, prepared, chunk_size=None, progress=None):
     """Yields the `Embedded` of consecutive chunks of `prepared` (`Prepared`), each
     covering at least `chunk_size` items (the last one fewer); one chunk of all when
@@ -142,16 +154,15 @@ def embedded_chunks(forward, prepared, chunk_size=None, progress=None):
         rows = 0 if out is None else len(out)
         if prepared.paths is None:
             covered, positions = rows, np.arange(start, start + rows)
-        else:
+        else:  # y: the positions of the files the batch kept
             covered = min(prepared.batch_size, prepared.count - start)
-            positions = np.asarray(y, np.int64).reshape(-1)
-            y = None
-        pending.append((out, None if y is None else label_column(y, rows), positions,
-                        start, start + covered))
+            positions, y = np.asarray(y, np.int64).reshape(-1), None
+        pending.append(_Batch(out, None if y is None else label_column(y, rows), positions,
+                              start, start + covered))
         start += covered
         if progress is not None:
             progress.update(covered)
-        if chunk_size is not None and pending[-1][4] - pending[0][3] >= chunk_size:
+        if chunk_size is not None and pending[-1].end - pending[0].first >= chunk_size:
             yield _chunk(pending, prepared)
             pending = []
     if pending or chunk_size is None:
@@ -159,22 +170,31 @@ def embedded_chunks(forward, prepared, chunk_size=None, progress=None):
 
 
 def _chunk(pending, prepared):
-    """The `Embedded` of `(embeddings, labels, positions, first, end)` batches."""
-    outs = [out for out, *_ in pending if out is not None]
-    embeddings = np.concatenate(outs) if outs else np.zeros((0, 0), np.float32)
-    positions = np.concatenate([p for _, _, p, _, _ in pending] or [np.zeros(0, np.int64)])
+    """The `Embedded` of consecutive `_Batch`es."""
+    embedded = [batch for batch in pending if batch.embeddings is not None]
+    embeddings = np.concatenate([batch.embeddings for batch in embedded]) if embedded \
+        else np.zeros((0, 0), np.float32)
+    positions = np.concatenate([batch.positions for batch in pending]
+                               or [np.zeros(0, np.int64)])
     if prepared.paths is None:
-        given = [y is not None for out, y, *_ in pending if out is not None]
-        if any(given) and not all(given):
-            raise ValueError("The data yields labels for only some batches.")
-        labels = np.concatenate([y for out, y, *_ in pending if out is not None]) \
-            if outs and all(given) else None
-        return Embedded(embeddings, labels, positions)
+        return Embedded(embeddings, _labels([batch.labels for batch in embedded]), positions)
     labels = None if prepared.labels is None else np.asarray(prepared.labels)[positions]
-    covered = np.arange(pending[0][3], pending[-1][4]) if pending else positions
+    covered = np.arange(pending[0].first, pending[-1].end) if pending else positions
     bad = [prepared.paths[i] for i in np.setdiff1d(covered, positions)]
     return Embedded(embeddings, labels, positions, [prepared.paths[i] for i in positions],
                     _reasons(bad))
+
+
+def _labels(parts):
+    """`parts` (labels per batch, None where a batch has none) joined, or None.
+
+    Raises:
+        ValueError: Some batches have labels and others not.
+    """
+    given = [part is not None for part in parts]
+    if any(given) and not all(given):
+        raise ValueError("The data yields labels for only some batches.")
+    return np.concatenate(parts) if parts and all(given) else None
 
 
 def _reasons(paths):
@@ -201,7 +221,7 @@ def joined(chunks, name="data"):
             raise ValueError(f"No image of {name} could be read: every file was skipped "
                              f"({len(skipped)}, e.g. {skipped[0][0]}).")
         raise ValueError(f"{name} is empty: no batch to embed.")
-    labels = None if kept[0].labels is None else np.concatenate([c.labels for c in kept])
+    labels = _labels([c.labels for c in kept])
     paths = None if kept[0].paths is None else [p for c in kept for p in c.paths]
     return Embedded(np.concatenate([c.embeddings for c in kept]), labels,
                     np.concatenate([c.positions for c in kept]), paths, skipped)
