@@ -59,12 +59,11 @@ def _embeddings(run_dir, cache=None):
     from keras_dml.cli.parser import load_tensorflow
 
     load_tensorflow()
-    from keras_dml.index.embedding import embed_batches
-    from keras_dml.index.runs import load_run, split_batches
+    from keras_dml.index.runs import embed_split, load_run, load_split
 
     run = load_run(run_dir)
-    batches, _ = split_batches(run)
-    embeddings, labels = embed_batches(run.embedder, batches, verbose=0)
+    embedded = embed_split(run, load_split(run), progress=False)
+    embeddings, labels = embedded.embeddings, embedded.labels
     if cache:
         np.savez(cache, embeddings=embeddings, labels=labels)
     return embeddings, labels

@@ -10,14 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_dml import callbacks, data, evaluation
+from keras_dml import callbacks, data, evaluation, inference
 from keras_dml.data import inputs
 from keras_dml.data.inputs import FORMS, as_data
 from keras_dml.data.sources import make_source
 from keras_dml.datasets.base import DMLSplits, LabeledImages
 from keras_dml.index import Index
 from keras_dml.index.catalogue import embed_files
-from keras_dml.index.embedding import embed_batches, embed_source
 from keras_dml.pair_designs import GroupDesign
 
 N, SIZE = 8, 4
@@ -121,8 +120,9 @@ def _entry_points():
     model.preprocessing = data.Preprocessing(image_size=SIZE, resize_size=SIZE)
     prep = model.preprocessing
     samples = ("arrays", "files", "split", "file split", "samples dataset")
-    embeddable = ("arrays", "weighted", "files", "split", "file split", "batches dataset",
-                  "pydataset", "batches")
+    labelled = ("arrays", "weighted", "files", "split", "file split", "batches dataset",
+                "pydataset", "batches")
+    embeddable = labelled + ("images", "paths")
     streams = ("arrays", "weighted", "batches dataset", "pydataset", "batches")
     return {
         "class_balanced_batches": (
@@ -148,18 +148,13 @@ def _entry_points():
             lambda v: data.ClassBalancedPyDataset(*v, 2, 2), ("arrays",)),
         "embed_dataset": (lambda v: evaluation.embed_dataset(model, v), embeddable),
         "evaluate_retrieval": (
-            lambda v: evaluation.evaluate_retrieval(model, v, ks=(1,)), embeddable),
+            lambda v: evaluation.evaluate_retrieval(model, v, ks=(1,)), labelled),
+        "inference.embed": (lambda v: inference.embed(model, v), embeddable),
+        "inference.embed_chunks": (
+            lambda v: list(inference.embed_chunks(model, v, 4)), embeddable),
         "RecallAtK": (lambda v: callbacks.RecallAtK(v, ks=(1,)), streams),
         "VerificationMetrics": (callbacks.VerificationMetrics, streams),
-        "index.embedding.embed_batches": (
-            lambda v: embed_batches(model, v, verbose=0), ("arrays", "images",
-                                                            "batches dataset")),
-        "index.embedding.embed_source": (
-            lambda v: embed_source(model, v, verbose=0),
-            ("arrays", "images", "batches dataset", "files", "split", "file split")),
-        "Index.from_model": (
-            lambda v: Index.from_model(model, v, verbose=0),
-            ("arrays", "images", "batches dataset", "files", "split", "file split")),
+        "Index.from_model": (lambda v: Index.from_model(model, v, verbose=0), embeddable),
         "embed_files": (lambda v: embed_files(model, v, prep, progress=False), ("paths",)),
     }
 
@@ -185,6 +180,53 @@ def test_every_public_function_normalises_each_accepted_form_exactly_once(
             classified["calls"] = 0
             call(forms[form])
             assert classified["calls"] == 1, (name, form, classified["calls"])
+
+
+@pytest.fixture
+def normalised(monkeypatch):
+    """The number of calls to `as_data` (wherever it was imported), through a profile
+    hook on its code: a helper handed a `Data` that checks it again counts too."""
+    import sys
+    import threading
+
+    counter = {"calls": 0}
+    code = inputs.as_data.__code__
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            counter["calls"] += 1
+
+    sys.setprofile(profile)
+    threading.setprofile(profile)
+    yield counter
+    sys.setprofile(None)
+    threading.setprofile(None)
+
+
+def test_embedding_entry_points_call_as_data_once_and_hand_on_the_data(forms, normalised):
+    entry_points = _entry_points()
+    for name in ("Index.from_model", "inference.embed", "embed_dataset", "evaluate_retrieval",
+                 "embed_files"):
+        call, accepted = entry_points[name]
+        for form in accepted:
+            normalised["calls"] = 0
+            call(forms[form])
+            assert normalised["calls"] == 1, (name, form, normalised["calls"])
+
+
+def test_the_visit_counter_sees_a_second_check():
+    """The counting hook is real: a public function that re-checks counts twice."""
+    import sys
+
+    calls = []
+    code = inputs.as_data.__code__
+    sys.setprofile(lambda frame, event, arg: calls.append(1)
+                   if event == "call" and frame.f_code is code else None)
+    try:
+        as_data(as_data((np.zeros((2, 2)), [0, 1])))
+    finally:
+        sys.setprofile(None)
+    assert len(calls) == 2
 
 
 def test_every_public_function_refuses_other_input_with_the_one_message(paths):

@@ -223,15 +223,15 @@ def test_from_model_refuses_a_training_stream_at_once_and_takes_steps():
     import keras
 
     from keras_dml.data import class_balanced_batches
-    from keras_dml.index.embedding import embed_batches
+    from keras_dml.inference import embed
 
     x = np.random.default_rng(0).normal(size=(24, 4)).astype("float32")
     stream = class_balanced_batches((x, np.repeat(np.arange(6), 4)), 3, 2, seed=0)
     embedder = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
-    with pytest.raises(ValueError, match=r"dataset is an infinite.*evaluation_batches\("):
+    with pytest.raises(ValueError, match=r"data is an infinite.*evaluation_batches\("):
         Index.from_model(embedder, stream, verbose=0)
-    embeddings, labels = embed_batches(embedder, stream, verbose=0, steps=2)
-    assert embeddings.shape == (12, 3) and labels.shape == (12,)
+    embedded = embed(embedder, stream, steps=2)
+    assert embedded.embeddings.shape == (12, 3) and embedded.labels.shape == (12,)
 
 
 def test_from_model_prepares_image_files_as_the_model_records(tmp_path):

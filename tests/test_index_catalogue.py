@@ -262,7 +262,7 @@ def test_search_answers_good_queries_and_names_each_bad_one(photos, run_dir, ind
     assert "function_node" not in err and "Traceback" not in err
     errors = [line for line in err.splitlines() if ": error: " in line]
     assert len(errors) == 3, err
-    assert any(f"{html} is not a decodable image" in line for line in errors)
+    assert any(f"{html} (cannot be decoded)" in line for line in errors)
     assert any(str(queries / "b.jpg") in line for line in errors)
     assert any("missing.png" in line for line in errors)
     assert "3 of 5 queries could not be read" in err
@@ -319,7 +319,7 @@ def test_search_refuses_another_model_and_follows_a_moved_run(photos, run_dir, i
 
 
 def test_embedding_shows_images_per_second_and_time_left(run_dir):
-    from keras_dml.index.embedding import embed_batches
+    from keras_dml.inference import embed
 
     class Terminal(io.StringIO):
         def isatty(self):
@@ -327,9 +327,9 @@ def test_embedding_shows_images_per_second_and_time_left(run_dir):
 
     screen = Terminal()
     images = np.random.default_rng(0).random((23, 16, 16, 3)).astype("float32")
-    embeddings, _ = embed_batches(_embedder(run_dir), images, batch_size=10,
-                                  progress=Progress(23, stream=screen))
-    assert embeddings.shape == (23, 6)
+    embedded = embed(_embedder(run_dir), images, batch_size=10,
+                     progress=Progress(23, stream=screen))
+    assert embedded.embeddings.shape == (23, 6)
     frames = screen.getvalue().split("\r")[1:]
     assert [f.split("/")[0] for f in frames] == ["10", "20", "23"]
     assert re.match(r"23/23 \[=+\] [\d.]+ images/s, 0 s left", frames[-1])

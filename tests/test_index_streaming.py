@@ -64,11 +64,19 @@ def test_index_uri_searches_like_the_saved_index_and_updates(photos, run_dir, tm
     os.remove(photos / "cat" / "0.png")
     _png(photos / "cat" / "7.png", CLASSES["cat"], 70)
     (photos / "owl" / "bad.png").write_text("<html>not an image</html>")
-    code = cli.main(["index", str(run_dir), "--images", str(photos), "--uri", uri])
+    # The one bad-image rule: stop, naming the file and the way out ...
+    assert cli.main(["index", str(run_dir), "--images", str(photos), "--uri", uri]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"cannot read or decode image \d+ '.*owl/bad.png'.*--skip-bad-images",
+                     err), err
+    assert "function_node" not in err and err.count("\n") == 1
+    # ... unless asked to skip: then it is named, left out, and tried again next time.
+    code = cli.main(["index", str(run_dir), "--images", str(photos), "--uri", uri,
+                     "--skip-bad-images"])
     out, err = capsys.readouterr()
-    assert code == 1 and _summary(out) == (
+    assert code == 0 and _summary(out) == (
         "1", "8", "; 1 entries' files are gone (--update removes them)", "10")
-    assert re.search(r"skipped .*owl/bad.png is not a decodable image", err)
+    assert re.search(r"skipped .*owl/bad.png \(cannot be decoded\)", err)
     assert "function_node" not in err
     os.remove(photos / "owl" / "bad.png")
     out = _main(["index", run_dir, "--images", photos, "--uri", uri, "--update"], capsys)

@@ -11,6 +11,14 @@ def add_data_arguments(parser):
     parser.add_argument("--split", default="test",
                         help="test (default: held-out classes), train, query or gallery")
     parser.add_argument("--data-dir", default=None, help="local dataset folder")
+    add_skip_argument(parser)
+
+
+def add_skip_argument(parser):
+    """Adds --skip-bad-images: the one bad-image rule of every command that embeds."""
+    parser.add_argument("--skip-bad-images", action="store_true",
+                        help="leave out image files that cannot be read or decoded (each "
+                        "named, then listed) instead of stopping at the first")
 
 
 def embedded(args, run):
@@ -18,40 +26,56 @@ def embedded(args, run):
     import os
 
     from keras_dml.index.catalogue import list_images
-    from keras_dml.index.embedding import embed_batches
-    from keras_dml.index.progress import Progress
-    from keras_dml.index.runs import batches_of, load_split
+    from keras_dml.index.runs import embed_split, load_split
 
     info = {"run": os.path.abspath(run.run_dir)}
     if args.images is not None:
         if args.dataset is not None or args.data_dir is not None:
             raise ValueError("Pass either --images or --dataset/--data-dir, not both.")
         catalogue = list_images(args.images)
-        embeddings = embed_catalogue(run, catalogue)
+        result = embed_catalogue(run, catalogue, skip_bad_images=args.skip_bad_images)
         info.update(images=os.path.abspath(args.images), root=catalogue.root)
-        labels = catalogue.labels if catalogue.labelled else None
-        return embeddings, labels, catalogue.ids, info
+        labels = result.labels if catalogue.labelled else None
+        return result.embeddings, labels, kept(catalogue.ids, result), info
     split = load_split(run, args.dataset, args.split, args.data_dir)
-    batches, class_names = batches_of(run, split)
-    embeddings, labels = embed_batches(run.embedder, batches, progress=Progress(len(split)))
+    result = embed_split(run, split, skip_bad_images=args.skip_bad_images)
+    report_skipped(result.skipped)
     info.update(dataset=args.dataset or run.dataset, split=args.split,
-                class_names=class_names)
-    return embeddings, labels, None, info
+                class_names=[str(name) for name in split.class_names])
+    return result.embeddings, result.labels, None, info
 
 
-def embed_catalogue(run, catalogue, batch_size=64):
-    """The catalogue's embeddings, then the line "embedded N images in S s (X images/s)"."""
+def embed_catalogue(run, catalogue, batch_size=64, skip_bad_images=False):
+    """The `keras_dml.inference.Embedded` of the catalogue's files (labels: its class
+    names), then the line "embedded N images in S s (X images/s)" and the files left
+    out (`skip_bad_images`)."""
     import time
 
-    from keras_dml.index.catalogue import embed_files
-    from keras_dml.index.runs import preprocessing
+    from keras_dml.index.runs import embed_files
 
     started = time.perf_counter()
-    embeddings = embed_files(run.embedder, catalogue.paths, preprocessing(run), batch_size)
+    result = embed_files(run, catalogue.paths, catalogue.labels, batch_size, skip_bad_images)
     seconds = time.perf_counter() - started
-    print(f"embedded {len(embeddings)} images in {seconds:.1f} s "
-          f"({len(embeddings) / seconds:.1f} images/s)")
-    return embeddings
+    print(f"embedded {len(result)} images in {seconds:.1f} s "
+          f"({len(result) / seconds:.1f} images/s)")
+    report_skipped(result.skipped)
+    return result
+
+
+def kept(values, embedded):
+    """The items of `values` (one per input) that `embedded` holds, in its order."""
+    return [values[i] for i in embedded.positions]
+
+
+def report_skipped(skipped):
+    """One closing line on stderr per file `--skip-bad-images` left out."""
+    import sys
+
+    if skipped:
+        print(f"left out {len(skipped)} unreadable image files (--skip-bad-images):",
+              file=sys.stderr)
+        for path, reason in skipped:
+            print(f"  {path} ({reason})", file=sys.stderr)
 
 
 def capped_k(k, size, command, items="items in the index"):

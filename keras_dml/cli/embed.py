@@ -1,6 +1,6 @@
 """`keras-dml embed`: a folder or CSV list of images as a .npz of embeddings."""
 
-from keras_dml.cli.arguments import embed_catalogue
+from keras_dml.cli.arguments import add_skip_argument, embed_catalogue, kept
 
 
 def add_command(commands):
@@ -18,6 +18,7 @@ def add_command(commands):
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing output file")
     parser.add_argument("--batch-size", type=int, default=64, help="default 64")
+    add_skip_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -32,9 +33,10 @@ def run(args):
         raise FileExistsError(f"{args.output} exists; pass --overwrite to replace it.")
     run = load_run(args.run)
     catalogue = list_images(args.images)
-    embeddings = embed_catalogue(run, catalogue, args.batch_size)
-    save_embeddings(args.output, embeddings, catalogue.ids,
-                    catalogue.labels if catalogue.labelled else None, args.overwrite)
+    result = embed_catalogue(run, catalogue, args.batch_size, args.skip_bad_images)
+    embeddings = result.embeddings
+    save_embeddings(args.output, embeddings, kept(catalogue.ids, result),
+                    result.labels if catalogue.labelled else None, args.overwrite)
     print(f"written: {args.output} ({len(embeddings)} x {embeddings.shape[1]}"
           + (", with labels)" if catalogue.labelled else ", no labels)"))
     return 0

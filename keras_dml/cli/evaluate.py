@@ -32,6 +32,9 @@ def add_command(commands):
                       help="query images (with --gallery)")
     data.add_argument("--gallery", default=None, metavar="DIR|CSV",
                       help="gallery images (with --query)")
+    from keras_dml.cli.arguments import add_skip_argument
+
+    add_skip_argument(data)
     how = parser.add_argument_group("evaluation")
     how.add_argument("--ks", default="1,2,4,8", help="the K of Recall@K, Precision@K "
                      "(default 1,2,4,8)")

@@ -56,29 +56,32 @@ class EvaluationData:
 def load(args, run):
     """The `EvaluationData` that `keras-dml evaluate`'s arguments name."""
     if args.query is not None:
-        queries, gallery = _listed(run, args.query), _listed(run, args.gallery)
+        queries = _listed(run, args.query, args.skip_bad_images)
+        gallery = _listed(run, args.gallery, args.skip_bad_images)
         return EvaluationData(
             f"{len(queries[1])} queries from {args.query} searched among {len(gallery[1])} "
             f"gallery images from {args.gallery}", *queries, *gallery)
     if args.images is not None:
         if args.images.lower().endswith(".csv") and _is_query_gallery_csv(args.images):
-            return _query_gallery_csv(run, args.images)
-        embeddings, labels, paths = _listed(run, args.images)
+            return _query_gallery_csv(run, args.images, args.skip_bad_images)
+        embeddings, labels, paths = _listed(run, args.images, args.skip_bad_images)
         return EvaluationData(f"{len(labels)} images from {args.images}, leave-one-out",
                               embeddings, labels, paths)
-    from keras_dml.index.embedding import embed_batches
-    from keras_dml.index.runs import load_split, split_batches
+    from keras_dml.cli.arguments import kept, report_skipped
+    from keras_dml.index.runs import embed_split, load_split
 
     split = load_split(run, args.dataset, args.split, args.data_dir)
-    batches, names = split_batches(run, args.dataset, args.split, args.data_dir)
-    embeddings, labels = embed_batches(run.embedder, batches)
-    images = split.images if split.images is not None else split.paths
+    names = [str(name) for name in split.class_names]
+    result = embed_split(run, split, skip_bad_images=args.skip_bad_images)
+    report_skipped(result.skipped)
+    embeddings, labels = result.embeddings, result.labels
+    images = kept(split.images if split.images is not None else split.paths, result)
     return EvaluationData(
         f"{args.dataset or run.dataset} {args.split} split: {len(labels)} images of "
         f"{len(names)} classes, leave-one-out", embeddings, labels, images, class_names=names)
 
 
-def _listed(run, source):
+def _listed(run, source, skip_bad_images=False):
     """`(embeddings, labels, paths)` of the labelled images of a folder or CSV."""
     from keras_dml.cli.arguments import embed_catalogue
     from keras_dml.index.catalogue import list_images
@@ -87,12 +90,13 @@ def _listed(run, source):
     if not catalogue.labelled:
         raise ValueError(f"{source} has no class labels: evaluation needs root/<class>/<image> "
                          "folders or a label column.")
-    embeddings = embed_catalogue(run, catalogue)
-    labels = np.asarray(catalogue.labels)
+    result = embed_catalogue(run, catalogue, skip_bad_images=skip_bad_images)
+    labels = np.asarray(result.labels)
     labelled = labels != ""
     if not labelled.all():
         print(f"{int((~labelled).sum())} images of {source} outside a class folder left out")
-    return embeddings[labelled], labels[labelled], list(np.asarray(catalogue.paths)[labelled])
+    return (result.embeddings[labelled], labels[labelled],
+            list(np.asarray(result.paths)[labelled]))
 
 
 def _is_query_gallery_csv(path):
@@ -110,7 +114,7 @@ def _flag(value, column, line, path):
     raise ValueError(f"{path} line {line}: {column} must be true/false or 1/0, got {value!r}.")
 
 
-def _query_gallery_csv(run, path):
+def _query_gallery_csv(run, path, skip_bad_images=False):
     """Open Metric Learning's format: path,label,is_query,is_gallery[,sequence] rows (paths
     relative to the CSV's folder); rows neither query nor gallery (training rows) are
     skipped; an image both query and gallery is not its own result."""
@@ -137,9 +141,10 @@ def _query_gallery_csv(run, path):
                              (row.get("sequence") or "").strip()))
     if not rows:
         raise ValueError(f"{path} has no row with is_query or is_gallery true.")
-    paths = [r[0] for r in rows]
-    labels = np.array([r[1] for r in rows])
-    embeddings = embed_catalogue(run, Catalogue(root, paths, paths, list(labels)))
+    result = embed_catalogue(run, Catalogue(root, [r[0] for r in rows], [r[0] for r in rows],
+                                            [r[1] for r in rows]), skip_bad_images=skip_bad_images)
+    rows = [rows[i] for i in result.positions]
+    paths, labels, embeddings = result.paths, np.array([r[1] for r in rows]), result.embeddings
     is_query = np.array([r[2] for r in rows])
     is_gallery = np.array([r[3] for r in rows])
     sequences = np.array([r[4] for r in rows])

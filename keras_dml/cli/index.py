@@ -74,9 +74,9 @@ def run_milvus(args):
     import os
 
     from keras_dml.index.catalogue import list_images
-    from keras_dml.index.progress import Progress
-    from keras_dml.index.runs import embedded_chunks, load_run
+    from keras_dml.index.runs import embed_chunks, load_run
     from keras_dml.index.streaming import CHUNK_SIZE, sync
+    from keras_dml.inference import Progress
 
     if args.images is None:
         raise ValueError("--uri stores image files: pass --images DIR|CSV.")
@@ -92,8 +92,9 @@ def run_milvus(args):
                                      "root": catalogue.root})
     progress = Progress(None)
     try:
-        report = sync(index, catalogue, functools.partial(embedded_chunks, run), chunk_size,
-                      args.update, progress)
+        chunks = functools.partial(embed_chunks, run, skip_bad_images=args.skip_bad_images,
+                                   progress=progress)
+        report = sync(index, catalogue, chunks, chunk_size, args.update, progress)
     finally:
         progress.close()
         index.close()  # a Lite file's serving process stops, and the file is free again
@@ -107,8 +108,8 @@ def run_milvus(args):
           f"{gone}; {total} items")
     if report.unreadable:
         print(f"keras-dml index: {len(report.unreadable)} files could not be read (above) and "
-              "are not in the index; fix them and run the same command again.")
-        return 1
+              "are not in the index (--skip-bad-images); fix them and run the same command "
+              "again to add them.")
     return 0
 
 

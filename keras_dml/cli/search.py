@@ -51,8 +51,8 @@ def run(args):
     Returns 1 when some query files could not be read (the others are answered),
     else 0.
     """
-    from keras_dml.index.progress import Progress
-    from keras_dml.index.runs import embedded_chunks
+    from keras_dml.index.runs import embed_chunks
+    from keras_dml.inference import Progress
 
     index = open_index(args.index, args.collection, args.token)
     search_filter = {"label": args.label} if args.label else None
@@ -70,13 +70,14 @@ def run(args):
     progress = Progress(len(paths))
     named = _class_namer(index.info.get("class_names"))
     unread = 0
-    for queries, kept, problems in embedded_chunks(run, paths, CHUNK):
-        for problem in problems:
-            print(f"keras-dml search: error: {problem}", file=sys.stderr)
-        unread += len(problems)
-        progress.update(len(kept) + len(problems))
-        if not kept:
+    # each query is answered on its own: a bad file is skipped, named, and counted
+    for chunk in embed_chunks(run, paths, CHUNK, skip_bad_images=True, progress=progress):
+        for path, reason in chunk.skipped:
+            print(f"keras-dml search: error: {path} ({reason})", file=sys.stderr)
+        unread += len(chunk.skipped)
+        if not len(chunk):
             continue
+        queries, kept = chunk.embeddings, chunk.paths
         result = index.search(queries, k, filter=search_filter, rerank=args.rerank)
         if search_filter and not result.ids.shape[1]:
             raise ValueError(f"No item in {args.index} has --label "

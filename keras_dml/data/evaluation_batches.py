@@ -42,8 +42,16 @@ def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None
         read or decoded stops iteration with an error naming it (unless
         `skip_bad_images`).
     """
+    return evaluation_stream(as_data(split, SAMPLES, "split"), preprocessing, batch_size,
+                             transform, skip_bad_images)
+
+
+def evaluation_stream(data, preprocessing=None, batch_size=256, transform=None,
+                      skip_bad_images=False):
+    """`evaluation_batches` of data already normalised: a `keras_dml.data.inputs.Data`
+    of form `SAMPLES` (what the embedding functions hand on after their one `as_data`)."""
     batch_size = integer_at_least("batch_size", batch_size, 1, strict=True)
-    data = make_source(as_data(split, SAMPLES, "split"), preprocessing, training=False)
+    data = make_source(data, preprocessing, training=False)
     if data.from_files and preprocessing is None:
         raise ValueError(
             "This split holds image files: pass preprocessing=keras_dml.data.Preprocessing(...) "

@@ -1,12 +1,11 @@
 """One way in: a user's data, normalised once into a `Data` (NumPy only, no TensorFlow).
 
 Every public function that takes data (the tf.data pipelines, `verify_images`,
-`keras_dml.evaluation.embed_dataset`, the callbacks, `Index.from_model`, ...)
-calls `as_data` once, at its entry; everything below it takes the `Data` (or what
-is built from it: a `keras_dml.data.sources.Source` for the tf.data pipelines,
-finite batches for embedding) and never looks at the user's value again. Passing a
-`Data` to `as_data` returns it as it is, so one public function may hand its
-`Data` to another.
+`keras_dml.inference.embed`, `keras_dml.evaluation.embed_dataset`, the callbacks,
+`Index.from_model`, ...) calls `as_data` once, at its entry; everything below it
+takes the `Data` (or what is built from it: a `keras_dml.data.sources.Source` for
+the tf.data pipelines, `keras_dml.inference`'s prepared batches for embedding) and
+never looks at the user's value, nor asks `as_data` again.
 
 The forms (`FORMS`; the table in docs/guide/data.md, "Accepted data"):
 
@@ -52,7 +51,8 @@ FORMS = {
 
 # What each family of public functions takes.
 SAMPLES = (ARRAYS, FILES, SPLIT, DATASET)  # the tf.data pipelines, evaluation_batches
-EMBEDDABLE = (ARRAYS, WEIGHTED, FILES, SPLIT, DATASET, PYDATASET, BATCHES)  # embed_dataset
+EMBEDDABLE = tuple(FORMS)  # keras_dml.inference.embed, embed_dataset, Index.from_model
+LABELLED = tuple(form for form in FORMS if form not in (IMAGES, PATHS))  # evaluate_retrieval
 BATCH_STREAMS = (ARRAYS, WEIGHTED, DATASET, PYDATASET, BATCHES)  # the callbacks' data
 
 GUIDE = "docs/guide/data.md, 'Accepted data'"

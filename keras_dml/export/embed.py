@@ -76,33 +76,30 @@ def gallery_embeddings(embed, serving, images=None, embeddings=None, labels=None
 
 
 def embed_gallery(embed, serving, images, batch_size=256):
-    """Embeds gallery images batch by batch; returns `(embeddings, labels or None)`.
+    """Embeds gallery images batch by batch (the loop of `keras_dml.inference`); returns
+    `(embeddings, labels or None)`.
 
     Args:
         embed: The export's `embedding_fn`.
         serving: The export's `ServingInput` (decodes encoded gallery images).
         images: Model-ready images `(N, H, W, C)`, a list / array of encoded
             image bytes, or a `tf.data.Dataset` of such images or of
-            `(images, labels)`.
+            `(images, labels)` (labels by the inference label rule).
         batch_size: Images embedded at once. Defaults to 256.
     """
+    from keras_dml.inference import ArrayBatches, embed_finite
+
     if isinstance(images, tf.data.Dataset):
         batches = _dataset_batches(images, batch_size)
     else:
-        array = _as_array(images)
-        batches = ((array[i:i + batch_size], None) for i in range(0, len(array), batch_size))
+        batches = ArrayBatches(_as_array(images), None, batch_size)
     to_images = tf.function(serving.gallery_images)
     embed = tf.function(embed)
-    chunks, labels = [], []
-    for x, y in batches:
-        chunks.append(embed(to_images(tf.convert_to_tensor(x))).numpy())
-        if y is not None:
-            labels.append(np.asarray(y))
-    if not chunks:
-        raise ValueError("reference_images is empty.")
-    if labels and len(labels) != len(chunks):
-        raise ValueError("The reference dataset yields labels for only some batches.")
-    return np.concatenate(chunks), np.concatenate(labels) if labels else None
+
+    def forward(x):
+        return embed(to_images(tf.convert_to_tensor(x)))
+
+    return embed_finite(forward, batches, name="reference_images")
 
 
 def _as_array(images):
@@ -114,6 +111,7 @@ def _as_array(images):
 
 
 def _dataset_batches(dataset, batch_size):
+    """`dataset` as batches: single images (or `(image, label)` samples) batched."""
     spec = dataset.element_spec
     has_labels = isinstance(spec, tuple)
     image_spec = spec[0] if has_labels else spec
@@ -122,7 +120,4 @@ def _dataset_batches(dataset, batch_size):
             f"A reference dataset must yield images or (images, labels), got {spec}."
         )
     single_rank = 0 if image_spec.dtype == tf.string else 3
-    if image_spec.shape.rank == single_rank:
-        dataset = dataset.batch(batch_size)
-    for element in dataset.as_numpy_iterator():
-        yield element if has_labels else (element, None)
+    return dataset.batch(batch_size) if image_spec.shape.rank == single_rank else dataset

@@ -17,6 +17,8 @@ import os
 
 import numpy as np
 
+from keras_dml.hyperparameters import renamed_keywords
+
 UNLABELLED = ""  # the label of an image outside any class folder (as `Index`'s unknown)
 
 
@@ -109,11 +111,14 @@ def _from_csv(path):
     return Catalogue(root, paths, ids, [str(labels[i]) for i in order])
 
 
-def embed_files(embedder, paths, preprocessing, batch_size=64, progress=True):
-    """float32 `(n, d)` embeddings of image files, in order, in inference mode.
+@renamed_keywords(embedder="model")
+def embed_files(model, paths, preprocessing, batch_size=64, progress=True):
+    """float32 `(n, d)` embeddings of image files, in order, in inference mode
+    (`keras_dml.inference.embed` of the paths).
 
     Args:
-        embedder: A Keras model (or callable) mapping image batches to `(batch, d)`.
+        model: A Keras model (or callable) mapping image batches to `(batch, d)`
+            (`embedder=` is its deprecated name).
         paths: Image file paths.
         preprocessing: The `keras_dml.data.Preprocessing` the embedder's input
             needs (its evaluation transform is applied).
@@ -125,22 +130,16 @@ def embed_files(embedder, paths, preprocessing, batch_size=64, progress=True):
         ValueError: A file cannot be read or decoded (named), or the embedder
             does not return `(batch, d)`.
     """
-    from keras_dml.data import evaluation_batches
-    from keras_dml.data.inputs import DATASET, PATHS, Data, as_data
-    from keras_dml.index.embedding import embed_batches
-    from keras_dml.index.progress import Progress
+    from keras_dml.data.inputs import PATHS, as_data
+    from keras_dml.inference.embed import embed_data
 
     if isinstance(paths, collections.abc.Iterator):  # a generator, Path.glob(...)
         paths = list(paths)
     if isinstance(paths, (list, tuple, np.ndarray)) and not len(paths):
         raise ValueError("No image to embed.")
     files = as_data(paths, (PATHS,), "paths")
-    count = len(files.x)
-    files = files.with_labels(np.zeros(count, np.int32))
-    batches = evaluation_batches(files, preprocessing, batch_size=batch_size)
-    embeddings, _ = embed_batches(embedder, Data(DATASET, batches),
-                                  progress=Progress(count, progress))
-    return embeddings
+    return embed_data(model, files, batch_size, preprocessing=preprocessing,
+                      progress=progress).embeddings
 
 
 def save_embeddings(path, embeddings, ids, labels=None, overwrite=False):

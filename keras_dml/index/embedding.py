@@ -1,127 +1,87 @@
-"""Embedding a dataset, a split or image files for an index, with a progress bar."""
+"""What `Index.from_model` embeds and records: items and provenance of normalised data.
 
-import keras
+The embedding is `keras_dml.inference`'s; this module adds what an index needs
+around it (a split's class names as labels, the image paths as metadata, the
+preprocessing to record). `embed_batches`, `embed_source` and
+`source_preprocessing` are the deprecated names of earlier releases.
+"""
+
+import warnings
+
 import numpy as np
 
-from keras_dml import backend
-from keras_dml.data.inputs import ARRAYS, DATASET, FILES, IMAGES, SPLIT, Data, as_data
-from keras_dml.data.options import steady
-from keras_dml.evaluation.embedding import finite_dataset, inference_function
+from keras_dml.data.inputs import SPLIT, as_data
+from keras_dml.inference.embed import EMBEDDABLE, embed_data
 
-tf = backend.require_tensorflow("keras_dml.index.embedding (embedding image files and tf.data)")
+__all__ = ["BATCH_FORMS", "SOURCE_FORMS", "embed_batches", "embed_source", "items",
+           "recorded_preprocessing", "source_preprocessing"]
 
-BATCH_FORMS = (DATASET, ARRAYS, IMAGES)  # what embed_batches takes
-SOURCE_FORMS = (SPLIT, FILES, *BATCH_FORMS)  # what embed_source and Index.from_model take
+#: What `Index.from_model` takes: every form `keras_dml.inference.embed` takes.
+SOURCE_FORMS = EMBEDDABLE
+BATCH_FORMS = EMBEDDABLE
 
 
-def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None, progress=None):
-    """`(embeddings, labels or None)` of `dataset` embedded by `embedder` in inference mode.
+def items(model, data, batch_size=256, verbose=1, preprocessing=None, metadata=None,
+          skip_bad_images=False):
+    """`(embeddings, labels or None, metadata or None, skipped)` of a `Data` for an index.
 
-    Args:
-        embedder: A Keras model (or callable) mapping a batch to `(batch, d)`.
-        dataset: A `tf.data.Dataset` of `(x, y)` or `x` batches, or an `(x, y)`
-            tuple of arrays, or an array of x.
-        batch_size: Batch size for arrays. Defaults to 256.
-        verbose: 1 shows the images embedded, images per second and time left
-            (`keras_dml.index.progress.Progress`). Defaults to 1.
-        steps: Batches taken from a dataset. Defaults to None: all of it (an
-            infinite or unknown-length dataset is refused, see `finite_dataset`).
-        progress: A `Progress` (or any object told `update(images)` after each
-            batch and `close()` at the end). Defaults to None: a `Progress`
-            over the images when their number is known.
-
-    Raises:
-        ValueError: An image file cannot be read or decoded (named), the
-            embedder does not return `(batch, d)`, the dataset is empty, or it
-            is infinite or of unknown length without `steps`.
+    Labels: a `LabeledImages` split's class names, else the data's labels (one per
+    item: `(N, k)` label columns are refused by `Index.add`). Metadata: `metadata`
+    (one value per item of `data`), else the image paths of file data, else None;
+    both without the files `skip_bad_images` left out (listed in `skipped`).
     """
-    from keras_dml.data.bad_images import clear_error
-
-    from keras_dml.index.progress import Progress
-
-    total = None
-    data = as_data(dataset, BATCH_FORMS, "dataset")
-    if data.form == DATASET:
-        dataset = finite_dataset(data.x, steps, "dataset")
-    else:
-        dataset = tf.data.Dataset.from_tensor_slices(
-            data.x if data.form == IMAGES else (data.x, data.y))
-        total = int(dataset.cardinality())
-        dataset = steady(dataset.batch(batch_size))
-    if progress is None:
-        progress = Progress(total, enabled=bool(verbose))
-    forward = inference_function(embedder)
-    embeddings, labels = [], []
-    try:
-        for batch in dataset:
-            x, y = (batch[0], batch[1]) if isinstance(batch, (tuple, list)) else (batch, None)
-            out = forward(x)
-            if len(out.shape) != 2:
-                raise ValueError(f"The embedder must return (batch, d) embeddings, got shape "
-                                 f"{tuple(out.shape)}.")
-            embeddings.append(keras.ops.convert_to_numpy(out).astype(np.float32, copy=False))
-            if y is not None:
-                labels.append(np.asarray(y).reshape(len(out), -1)[:, 0])
-            progress.update(len(out))
-    except tf.errors.OpError as error:  # a bad image file: its one-line message
-        clear = clear_error(error)
-        if clear is None:
-            raise
-        raise clear from None
-    finally:
-        progress.close()
-    if not embeddings:
-        raise ValueError("dataset is empty: no batch to embed.")
-    return np.concatenate(embeddings), np.concatenate(labels) if labels else None
+    embedded = embed_data(model, data, batch_size, preprocessing=preprocessing,
+                          skip_bad_images=skip_bad_images, progress=bool(verbose))
+    labels = embedded.labels
+    if data.form == SPLIT and labels is not None:
+        labels = np.asarray(data.class_names, str)[labels]
+    if metadata is not None:
+        metadata = [metadata[i] for i in embedded.positions]
+    return embedded.embeddings, labels, metadata or embedded.paths, embedded.skipped
 
 
-def embed_source(embedder, source, batch_size=256, verbose=1, preprocessing=None):
-    """`(embeddings, labels or None, paths or None)` of any image source.
+def recorded_preprocessing(model, data, preprocessing=None):
+    """The `Preprocessing` that makes a `Data`'s embeddings, to record with them.
 
-    Args:
-        embedder: As in `embed_batches`.
-        source: A `keras_dml.datasets.LabeledImages` (labels: its class
-            names), `(paths, labels)` image files (labels as given), or what
-            `embed_batches` takes.
-        batch_size, verbose: As in `embed_batches`.
-        preprocessing: The `Preprocessing` of image files. Defaults to None:
-            the one the embedder records, else `keras-dml train`'s for its input
-            (with a warning; see `keras_dml.data.stream_preprocessing.model_preprocessing`).
+    `preprocessing` when given; for image files, the one the embedding uses
+    (recorded by the model, else `keras-dml train`'s default with a warning);
+    else the one the model records, or None (arrays and streams arrive prepared).
     """
-    from keras_dml.data import evaluation_batches
-
-    data = as_data(source, SOURCE_FORMS, "dataset")
-    if not data.files and data.form != SPLIT:
-        embeddings, labels = embed_batches(embedder, data, batch_size, verbose)
-        return embeddings, labels, None
-    batches = evaluation_batches(
-        data, _file_preprocessing(embedder, preprocessing) if data.files else preprocessing,
-        batch_size=batch_size)
-    embeddings, _ = embed_batches(embedder, Data(DATASET, batches), verbose=verbose)
-    if data.form == SPLIT:  # labels: its class names
-        labels = np.asarray(data.class_names, str)[data.y]
-    else:  # (paths, labels): the labels as given
-        labels = np.asarray(data.y)
-    return embeddings, labels, list(data.x) if data.files else None
-
-
-def _file_preprocessing(embedder, preprocessing):
-    from keras_dml.data.stream_preprocessing import model_preprocessing
-
-    return model_preprocessing(embedder, preprocessing)
-
-
-def source_preprocessing(embedder, source, preprocessing=None):
-    """The `Preprocessing` that makes `source`'s embeddings, to record with them.
-
-    `preprocessing` when given; for image files, the one `embed_source` uses
-    (recorded by the embedder, else `keras-dml train`'s default with a warning);
-    else the one the embedder records, or None (arrays and tf.data batches
-    arrive prepared).
-    """
-    from keras_dml.data.stream_preprocessing import recorded_preprocessing
+    from keras_dml.data import stream_preprocessing
 
     if preprocessing is not None:
         return preprocessing
-    files = as_data(source, SOURCE_FORMS, "dataset").files
-    return _file_preprocessing(embedder, None) if files else recorded_preprocessing(embedder)
+    if data.files:
+        return stream_preprocessing.model_preprocessing(model, None)
+    return stream_preprocessing.recorded_preprocessing(model)
+
+
+def _deprecated(old, new):
+    warnings.warn(f"keras_dml.index.embedding.{old} is deprecated: use {new}.",
+                  DeprecationWarning, stacklevel=3)
+
+
+def embed_batches(embedder, dataset, batch_size=256, verbose=1, steps=None, progress=None):
+    """Deprecated: `keras_dml.inference.embed(model, data)`; returns `(embeddings,
+    labels or None)` (labels by the inference label rule)."""
+    _deprecated("embed_batches", "keras_dml.inference.embed")
+    embedded = embed_data(embedder, as_data(dataset, EMBEDDABLE, "dataset"), batch_size,
+                          steps, progress=progress if progress is not None else bool(verbose))
+    return embedded.embeddings, embedded.labels
+
+
+def embed_source(embedder, source, batch_size=256, verbose=1, preprocessing=None):
+    """Deprecated: `keras_dml.inference.embed`; returns `(embeddings, labels or None,
+    paths or None)` (a split's labels as its class names)."""
+    _deprecated("embed_source", "keras_dml.inference.embed")
+    data = as_data(source, EMBEDDABLE, "dataset")
+    embeddings, labels, _, _ = items(embedder, data, batch_size, verbose, preprocessing)
+    return embeddings, labels, list(data.x) if data.files else None
+
+
+def source_preprocessing(embedder, source, preprocessing=None):
+    """Deprecated: the `Preprocessing` `Index.from_model` records (see
+    `recorded_preprocessing`)."""
+    _deprecated("source_preprocessing", "Index.from_model(...).provenance")
+    return recorded_preprocessing(embedder, as_data(source, EMBEDDABLE, "dataset"),
+                                  preprocessing)

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from keras_dml import hyperparameters, validation
-from keras_dml.index import filters, provenance, storage
+from keras_dml.index import filters, provenance, records, storage
 from keras_dml.index.memory import MemoryStore
 
 METRICS = validation.SEARCH_METRICS
@@ -115,7 +115,7 @@ class Index:
     def __init__(self, metric="cosine", backend="exact", info=None, *, uri=None, token=None,
                  collection=None, provenance=None, allow_mismatch=False, **backend_options):
         self.metric = validation.check_search_metric(metric)
-        given = _check_provenance(provenance, self.metric)
+        given = records.check_provenance(provenance, self.metric)
         if backend == "milvus":
             from keras_dml.index.milvus import TIMEOUT, MilvusStore
 
@@ -124,8 +124,9 @@ class Index:
             self._store = MilvusStore(DEFAULT_URI if uri is None else uri, collection, token,
                                       timeout, lite_process)
             try:
-                self._record = self._open_collection(backend_options, info, given,
-                                                     allow_mismatch)
+                self._record = records.open_collection(self._store, self.metric,
+                                                       backend_options, info, given,
+                                                       allow_mismatch)
             except BaseException:
                 self._store.close()
                 raise
@@ -135,46 +136,10 @@ class Index:
                     raise ValueError(f"{name}= is for backend='milvus'; backend {backend!r} "
                                      "keeps the index in memory.")
             self._store = MemoryStore(self.metric, backend, backend_options)
-            self._record = _new_record(self.metric, self._store.options, info, given)
+            self._record = records.new_record(self.metric, self._store.options, info, given)
         self._store.record = self._record
         if info is not None:
             self._write_record()  # an existing collection keeps the new info
-
-    def _open_collection(self, given_options, info, given, allow_mismatch):
-        """The record of the store's collection (checked against what is given), or
-        a new one."""
-        from keras_dml.index.milvus import check_index_options, search_options
-
-        store = self._store
-        if not store.exists():
-            index_type, options = check_index_options(given_options)
-            return _new_record(self.metric, {"index_type": index_type, **options}, info, given)
-        record = store.read_record()
-        where = f"Collection {store.collection!r} at {store.uri}"
-        if record["metric"] != self.metric:
-            raise ValueError(f"{where} holds {record['metric']} embeddings, not "
-                             f"metric={self.metric!r}: open it with metric="
-                             f"{record['metric']!r} (or Index.open).")
-        recorded_type = record["options"]["index_type"]
-        _, options = check_index_options({"index_type": recorded_type, **given_options})
-        given_type = str(given_options.get("index_type", recorded_type)).upper()
-        fixed = {k: v for k, v in options.items() if k in given_options
-                 and k not in search_options(recorded_type) and record["options"][k] != v}
-        if given_type != recorded_type or fixed:
-            raise ValueError(f"{where} has index options {record['options']}; got "
-                             f"index_type={given_type!r} {fixed or ''}: an index is built with "
-                             "its options when the collection is created.")
-        record["options"].update({k: options[k] for k in search_options(recorded_type)
-                                  if k in given_options})
-        recorded = record["provenance"]
-        if given["dim"] is not None and recorded["dim"] not in (None, given["dim"]):
-            raise ValueError(f"{where} holds embeddings of dimension {recorded['dim']}, not "
-                             f"{given['dim']}.")
-        provenance.compare_models(recorded, given, allow_mismatch, where)
-        store.load()
-        if info is not None:
-            record["info"] = {**record["info"], **storage.check_info(info)}
-        return record
 
     @classmethod
     def open(cls, uri, collection=None, token=None, provenance=None, allow_mismatch=False,
@@ -555,40 +520,46 @@ class Index:
         return index
 
     @classmethod
-    def from_model(cls, embedder, dataset, metric="cosine", backend="exact", batch_size=256,
+    @hyperparameters.renamed_keywords(embedder="model", dataset="data")
+    def from_model(cls, model, data, metric="cosine", backend="exact", batch_size=256,
                    verbose=1, info=None, metadata=None, preprocessing=None, *, uri=None,
                    token=None, collection=None, run=None, allow_mismatch=False,
-                   **backend_options):
-        """An index of `dataset` embedded by `embedder`, with a progress bar.
+                   skip_bad_images=False, **backend_options):
+        """An index of `data` embedded by `model` (`keras_dml.inference`), with a
+        progress line.
 
-        The index records the embedder's `model_fingerprint` and the
-        preprocessing of its image files in `provenance`; into an existing
-        Milvus collection made by another model nothing is embedded: a
-        `ModelMismatchError` names both (unless `allow_mismatch=True`).
+        The index records the model's `model_fingerprint` and the preprocessing of
+        its image files in `provenance`; into an existing Milvus collection made by
+        another model nothing is embedded: a `ModelMismatchError` names both (unless
+        `allow_mismatch=True`).
 
         Args:
-            embedder: A Keras model (or callable) mapping an image batch to
+            model: A Keras model (or callable) mapping an image batch to
                 `(batch, d)` embeddings, run in inference mode.
-            dataset: What to embed: a `LabeledImages` split (e.g.
-                `keras_dml.datasets.from_directory(root).test`; labels: its
-                class names), image files `(paths, labels)`, an `(x, y)` tuple
-                of arrays, or a `tf.data.Dataset` of `(x, y)` or `x` batches
-                (e.g. `keras_dml.data.evaluation_batches`).
+            data: What to embed, in any form `keras_dml.inference.embed` takes: a
+                `LabeledImages` split (e.g. `keras_dml.datasets.from_directory(root)
+                .test`; labels: its class names), image files `(paths, labels)` or
+                a list of paths, arrays with or without labels, or finite batches
+                (e.g. `keras_dml.data.evaluation_batches`). One label per item.
             metric, backend, info, backend_options: As in `Index`.
             uri, token, collection, allow_mismatch: As in `Index` (Milvus).
             batch_size: Batch size for splits, files and arrays. Defaults to 256.
-            verbose: 1 shows a progress bar. Defaults to 1.
-            metadata: A list of one JSON value per image. Defaults to None: the
-                image paths of a file-based split or of `(paths, labels)`, else
-                none.
+            verbose: 1 shows the progress line. Defaults to 1.
+            metadata: A list of one JSON value per item. Defaults to None: the
+                image paths of file data, else none.
             preprocessing: The `keras_dml.data.Preprocessing` of image files.
-                Defaults to None: the one the embedder records (a fitted
+                Defaults to None: the one the model records (a fitted
                 `DMLModel`'s `embedder()` carries its training stream's), else
-                the one `keras-dml train` uses for the embedder's input size
+                the one `keras-dml train` uses for the model's input size
                 (resize to size * 256 / 224, centre crop, [0, 1]), with a
                 warning saying so.
-            run: The run directory the embedder comes from, recorded in
+            run: The run directory the model comes from, recorded in
                 `provenance`. Defaults to None.
+            skip_bad_images: Leave out image files that cannot be read or decoded
+                (each named on stderr) instead of stopping at the first with an
+                error naming it. Defaults to False.
+
+        (`embedder=` and `dataset=` are the deprecated names of `model=` and `data=`.)
 
         Examples:
 
@@ -597,35 +568,20 @@ class Index:
         >>> index.search(queries, k=3).metadata[0]  # doctest: +SKIP
         """
         from keras_dml.data.inputs import as_data
-        from keras_dml.index.embedding import SOURCE_FORMS, embed_source, source_preprocessing
+        from keras_dml.index.embedding import SOURCE_FORMS, items, recorded_preprocessing
 
-        dataset = as_data(dataset, SOURCE_FORMS, "dataset")  # once, for both below
-        preprocessing = source_preprocessing(embedder, dataset, preprocessing)
-        made = {"model_fingerprint": provenance.model_fingerprint(embedder),
+        data = as_data(data, SOURCE_FORMS, "data")  # once, for everything below
+        preprocessing = recorded_preprocessing(model, data, preprocessing)
+        made = {"model_fingerprint": provenance.model_fingerprint(model),
                 "preprocessing": None if preprocessing is None else preprocessing.to_dict(),
                 "run": None if run is None else str(run)}
         index = cls(metric, backend, info=info, uri=uri, token=token, collection=collection,
                     provenance=made, allow_mismatch=allow_mismatch, **backend_options)
         try:
-            embeddings, labels, paths = embed_source(embedder, dataset, batch_size, verbose,
-                                                     preprocessing)
-            index.add(embeddings, labels=labels,
-                      metadata=paths if metadata is None else metadata)
+            embeddings, labels, metadata, _ = items(model, data, batch_size, verbose,
+                                                    preprocessing, metadata, skip_bad_images)
+            index.add(embeddings, labels=labels, metadata=metadata)
         except BaseException:
             index.close()
             raise
         return index
-
-
-def _new_record(metric, options, info, given):
-    return {"metric": metric, "options": dict(options), "id_kind": None, "label_kind": None,
-            "next_id": 0, "metadata_fields": [], "info": storage.check_info(info),
-            "provenance": given}
-
-
-def _check_provenance(given, metric):
-    given = provenance.check(given)
-    if given["metric"] not in (None, metric):
-        raise ValueError(f"provenance says metric {given['metric']!r} but metric={metric!r}.")
-    given["metric"] = metric
-    return given

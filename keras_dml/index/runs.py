@@ -11,11 +11,9 @@ import dataclasses
 import json
 import os
 
-import numpy as np
-
-from keras_dml import backend
-
-tf = backend.require_tensorflow("keras_dml.index.runs (reading image files)")
+__all__ = ["ARRAY_DATASETS", "SPLITS", "Run", "batches_of", "embed_chunks", "embed_files",
+           "embed_split", "embedded_chunks", "load_run", "load_split", "preprocessing",
+           "run_provenance", "split_batches"]
 
 SPLITS = ("test", "train", "query", "gallery")
 
@@ -92,10 +90,11 @@ def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256
 def batches_of(run, chosen, batch_size=256):
     """`(batches, class_names)` of a loaded split (`load_split`), as `split_batches`."""
     from keras_dml import data
+    from keras_dml.data.transforms import array_transform
 
     names = [str(name) for name in chosen.class_names]
     if chosen.images is not None:
-        return data.evaluation_batches(chosen, batch_size=batch_size, transform=_array_transform(
+        return data.evaluation_batches(chosen, batch_size=batch_size, transform=array_transform(
             chosen, run.input_shape)), names
     return data.evaluation_batches(chosen, preprocessing(run), batch_size=batch_size), names
 
@@ -149,102 +148,57 @@ def run_provenance(run):
             "run": os.path.abspath(run.run_dir)}
 
 
-def _array_transform(split, input_shape):
-    from keras_dml.training import array_transform
+def embed_split(run, split, batch_size=256, skip_bad_images=False, progress=True):
+    """The `keras_dml.inference.Embedded` of a loaded split (`load_split`) by the run's
+    embedder: image files prepared by `preprocessing(run)`, in-memory images by
+    `keras_dml.data.transforms.array_transform`; labels its ids `0..C-1`."""
+    from keras_dml.data import evaluation_batches
+    from keras_dml.data.inputs import DATASET, Data, as_data
+    from keras_dml.data.transforms import array_transform
+    from keras_dml.inference.embed import embed_data
 
-    return array_transform(split, input_shape)
-
-
-def readable_images(run, paths):
-    """`(images, kept, problems)`: the files that decode, prepared as model input
-    `(n, H, W, C)` (None when none does), their paths, and one line per file that
-    does not ("PATH: reason"), so one bad file costs only itself."""
-    images, kept, problems = [], [], []
-    for path in paths:
-        image, problem = _image_file(run, path)
-        if problem is None:
-            images.append(image)
-            kept.append(path)
-        else:
-            problems.append(problem)
-    return (np.stack(images) if images else None), kept, problems
+    if split.images is not None:
+        data = Data(DATASET, evaluation_batches(
+            split, batch_size=batch_size, transform=array_transform(split, run.input_shape)))
+    else:
+        data = as_data(split)
+    return embed_data(run.embedder, data, batch_size, preprocessing=preprocessing(run),
+                      skip_bad_images=skip_bad_images, progress=progress)
 
 
-def _image_file(run, path):
-    """`(prepared image, None)`, or `(None, one-line problem naming the file)`."""
-    from keras_dml.data import decode_image
+def embed_files(run, paths, labels=None, batch_size=64, skip_bad_images=False,
+                progress=True):
+    """The `keras_dml.inference.Embedded` of image files by the run's embedder and
+    preprocessing; `labels` (one per file, or None) are kept with them."""
+    from keras_dml.inference import embed
 
-    if not os.path.isfile(path):
-        return None, f"No image file at {path!r}."
-    prepare = preprocessing(run)
-    try:
-        image = decode_image(tf.io.read_file(path), channels=prepare.channels)
-    except tf.errors.OpError as error:
-        return None, f"{path} is not a decodable image: {op_message(error)}"
-    return prepare.eval(image).numpy(), None
+    files = [str(p) for p in paths] if labels is None else ([str(p) for p in paths], labels)
+    return embed(run.embedder, files, batch_size, preprocessing=preprocessing(run),
+                 skip_bad_images=skip_bad_images, progress=progress)
 
 
-def op_message(error):
-    """A TensorFlow op error's message without TensorFlow's `{{function_node ...}}`
-    prefix and `[Op:...]` suffix: "Unknown image file format. One of JPEG, PNG, GIF,
-    BMP required."."""
-    import re
+def embed_chunks(run, paths, chunk_size, batch_size=64, skip_bad_images=False,
+                 progress=None):
+    """`keras_dml.inference.embed_chunks` of image files by the run's embedder and
+    preprocessing: an iterator of `Embedded` chunks (`paths` kept, `skipped` left out).
 
-    message = re.sub(r"\{\{[^}]*\}\}\s*", "", error.message)
-    return re.sub(r"\s*\[Op:.*$", "", message, flags=re.S).strip()
+    One pipeline and one compiled forward pass serve every chunk, so memory follows
+    `chunk_size`, not `len(paths)`. A file that cannot be read or decoded stops the
+    iteration with an error naming it, unless `skip_bad_images`.
+    """
+    from keras_dml import inference
+
+    return inference.embed_chunks(run.embedder, [str(p) for p in paths], chunk_size,
+                                  batch_size, preprocessing=preprocessing(run),
+                                  skip_bad_images=skip_bad_images, progress=progress)
 
 
 def embedded_chunks(run, paths, chunk_size, batch_size=64):
-    """Yields `(embeddings, kept paths, problems)` for consecutive chunks of `paths`,
-    embedded by the run's embedder with its preprocessing.
+    """Deprecated: `embed_chunks(run, paths, chunk_size, skip_bad_images=True)`; yields
+    `(embeddings, kept paths, problems)` with one "PATH (reason)" per skipped file."""
+    import warnings
 
-    One `tf.data` pipeline and one compiled forward pass serve every chunk (a new
-    pipeline per chunk grows the process' memory with each), so memory follows
-    `chunk_size`, not `len(paths)`. A file that cannot be read or decoded costs
-    only itself: the chunk holding it is embedded file by file, the file named in
-    `problems` ("PATH is not a decodable image: ..."), and the pipeline restarts
-    after it.
-    """
-    from keras_dml.data import evaluation_batches
-    from keras_dml.data.bad_images import BadImageError, clear_error
-    from keras_dml.evaluation.embedding import inference_function
-
-    import keras
-
-    prepare = preprocessing(run)
-    forward = inference_function(run.embedder)
-
-    def numpy(out):
-        return keras.ops.convert_to_numpy(out).astype(np.float32, copy=False)
-
-    def embed(images):
-        return np.concatenate([numpy(forward(images[i:i + batch_size]))
-                               for i in range(0, len(images), batch_size)])
-
-    paths = [str(p) for p in paths]
-    start = 0
-    while start < len(paths):
-        rest = paths[start:]
-        batches = evaluation_batches((rest, np.zeros(len(rest), np.int32)), prepare,
-                                     batch_size=batch_size)
-        done = []
-        try:
-            for x, _ in batches:
-                done.append(numpy(forward(x)))
-                rows = sum(len(e) for e in done)
-                if rows >= chunk_size:
-                    yield np.concatenate(done), paths[start:start + rows], []
-                    start, done = start + rows, []
-            if done:
-                rows = sum(len(e) for e in done)
-                yield np.concatenate(done), paths[start:start + rows], []
-                start += rows
-        except (tf.errors.OpError, BadImageError) as error:  # a bad file in the next batch
-            clear = error if isinstance(error, BadImageError) else clear_error(error)
-            if not isinstance(clear, BadImageError):
-                raise
-            end = start + sum(len(e) for e in done) + batch_size
-            images, kept, problems = readable_images(run, paths[start:end])
-            yield (np.zeros((0, 0), np.float32) if images is None else embed(images)), kept, \
-                problems
-            start = end
+    warnings.warn("keras_dml.index.runs.embedded_chunks is deprecated: use embed_chunks.",
+                  DeprecationWarning, stacklevel=2)
+    for chunk in embed_chunks(run, paths, chunk_size, batch_size, skip_bad_images=True):
+        yield chunk.embeddings, chunk.paths, [f"{path} ({why})" for path, why in chunk.skipped]

@@ -8,8 +8,11 @@ size, and a job killed at any moment is resumed by running it again (what is
 stored is skipped, what is missing is embedded; upserts by id never
 duplicate). With `update=True` the items whose files are gone are removed.
 
-A file that cannot be read or decoded costs only itself: it is reported in
-one line, left out, and tried again by the next run.
+A file that cannot be read or decoded follows the embedding's bad-image rule
+(`keras_dml.inference.loop`): the sync stops with an error naming it (the chunks
+stored before it stay; the next run resumes after them), unless the chunks are
+embedded with `skip_bad_images=True`: then it is left out, reported in one line,
+and tried again by the next run.
 """
 
 import dataclasses
@@ -32,7 +35,8 @@ class SyncReport:
         kept: Items already in the index (stored by an earlier run).
         removed: Items removed because their files are gone (`update=True`).
         gone: Items whose files are gone but were kept (`update=False`).
-        unreadable: `"path: reason"` of each file that could not be read or decoded.
+        unreadable: `"path (reason)"` of each file left out because it could not be
+            read or decoded.
     """
 
     added: int = 0
@@ -50,15 +54,14 @@ def sync(index, catalogue, embed_chunks, chunk_size=CHUNK_SIZE, update=False, pr
         index: A `keras_dml.index.Index` with string ids (e.g. on Milvus).
         catalogue: A `keras_dml.index.catalogue.Catalogue`; its ids become the items'
             ids and metadata, its class names their labels.
-        embed_chunks: `embed_chunks(paths, chunk_size)` yielding `(embeddings (n, d),
-            kept paths, problems)` for consecutive chunks of `paths`: the files that
-            decode, embedded, and one line per file that does not (e.g.
-            `functools.partial(keras_dml.index.runs.embedded_chunks, run)`).
+        embed_chunks: `embed_chunks(paths, chunk_size)` yielding the
+            `keras_dml.inference.Embedded` of consecutive chunks of `paths` (e.g.
+            `functools.partial(keras_dml.index.runs.embed_chunks, run)`).
         chunk_size: Files embedded and stored per step. Defaults to `CHUNK_SIZE`.
         update: Also remove the items whose files are no longer listed.
             Defaults to False (they are counted in `gone`).
-        progress: A `keras_dml.index.progress.Progress`, given the files to embed as
-            its total and told each chunk's. Defaults to None.
+        progress: A `keras_dml.inference.Progress` that `embed_chunks` tells, given
+            the files to embed as its total here. Defaults to None.
         log: Where unreadable files are reported, one line each. Defaults to stderr.
 
     Returns:
@@ -81,16 +84,15 @@ def sync(index, catalogue, embed_chunks, chunk_size=CHUNK_SIZE, update=False, pr
     del stored, listed
     if progress is not None:
         progress.total = len(missing)
-    for embeddings, kept, problems in embed_chunks(list(missing), chunk_size):
+    for chunk in embed_chunks(list(missing), chunk_size):
+        problems = [f"{path} ({reason})" for path, reason in chunk.skipped]
         for problem in problems:
             print(f"keras_dml.index: skipped {problem}", file=log, flush=True)
         report.unreadable.extend(problems)
-        if kept:
-            ids = [catalogue.ids[missing[path]] for path in kept]
-            index.upsert(np.asarray(embeddings, np.float32), ids=ids,
-                         labels=[catalogue.labels[missing[path]] for path in kept],
+        if len(chunk):
+            ids = [catalogue.ids[missing[path]] for path in chunk.paths]
+            index.upsert(chunk.embeddings, ids=ids,
+                         labels=[catalogue.labels[missing[path]] for path in chunk.paths],
                          metadata=ids)
-            report.added += len(kept)
-        if progress is not None:
-            progress.update(len(kept) + len(problems))
+            report.added += len(chunk)
     return report
