@@ -357,3 +357,25 @@ def test_steps_bounds_the_evaluation_of_a_training_stream():
     embeddings, labels = embed_dataset(model, _stream(), steps=4)
     assert embeddings.shape == (24, 3) and labels.shape == (24,)
     assert "recall@1" in evaluate_retrieval(model, _stream(), steps=4, ks=(1,))
+
+
+def test_deprecated_reference_keywords_warn_and_name_the_gallery_ones():
+    x, y = random_data(120)
+    with pytest.warns(DeprecationWarning, match="use gallery_embeddings="):
+        old = retrieval_metrics(x[:20], y[:20], reference_embeddings=x[20:],
+                                gallery_labels=y[20:], ks=(1, 3))
+    assert old == retrieval_metrics(x[:20], y[:20], gallery_embeddings=x[20:],
+                                    gallery_labels=y[20:], ks=(1, 3))
+    with pytest.warns(DeprecationWarning, match="use gallery_labels="):
+        assert retrieval_metrics(x[:20], y[:20], x[20:], reference_labels=y[20:],
+                                 ks=(1, 3)) == old
+    with pytest.warns(DeprecationWarning, match="use gallery="):
+        found = nearest_neighbors(x[:20], references=x[20:], k=3)[0]
+    np.testing.assert_array_equal(found, nearest_neighbors(x[:20], x[20:], k=3)[0])
+    with pytest.raises(ValueError, match="Give gallery_embeddings= only"):
+        retrieval_metrics(x[:20], y[:20], gallery_embeddings=x[20:],
+                          reference_embeddings=x[20:], gallery_labels=y[20:])
+    with pytest.raises(ValueError, match="Give gallery= only"):
+        nearest_neighbors(x[:20], gallery=x[20:], references=x[20:])
+    with pytest.raises(TypeError, match="multiple values for argument 'gallery'"):
+        nearest_neighbors(x[:20], x[20:], references=x[20:])
