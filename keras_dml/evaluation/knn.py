@@ -92,6 +92,7 @@ class Exclusions:
 
     def __init__(self, pairs):
         self.pairs = [(np.asarray(q), np.asarray(g)) for q, g in pairs]
+        self._counts = self._largest = None
 
     @classmethod
     def leave_one_out(cls, n):
@@ -100,12 +101,21 @@ class Exclusions:
 
     def take(self, rows):
         """The exclusions of queries `rows` only, as queries 0, 1, ..."""
-        return Exclusions([(query_keys[rows], gallery_keys)
-                           for query_keys, gallery_keys in self.pairs])
+        taken = Exclusions([(query_keys[rows], gallery_keys)
+                            for query_keys, gallery_keys in self.pairs])
+        taken._counts, taken._largest = self.counts()[rows], self.largest()
+        return taken
+
+    def largest(self):
+        """The most items one query excludes (of these queries, or of those this set was
+        taken from: searches over its parts then have one depth)."""
+        if self._largest is None:
+            self._largest = int(self.counts().max(initial=0))
+        return self._largest
 
     def mask(self, rows, columns):
         """bool, as `columns` (int (q, m), `MISSING` allowed): excluded for query `rows`."""
-        excluded = np.zeros(np.shape(columns), bool)
+        excluded = np.zeros((len(rows), np.shape(columns)[1]), bool)
         valid = columns >= 0
         safe = np.where(valid, columns, 0)
         for query_keys, gallery_keys in self.pairs:
@@ -114,12 +124,13 @@ class Exclusions:
 
     def counts(self):
         """int64 (Q,): how many gallery items each query excludes."""
-        codes = [_shared_codes(q, g) for q, g in self.pairs]
-        total = np.zeros(len(codes[0][0]), np.int64)
-        for size in range(1, len(codes) + 1):  # inclusion-exclusion over the pairs
-            for subset in itertools.combinations(codes, size):
-                total += (-1) ** (size + 1) * _equal_counts(subset)
-        return total
+        if self._counts is None:
+            codes = [_shared_codes(q, g) for q, g in self.pairs]
+            self._counts = np.zeros(len(codes[0][0]), np.int64)
+            for size in range(1, len(codes) + 1):  # inclusion-exclusion over the pairs
+                for subset in itertools.combinations(codes, size):
+                    self._counts += (-1) ** (size + 1) * _equal_counts(subset)
+        return self._counts
 
 
 def _shared_codes(query_keys, gallery_keys):
@@ -168,6 +179,7 @@ class ExactSearch:
             self._copy_counts = np.bincount(inverse, minlength=len(first))
             self._copy_starts = np.cumsum(self._copy_counts) - self._copy_counts
         self._flat = None  # faiss' index of the searched rows, made at first use
+        self._stored = None  # TensorFlow's form of the searched rows, for the last k
         self._unit = self._squared = None  # the NumPy kernel's form, made at first use
 
     def scores(self, queries, rows=None, exclusions=None):
@@ -178,8 +190,7 @@ class ExactSearch:
         if self._distinct is not None:
             scores = scores[:, self._distinct[1]]
         if exclusions is not None:
-            scores[exclusions.mask(rows, np.arange(self.size)[np.newaxis, :]
-                                   .repeat(len(scores), 0))] = -np.inf
+            scores[exclusions.mask(rows, np.arange(self.size)[np.newaxis, :])] = -np.inf
         return scores
 
     def search(self, queries, k, exclusions=None, chunk_size=None):
@@ -198,7 +209,7 @@ class ExactSearch:
         if queries.shape[1] != self.gallery.shape[1]:
             raise ValueError(f"queries have dimension {queries.shape[1]} but the gallery has "
                              f"dimension {self.gallery.shape[1]}.")
-        excluded = 0 if exclusions is None else int(exclusions.counts().max(initial=0))
+        excluded = 0 if exclusions is None else exclusions.largest()
         depth = min(k + excluded, self.size)
         fetched = min(depth, len(self._searched))
         if chunk_size is None:
@@ -216,8 +227,9 @@ class ExactSearch:
         if self.kernel == "tensorflow":
             from keras_dml.evaluation import knn_tensorflow
 
-            yield from knn_tensorflow.search(queries, self._searched, k, self.metric,
-                                             chunk_size)
+            if self._stored is None or self._stored.k != k:
+                self._stored = knn_tensorflow.Prepared(self._searched, self.metric, k)
+            yield from self._stored.search(queries, chunk_size)
             return
         if self.kernel == "faiss" and self._flat is None:
             self._flat = FlatIndex(self._searched, self.metric)

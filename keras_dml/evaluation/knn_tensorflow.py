@@ -108,15 +108,27 @@ def _augment(x, metric, padded_rows, query_side):
     return out
 
 
-def search(queries, references, k, metric, chunk_size):
-    """Yield (start, indices, scores) NumPy chunks of queries against all references."""
-    n = references.shape[0]
-    group = _group_size(n, k)
-    total = n + (-n) % group
-    stored = _augment(references, metric, total - n, query_side=False)
-    ref = tf.constant(stored[_block_order(total, group)])
-    qry = tf.constant(_augment(queries, metric, 0, query_side=True))
-    for start in range(0, queries.shape[0], chunk_size):
-        values, indices = _chunk(qry[start:start + chunk_size], ref, tf.constant(k),
-                                 tf.constant(group))
-        yield start, indices.numpy(), values.numpy()
+class Prepared:
+    """The references stored for searches of depth `k`: augmented, padded and permuted
+    into blocks, on TensorFlow's default device.
+
+    Args:
+        references: float32 `(N, d)`.
+        metric: `"cosine"`, `"dot"` or `"euclidean"`.
+        k: neighbours per query (the block size depends on it).
+    """
+
+    def __init__(self, references, metric, k):
+        n = references.shape[0]
+        self.metric, self.k, self.group = metric, k, _group_size(n, k)
+        total = n + (-n) % self.group
+        stored = _augment(references, metric, total - n, query_side=False)
+        self.references = tf.constant(stored[_block_order(total, self.group)])
+
+    def search(self, queries, chunk_size):
+        """Yield (start, indices, scores) NumPy chunks of `queries` (float32 `(Q, d)`)."""
+        qry = tf.constant(_augment(queries, self.metric, 0, query_side=True))
+        for start in range(0, queries.shape[0], chunk_size):
+            values, indices = _chunk(qry[start:start + chunk_size], self.references,
+                                     tf.constant(self.k), tf.constant(self.group))
+            yield start, indices.numpy(), values.numpy()

@@ -227,6 +227,8 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
         raise ValueError(f"recall@{ks[-1]} asks for {ks[-1]} results but a query can find "
                          f"only {available} gallery items.")
     q_ids, g_ids, _ = retrieval.class_ids(q_labels, g_labels)
+    # one depth for every chunk (a kernel prepares the gallery once): K, R, SHOWN
+    width = min(max(ks[-1], int(np.bincount(g_ids).max()), SHOWN), search.size)
     parts = collections.defaultdict(list)
     for start in range(0, len(queries), chunk):
         rows = np.arange(start, min(start + chunk, len(queries)))
@@ -238,7 +240,6 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
         if not keep.any():
             continue
         rows, scores, positives, r = rows[keep], scores[keep], positives[keep], r[keep]
-        width = min(max(ks[-1], int(r.max()), SHOWN), search.size)
         if rerank is None:
             top, top_scores = _exact_top(search, queries[rows], width, exclusions, rows)
         else:
