@@ -54,7 +54,7 @@ def order_keys(scores):
     """int64 keys of float32 `scores` (Q, N), distinct within a row: a larger key comes
     earlier in the ranking (a higher score, then the lower column)."""
     n = scores.shape[1]
-    bits = (scores.astype(np.float32) + np.float32(0.0)).view(np.int32).astype(np.int64)
+    bits = (np.asarray(scores, np.float32) + np.float32(0.0)).view(np.int32).astype(np.int64)
     ordered = np.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # int order = float order
     return ordered * n + (n - 1 - np.arange(n))
 
