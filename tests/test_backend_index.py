@@ -123,7 +123,14 @@ def test_a_kernel_or_backend_whose_package_is_absent_fails_in_one_clear_line(tmp
     """, tmp_path)
 
 
-def test_the_numpy_kernel_ranks_duplicates_and_ties_by_index_in_process():
+@pytest.mark.parametrize("budget", [None, 7])
+def test_the_numpy_kernel_ranks_duplicates_and_ties_by_index_in_process(budget, monkeypatch):
+    """Copies of 12 rows: each query's ranked distinct rows expand into their copies
+    (with budget 7: a few queries' candidates at a time)."""
+    from keras_dml.evaluation import knn
+
+    if budget:
+        monkeypatch.setattr(knn, "_EXPANSION_BUDGET", budget)
     rng = np.random.default_rng(2)
     distinct = rng.integers(-1, 2, size=(12, 4)).astype("float32")
     gallery = distinct[rng.integers(0, 12, 200)]  # every row has copies
