@@ -71,7 +71,8 @@ def renamed(old_name, old_value, new_name, new_value, default=None):
     DeprecationWarning); `default` when neither is given."""
     if old_value is None:
         return default if new_value is None else new_value
-    if new_value is not None and new_value != old_value:
+    if new_value is not None and new_value is not old_value and not (
+            isinstance(new_value, (str, numbers.Number)) and new_value == old_value):
         raise ValueError(f"Give {new_name}= only ({old_name}= is its deprecated name), "
                          f"got {new_name}={new_value!r} and {old_name}={old_value!r}.")
     warnings.warn(f"{old_name}= is deprecated: use {new_name}={old_value!r}.",

@@ -135,3 +135,64 @@ def test_map_after_rerank_ranks_the_list_then_the_rest_in_order():
         expected = np.mean(np.arange(1, len(hits) + 1) / hits)
         assert reversed_.average_precision[row] == pytest.approx(expected)
     assert reversed_.metrics["recall@1"] < plain.metrics["recall@1"]
+
+
+def _one_query_tied_at_the_end():
+    """13 one-hot gallery items; the query's scores fall from item 0 to 9, and items
+    10 (a negative), 11 and 12 (its two positives) tie last."""
+    query = np.array([[20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 1, 1, 1]], "float32")
+    return query, [0], np.eye(13, dtype="float32"), np.array([1] * 11 + [0, 0])
+
+
+@pytest.mark.parametrize("ks", [(1,), (12,), (1, 2, 4, 8), (13,)])
+def test_map_ranks_ties_beyond_the_list_by_index_whatever_the_ks(ks):
+    report = retrieval_report(*_one_query_tied_at_the_end(), ks=ks)
+    # lower index first: the negative at rank 11, the positives at 12 and 13
+    assert report.metrics["map"] == pytest.approx((1 / 12 + 2 / 13) / 2, abs=1e-15)
+
+
+def test_r_metrics_are_not_capped_by_another_querys_exclusions():
+    """Two perfect rankings; the second query excludes 4 of the 6 items (its group)."""
+    gallery = np.array([[1, 0]] * 3 + [[0, 1]] * 3, "float32") + 1e-3 * np.arange(6)[:, None]
+    report = retrieval_report(np.eye(2, dtype="float32"), [0, 1], gallery, [0, 0, 0, 1, 1, 1],
+                              query_groups=[5, 7], gallery_groups=[7, 7, 7, 7, 8, 9], ks=(1,))
+    for key in ("recall@1", "r_precision", "map@r", "map"):
+        assert report.metrics[key] == 1.0, key
+    assert report.top[1, :2].tolist() == [4, 5] and (report.top[1, 2:] == -1).all()
+    assert report.correct()[1].tolist() == [True, True, False, False, False, False]
+
+
+@pytest.mark.parametrize("kernel", ["numpy", "tensorflow", "faiss"])
+def test_identical_embeddings_follow_the_lower_index_rule_where_the_matmul_rounds_by_column(
+        kernel, monkeypatch):
+    """Leave-one-out on 20 rows made of 3 distinct vectors. The NumPy matmul (the search
+    of kernel="numpy", and the scores of mAP with every kernel) is made to round a
+    score up by one ulp in every odd column, as a BLAS may round two copies of one
+    row differently: the copies are scored as one row, so the rule holds anyway, and
+    both metric functions agree with the exact-tie reference."""
+    import reference_evaluation as reference
+    from keras_dml.evaluation import knn
+
+    if kernel != "numpy":
+        pytest.importorskip(kernel)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 16)).astype("float32")[rng.integers(0, 3, 20)]
+    labels = rng.integers(0, 4, 20)
+    scores = knn.ExactSearch._numpy_scores
+
+    def rounding_by_column(self, queries):
+        out = scores(self, queries)
+        out[:, 1::2] = np.nextafter(out[:, 1::2], np.float32(np.inf))
+        return out
+
+    monkeypatch.setattr(knn.ExactSearch, "_numpy_scores", rounding_by_column)
+    expected = reference.retrieval_metrics(x, labels, ks=(1, 2))
+    metrics = retrieval_metrics(x, labels, ks=(1, 2), kernel=kernel)
+    report = retrieval_report(x, labels, ks=(1, 2), kernel=kernel).metrics
+    for key in ("recall@1", "recall@2", "r_precision", "map@r"):
+        assert metrics[key] == pytest.approx(expected[key], abs=1e-15), key
+        assert report[key] == pytest.approx(expected[key], abs=1e-15), key
+    assert metrics["precision@1"] == report["precision@1"]
+    order = reference.nearest_neighbors(x, None, 19, "cosine")
+    np.testing.assert_array_equal(retrieval_report(x, labels, ks=(1,), kernel=kernel).top,
+                                  order[:, :10])

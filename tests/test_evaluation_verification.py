@@ -188,3 +188,15 @@ def test_a_target_met_only_by_a_few_top_pairs_gives_the_models_best_supported_pr
     assert "more data" in message.lower() and "times larger" not in message
     best = float(message.split("reaches on this set is ")[1].split()[0])
     assert 0.1 < best < 0.99 and calibration.warning == message
+
+
+@pytest.mark.parametrize("far_targets, named", [
+    ((101,), "101"), ((1e-3, 0.0), "0.0"), ((-1e-3,), "-0.001"), ((1.5,), "1.5"),
+    (("1e-3",), "'1e-3'"), ((True,), "True")])
+def test_far_targets_outside_zero_to_one_are_refused_naming_the_value(far_targets, named):
+    scores, same = np.array([0.9, 0.2, 0.8, 0.1]), np.array([True, False, True, False])
+    with pytest.raises(ValueError, match=f"far_targets must be FARs in \\(0, 1\\], got {named}"):
+        verification_metrics(scores, same, far_targets)
+    with pytest.raises(ValueError, match="at least one FAR"):
+        verification_metrics(scores, same, ())
+    assert "tar@far=1e0" in verification_metrics(scores, same, (1,))

@@ -206,17 +206,27 @@ def test_from_model_embeds_a_dataset(tmp_path):
     assert len(unlabelled) == 23 and set(unlabelled.labels) == {-1}
 
 
-@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-def test_exact_search_in_gallery_blocks_equals_one_block(metric):
+@pytest.mark.parametrize("kernel", ["numpy", "tensorflow", "faiss"])
+@pytest.mark.parametrize("metric", ["dot", "euclidean"])
+def test_each_exact_kernel_is_served_by_what_it_names(metric, kernel, monkeypatch):
+    """Small integer embeddings: every kernel's float32 scores are exact, and tie."""
+    from keras_dml.evaluation import knn
     from keras_dml.index import backends
 
-    gallery, queries, _ = _data(5, n=500, d=8, q=30)
-    whole = backends.exact_search(gallery, queries, 9, metric)
-    blocks = backends.exact_search(gallery, queries, 9, metric, block_rows=37)
-    np.testing.assert_array_equal(blocks[0], whole[0])
-    np.testing.assert_allclose(blocks[1], whole[1], rtol=1e-5, atol=1e-5)
+    if kernel != "numpy":
+        pytest.importorskip(kernel)
+    served, scan = [], knn.ExactSearch._scan
+
+    def recorded(self, *args):
+        served.append(self.kernel)
+        return scan(self, *args)
+
+    monkeypatch.setattr(knn.ExactSearch, "_scan", recorded)
+    gallery, queries, _ = (np.round(2 * x) for x in _data(5, n=500, d=8, q=30))
+    positions, _ = backends.Exact(metric, kernel).search(gallery, queries, 9)
     order, _ = _brute_force(gallery, queries, 9, metric)
-    np.testing.assert_array_equal(blocks[0], order)
+    np.testing.assert_array_equal(positions, order)
+    assert served == [kernel]
 
 
 def test_from_model_refuses_a_training_stream_at_once_and_takes_steps():

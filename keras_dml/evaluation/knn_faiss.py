@@ -1,8 +1,8 @@
-"""Exact k-nearest-neighbour search with faiss' flat index, in the TensorFlow kernel's order,
-and the choice of kernel (`resolve_kernel`).
+"""The faiss kernel of the exact kNN search (`keras_dml.evaluation.knn`), and the choice
+of kernel (`resolve_kernel`).
 
 faiss' `IndexFlatIP` (cosine on unit rows, dot) and `IndexFlatL2` (euclidean)
-score every reference, as `keras_dml.evaluation.knn` does, but order equal
+score every gallery item, as the other kernels do, but order equal
 scores as their heaps happen to. To give the kernel's documented order (equal
 scores: the lower reference index first), each query asks faiss for a few more
 than k neighbours, sorts them by (score, index), and is searched again deeper
@@ -38,7 +38,8 @@ def resolve_kernel(kernel):
 
     `"auto"` is faiss when it is installed, unless Keras runs on TensorFlow and
     TensorFlow sees a GPU (then TensorFlow's kernel runs there); without faiss it is
-    TensorFlow's kernel on the TensorFlow backend and NumPy's on the others.
+    TensorFlow's kernel on the TensorFlow backend and NumPy's on the others: `"auto"`
+    never needs a package that is absent, and a kernel named is the kernel served.
 
     Raises:
         ValueError: `kernel` is not one of `KERNELS`.
@@ -53,8 +54,9 @@ def resolve_kernel(kernel):
         return kernel
     if faiss_module() is None:
         if kernel == "faiss":
-            raise ImportError('kernel="faiss" needs faiss: pip install faiss-cpu (or '
-                              'keras_dml[ann]), or pass kernel="numpy".')
+            raise ImportError('kernel="faiss" needs faiss, which is not installed here: '
+                              'pip install faiss-cpu (or "keras_dml[ann]"), or pass '
+                              'kernel="numpy" (or "auto").')
         return "tensorflow" if backend.is_tensorflow() else "numpy"
     if kernel == "auto" and backend.is_tensorflow():
         import tensorflow as tf
@@ -75,7 +77,8 @@ class FlatIndex:
     def __init__(self, references, metric):
         faiss = faiss_module()
         if faiss is None:
-            raise ImportError("FlatIndex needs faiss: pip install faiss-cpu.")
+            raise ImportError('FlatIndex needs faiss, which is not installed here: pip install '
+                              'faiss-cpu (or "keras_dml[ann]").')
         self.metric = metric
         references = self._prepare(references)
         self.size, dim = references.shape
@@ -87,42 +90,33 @@ class FlatIndex:
         return np.ascontiguousarray(ops.unit_rows(x), dtype=np.float32) \
             if self.metric == "cosine" else x
 
-    def search(self, queries, k, own=None):
+    def search(self, queries, k):
         """`(indices int64 (Q, k), scores float32 (Q, k))`, best first, ties to the lower index.
 
         Args:
             queries: float32 `(Q, d)`.
-            k: Neighbours per query, at most N (N - 1 with `own`).
-            own: Optional int `(Q,)` reference index of each query itself, left
-                out (leave-one-out).
+            k: Neighbours per query, at most N.
         """
         queries = self._prepare(queries)
-        own = None if own is None else np.asarray(own, np.int64)
         indices = np.empty((len(queries), k), np.int64)
         scores = np.empty((len(queries), k), np.float32)
         rows = np.arange(len(queries))
-        fetch = min(self.size, k + _EXTRA + (own is not None))
+        fetch = min(self.size, k + _EXTRA)
         while len(rows):
-            found, values, complete = self._ranked(
-                queries[rows], k, fetch, None if own is None else own[rows])
+            found, values, complete = self._ranked(queries[rows], k, fetch)
             indices[rows[complete]] = found[complete]
             scores[rows[complete]] = values[complete]
             rows = rows[~complete]
             fetch = min(self.size, 2 * fetch)
         return indices, scores
 
-    def _ranked(self, queries, k, fetch, own):
+    def _ranked(self, queries, k, fetch):
         """The top k of `fetch` neighbours by (score desc, index asc), and per query whether
         nothing left unfetched can tie with its k-th."""
         values, found = self._index.search(queries, fetch)
         if self.metric == "euclidean":  # faiss returns squared distances
             values = -values
         deepest = values[:, -1].copy()
-        if own is not None:  # drop each query's own row (else its last): the order holds
-            keep = found != own[:, np.newaxis]
-            keep[keep.all(axis=1), -1] = False
-            found = found[keep].reshape(len(found), fetch - 1)
-            values = values[keep].reshape(len(found), fetch - 1)
         # faiss sorts by score; rows with equal scores are sorted again, ties by index.
         tied = np.flatnonzero((values[:, 1:] == values[:, :-1]).any(axis=1))
         if len(tied):

@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from keras_dml import ops
 
-_NEG = float(-np.finfo(np.float32).max)  # score of padding and of the query itself
+_NEG = float(-np.finfo(np.float32).max)  # score of padding
 
 
 def _group_size(width, k):
@@ -42,11 +42,6 @@ def _group_size(width, k):
 def _block_order(total, group):
     """Original reference index at each stored position: position j*G + g holds g*b + j."""
     return np.arange(total).reshape(total // group, group).T.reshape(-1)
-
-
-def _stored_position(index, total, group):
-    """Inverse of `_block_order`."""
-    return (index % group) * (total // group) + index // group
 
 
 def _top_k(scores, k, group):
@@ -70,24 +65,16 @@ def _top_k(scores, k, group):
 @tf.function(input_signature=[
     tf.TensorSpec([None, None], tf.float32),  # queries
     tf.TensorSpec([None, None], tf.float32),  # references
-    tf.TensorSpec([None], tf.int32),  # own columns (leave-one-out), else empty
     tf.TensorSpec([], tf.int32),  # k
     tf.TensorSpec([], tf.int32),  # group
 ])
-def _chunk(queries, references, own_columns, k, group):
+def _chunk(queries, references, k, group):
     """Queries (t, d') against all stored references (n', d'): exact top-k.
 
-    Traced once: shapes, k, the block size and leave-one-out are all tensors, so
-    a series of query batch sizes, k's or galleries never retraces it.
+    Traced once: shapes, k and the block size are all tensors, so a series of
+    query batch sizes, k's or galleries never retraces it.
     """
     scores = tf.matmul(queries, references, transpose_b=True)
-    rows = tf.range(tf.shape(scores)[0])
-
-    def leave_own_out():  # the query's own column scores lowest
-        return tf.tensor_scatter_nd_update(
-            scores, tf.stack([rows, own_columns], 1), tf.fill(tf.shape(rows), _NEG))
-
-    scores = tf.cond(tf.size(own_columns) > 0, leave_own_out, lambda: scores)
     return tf.cond(group > 1, lambda: _top_k(scores, k, group),
                    lambda: tuple(tf.math.top_k(scores, k=k, sorted=True)))
 
@@ -121,18 +108,27 @@ def _augment(x, metric, padded_rows, query_side):
     return out
 
 
-def search(queries, references, k, metric, chunk_size, leave_one_out):
-    """Yield (start, indices, scores) NumPy chunks of queries against all references."""
-    n = references.shape[0]
-    group = _group_size(n, k)
-    total = n + (-n) % group
-    stored = _augment(references, metric, total - n, query_side=False)
-    ref = tf.constant(stored[_block_order(total, group)])
-    qry = tf.constant(_augment(queries, metric, 0, query_side=True))
-    own = _stored_position(np.arange(n), total, group) if leave_one_out else np.zeros(0)
-    own = tf.constant(own.astype(np.int32))
-    for start in range(0, queries.shape[0], chunk_size):
-        stop = start + chunk_size
-        values, indices = _chunk(qry[start:stop], ref, own[start:stop] if leave_one_out else own,
-                                 tf.constant(k), tf.constant(group))
-        yield start, indices.numpy(), values.numpy()
+class Prepared:
+    """The references stored for searches of depth `k`: augmented, padded and permuted
+    into blocks, on TensorFlow's default device.
+
+    Args:
+        references: float32 `(N, d)`.
+        metric: `"cosine"`, `"dot"` or `"euclidean"`.
+        k: neighbours per query (the block size depends on it).
+    """
+
+    def __init__(self, references, metric, k):
+        n = references.shape[0]
+        self.metric, self.k, self.group = metric, k, _group_size(n, k)
+        total = n + (-n) % self.group
+        stored = _augment(references, metric, total - n, query_side=False)
+        self.references = tf.constant(stored[_block_order(total, self.group)])
+
+    def search(self, queries, chunk_size):
+        """Yield (start, indices, scores) NumPy chunks of `queries` (float32 `(Q, d)`)."""
+        qry = tf.constant(_augment(queries, self.metric, 0, query_side=True))
+        for start in range(0, queries.shape[0], chunk_size):
+            values, indices = _chunk(qry[start:start + chunk_size], self.references,
+                                     tf.constant(self.k), tf.constant(self.group))
+            yield start, indices.numpy(), values.numpy()

@@ -20,11 +20,10 @@ import dataclasses
 
 import numpy as np
 
-from keras_dml import hyperparameters, ops, validation
+from keras_dml import hyperparameters, validation
+from keras_dml.evaluation import knn, retrieval
 from keras_dml.evaluation import rerank as reranking
-from keras_dml.evaluation.knn import _top_k
 from keras_dml.evaluation.rerank import without_self
-from keras_dml.evaluation.retrieval import _class_ids
 
 _SCORE_BUDGET = 2**23  # float32 scores per chunk (32 MB; with sort keys and masks ~130 MB)
 SHOWN = 10  # top results kept per query for figures and reports
@@ -44,7 +43,8 @@ class RetrievalReport:
             ranking; with re-ranking, the re-ranked list then the other items).
         map_at_r: float64, per evaluated query.
         top: int32 (evaluated, <= SHOWN) gallery positions of each query's best
-            results, best first (query positions under leave-one-out).
+            results, best first (query positions under leave-one-out); -1 past the
+            last result of a query that excludes most of the gallery.
         top_scores: float32, as `top`.
     """
 
@@ -58,8 +58,10 @@ class RetrievalReport:
     top_scores: np.ndarray
 
     def correct(self):
-        """bool (evaluated, shown): whether each shown result shares the query's class."""
-        return self.gallery_labels[self.top] == self.query_labels[self.evaluated][:, None]
+        """bool (evaluated, shown): whether each shown result shares the query's class
+        (False where a query has fewer results: `top` is -1 there)."""
+        return (self.top >= 0) & (self.gallery_labels[self.top]
+                                  == self.query_labels[self.evaluated][:, None])
 
     def per_class(self, ks=(1,)):
         """One dict per query class: "class", "queries", "gallery", "recall@K" for
@@ -104,87 +106,34 @@ class RetrievalReport:
             writer.writerows(rows)
 
 
-class _Scorer:
-    """Similarities of query rows to the whole gallery, with each query's excluded
-    items at -inf: one chunk at a time."""
-
-    def __init__(self, gallery, metric, exclusions):
-        self.metric = metric
-        self.gallery = gallery
-        self.size = len(gallery)
-        squared = np.einsum("ij,ij->i", gallery, gallery)
-        self.scale = (1.0 / np.sqrt(np.maximum(squared, ops.NORM_EPSILON))
-                      if metric == "cosine" else None)
-        self.squared = squared if metric == "euclidean" else None
-        self.exclusions = exclusions
-
-    def scores(self, queries, rows=None):
-        queries = np.asarray(queries, np.float32)
-        if self.metric == "cosine":
-            queries = ops.unit_rows(queries).astype(np.float32)
-        scores = queries @ self.gallery.T
-        if self.metric == "cosine":
-            scores *= self.scale
-        elif self.metric == "euclidean":
-            scores = 2.0 * scores - np.einsum("ij,ij->i", queries, queries)[:, None] \
-                - self.squared
-        if rows is not None:
-            for i, columns in enumerate(self.exclusions(rows)):
-                scores[i, columns] = -np.inf
-        return scores
-
-    def chunk_rows(self):
-        return max(1, _SCORE_BUDGET // self.size)
-
-
 class ArrayGallery:
     """Gallery embeddings in memory as a re-ranker's gallery
-    (`keras_dml.evaluation.rerank`), honouring each query row's exclusions."""
+    (`keras_dml.evaluation.rerank`), honouring each query row's exclusions.
 
-    def __init__(self, scorer, size):
-        self.scorer, self.metric = scorer, scorer.metric
-        self.size = size  # results a query may have (its exclusions left out)
+    Args:
+        search: the gallery's `knn.ExactSearch`.
+        exclusions: a `knn.Exclusions` over the evaluated queries, or None.
+        size: results every query may have (its exclusions left out).
+    """
+
+    def __init__(self, search, exclusions, size):
+        self.exact, self.exclusions, self.metric = search, exclusions, search.metric
+        self.size = size
 
     def search(self, vectors, k, rows=None):
         """Top-k gallery positions of `vectors`, the items excluded for the query
         `rows` (positions in the evaluated queries) left out."""
-        found, values = [], []
-        step = self.scorer.chunk_rows()  # bounded: one block of scores at a time
-        for start in range(0, len(vectors), step):
-            block = None if rows is None else rows[start:start + step]
-            scores = self.scorer.scores(vectors[start:start + step], block)
-            top = _top_k(scores, k)
-            found.append(top)
-            values.append(np.take_along_axis(scores, top, 1))
-        return np.concatenate(found), np.concatenate(values)
+        exclusions = None if rows is None or self.exclusions is None else \
+            self.exclusions.take(rows)
+        parts = list(self.exact.search(np.asarray(vectors, np.float32), k, exclusions))
+        return (np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
 
     def embeddings(self, ids):
-        return self.scorer.gallery[np.asarray(ids)]
+        return self.exact.gallery[np.asarray(ids)]
 
     def neighbours(self, ids, n):
-        found, scores = self.search(self.embeddings(ids), min(n + 1, self.scorer.size))
+        found, scores = self.search(self.embeddings(ids), min(n + 1, self.exact.size))
         return without_self(ids, found, scores, n)
-
-
-def _exclusions(query_ids, gallery_ids, query_groups, gallery_groups):
-    """`rows -> [gallery columns to exclude]` from equal ids and equal groups."""
-    tables = []
-    for q, g in ((query_ids, gallery_ids), (query_groups, gallery_groups)):
-        if q is None:
-            continue
-        table = collections.defaultdict(list)
-        for column, key in enumerate(np.asarray(g).tolist()):
-            table[key].append(column)
-        tables.append((np.asarray(q).tolist(), table))
-
-    def excluded(rows):
-        for row in rows:
-            columns = []
-            for keys, table in tables:
-                columns.extend(table.get(keys[row], ()))
-            yield columns
-
-    return excluded
 
 
 def _keys(values, count, name):
@@ -197,50 +146,20 @@ def _keys(values, count, name):
     return values
 
 
-def _average_precision(scores, positives, top):
-    """AP of one query over its whole ranking: the list `top` (exact or re-ranked) first,
-    then every other item by score (each behind all scoring at least as high)."""
-    in_top = positives[top]
-    ranks = list(np.flatnonzero(in_top) + 1)
-    rest = positives.copy()
-    rest[top] = False
-    if rest.any():
-        rest_scores = np.sort(scores[rest])[::-1]
-        above = np.sort(scores[scores >= rest_scores[-1]])
-        top_scores = np.sort(scores[top])
-        ahead = (len(above) - np.searchsorted(above, rest_scores, side="left")) - (
-            len(top_scores) - np.searchsorted(top_scores, rest_scores, side="left"))
-        ranks.extend(len(top) + ahead)
-    ranks = np.sort(np.asarray(ranks, np.float64))
-    return float(np.mean(np.arange(1, len(ranks) + 1) / ranks))
-
-
-def _list_metrics(same, r, ks):
-    """Per-query hits@K, precision@K, R-precision and MAP@R of ranked lists."""
-    out = {}
-    hits = np.logical_or.accumulate(same, axis=1)
-    for k in ks:
-        out[f"recall@{k}"] = hits[:, k - 1]
-        out[f"precision@{k}"] = same[:, :k].mean(axis=1)
-    width = same.shape[1]
-    within_r = np.arange(width)[None, :] < r[:, None]
-    relevant = same & within_r
-    out["r_precision"] = relevant.sum(axis=1) / r
-    precision = np.cumsum(relevant, axis=1) / np.arange(1, width + 1)
-    out["map@r"] = np.sum(precision * relevant, axis=1) / r
-    return out
-
-
 def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
                      gallery_labels=None, *, query_ids=None, gallery_ids=None,
                      query_groups=None, gallery_groups=None, ks=(1, 2, 4, 8),
-                     metric="cosine", rerank=None, chunk_size=None):
+                     metric="cosine", rerank=None, chunk_size=None, kernel="auto"):
     """Retrieval metrics of queries searched in a gallery, per query and per class.
 
     Each query is ranked against every gallery item it is not excluded from (see
     the module: same item, same group; without a gallery, leave-one-out on the
-    queries). Memory: the gallery, plus `chunk_size` x gallery scores (default:
-    2**23 scores, 32 MB) with their masks and sort keys, plus 10 results per query.
+    queries), by the exact search of `keras_dml.evaluation.knn` (ties to the lower
+    gallery index), and scored by the metric core of
+    `keras_dml.evaluation.retrieval`: Recall@K, "precision@1", "r_precision" and
+    "map@r" equal `retrieval_metrics`' with the same kernel. Memory: the gallery,
+    plus `chunk_size` x gallery scores (default: 2**23 scores, 32 MB) with their
+    sort keys, plus 10 results per query.
 
     Args:
         query_embeddings: float (Q, d).
@@ -256,21 +175,20 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
         rerank: a re-ranker of `keras_dml.evaluation.rerank` (a name such as "qe" or
             an object). Defaults to None: the exact ranking.
         chunk_size: queries per chunk. Defaults to None (2**23 / N).
+        kernel: the search kernel (see `keras_dml.evaluation.nearest_neighbors`).
+            Defaults to `"auto"`.
 
     Returns:
         A `RetrievalReport`. Its "map" is each query's AP over the whole ranking
-        averaged (with `rerank`: the re-ranked list, then the other items in
-        their exact order). Recall@K, "precision@1", "r_precision" and "map@r"
-        are as `retrieval_metrics`'.
+        (exact order; with `rerank`: the re-ranked list, then the other items in
+        their exact order), averaged: it depends on no K.
 
     Examples:
         >>> emb = np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], "float32")
         >>> retrieval_report(emb, [0, 0, 1, 1], ks=(1,)).metrics["recall@1"]
         1.0
     """
-    from keras_dml.evaluation.retrieval import check_metrics
-
-    _, ks = check_metrics(("recall@k",), ks)
+    _, ks = retrieval.check_metrics(("recall@k",), ks)
     metric = validation.check_search_metric(metric)
     queries = validation.embedding_array(query_embeddings, "query_embeddings")
     q_labels = validation.label_array(query_labels, len(queries), "query_labels")
@@ -293,44 +211,43 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
             (query_groups is None) != (gallery_groups is None):
         raise ValueError("Pass ids (and groups) for both the queries and the gallery, or for "
                          "neither.")
-    query_ids, query_groups = (_keys(query_ids, len(queries), "query_ids"),
-                               _keys(query_groups, len(queries), "query_groups"))
-    gallery_ids, gallery_groups = (_keys(gallery_ids, len(gallery), "gallery_ids"),
-                                   _keys(gallery_groups, len(gallery), "gallery_groups"))
-    q_ids, g_ids, _ = _class_ids(q_labels, g_labels)
-    scorer = _Scorer(gallery.astype(np.float32, copy=False), metric,
-                     _exclusions(query_ids, gallery_ids, query_groups, gallery_groups))
+    pairs = [(_keys(q, len(queries), q_name), _keys(g, len(gallery), g_name))
+             for q, g, q_name, g_name in ((query_ids, gallery_ids, "query_ids", "gallery_ids"),
+                                          (query_groups, gallery_groups, "query_groups",
+                                           "gallery_groups")) if q is not None]
+    exclusions = knn.Exclusions(pairs) if pairs else None
+    excluded = np.zeros(len(queries), np.int64) if exclusions is None else exclusions.counts()
+    search = knn.ExactSearch(gallery, metric, kernel)
     if rerank is not None:
         rerank = reranking.get(rerank)
-    chunk = chunk_size or scorer.chunk_rows()
+    chunk = chunk_size or max(1, _SCORE_BUDGET // search.size)
     chunk = hyperparameters.integer_at_least("chunk_size", chunk, 1)
-    # results every query can have: the gallery less its largest exclusion
-    available = scorer.size - max((len(set(c)) for c in scorer.exclusions(
-        range(len(queries)))), default=0)
+    available = search.size - int(excluded.max())  # results every query can have
     if ks[-1] > available:
         raise ValueError(f"recall@{ks[-1]} asks for {ks[-1]} results but a query can find "
                          f"only {available} gallery items.")
+    q_ids, g_ids, _ = retrieval.class_ids(q_labels, g_labels)
+    # one depth for every chunk (a kernel prepares the gallery once): K, R, SHOWN
+    width = min(max(ks[-1], int(np.bincount(g_ids).max()), SHOWN), search.size)
     parts = collections.defaultdict(list)
     for start in range(0, len(queries), chunk):
         rows = np.arange(start, min(start + chunk, len(queries)))
-        scores = scorer.scores(queries[rows], rows)
-        positives = (g_ids[None, :] == q_ids[rows][:, None]) & np.isfinite(scores)
+        chunk_exclusions = None if exclusions is None else exclusions.take(rows)
+        scores = search.scores(queries[rows], np.arange(len(rows)), chunk_exclusions)
+        positives = (g_ids[np.newaxis, :] == q_ids[rows][:, np.newaxis]) & np.isfinite(scores)
         r = positives.sum(axis=1)
         keep = r > 0
         if not keep.any():
             continue
         rows, scores, positives, r = rows[keep], scores[keep], positives[keep], r[keep]
-        width = min(max(ks[-1], int(r.max()), SHOWN), available)
         if rerank is None:
-            top = _top_k(scores, width)
-            top_scores = np.take_along_axis(scores, top, 1)
+            top, top_scores = _exact_top(search, queries[rows], width, exclusions, rows)
         else:
-            top, top_scores = rerank.rerank(ArrayGallery(scorer, available), queries[rows],
-                                            width, rows)
-        same = g_ids[top] == q_ids[rows][:, None]
-        values = _list_metrics(same, r, ks)
-        values["map"] = np.array([_average_precision(s, p, t) for s, p, t in
-                                  zip(scores, positives, top)])
+            top, top_scores = rerank.rerank(ArrayGallery(search, exclusions, available),
+                                            queries[rows], width, rows)
+        same = (top >= 0) & (g_ids[top] == q_ids[rows][:, None])
+        values = retrieval.ranking_metrics(same, r, ks, ks)
+        values["map"] = retrieval.average_precisions(scores, positives, top)
         for key, value in values.items():
             parts[key].append(value)
         parts["evaluated"].append(rows)
@@ -350,3 +267,10 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
     metrics["num_excluded_queries"] = int(len(queries) - len(evaluated))
     return RetrievalReport(metrics, q_labels, g_labels, evaluated, joined["map"],
                            joined["map@r"], joined["top"], joined["top_scores"])
+
+
+def _exact_top(search, queries, width, exclusions, rows):
+    """`(top, top_scores)` of the exact search, each query's exclusions left out."""
+    chunk_exclusions = None if exclusions is None else exclusions.take(rows)
+    parts = list(search.search(queries, width, chunk_exclusions, chunk_size=len(queries)))
+    return parts[0][1], parts[0][2]

@@ -2,7 +2,8 @@
 
 Each method needs only a gallery that can be searched and can return stored
 embeddings (an `Index`, through `keras_dml.index.rerank.IndexGallery`, on every
-`Index` backend; the query/gallery evaluation's own scorer), and holds only one
+`Index` backend; the query/gallery evaluation's
+`keras_dml.evaluation.query_gallery.ArrayGallery`), and holds only one
 chunk of queries' candidates at a time. Users import these from
 `keras_dml.index.rerank`; they sit here, below both the index and the evaluation
 that use them.

@@ -105,7 +105,8 @@ def verification_metrics(scores, same, far_targets=FAR_TARGETS):
         scores: float `(P,)` pair similarities (higher: more alike), e.g. from
             `pair_scores`.
         same: bool `(P,)`, True for same-class pairs.
-        far_targets: FARs to report TAR at. Defaults to (1e-2, 1e-3, 1e-4).
+        far_targets: FARs to report TAR at, each in (0, 1]. Defaults to
+            (1e-2, 1e-3, 1e-4).
 
     Returns:
         A dict: `roc_auc`; `eer` (where FAR = 1 - TAR, linearly interpolated
@@ -116,6 +117,7 @@ def verification_metrics(scores, same, far_targets=FAR_TARGETS):
         drop_intermediate=False)`) and `pr` (`precision`, `recall`,
         `thresholds`, as `sklearn.metrics.precision_recall_curve`).
     """
+    far_targets = check_far_targets(far_targets)
     scores, same = _check_scores(scores, same)
     thresholds, tp, fp = _counts(scores, same)
     positives, negatives = tp[-1], fp[-1]
@@ -142,6 +144,20 @@ def verification_metrics(scores, same, far_targets=FAR_TARGETS):
         },
     }
     return result
+
+
+def check_far_targets(far_targets):
+    """`far_targets` as a tuple of floats in (0, 1]; a ValueError names a bad one."""
+    targets = (far_targets,) if np.isscalar(far_targets) else tuple(far_targets)
+    if not targets:
+        raise ValueError("far_targets must name at least one FAR in (0, 1], got an empty "
+                         f"{type(far_targets).__name__}.")
+    for target in targets:
+        if isinstance(target, bool) or not isinstance(target, (int, float, np.number)) \
+                or not 0.0 < float(target) <= 1.0:
+            raise ValueError(f"far_targets must be FARs in (0, 1], got {target!r} in "
+                             f"{far_targets!r}.")
+    return tuple(float(t) for t in targets)
 
 
 def _far_name(value):

@@ -1,9 +1,8 @@
-"""Search backends of `Index`: exact (the evaluation's kNN kernels) and faiss (approximate).
+"""Search backends of `Index`: exact (`keras_dml.evaluation.knn`) and faiss (approximate).
 
 A backend maps `(gallery (N, d), queries (Q, d), k)` to `(positions, scores)`:
 int64 `(Q, k)` gallery rows and float32 `(Q, k)` similarities, best first.
-Approximate backends build their structure lazily at the first search after
-the gallery changed.
+Backends prepare the gallery lazily at the first search after it changed.
 """
 
 import math
@@ -11,41 +10,22 @@ import math
 import numpy as np
 
 from keras_dml import ops
-from keras_dml.evaluation.knn import nearest_neighbors
-from keras_dml.evaluation.knn_faiss import KERNELS, FlatIndex, resolve_kernel
+from keras_dml.evaluation.knn import ExactSearch
+from keras_dml.evaluation.knn_faiss import KERNELS, resolve_kernel
 from keras_dml.hyperparameters import integer_at_least
 
 BACKENDS = ("exact", "faiss_ivf", "faiss_hnsw")
-BLOCK_ROWS = 2**18  # gallery rows handed to the kNN kernel at once
-
-
-def exact_search(gallery, queries, k, metric, block_rows=BLOCK_ROWS):
-    """Exact top-k by the TensorFlow kernel of `keras_dml.evaluation.nearest_neighbors`,
-    block by block.
-
-    The kernel bounds its score memory by chunks of queries but prepares a
-    copy of the references it is given; handing it the gallery in blocks of
-    `block_rows` rows bounds that copy too. The blocks' top-k are merged by
-    score, ties to the lower gallery row, as the kernel orders them.
-    """
-    positions, scores = [], []
-    for start in range(0, len(gallery), block_rows):
-        block = gallery[start:start + block_rows]
-        indices, values = nearest_neighbors(queries, block, min(k, len(block)), metric,
-                                            kernel="tensorflow")
-        positions.append(indices.astype(np.int64) + start)
-        scores.append(values)
-    if len(positions) == 1:
-        return positions[0], scores[0]
-    positions, scores = np.concatenate(positions, axis=1), np.concatenate(scores, axis=1)
-    # Candidates sit in gallery-row order within equal scores: a stable sort keeps it.
-    best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(positions, best, 1), np.take_along_axis(scores, best, 1)
 
 
 class Exact:
-    """Every item scored: faiss' flat index (kept between searches) or the TensorFlow
-    kernel, as the `kernel` option says (see `keras_dml.evaluation.nearest_neighbors`)."""
+    """Every item scored by the evaluation's exact search (`keras_dml.evaluation.knn`),
+    with the kernel the `kernel` option names: `"auto"` (default), `"numpy"`,
+    `"tensorflow"` or `"faiss"`. Among equal scores the item added first comes first.
+
+    Raises:
+        ValueError: an unknown kernel.
+        ImportError: a kernel whose package is not installed (`"faiss"`, `"tensorflow"`).
+    """
 
     name = "exact"
 
@@ -53,19 +33,20 @@ class Exact:
         if kernel not in KERNELS:
             raise ValueError(f"The exact backend's kernel must be one of {KERNELS}, got "
                              f"{kernel!r}.")
+        resolve_kernel(kernel)  # a kernel named without its package fails here, not later
         self.metric = metric
         self.options = {"kernel": kernel}
-        self._flat = None
+        self._search = None
 
     def invalidate(self):
-        self._flat = None
+        self._search = None
 
     def search(self, gallery, queries, k):
-        if resolve_kernel(self.options["kernel"]) == "tensorflow":
-            return exact_search(gallery, queries, k, self.metric)
-        if self._flat is None:
-            self._flat = FlatIndex(gallery, self.metric)
-        return self._flat.search(queries, k)
+        if self._search is None:
+            self._search = ExactSearch(gallery, self.metric, self.options["kernel"])
+        chunks = list(self._search.search(np.asarray(queries, np.float32), k))
+        return (np.concatenate([chunk[1] for chunk in chunks]),
+                np.concatenate([chunk[2] for chunk in chunks]))
 
 
 class _Faiss:

@@ -52,9 +52,10 @@ class Index:
     (`keras_dml.index.filters`: by label, id, time added or metadata field).
 
     Backends: `"exact"` scores every item with the evaluation's exact kNN
-    kernels (`keras_dml.evaluation.nearest_neighbors`): faiss' flat index where
-    faiss is installed and TensorFlow sees no GPU, else TensorFlow's chunked
-    kernel, both ranking equal scores by insertion order; `"faiss_ivf"` and
+    search (`keras_dml.evaluation.nearest_neighbors`; its `kernel` option: NumPy,
+    TensorFlow or faiss' flat index, by default faiss where installed, else
+    TensorFlow's on the TensorFlow backend, else NumPy), equal scores ranked by
+    insertion order; `"faiss_ivf"` and
     `"faiss_hnsw"` are approximate (`pip install "keras_dml[ann]"`); these
     three hold the items in memory, and `save` / `Index.load` write and read
     them as NumPy and JSON files (no pickle). `"milvus"` keeps them in a Milvus
@@ -88,7 +89,7 @@ class Index:
         allow_mismatch: Open a collection whose recorded model differs from
             `provenance` with a warning instead of an error. Defaults to False.
         **backend_options: For `"exact"`: `kernel`, `"auto"` (default),
-            `"faiss"` or `"tensorflow"`. For `"faiss_ivf"`: `nlist` (default ~4 sqrt(N)),
+            `"numpy"`, `"tensorflow"` or `"faiss"`. For `"faiss_ivf"`: `nlist` (default ~4 sqrt(N)),
             `nprobe` (default 16); for `"faiss_hnsw"`: `m` (default 32),
             `ef_search` (default 64), `ef_construction` (default 80). For
             `"milvus"`: `index_type` `"FLAT"` (default), `"HNSW"` (`m` 32,
@@ -328,10 +329,8 @@ class Index:
                 `"dba"`, `"k_reciprocal"`, with options as `"qe:n=2,alpha=3"`, or a
                 re-ranker object. Defaults to None: the plain search.
 
-        Ties between bitwise-equal scores go to the item added first on the
-        in-memory backends (the TensorFlow kernel scores the gallery in blocks of
-        2**18 rows, and copies of one vector in different blocks may score one
-        float rounding apart); Milvus orders them its own way.
+        Ties between equal scores go to the item added first on the in-memory
+        backends (copies of one vector score alike); Milvus orders them its own way.
 
         Raises:
             ValueError: An empty index, k above its size, queries of another
