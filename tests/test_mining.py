@@ -106,7 +106,7 @@ def test_pair_margin_and_vthm_match_numpy_loops(seed):
 def test_miners_on_distance_losses_see_negated_distances():
     """With a Euclidean loss, semi-hard means the closest negative beyond the positive."""
     labels, x = _angles_batch()
-    loss = Contrastive("euclidean", neg_margin=10.0, miner=mining.SemiHardMiner())
+    loss = Contrastive(metric="euclidean", neg_margin=10.0, miner=mining.SemiHardMiner())
     terms = loss.terms(labels, x)
     # on unit vectors the distance order equals the cosine order
     assert _row(np.asarray(terms.positive)) == {1, 2}
