@@ -172,3 +172,33 @@ def test_semihard_is_quadratic_in_memory():
     sizes = [out.shape.num_elements() for op in graph.get_operations() for out in op.outputs
              if out.shape.is_fully_defined()]
     assert max(sizes) <= 2 * n * n
+
+
+class _Records(list):
+    """A logging handler that keeps the messages it sees."""
+
+    level = 0
+
+    def handle(self, record):
+        self.append(record.getMessage())
+
+
+@pytest.mark.parametrize("name", ["SemiHardMiner", "MultiSimilarityMiner", "PairMarginMiner",
+                                  "DistanceWeighted"])
+def test_a_loss_with_a_miner_in_tf_function_logs_no_autograph_warning(name):
+    """AutoGraph converts every method the engine calls on a miner (an empty-bodied
+    method cannot be converted: TensorFlow then logs "could not transform")."""
+    for method in ("bind_dimension", "mine"):
+        tf.autograph.to_graph(getattr(type(mining.get(name)), method))  # raises if it cannot
+    loss = Contrastive(miner=mining.get(name) if name != "DistanceWeighted"
+                       else mining.DistanceWeighted(seed=0))
+    labels, x = _angles_batch()
+    records = _Records()
+    logger = tf.get_logger()
+    logger.addHandler(records)
+    try:
+        value = tf.function(lambda y, e: loss(y, e))(labels, x)
+    finally:
+        logger.removeHandler(records)
+    assert np.isfinite(float(value))
+    assert not [m for m in records if "AutoGraph" in m], records
