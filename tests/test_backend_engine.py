@@ -206,7 +206,8 @@ def test_row_blocks_equal_the_whole_matrix(monkeypatch, metric, keys):
     monkeypatch.setattr(row_block_limits, "ROW_BLOCKS_ABOVE_ENTRIES", 10)
     monkeypatch.setattr(row_block_limits, "BLOCK_ENTRIES", 3 * 20)  # blocks of 3 rows (and 2)
     assert row_blocks.applies(Contrastive(metric=metric), Reference.batch(labels, x))
-    blocked = value_and_grad(lambda e: Contrastive(metric=metric)(labels, e, reference=reference), x)
+    loss = Contrastive(metric=metric)
+    blocked = value_and_grad(lambda e: loss(labels, e, reference=reference), x)
     np.testing.assert_allclose(blocked[0], whole[0], rtol=1e-5)
     np.testing.assert_allclose(blocked[1], whole[1], rtol=1e-4, atol=1e-6)
 
