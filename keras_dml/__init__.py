@@ -62,9 +62,12 @@ _COMMAND_NAMES = ("keras-dml", "keras-dml.exe", "keras-dml-script.py")
 def import_all():
     """Imports every submodule (registering the serializable classes); returns them.
 
-    Without TensorFlow, the `_TENSORFLOW_ONLY` submodules are left out.
+    Unless Keras runs on TensorFlow, the `_TENSORFLOW_ONLY` submodules are left out
+    (they register no Keras class, and load on first use where TensorFlow is installed).
     """
-    tensorflow = importlib.util.find_spec("tensorflow") is not None
+    import keras
+
+    tensorflow = keras.backend.backend() == "tensorflow"
     return {name: importlib.import_module(f"keras_dml.{name}") for name in _SUBMODULES
             if tensorflow or name not in _TENSORFLOW_ONLY}
 

@@ -60,6 +60,17 @@ def integer_at_least(name, value, minimum, strict=False, why=""):
     return int(value)
 
 
+def boolean(name, value):
+    """`value` as a bool: True or False (1 and 0 too); anything else is refused."""
+    try:
+        valid = not isinstance(value, str) and value in (True, False)
+    except (TypeError, ValueError):  # an array has no single truth value
+        valid = False
+    if not valid:
+        raise ValueError(f"{name} must be True or False, got {value!r}.")
+    return bool(value)
+
+
 def one_of(name, value, choices):
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}.")

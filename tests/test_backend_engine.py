@@ -167,7 +167,7 @@ def test_gradient_reaches_trainable_keys_only(trainable):
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
 def test_contrastive_value_and_gradient_match_the_numpy_reference(metric):
     labels, x = batch()
-    value, grad = value_and_grad(lambda e: Contrastive(metric)(labels, e), x)
+    value, grad = value_and_grad(lambda e: Contrastive(metric=metric)(labels, e), x)
     np.testing.assert_allclose(value, ref.contrastive(x, labels, metric), rtol=1e-5)
     expected = finite_difference(lambda e: ref.contrastive(e, labels, metric), x)
     np.testing.assert_allclose(grad, expected, rtol=1e-3, atol=1e-5)
@@ -176,9 +176,9 @@ def test_contrastive_value_and_gradient_match_the_numpy_reference(metric):
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
 def test_contrastive_weights_are_the_exact_derivative(metric):
     labels, x = batch()
-    autodiff, stated = weighting.autodiff_weights(Contrastive(metric), labels, x)
+    autodiff, stated = weighting.autodiff_weights(Contrastive(metric=metric), labels, x)
     np.testing.assert_allclose(stated, autodiff, rtol=1e-5, atol=1e-7)
-    weights = weighting.pair_weights(Contrastive(metric), labels, x)
+    weights = weighting.pair_weights(Contrastive(metric=metric), labels, x)
     assert weights.shape == (len(labels), len(labels)) and np.all(weights >= 0)
 
 
@@ -202,11 +202,12 @@ def test_row_blocks_equal_the_whole_matrix(monkeypatch, metric, keys):
     if keys == "memory":
         memory = np.random.default_rng(2).normal(size=(7, x.shape[1])).astype("float32")
         reference = Reference(np.array([0, 1, 2, 3, 4, 0, -1], "int32"), memory)
-    whole = value_and_grad(lambda e: Contrastive(metric)(labels, e, reference=reference), x)
+    whole = value_and_grad(lambda e: Contrastive(metric=metric)(labels, e, reference=reference), x)
     monkeypatch.setattr(row_block_limits, "ROW_BLOCKS_ABOVE_ENTRIES", 10)
     monkeypatch.setattr(row_block_limits, "BLOCK_ENTRIES", 3 * 20)  # blocks of 3 rows (and 2)
-    assert row_blocks.applies(Contrastive(metric), Reference.batch(labels, x))
-    blocked = value_and_grad(lambda e: Contrastive(metric)(labels, e, reference=reference), x)
+    assert row_blocks.applies(Contrastive(metric=metric), Reference.batch(labels, x))
+    loss = Contrastive(metric=metric)
+    blocked = value_and_grad(lambda e: loss(labels, e, reference=reference), x)
     np.testing.assert_allclose(blocked[0], whole[0], rtol=1e-5)
     np.testing.assert_allclose(blocked[1], whole[1], rtol=1e-4, atol=1e-6)
 
@@ -280,7 +281,7 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(ValueError, match="strings"):
         Contrastive()(np.array(["a"] * len(labels)), x)
     with pytest.raises(ValueError, match="overflows float32"):
-        Contrastive("euclidean", neg_margin=1e30)(labels, 1e30 * x)
+        Contrastive(metric="euclidean", neg_margin=1e30)(labels, 1e30 * x)
 
 
 # -- the same batch on TensorFlow ------------------------------------------------------
@@ -295,7 +296,7 @@ def cross_results():
     labels, x = batch(classes=6, k=4, dim=8, seed=5)
     results = {}
     for case, (metric, kwargs) in CROSS_CASES.items():
-        value, grad = value_and_grad(lambda e: Contrastive(metric, **kwargs)(labels, e), x)
+        value, grad = value_and_grad(lambda e: Contrastive(metric=metric, **kwargs)(labels, e), x)
         results[case] = (float(value), grad.tolist())
     return results
 

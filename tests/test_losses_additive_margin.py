@@ -150,7 +150,7 @@ def test_bad_arguments():
     for make, match in [(lambda: ArcFace(C, margin=180), "degrees"),
                         (lambda: ArcFace(C, scale=0), "scale"),
                         (lambda: CosFace(C, margin=-1), "margin"),
-                        (lambda: SubCenterArcFace(C, sub_centers=0), "proxies_per_class"),
+                        (lambda: SubCenterArcFace(C, sub_centers=0), "sub_centers"),
                         (lambda: ArcFace(0), "num_classes")]:
         with pytest.raises(ValueError, match=match):
             make()

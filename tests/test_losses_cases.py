@@ -45,9 +45,9 @@ PAIR_CASES = [
     ("contrastive_cos", lambda: Contrastive(), lambda x, y: ref.contrastive(x, y)),
     ("contrastive_cos_m", lambda: Contrastive(pos_margin=0.8, neg_margin=0.1),
      lambda x, y: ref.contrastive(x, y, "cosine", 0.8, 0.1)),
-    ("contrastive_euc", lambda: Contrastive("euclidean", neg_margin=2.5),
+    ("contrastive_euc", lambda: Contrastive(metric="euclidean", neg_margin=2.5),
      lambda x, y: ref.contrastive(x, y, "euclidean", 0.0, 2.5)),
-    ("contrastive_euc_m", lambda: Contrastive("euclidean", pos_margin=1.0, neg_margin=3.0),
+    ("contrastive_euc_m", lambda: Contrastive(metric="euclidean", pos_margin=1.0, neg_margin=3.0),
      lambda x, y: ref.contrastive(x, y, "euclidean", 1.0, 3.0)),
     ("triplet_all", lambda: Triplet(margin=0.3), lambda x, y: ref.triplet(x, y, 0.3)),
     ("triplet_hard", lambda: Triplet(mining="hard"),
@@ -100,7 +100,7 @@ DEGENERATE = {
     "single_sample": np.array([0], "int32"),
 }
 SERIALIZED = [
-    Contrastive("euclidean", pos_margin=0.1, neg_margin=2.0, miner=mining.PairMarginMiner()),
+    Contrastive(metric="euclidean", pos_margin=0.1, neg_margin=2.0, miner=mining.PairMarginMiner()),
     Triplet(margin=0.3, metric="squared_euclidean", mining="semihard"),
     Triplet(miner=mining.HardMiner(margin=0.2)),
     LiftedStructure(margin=2.0, metric="cosine"),

@@ -30,7 +30,7 @@ def test_contrastive_with_semihard_miner_uses_its_pair_masks():
 @pytest.mark.parametrize("factory,match", [
     (lambda: Contrastive(metric="dot"), "metric"),
     (lambda: Contrastive(miner="semihard"), "miner"),
-    (lambda: Contrastive("euclidean", neg_margin=-1.0), "neg_margin"),
+    (lambda: Contrastive(metric="euclidean", neg_margin=-1.0), "neg_margin"),
     (lambda: Contrastive(pos_margin=float("nan")), "pos_margin"),
 ])
 def test_bad_arguments_raise_value_error(factory, match):

@@ -34,7 +34,7 @@ def test_weights_are_the_relaxed_softmax_formula():
     (lambda: SoftTriple(CLASSES, la=0.0), "la"),
     (lambda: SoftTriple(CLASSES, gamma=-0.1), "gamma"),
     (lambda: SoftTriple(CLASSES, tau=-0.2), "tau"),
-    (lambda: SoftTriple(CLASSES, centers_per_class=0), "proxies_per_class"),
+    (lambda: SoftTriple(CLASSES, centers_per_class=0), "centers_per_class"),
 ])
 def test_bad_hyperparameters(make, match):
     with pytest.raises(ValueError, match=match):

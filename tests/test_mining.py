@@ -106,7 +106,7 @@ def test_pair_margin_and_vthm_match_numpy_loops(seed):
 def test_miners_on_distance_losses_see_negated_distances():
     """With a Euclidean loss, semi-hard means the closest negative beyond the positive."""
     labels, x = _angles_batch()
-    loss = Contrastive("euclidean", neg_margin=10.0, miner=mining.SemiHardMiner())
+    loss = Contrastive(metric="euclidean", neg_margin=10.0, miner=mining.SemiHardMiner())
     terms = loss.terms(labels, x)
     # on unit vectors the distance order equals the cosine order
     assert _row(np.asarray(terms.positive)) == {1, 2}
@@ -172,3 +172,33 @@ def test_semihard_is_quadratic_in_memory():
     sizes = [out.shape.num_elements() for op in graph.get_operations() for out in op.outputs
              if out.shape.is_fully_defined()]
     assert max(sizes) <= 2 * n * n
+
+
+class _Records(list):
+    """A logging handler that keeps the messages it sees."""
+
+    level = 0
+
+    def handle(self, record):
+        self.append(record.getMessage())
+
+
+@pytest.mark.parametrize("name", ["SemiHardMiner", "MultiSimilarityMiner", "PairMarginMiner",
+                                  "DistanceWeighted"])
+def test_a_loss_with_a_miner_in_tf_function_logs_no_autograph_warning(name):
+    """AutoGraph converts every method the engine calls on a miner (an empty-bodied
+    method cannot be converted: TensorFlow then logs "could not transform")."""
+    for method in ("bind_dimension", "mine"):
+        tf.autograph.to_graph(getattr(type(mining.get(name)), method))  # raises if it cannot
+    loss = Contrastive(miner=mining.get(name) if name != "DistanceWeighted"
+                       else mining.DistanceWeighted(seed=0))
+    labels, x = _angles_batch()
+    records = _Records()
+    logger = tf.get_logger()
+    logger.addHandler(records)
+    try:
+        value = tf.function(lambda y, e: loss(y, e))(labels, x)
+    finally:
+        logger.removeHandler(records)
+    assert np.isfinite(float(value))
+    assert not [m for m in records if "AutoGraph" in m], records

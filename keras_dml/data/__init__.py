@@ -13,6 +13,8 @@ operation of `Preprocessing`) raises a one-line
 `keras_dml.backend.TensorFlowRequiredError`.
 """
 
+import importlib
+
 from keras_dml import backend
 from keras_dml.data.arrays import ClassBalancedPyDataset
 from keras_dml.data.preprocessing import Preprocessing, decode_image, register_normalization
@@ -38,22 +40,21 @@ _TENSORFLOW_NAMES = {
     "verify_images": "verify",
 }
 
-if backend.tensorflow_installed():
-    from keras_dml.data.designs import (GroupDesign, RandomPairDesign, RandomPairSampler,
-                                        design_batches, design_sampler, importance_weights)
-    from keras_dml.data.distributed import distributed_class_balanced_batches
-    from keras_dml.data.evaluation_batches import evaluation_batches
-    from keras_dml.data.hard_classes import (HardNegativeClassMining, HardNegativeClassSampler,
-                                             hard_negative_class_batches)
-    from keras_dml.data.pipeline import StreamPosition, class_balanced_batches, stream_position
-    from keras_dml.data.two_view import two_view_batches
-    from keras_dml.data.verify import verify_images
-else:
-    def __getattr__(name):
-        """A tf.data name without TensorFlow: the one-line error naming it."""
-        if name in _TENSORFLOW_NAMES:
-            backend.require_tensorflow(f"keras_dml.data.{name} (tf.data)")
+
+def __getattr__(name):
+    """A tf.data name, its module imported on first use (so TensorFlow only then);
+    without TensorFlow, the one-line error naming it."""
+    if name not in _TENSORFLOW_NAMES:
         raise AttributeError(f"module 'keras_dml.data' has no attribute {name!r}")
+    if not backend.tensorflow_installed():
+        backend.require_tensorflow(f"keras_dml.data.{name} (tf.data)")
+    module = importlib.import_module(f"keras_dml.data.{_TENSORFLOW_NAMES[name]}")
+    return getattr(module, name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_TENSORFLOW_NAMES))
+
 
 __all__ = [
     "ClassBalancedPyDataset",

@@ -113,7 +113,8 @@ class MarginSoftmax(ProxyLoss):
                  dtype=None):
         self.margin = float(_hyper.non_negative("margin", margin))
         self.scale = float(_hyper.positive("scale", scale))
-        super().__init__(num_classes, proxies_per_class=sub_centers,
+        super().__init__(num_classes,
+                         proxies_per_class=_hyper.integer_at_least("sub_centers", sub_centers, 1),
                          proxy_lr_multiplier=proxy_lr_multiplier,
                          proxy_initializer=proxy_initializer or _default_initializer(),
                          reduction=reduction, name=name, dtype=dtype)

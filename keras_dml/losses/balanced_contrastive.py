@@ -42,11 +42,11 @@ def _class_counts(class_counts):
     if counts.ndim != 1 or counts.size < 2 or not np.issubdtype(counts.dtype, np.number):
         raise ValueError(
             f"class_counts must be a 1-D sequence of per-class sample counts (at least two "
-            f"classes), got shape {counts.shape}."
+            f"classes), got {class_counts!r}."
         )
     if np.any(counts < 0) or np.any(counts != np.round(counts)) or np.sum(counts > 0) < 2:
         raise ValueError("class_counts must be non-negative integers with at least two "
-                         "non-empty classes.")
+                         f"non-empty classes, got {class_counts!r}.")
     return [int(c) for c in counts]
 
 
@@ -132,7 +132,7 @@ class BalancedContrastive(PairLoss):
     default_metric = "euclidean"
     config_keys = ("miner", "class_counts", "lam", "margin")
 
-    def __init__(self, class_counts=None, design=None, lam=256.0, margin=1.0, miner=None,
+    def __init__(self, class_counts=None, design=None, lam=256.0, margin=1.0, *, miner=None,
                  reduction="sum_over_batch_size", name="balanced_contrastive", dtype=None):
         super().__init__(miner=miner, reduction=reduction, name=name, dtype=dtype)
         self.class_counts = _class_counts(class_counts)

@@ -92,9 +92,12 @@ class PairLoss(keras.losses.Loss):
     the matrix (added by autodiff), `default_reference` for the key set, `pairs`
     for masks that are not label equality.
 
+    `metric` and `miner` are keyword-only, in every subclass after its own
+    hyperparameters.
+
     Args:
         metric: "cosine", "dot", "euclidean" or "squared_euclidean" (`metrics`
-            lists those a loss accepts).
+            lists those a loss accepts); None: the class's `default_metric`.
         miner: a `keras_dml.mining.Miner` or its registered name, or None.
         reduction, name, dtype: as for `keras.losses.Loss`.
     """
@@ -121,8 +124,8 @@ class PairLoss(keras.losses.Loss):
     #: mask (`terms` still returns them, for `weighting.pair_weights`).
     reads_pair_masks = True
 
-    def __init__(self, metric=None, miner=None, reduction="sum_over_batch_size", name=None,
-                 dtype=None):
+    def __init__(self, *, metric=None, miner=None, reduction="sum_over_batch_size",
+                 name=None, dtype=None):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.metric = hyperparameters.one_of(
             "metric", self.default_metric if metric is None else metric, self.metrics)

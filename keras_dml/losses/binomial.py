@@ -14,7 +14,7 @@ class _ScaledPairLoss(PairLoss):
     metrics = ("cosine", "dot")
     config_keys = PairLoss.config_keys + ("alpha", "beta", "base")
 
-    def __init__(self, alpha, beta, base, miner, metric, reduction, name, dtype):
+    def __init__(self, alpha, beta, base, *, metric, miner, reduction, name, dtype):
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
         self.alpha = _hyper.positive("alpha", alpha)
@@ -55,9 +55,9 @@ class BinomialDeviance(_ScaledPairLoss):
         alpha: positive scale. Defaults to 2.0.
         beta: negative scale. Defaults to 50.0.
         base: the soft threshold lambda. Defaults to 0.5.
+        metric: "cosine" or "dot". Defaults to "cosine".
         miner: optional `keras_dml.mining.Miner` (e.g. `MultiSimilarityMiner()`
             gives the unified view's "Binomial+VTHM").
-        metric: "cosine" or "dot". Defaults to "cosine".
 
     Defaults are the unified view's section 6.
 
@@ -73,9 +73,10 @@ class BinomialDeviance(_ScaledPairLoss):
     xla_terms = True  # its terms fused by XLA (PairLoss.xla_terms)
     row_blocks = True  # large batches a block of rows at a time (PairLoss.row_blocks)
 
-    def __init__(self, alpha=2.0, beta=50.0, base=0.5, miner=None, metric="cosine",
+    def __init__(self, alpha=2.0, beta=50.0, base=0.5, *, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name="binomial_deviance", dtype=None):
-        super().__init__(alpha, beta, base, miner, metric, reduction, name, dtype)
+        super().__init__(alpha, beta, base, metric=metric, miner=miner, reduction=reduction,
+                         name=name, dtype=dtype)
 
     def compute_terms(self, matrix, pairs):
         (pull, push), (pull_slope, push_slope) = self.binomial_parts(matrix, pairs)
@@ -115,8 +116,8 @@ class BinLifted(_ScaledPairLoss):
         alpha: positive scale. Defaults to 2.0.
         beta: negative scale. Defaults to 50.0.
         base: the threshold lambda. Defaults to 0.5.
-        miner: optional `keras_dml.mining.Miner`.
         metric: "cosine" or "dot". Defaults to "cosine".
+        miner: optional `keras_dml.mining.Miner`.
 
     Examples:
 
@@ -129,9 +130,10 @@ class BinLifted(_ScaledPairLoss):
 
     row_blocks = True  # large batches a block of rows at a time (PairLoss.row_blocks)
 
-    def __init__(self, alpha=2.0, beta=50.0, base=0.5, miner=None, metric="cosine",
+    def __init__(self, alpha=2.0, beta=50.0, base=0.5, *, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name="bin_lifted", dtype=None):
-        super().__init__(alpha, beta, base, miner, metric, reduction, name, dtype)
+        super().__init__(alpha, beta, base, metric=metric, miner=miner, reduction=reduction,
+                         name=name, dtype=dtype)
 
     def compute_terms(self, matrix, pairs):
         positive, negative = pairs.positive, pairs.negative

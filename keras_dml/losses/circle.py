@@ -80,7 +80,7 @@ class Circle(PairLoss):
     xla_terms = True  # its terms fused by XLA (PairLoss.xla_terms)
     row_blocks = True  # large batches a block of rows at a time (PairLoss.row_blocks)
 
-    def __init__(self, margin=0.4, gamma=80.0, miner=None, reduction="sum_over_batch_size",
+    def __init__(self, margin=0.4, gamma=80.0, *, miner=None, reduction="sum_over_batch_size",
                  name="circle", dtype=None):
         super().__init__(metric="cosine", miner=miner, reduction=reduction, name=name,
                          dtype=dtype)

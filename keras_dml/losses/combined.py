@@ -68,7 +68,7 @@ class Combined(keras.losses.Loss):
         from keras_dml.losses import registry
 
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        if isinstance(losses, (str, dict, keras.losses.Loss)) or not len(losses):
+        if not isinstance(losses, (list, tuple)) or not losses:
             raise ValueError(f"Combined needs a non-empty list of losses, got {losses!r}.")
         self.losses = [registry.get(loss) if isinstance(loss, str)
                        else keras.saving.deserialize_keras_object(loss)
@@ -77,10 +77,11 @@ class Combined(keras.losses.Loss):
             if not isinstance(loss, keras.losses.Loss) or isinstance(loss, Combined):
                 raise ValueError(f"Combined takes keras_dml losses (not nested Combined), "
                                  f"got {loss!r}.")
-        weights = [1.0] * len(self.losses) if weights is None else list(weights)
-        if len(weights) != len(self.losses):
-            raise ValueError(f"Combined got {len(self.losses)} losses but {len(weights)} "
-                             "weights: give one weight per loss.")
+        weights = [1.0] * len(self.losses) if weights is None else weights
+        if (isinstance(weights, (str, dict)) or not hasattr(weights, "__len__")
+                or len(weights) != len(self.losses)):
+            raise ValueError(f"Combined got {len(self.losses)} losses: give weights as one "
+                             f"weight per loss, got weights={weights!r}.")
         self.weights = [_hyper.non_negative("loss weight", w) for w in weights]
         continuous = {bool(getattr(loss, "continuous_labels", False)) for loss in self.losses}
         if len(continuous) > 1:

@@ -31,10 +31,10 @@ class Contrastive(PairLoss):
     over anchors.
 
     Args:
-        metric: "cosine" or "euclidean". Defaults to "cosine". (`distance=` is
-            its deprecated name.)
         pos_margin: defaults to 1.0 for cosine, 0.0 for euclidean.
         neg_margin: defaults to 0.5 for cosine, 1.0 for euclidean.
+        metric: "cosine" or "euclidean". Defaults to "cosine". (`distance=` is
+            its deprecated name.)
         miner: optional miner, e.g. `PairMarginMiner()` or a triplet miner
             (`SemiHardMiner()` keeps the positives that have a semi-hard negative
             and those negatives).
@@ -42,7 +42,7 @@ class Contrastive(PairLoss):
     Examples:
 
     >>> loss = keras_dml.losses.Contrastive()  # cosine, unified view eq. 5
-    >>> loss = keras_dml.losses.Contrastive("euclidean", neg_margin=1.0)  # eq. 4-5
+    >>> loss = keras_dml.losses.Contrastive(metric="euclidean", neg_margin=1.0)  # eq. 4-5
 
     Reference:
         Hadsell, Chopra, LeCun, "Dimensionality Reduction by Learning an Invariant
@@ -60,10 +60,9 @@ class Contrastive(PairLoss):
 
     config_keys = PairLoss.config_keys + ("pos_margin", "neg_margin")
 
-    def __init__(self, metric=None, pos_margin=None, neg_margin=None, miner=None,
-                 reduction="sum_over_batch_size", name="contrastive", dtype=None,
-                 distance=None):
-        metric = _hyper.renamed("distance", distance, "metric", metric, "cosine")
+    @_hyper.renamed_keywords(distance="metric")
+    def __init__(self, pos_margin=None, neg_margin=None, *, metric="cosine", miner=None,
+                 reduction="sum_over_batch_size", name="contrastive", dtype=None):
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
         cosine = self.metric == "cosine"

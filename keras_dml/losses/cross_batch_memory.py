@@ -157,8 +157,8 @@ class CrossBatchMemory(keras.losses.Loss):
         self.loss = loss
         self.memory_size = _hyper.integer_at_least("memory_size", memory_size, 1)
         self.warmup_steps = _hyper.integer_at_least("warmup_steps", warmup_steps, 0)
-        self.include_batch_loss = bool(include_batch_loss)
-        self.memory_weight = _hyper.finite("memory_weight", memory_weight)
+        self.include_batch_loss = _hyper.boolean("include_batch_loss", include_batch_loss)
+        self.memory_weight = _hyper.non_negative("memory_weight", memory_weight)
         self.momentum = None if momentum is None else _hyper.below_one("momentum", momentum)
         self.trainable_layer = MemoryBank(
             self.memory_size, wrapped_layer=getattr(loss, "trainable_layer", None),

@@ -86,7 +86,7 @@ class Histogram(PairLoss):
 
     config_keys = ("miner", "bins")
 
-    def __init__(self, bins=101, miner=None, reduction="sum_over_batch_size",
+    def __init__(self, bins=101, *, miner=None, reduction="sum_over_batch_size",
                  name="histogram", dtype=None):
         super().__init__(metric="cosine", miner=miner, reduction=reduction, name=name,
                          dtype=dtype)

@@ -115,7 +115,7 @@ class InstanceCrossEntropy(PairLoss):
     metrics = ("cosine", "dot")
     config_keys = PairLoss.config_keys + ("scale",)
 
-    def __init__(self, scale=64.0, metric="cosine", miner=None,
+    def __init__(self, scale=64.0, *, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name="instance_cross_entropy", dtype=None):
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)

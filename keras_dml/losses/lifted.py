@@ -17,8 +17,7 @@ class _MarginAndMetric(PairLoss):
     metrics = ("cosine", "euclidean")
     config_keys = PairLoss.config_keys + ("margin",)
 
-    def __init__(self, margin, metric, distance, miner, reduction, name, dtype):
-        metric = _hyper.renamed("distance", distance, "metric", metric, self.default_metric)
+    def __init__(self, margin, *, metric, miner, reduction, name, dtype):
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
         self.margin = _hyper.finite("margin", margin)
@@ -58,9 +57,11 @@ class LiftedStructure(_MarginAndMetric):
 
     default_metric = "euclidean"
 
-    def __init__(self, margin=1.0, metric=None, miner=None, reduction="sum_over_batch_size",
-                 name="lifted_structure", dtype=None, distance=None):
-        super().__init__(margin, metric, distance, miner, reduction, name, dtype)
+    @_hyper.renamed_keywords(distance="metric")
+    def __init__(self, margin=1.0, *, metric="euclidean", miner=None,
+                 reduction="sum_over_batch_size", name="lifted_structure", dtype=None):
+        super().__init__(margin, metric=metric, miner=miner, reduction=reduction, name=name,
+                         dtype=dtype)
 
     def check_reference(self, reference, embeddings):
         raise ValueError("LiftedStructure uses the negatives of both ends of every positive "
@@ -124,9 +125,11 @@ class GeneralizedLiftedStructure(_MarginAndMetric):
 
     row_blocks = True  # large batches a block of rows at a time (PairLoss.row_blocks)
 
-    def __init__(self, margin=1.0, metric=None, miner=None, reduction="sum_over_batch_size",
-                 name="generalized_lifted_structure", dtype=None, distance=None):
-        super().__init__(margin, metric, distance, miner, reduction, name, dtype)
+    @_hyper.renamed_keywords(distance="metric")
+    def __init__(self, margin=1.0, *, metric="cosine", miner=None,
+                 reduction="sum_over_batch_size", name="generalized_lifted_structure", dtype=None):
+        super().__init__(margin, metric=metric, miner=miner, reduction=reduction, name=name,
+                         dtype=dtype)
 
     def compute_terms(self, matrix, pairs):
         positive, negative = pairs.positive, pairs.negative

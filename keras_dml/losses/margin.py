@@ -146,13 +146,13 @@ class Margin(PairLoss):
     config_keys = ("miner", "alpha", "beta", "learn_beta", "num_classes", "nu", "average")
 
     def __init__(self, alpha=0.2, beta=1.2, learn_beta=True, num_classes=None, nu=0.0,
-                 average="pairs", miner=None, reduction="sum_over_batch_size", name="margin",
+                 average="pairs", *, miner=None, reduction="sum_over_batch_size", name="margin",
                  dtype=None):
         super().__init__(miner=miner, reduction=reduction, name=name, dtype=dtype)
         self.alpha = _hyper.non_negative("alpha", alpha)
         self.nu = _hyper.non_negative("nu", nu)
         self.average = _hyper.one_of("average", average, _AVERAGES)
-        self.learn_beta = bool(learn_beta)
+        self.learn_beta = _hyper.boolean("learn_beta", learn_beta)
         beta_layer = MarginBeta(num_classes, beta, name=f"{name}_beta")
         self.beta, self.num_classes = beta_layer.initial_value, beta_layer.num_classes
         self._beta_layer = beta_layer

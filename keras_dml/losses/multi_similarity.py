@@ -35,11 +35,11 @@ class MultiSimilarity(PairLoss):
         alpha: positive scale. Defaults to 2.0.
         beta: negative scale. Defaults to 50.0.
         base: the similarity threshold lambda. Defaults to 0.5.
+        metric: pair similarity. Defaults to "cosine".
         miner: a miner or its registered name; None keeps every pair. Defaults to
             "MultiSimilarityMiner" (VTHM with epsilon = 0.1). The older spellings
             `mining=False` (no miner) and `epsilon=e` (`MultiSimilarityMiner(e)`)
             still work, with a DeprecationWarning.
-        metric: pair similarity. Defaults to "cosine".
 
     Defaults are the unified view's section 6 (and the MS paper's).
 
@@ -58,9 +58,9 @@ class MultiSimilarity(PairLoss):
 
     config_keys = PairLoss.config_keys + ("alpha", "beta", "base")
 
-    def __init__(self, alpha=2.0, beta=50.0, base=0.5, miner="MultiSimilarityMiner",
-                 metric="cosine", reduction="sum_over_batch_size", name="multi_similarity",
-                 dtype=None, mining=None, epsilon=None):
+    def __init__(self, alpha=2.0, beta=50.0, base=0.5, *, metric="cosine",
+                 miner="MultiSimilarityMiner", reduction="sum_over_batch_size",
+                 name="multi_similarity", dtype=None, mining=None, epsilon=None):
         self.alpha = _hyper.positive("alpha", alpha)
         self.beta = _hyper.positive("beta", beta)
         self.base = _hyper.finite("base", base)
@@ -104,8 +104,8 @@ class RelativeAbsoluteWeighting(MultiSimilarity):
         submission), eq. 15-17 and section 5.1.
     """
 
-    def __init__(self, alpha=2.0, beta=50.0, base=0.5, miner="MultiSimilarityMiner",
-                 metric="cosine", reduction="sum_over_batch_size",
+    def __init__(self, alpha=2.0, beta=50.0, base=0.5, *, metric="cosine",
+                 miner="MultiSimilarityMiner", reduction="sum_over_batch_size",
                  name="relative_absolute_weighting", dtype=None, mining=None, epsilon=None):
         super().__init__(alpha=alpha, beta=beta, base=base, miner=miner, metric=metric,
                          reduction=reduction, name=name, dtype=dtype, mining=mining,

@@ -114,12 +114,12 @@ class MultipleNegativesRanking(PairLoss):
         Reply", 2017; Reimers & Gurevych, sentence-transformers.
     """
 
-    def __init__(self, scale=20.0, symmetric=False, reduction="sum_over_batch_size",
+    def __init__(self, scale=20.0, symmetric=False, *, reduction="sum_over_batch_size",
                  name="multiple_negatives_ranking", dtype=None):
         super().__init__(metric="cosine", miner=None, reduction=reduction, name=name,
                          dtype=dtype)
         self.scale = _hyper.positive("scale", scale)
-        self.symmetric = bool(symmetric)
+        self.symmetric = _hyper.boolean("symmetric", symmetric)
 
     def check(self, labels, embeddings):
         labels, embeddings = super().check(labels, embeddings)

@@ -70,7 +70,7 @@ class NCA(PairLoss):
 
     config_keys = PairLoss.config_keys + ("scale",)
 
-    def __init__(self, scale=2.0, metric="cosine", miner=None,
+    def __init__(self, scale=2.0, *, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name="nca", dtype=None):
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)

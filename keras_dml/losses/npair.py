@@ -80,12 +80,12 @@ class NPair(PairLoss):
         l2_penalty: lambda of the penalty lambda ||f_a||^2 averaged over the batch.
             Defaults to 0.002 (reg_lambda of TensorFlow's reference `npairs_loss`,
             whose penalty is half of this one for the same lambda).
-        metric: "dot" (Sohn: unnormalised inner products, which is why the penalty
-            exists) or "cosine". Defaults to "dot".
-        miner: optional `keras_dml.mining.Miner`. Defaults to None.
         tuples: "all" (every anchor with each of its positives, all in-batch
             negatives) or "one_per_class" (N-pair-mc's one pair per class).
             Defaults to "all".
+        metric: "dot" (Sohn: unnormalised inner products, which is why the penalty
+            exists) or "cosine". Defaults to "dot".
+        miner: optional `keras_dml.mining.Miner`. Defaults to None.
 
     Examples:
 
@@ -102,7 +102,7 @@ class NPair(PairLoss):
     default_metric = "dot"
     config_keys = PairLoss.config_keys + ("l2_penalty", "tuples")
 
-    def __init__(self, l2_penalty=0.002, metric="dot", miner=None, tuples="all",
+    def __init__(self, l2_penalty=0.002, tuples="all", *, metric="dot", miner=None,
                  reduction="sum_over_batch_size", name="npair", dtype=None):
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)

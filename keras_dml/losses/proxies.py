@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 
-from keras_dml import validation
+from keras_dml import hyperparameters, validation
 from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss, Reference
 from keras_dml.proxy_layers import Proxies
@@ -19,6 +19,15 @@ def centre_major(proxies, num_classes, proxies_per_class):
     by_class = keras.ops.reshape(proxies, (num_classes, proxies_per_class, -1))
     return keras.ops.reshape(keras.ops.transpose(by_class, (1, 0, 2)),
                              (num_classes * proxies_per_class, -1))
+
+
+def _initializer(identifier):
+    """A Keras initializer from `identifier` (None: the layer's default)."""
+    try:
+        return keras.initializers.get(identifier)
+    except ValueError as error:
+        raise ValueError(f"proxy_initializer must be a Keras initializer or its name, got "
+                         f"{identifier!r} ({error}).") from None
 
 
 class ProxyLoss(PairLoss):
@@ -59,15 +68,16 @@ class ProxyLoss(PairLoss):
     reads_pair_masks = False
 
     def __init__(self, num_classes, proxies_per_class=1, proxy_lr_multiplier=1.0,
-                 proxy_initializer=None, metric="cosine", reduction="sum_over_batch_size",
-                 name=None, dtype=None):
+                 proxy_initializer=None, *, metric="cosine",
+                 reduction="sum_over_batch_size", name=None, dtype=None):
         super().__init__(metric=metric, miner=None, reduction=reduction, name=name,
                          dtype=dtype)
         self.trainable_layer = Proxies(
             num_classes,
             proxies_per_class=proxies_per_class,
-            learning_rate_multiplier=proxy_lr_multiplier,
-            initializer=proxy_initializer,
+            learning_rate_multiplier=hyperparameters.positive("proxy_lr_multiplier",
+                                                              proxy_lr_multiplier),
+            initializer=_initializer(proxy_initializer),
             name=f"{self.name}_proxies",
         )
 

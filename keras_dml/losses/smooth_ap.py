@@ -87,12 +87,12 @@ class SmoothAP(PairLoss):
         Large-Scale Image Retrieval", ECCV 2020.
     """
 
-    def __init__(self, temperature=0.01, include_anchor=True, miner=None,
+    def __init__(self, temperature=0.01, include_anchor=True, *, miner=None,
                  reduction="sum_over_batch_size", name="smooth_ap", dtype=None):
         super().__init__(metric="cosine", miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
         self.temperature = _hyper.positive("temperature", temperature)
-        self.include_anchor = bool(include_anchor)
+        self.include_anchor = _hyper.boolean("include_anchor", include_anchor)
 
     def compute_terms(self, matrix, pairs):
         positive, negative = pairs.positive, pairs.negative

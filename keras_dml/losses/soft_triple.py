@@ -62,7 +62,8 @@ class SoftTriple(ProxyLoss):
     def __init__(self, num_classes, centers_per_class=10, la=20.0, gamma=0.1, tau=0.2,
                  margin=0.01, proxy_lr_multiplier=1.0, proxy_initializer=None,
                  reduction="sum_over_batch_size", name="soft_triple", dtype=None):
-        super().__init__(num_classes, proxies_per_class=centers_per_class,
+        super().__init__(num_classes, proxies_per_class=_hyper.integer_at_least(
+                             "centers_per_class", centers_per_class, 1),
                          proxy_lr_multiplier=proxy_lr_multiplier,
                          proxy_initializer=proxy_initializer, reduction=reduction,
                          name=name, dtype=dtype)

@@ -62,7 +62,7 @@ class _TemperatureLoss(PairLoss):
 
     logit_terms = None  # (logits, positive, negative) -> (value, d value / d logits)
 
-    def __init__(self, temperature, metric="cosine", miner=None,
+    def __init__(self, temperature, *, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name=None, dtype=None):
         super().__init__(metric=metric, miner=miner, reduction=reduction, name=name,
                          dtype=dtype)
@@ -114,7 +114,7 @@ class SupervisedContrastive(_TemperatureLoss):
 
     logit_terms = staticmethod(supcon_terms)
 
-    def __init__(self, temperature=0.1, metric="cosine", miner=None,
+    def __init__(self, temperature=0.1, *, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name="supervised_contrastive", dtype=None):
         super().__init__(temperature, metric=metric, miner=miner, reduction=reduction,
                          name=name, dtype=dtype)
@@ -161,7 +161,7 @@ class NTXent(_TemperatureLoss):
 
     logit_terms = staticmethod(ntxent_terms)
 
-    def __init__(self, temperature=0.07, metric="cosine", miner=None,
+    def __init__(self, temperature=0.07, *, metric="cosine", miner=None,
                  reduction="sum_over_batch_size", name="ntxent", dtype=None):
         super().__init__(temperature, metric=metric, miner=miner, reduction=reduction,
                          name=name, dtype=dtype)

@@ -211,9 +211,9 @@ class Triplet(PairLoss):
     metrics = ("cosine", "euclidean", "squared_euclidean")
     config_keys = PairLoss.config_keys + ("margin",)
 
-    def __init__(self, margin=None, metric=None, miner=None, reduction="sum_over_batch_size",
-                 name="triplet", dtype=None, distance=None, mining=None):
-        metric = _hyper.renamed("distance", distance, "metric", metric, "cosine")
+    @_hyper.renamed_keywords(distance="metric")
+    def __init__(self, margin=None, *, metric="cosine", miner=None,
+                 reduction="sum_over_batch_size", name="triplet", dtype=None, mining=None):
         miner = mining_lib.get(miner)
         if mining is not None:
             _hyper.one_of("mining", mining, _MINING)

@@ -1,12 +1,10 @@
 """Distance weighted sampling (Wu et al. 2017): negatives drawn against the sphere's density."""
 
-import math
-
 import keras
 
 from keras_dml import ops
 from keras_dml.backend import primitives
-from keras_dml.hyperparameters import integer_at_least
+from keras_dml.hyperparameters import finite, integer_at_least
 from keras_dml.mining.base import Miner
 
 # 1 - d^2 / 4 is clamped here before its log: d = 2 (antipodal points) would give log 0.
@@ -192,8 +190,8 @@ def _by_bisection(keys, counts):
 
 
 def _distance(name, value):
-    value = float(value)
-    if not (math.isfinite(value) and 0.0 <= value <= 2.0):
+    value = finite(name, value)
+    if not 0.0 <= value <= 2.0:
         raise ValueError(f"{name} must be a distance on the unit sphere in [0, 2], got {value}.")
     return value
 

@@ -1,0 +1,73 @@
+"""A Keras backend is imported only where it is used.
+
+Each test runs a child process with TensorFlow installed but Keras on another
+backend: `import keras_dml` must not import TensorFlow, and a search-only import
+(`from keras_dml.index import Index`) must import neither TensorFlow nor JAX beyond
+what `import keras` itself imports (Keras imports JAX wherever it is installed, for
+its Orbax checkpoint callback).
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BACKENDS = {"jax": "jax", "torch": "torch", "numpy": "numpy"}
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                                reason="checks that an installed TensorFlow is not imported")
+
+
+def _loaded_modules(backend, code):
+    """The names among tensorflow, jax and torch that `code` left in sys.modules, as
+    {"keras": after `import keras`, "after": after `code`}."""
+    if importlib.util.find_spec(BACKENDS[backend]) is None:
+        pytest.skip(f"Keras' {backend} backend needs {BACKENDS[backend]}, not installed")
+    script = textwrap.dedent("""
+        import sys
+        NAMES = ("tensorflow", "jax", "torch")
+        import keras
+        assert keras.backend.backend() == {backend!r}
+        before = [name for name in NAMES if name in sys.modules]
+        {code}
+        after = [name for name in NAMES if name in sys.modules]
+        print(repr({{"keras": before, "after": after}}))
+    """).format(backend=backend, code=code)
+    env = dict(os.environ, KERAS_BACKEND=backend,
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return eval(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_import_keras_dml_leaves_tensorflow_out(backend):
+    modules = _loaded_modules(backend, """
+import keras_dml
+assert keras.saving.get_registered_object("keras_dml>MultiSimilarity") is not None
+""")
+    assert "tensorflow" not in modules["after"], modules
+
+
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+def test_search_only_import_leaves_tensorflow_and_jax_out(backend):
+    modules = _loaded_modules(backend, "from keras_dml.index import Index")
+    assert "tensorflow" not in modules["after"], modules
+    assert set(modules["after"]) == set(modules["keras"]), modules
+
+
+def test_tensorflow_only_names_still_load_on_first_use_off_its_backend():
+    """`keras_dml.export` and the tf.data names import TensorFlow when used."""
+    modules = _loaded_modules("torch", """
+import keras_dml
+assert "tensorflow" not in sys.modules
+assert callable(keras_dml.data.class_balanced_batches)
+assert callable(keras_dml.export.export_embedder)
+from keras_dml.data import GroupDesign
+""")
+    assert "tensorflow" in modules["after"], modules
