@@ -246,7 +246,7 @@ _TORCH_BACKWARD = (("Convolution", "convolution"), ("BatchNorm", "batch norm"),
 def profile_torch(model, stream, steps, trace_dir):
     import torch
 
-    from keras_dml.backend import trainer_torch
+    from keras_dml.backend.torch import trainer as trainer_torch
 
     annotations = Annotations(torch.profiler.record_function)
     annotations.install(stream)

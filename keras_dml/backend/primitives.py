@@ -72,6 +72,17 @@ def assert_equal(x, expected, message, values):
     return x, keras.ops.where(equal, values, np.float32("nan"))
 
 
+def taps(inputs, rows, columns, padding):
+    """The `rows` x `columns` shifted views of `inputs` (N, H, W, C), row-major, each the
+    output's spatial size (stride 1, "same" padded as Keras pads: the odd pixel after)."""
+    if padding == "same":
+        inputs = keras.ops.pad(inputs, [[0, 0], [(rows - 1) // 2, rows // 2],
+                                        [(columns - 1) // 2, columns // 2], [0, 0]])
+    height, width = inputs.shape[1] - rows + 1, inputs.shape[2] - columns + 1
+    return [inputs[:, row:row + height, column:column + width]
+            for row in range(rows) for column in range(columns)]
+
+
 def take_along_rows(x, columns):
     """x[a, columns[a]] for a 2-D `x`: int `columns` (N, K) give (N, K); (N,) give (N,)."""
     if backend.is_tensorflow():

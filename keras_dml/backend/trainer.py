@@ -6,11 +6,11 @@ import sys
 
 
 def steps():
-    """`keras_dml.backend.trainer_<backend>`: the train step, test step (TensorFlow) and
+    """`keras_dml.backend.<backend>.trainer`: the train step, test step (TensorFlow) and
     inference function of the running Keras backend."""
     from keras_dml import backend
 
-    return importlib.import_module(f"keras_dml.backend.trainer_{backend.name()}")
+    return importlib.import_module(f"keras_dml.backend.{backend.name()}.trainer")
 
 
 def is_tf_dataset(data, distributed=True):

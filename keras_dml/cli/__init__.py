@@ -1,7 +1,7 @@
 """The `keras-dml` command line: one module per subcommand, the parser in `parser`.
 
 A command module (`train`, `export`, `embed`, `index`, `search`, `calibrate`, `verify`)
-imports only the standard library and `keras_dml.training_config` at module level
+imports only the standard library and `keras_dml.training.config` at module level
 (so `keras-dml --help` never loads TensorFlow) and defines `add_command(commands)`,
 which adds its subcommand to the `argparse` sub-parsers with
 `set_defaults(handler=run)`; `run(args)` does the work (importing keras_dml's

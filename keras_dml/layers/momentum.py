@@ -15,6 +15,8 @@ import keras
 from keras_dml import hyperparameters as _hyper
 from keras_dml.backend.primitives import as_tensor
 
+__all__ = ["MomentumEncoder"]
+
 
 @keras.saving.register_keras_serializable(package="keras_dml")
 class MomentumEncoder(keras.layers.Layer):

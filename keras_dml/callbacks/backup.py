@@ -21,6 +21,8 @@ import numpy as np
 
 from keras_dml import hyperparameters
 
+__all__ = ["BackupError", "TrainingBackup", "complete_backups", "read_state"]
+
 FORMAT = 1
 _PREFIX = "epoch-"
 

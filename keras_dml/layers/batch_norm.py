@@ -1,17 +1,20 @@
-"""Batch normalisation in one pass each way, on every backend.
+"""Batch normalisation in one pass each way, on every backend, and frozen batch norm
+for fine-tuning.
 
 Keras 3 normalises a batch with separate moment, subtract, scale and shift ops
 (`tf.nn.moments` and `tf.nn.batch_normalization`); on a CPU their forward and
 backward passes cost more than the convolutions of a small CNN. TensorFlow's
 fused kernel (`FusedBatchNormV3`, oneDNN on x86 CPUs) computes the same function in
 one op each way; on JAX a custom VJP with the closed-form gradient does, and on
-PyTorch its native batch norm (`keras_dml.backend.batch_norm`).
+PyTorch its native batch norm (`keras_dml.backend.layers.fused_batch_norm`).
 """
 
 import keras
 
 from keras_dml import backend
-from keras_dml.backend.batch_norm import fused_batch_norm
+from keras_dml.backend.layers import fused_batch_norm
+
+__all__ = ["FusedBatchNormalization", "freeze_batch_norm"]
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -56,3 +59,34 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
                                  mean=keras.ops.cast(self.moving_mean, "float32"),
                                  variance=keras.ops.cast(self.moving_variance, "float32"))
         return keras.ops.cast(y, self.compute_dtype)
+
+
+def _layers(model):
+    """Every layer of `model`, nested models' layers included."""
+    for layer in model.layers:
+        yield layer
+        if hasattr(layer, "layers"):
+            yield from _layers(layer)
+
+
+def freeze_batch_norm(model):
+    """Freezes every `BatchNormalization` of `model` (nested models included).
+
+    A frozen layer (`trainable=False`) normalises with its moving statistics, in
+    training too, and neither the statistics nor gamma / beta change: Keras 3's
+    rule, and what the Proxy Anchor code does (`m.eval()`, weight and bias without
+    gradient). The papers fine-tune a pretrained backbone so (Proxy Anchor's
+    `bn_freeze`). Call it before `compile`.
+
+    Args:
+        model: a `keras.Model`, e.g. a backbone from `keras_dml.backbones.get`.
+
+    Returns:
+        The number of layers frozen.
+    """
+    frozen = 0
+    for layer in _layers(model):
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.trainable = False
+            frozen += 1
+    return frozen

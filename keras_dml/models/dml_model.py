@@ -11,6 +11,8 @@ from keras_dml import backend, losses, validation
 from keras_dml.backend.trainer import is_tf_dataset, steps
 from keras_dml.data.image_errors import clear_data_error
 
+__all__ = ["DMLModel", "StopOnNonFinite", "gather_across_replicas", "global_batch_loss"]
+
 NONFINITE_MESSAGE = (
     "keras_dml: NaN or Inf in the embeddings or gradients of a training batch; the "
     "update from that batch was skipped and training stopped (check the input "
@@ -44,11 +46,11 @@ class StopOnNonFinite(keras.callbacks.Callback):
 
 def gather_across_replicas(embeddings, labels, sample_weight=None):
     """Embeddings, labels and sample weights of the global batch under `tf.distribute`
-    (TensorFlow only): `keras_dml.backend.trainer_tensorflow.gather_across_replicas`."""
+    (TensorFlow only): `keras_dml.backend.tensorflow.trainer.gather_across_replicas`."""
     backend.require_tensorflow("tf.distribute gathering")
-    from keras_dml.backend import trainer_tensorflow
+    from keras_dml.backend.tensorflow import trainer
 
-    return trainer_tensorflow.gather_across_replicas(embeddings, labels, sample_weight)
+    return trainer.gather_across_replicas(embeddings, labels, sample_weight)
 
 
 def _create_checkpoint_folders(callbacks):
@@ -159,7 +161,7 @@ class DMLModel(keras.Model):
         momentum = getattr(loss, "momentum", None)
         if momentum is None or getattr(self, "key_encoder", None) is not None:
             return
-        from keras_dml.momentum import MomentumEncoder
+        from keras_dml.layers.momentum import MomentumEncoder
 
         encoder = MomentumEncoder(momentum, name="momentum_encoder")
         encoder.track(self.encoder_variables())

@@ -1,6 +1,6 @@
-"""The papers' fine-tuning of a pretrained backbone: frozen BatchNorm statistics, a
-warm-up in which only the head and the proxies train, a backbone learning-rate
-multiplier.
+"""`BackboneStepScale`: the papers' fine-tuning schedule of a pretrained backbone, a
+warm-up in which only the head and the proxies train, then a backbone learning-rate
+multiplier (frozen BatchNorm statistics: `keras_dml.layers.freeze_batch_norm`).
 
 Proxy Anchor's code (github.com/tjddus9597/Proxy-Anchor-CVPR2020, `net/resnet.py`
 and `train.py`) puts every BatchNorm of the backbone in eval mode with its weight
@@ -12,36 +12,9 @@ for the first `--warm` epochs (1 for BN-Inception, 5 for ResNet-50). ICE (sectio
 import keras
 
 from keras_dml import hyperparameters
+from keras_dml.layers.batch_norm import freeze_batch_norm  # noqa: F401 (its old home)
 
-
-def _layers(model):
-    """Every layer of `model`, nested models' layers included."""
-    for layer in model.layers:
-        yield layer
-        if hasattr(layer, "layers"):
-            yield from _layers(layer)
-
-
-def freeze_batch_norm(model):
-    """Freezes every `BatchNormalization` of `model` (nested models included).
-
-    A frozen layer (`trainable=False`) normalises with its moving statistics, in
-    training too, and neither the statistics nor gamma / beta change: Keras 3's
-    rule, and what the Proxy Anchor code does (`m.eval()`, weight and bias without
-    gradient). Call it before `compile`.
-
-    Args:
-        model: a `keras.Model`, e.g. a backbone from `keras_dml.backbones.get`.
-
-    Returns:
-        The number of layers frozen.
-    """
-    frozen = 0
-    for layer in _layers(model):
-        if isinstance(layer, keras.layers.BatchNormalization):
-            layer.trainable = False
-            frozen += 1
-    return frozen
+__all__ = ["BackboneStepScale"]
 
 
 class BackboneStepScale(keras.callbacks.Callback):
@@ -50,7 +23,7 @@ class BackboneStepScale(keras.callbacks.Callback):
     The factor is 0 during the first `warmup_steps` steps (the backbone stays as it
     is while the head and any proxies train: Proxy Anchor's warm-up) and
     `multiplier` after (a backbone learning rate `multiplier` x the optimizer's).
-    As for the proxies' multiplier (`keras_dml.proxy_layers`), the optimizer's step
+    As for the proxies' multiplier (`keras_dml.layers.proxies`), the optimizer's step
     is scaled rather than the gradient, so it is exactly a `multiplier` x learning
     rate for every optimizer whose step is proportional to its learning rate (SGD,
     Adam, AdamW including its weight decay, RMSprop, ...): before each step the

@@ -13,6 +13,9 @@ import keras
 
 from keras_dml import backend
 
+__all__ = ["BackupAndRestore", "cluster_workers", "is_chief", "make_strategy", "task_name",
+           "training_batches"]
+
 STRATEGIES = ("auto", "mirrored", "multiworker")
 
 
@@ -111,7 +114,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
 
     def __init__(self, backup_dir, stream=None, **kwargs):
         if kwargs.get("save_freq", "epoch") != "epoch":
-            raise ValueError("keras_dml.distribute.BackupAndRestore backs up at epoch ends "
+            raise ValueError("keras_dml.training.distribute.BackupAndRestore backs up at epoch ends "
                              "(save_freq='epoch'): Keras resumes at an epoch boundary.")
         self.position = None
         if stream is not None:

@@ -5,6 +5,8 @@ import keras
 
 from keras_dml import hyperparameters
 
+__all__ = ["LpNorm"]
+
 
 @keras.saving.register_keras_serializable(package="keras_dml")
 class LpNorm(keras.regularizers.Regularizer):

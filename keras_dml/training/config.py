@@ -9,7 +9,10 @@ import json
 import math
 import re
 
+from keras_dml.backbone_families import BACKBONE_ALIASES, backbone_name  # noqa: F401
 from keras_dml.hyperparameters import below_one, integer_at_least
+
+__all__ = ["TrainConfig", "default", "own_files_options"]
 
 # Names `keras-dml train --help` lists without importing TensorFlow; a test keeps them
 # equal to `keras_dml.datasets.available()` and `keras_dml.losses.LOSSES`.
@@ -36,7 +39,6 @@ APPLICATIONS = (
     "MobileNetV3Small", "MobileNetV3Large",
 )
 BACKBONES = ("cnn3", "convnet") + APPLICATIONS
-BACKBONE_ALIASES = {"resnet50": "ResNet50"}
 CROPS = ("random", "random_resized")
 # Filters of the conv layers when --width is not given: cnn3 at 32 (not the protocol's
 # 64) trains 2.6x faster on a CPU and still reaches R@1 >= 78 on Omniglot (README).
@@ -212,16 +214,6 @@ def own_files_options(dataset, test_classes):
         return {}
     return {"test_classes": DEFAULT_TEST_CLASSES if test_classes is None else test_classes,
             "seed": 0}
-
-
-def backbone_name(name):
-    """`name` as `BACKBONES` spells it, for any case ("mobilenetv3small")."""
-    known = {n.lower(): n for n in BACKBONES}
-    known.update(BACKBONE_ALIASES)
-    if not isinstance(name, str) or name.lower() not in known:
-        raise ValueError(f"Unknown backbone {name!r}: expected one of {list(BACKBONES)} "
-                         "(any case).")
-    return known[name.lower()]
 
 
 def default(field):

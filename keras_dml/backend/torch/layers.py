@@ -1,13 +1,11 @@
-"""cnn3's max pooling and batch normalisation on PyTorch, on channels-first views of
-channels-last batches.
+"""PyTorch's kernels for `keras_dml.backend.layers` and `TiledMaxPooling2D`: max pooling
+and batch normalisation on channels-first views of channels-last batches.
 
 Keras' PyTorch backend copies a channels-last batch into channels-first memory before
-`max_pool2d` (and hands on a permuted, non-contiguous result): in the main job's network
-the pooling took 14.0 ms of a 54.5 ms training step (2026-11-28,
-`benchmarks.profile_step`). PyTorch pools a channels-first view of channels-last memory
-with its channels-last kernel, without either copy (28 x 28 x 32, batch 128, forward and
-backward: 13.9 ms through Keras' path, 2.8 ms on the view). Its native batch norm reads
-such a view the same way, in two passes (Keras' PyTorch path takes E[x^2] - E[x]^2).
+`max_pool2d` (and hands on a permuted, non-contiguous result). PyTorch pools a
+channels-first view of channels-last memory with its channels-last kernel, without
+either copy. Its native batch norm reads such a view the same way, in two passes
+(Keras' PyTorch path takes E[x^2] - E[x]^2).
 """
 
 import torch
@@ -22,8 +20,8 @@ def max_pool_channels_last(inputs, pool_size, strides):
     return pooled.permute(0, 2, 3, 1)
 
 
-def batch_norm_channels_last(x, gamma, beta, epsilon, mean=None, variance=None):
-    """`keras_dml.backend.batch_norm.fused_batch_norm` on PyTorch: training (`mean` and
+def fused_batch_norm(x, gamma, beta, epsilon, mean=None, variance=None):
+    """`keras_dml.backend.layers.fused_batch_norm` on PyTorch: training (`mean` and
     `variance` None) returns (y, batch mean, biased batch variance), inference y."""
     channels_first = x.permute(0, 3, 1, 2)  # a view: PyTorch reads channels-last memory
     if mean is not None:

@@ -1,24 +1,22 @@
-"""A one-channel convolution from shifted copies of its input, for JAX's and
-TensorFlow's CPU steps.
+"""`ShiftedConv2D`: a one-channel convolution from shifted copies of its input, for
+JAX's and TensorFlow's CPU steps.
 
 A convolution with one input channel (the grayscale images entering cnn3) is slow in
-both backends' general kernels at that shape. JAX (XLA:CPU): in the main job's network
-(cnn3 of width 32, 28 x 28 x 1 images, batch 128) the first layer's forward
-convolution took 5.1 ms, its bias add 3.0 ms and its weight gradient 2.3 ms of a
-41.8 ms training step (2026-11-28, `benchmarks.profile_step`); written as the sum over
-the kernel's taps of (shifted input) x (that tap's weights), XLA fuses the forward pass
-with the bias add and the step took 32.7 ms. TensorFlow (oneDNN): the first layer's
-weight gradient took 9.9 ms of the Omniglot protocol's 45.6 ms step (cnn3 of width
-64, MultiSimilarity); as one matrix product of the taps with the upstream gradient the
-step took 35-40 ms instead of 44-47. The arithmetic is in
-`keras_dml.backend.convolution`. Inputs with more channels are faster in the backends'
-kernels, and PyTorch's convolutions are fast at this shape: they take Keras' path.
+both backends' general kernels at that shape. Written as the sum over the kernel's
+taps of (shifted input) x (that tap's weights), XLA fuses the forward pass with the
+bias add on JAX; on TensorFlow (oneDNN) the weight gradient becomes one matrix product
+of the taps with the upstream gradient. The arithmetic is in
+`keras_dml.backend.layers.one_channel_convolution`. Inputs with more channels are
+faster in the backends' kernels, and PyTorch's convolutions are fast at this shape:
+they take Keras' path.
 """
 
 import keras
 
 from keras_dml import backend
-from keras_dml.backend.convolution import one_channel_convolution
+from keras_dml.backend.layers import one_channel_convolution
+
+__all__ = ["ShiftedConv2D"]
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
@@ -35,7 +33,7 @@ class ShiftedConv2D(keras.layers.Conv2D):
 
     Examples:
 
-    >>> conv = keras_dml.convolution.ShiftedConv2D(2, 3, padding="same")
+    >>> conv = keras_dml.layers.ShiftedConv2D(2, 3, padding="same")
     >>> tuple(conv(np.ones((1, 5, 5, 1), "float32")).shape)
     (1, 5, 5, 2)
     """

@@ -1,13 +1,12 @@
-"""Layers that turn any backbone into an embedder."""
+"""The heads that turn any backbone into an embedder: pooling, projection, L2 norm."""
 
 import keras
 
 from keras_dml import hyperparameters
-from keras_dml.backbone_families import FAMILIES
-from keras_dml.batch_norm import FusedBatchNormalization  # noqa: F401 (public here)
-from keras_dml.convolution import ShiftedConv2D  # noqa: F401 (public here)
+from keras_dml.layers.pooling import GeneralizedMeanPooling
 from keras_dml.ops import NORM_EPSILON
-from keras_dml.pooling import TiledMaxPooling2D  # noqa: F401 (public here)
+
+__all__ = ["EmbeddingHead", "L2Normalize", "MultiLevelEmbedding"]
 
 _POOLINGS = ("avg", "max", "gem")
 
@@ -33,55 +32,6 @@ class L2Normalize(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_dml")
-class GeneralizedMeanPooling(keras.layers.Layer):
-    """Generalised-mean (GeM) global pooling with a learnable exponent p, in float32.
-
-        f_k = ( 1/|X_k| sum_{x in X_k} max(x, eps)^p )^(1/p)
-
-    over the spatial positions X_k of channel k (Radenovic, Tolias, Chum, TPAMI
-    2018, eq. 3): p = 1 is average pooling, p -> inf max pooling. p is one
-    trainable scalar shared by all channels (the paper's choice), initialised to 3
-    and held at >= 1 in the forward pass. Input (batch, ..., channels) of rank >= 3,
-    output (batch, channels).
-
-    Args:
-        p: initial exponent. Defaults to 3.0.
-        trainable_p: learn p. Defaults to True.
-        epsilon: the clamp of the activations. Defaults to 1e-6.
-    """
-
-    def __init__(self, p=3.0, trainable_p=True, epsilon=1e-6, **kwargs):
-        kwargs.setdefault("dtype", "float32")
-        super().__init__(**kwargs)
-        self.initial_p = hyperparameters.positive("p", p)
-        if self.initial_p < 1.0:
-            raise ValueError(f"p must be >= 1, got {p!r}.")
-        self.trainable_p = bool(trainable_p)
-        self.epsilon = hyperparameters.positive("epsilon", epsilon)
-
-    def build(self, input_shape):
-        if len(input_shape) < 3:
-            raise ValueError("GeneralizedMeanPooling needs inputs (batch, ..., channels) of "
-                             f"rank >= 3, got shape {tuple(input_shape)}.")
-        self.p = self.add_weight(name="p", shape=(),
-                                 initializer=keras.initializers.Constant(self.initial_p),
-                                 trainable=self.trainable_p)
-
-    def call(self, inputs):
-        p = keras.ops.maximum(keras.ops.cast(self.p, "float32"), 1.0)
-        x = keras.ops.maximum(keras.ops.cast(inputs, "float32"), self.epsilon)
-        axes = tuple(range(1, len(inputs.shape) - 1))
-        return keras.ops.power(keras.ops.mean(keras.ops.power(x, p), axis=axes), 1.0 / p)
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], input_shape[-1])
-
-    def get_config(self):
-        return {**super().get_config(), "p": self.initial_p, "trainable_p": self.trainable_p,
-                "epsilon": self.epsilon}
-
-
-@keras.saving.register_keras_serializable(package="keras_dml")
 class EmbeddingHead(keras.layers.Layer):
     """Global pooling (for feature maps) + Dense + L2 normalisation.
 
@@ -97,7 +47,7 @@ class EmbeddingHead(keras.layers.Layer):
         normalize: L2-normalise the output. Defaults to True.
         kernel_initializer: for the projection. Defaults to "glorot_uniform".
         embedding_regularizer: a Keras regularizer of the projected embeddings
-            before L2 normalisation (e.g. `keras_dml.regularizers.LpNorm(1e-3)`,
+            before L2 normalisation (e.g. `keras_dml.layers.LpNorm(1e-3)`,
             PML's LpRegularizer); its term is added to the loss. Defaults to None.
 
     Examples:
@@ -164,8 +114,6 @@ class EmbeddingHead(keras.layers.Layer):
             "embedding_regularizer": keras.regularizers.serialize(self.embedding_regularizer),
         }
 
-
-# -- multi-level embeddings (ICE / RLL "(L, M, H)") ----------------------------------------
 
 @keras.saving.register_keras_serializable(package="keras_dml")
 class MultiLevelEmbedding(keras.layers.Layer):
@@ -242,37 +190,3 @@ class MultiLevelEmbedding(keras.layers.Layer):
             "pooling": self.pooling,
             "normalize_levels": self.normalize_levels,
         }
-
-
-@keras.saving.register_keras_serializable(package="keras_dml")
-class BackbonePreprocessing(keras.layers.Layer):
-    """A Keras Applications family's `preprocess_input`, as the model's first layer.
-
-    Pixels in [0, 255] go through `keras.applications.<module>.preprocess_input`
-    of the family (`keras_dml.backbones.FAMILIES`): BGR mean subtraction for
-    ResNet50, [-1, 1] for ResNet50V2 and InceptionV3, unchanged for the families
-    that rescale inside (EfficientNetV2, ConvNeXt, MobileNetV3). The layer saves
-    only the family's name, so a `.keras` file or SavedModel reproduces it
-    exactly; it computes in float32 also under a mixed precision policy.
-
-    Args:
-        family: a `keras_dml.backbones.FAMILIES` name, e.g. "ResNet50".
-    """
-
-    def __init__(self, family, **kwargs):
-        kwargs.setdefault("dtype", "float32")
-        super().__init__(**kwargs)
-        if family not in FAMILIES:
-            raise ValueError(f"Unknown backbone family {family!r}: expected one of "
-                             f"{list(FAMILIES)}.")
-        self.family = family
-        self.preprocess = getattr(keras.applications, FAMILIES[family].module).preprocess_input
-
-    def call(self, inputs):
-        return self.preprocess(keras.ops.cast(inputs, "float32"))
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
-    def get_config(self):
-        return {**super().get_config(), "family": self.family}

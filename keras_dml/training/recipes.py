@@ -6,6 +6,8 @@ Keys are the `train` command's argument names (`--learning-rate` ->
 "learning_rate"); "measured" says what the recipe reached and how.
 """
 
+__all__ = ["RECIPES", "describe", "get"]
+
 # The Omniglot protocol (examples/omniglot_protocol.py): 964 background characters
 # train, 659 evaluation characters test, 28 x 28, the 3-block CNN (`cnn3`), 128-d,
 # 2,000 steps of 32 classes x 4 drawings.

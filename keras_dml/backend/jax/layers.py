@@ -1,8 +1,8 @@
-"""The gradients of cnn3's batch normalisation and max pooling on JAX, written out.
+"""JAX's kernels for `keras_dml.backend.layers` and `TiledMaxPooling2D`: the batch
+normalisation's and the max pooling's gradients, written out.
 
 XLA:CPU fuses these closed forms into fewer passes over the feature maps than JAX's
-autodiff of the op-by-op forms (in the main job's network the batch norm took 8.4 ms
-and the pooling 5.4 ms of a 47.6 ms step before, 2026-11-28).
+autodiff of the op-by-op forms.
 
 Batch normalisation over all but the last axis: with m and v the batch's per-channel
 mean and biased variance, s = gamma / sqrt(v + eps) and x_hat = (x - m) / sqrt(v + eps),
@@ -56,6 +56,14 @@ def _backward(epsilon, residuals, cotangents):
 
 
 normalise_batch.defvjp(_forward, _backward)
+
+
+def fused_batch_norm(x, gamma, beta, epsilon, mean=None, variance=None):
+    """`keras_dml.backend.layers.fused_batch_norm` on JAX: training (`mean` and
+    `variance` None) returns (y, batch mean, biased batch variance), inference y."""
+    if mean is None:
+        return normalise_batch(x, gamma, beta, epsilon)
+    return normalise(x, gamma, beta, epsilon, mean, variance)
 
 
 def normalise(x, gamma, beta, epsilon, mean, variance):

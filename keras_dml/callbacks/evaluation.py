@@ -15,6 +15,8 @@ from keras_dml.evaluation.embedding import as_dataset, embed_finite, inference_f
 from keras_dml.evaluation.retrieval import METRICS, check_metrics, retrieval_metrics
 from keras_dml.evaluation.verification import FAR_TARGETS, pair_scores, verification_metrics
 
+__all__ = ["RecallAtK", "VerificationMetrics"]
+
 _COUNTS = ("num_queries", "num_excluded_queries")
 _VERIFICATION_LOGGED = ("roc_auc", "eer", "best_f1", "best_f1_threshold")
 
@@ -23,12 +25,21 @@ class _EmbeddingCallback(keras.callbacks.Callback):
     """Embeds validation data with the model being trained (or `embedding_model`),
     in inference mode, after every `every_n_epochs`-th epoch."""
 
-    def __init__(self, embedding_model, every_n_epochs, prefix):
+    def __init__(self, embedding_model, every_n_epochs, prefix, batch_size, steps):
         super().__init__()
+        if embedding_model is not None and not callable(embedding_model):
+            raise ValueError(f"embedding_model must be a model (a callable), got "
+                             f"{embedding_model!r}.")
         self.embedding_model = embedding_model
         self.every_n_epochs = hyperparameters.integer_at_least("every_n_epochs",
                                                                every_n_epochs, 1, strict=True)
+        if not isinstance(prefix, str):
+            raise ValueError(f"prefix must be a string, got {prefix!r}.")
         self.prefix = prefix
+        self.batch_size = hyperparameters.integer_at_least("batch_size", batch_size, 1,
+                                                           strict=True)
+        if steps is not None:
+            hyperparameters.integer_at_least("steps", steps, 1, strict=True)
         self._forward = None
         self._forward_of = None  # the model `_forward` embeds with
 
@@ -145,7 +156,7 @@ class RecallAtK(_EmbeddingCallback):
         verbose=1,
         steps=None,
     ):
-        super().__init__(embedding_model, every_n_epochs, prefix)
+        super().__init__(embedding_model, every_n_epochs, prefix, batch_size, steps)
         self.validation_data = as_dataset(validation_data, batch_size, steps, "validation_data")
         self.reference_data = (
             None if reference_data is None
@@ -155,9 +166,9 @@ class RecallAtK(_EmbeddingCallback):
         self.metrics, self.ks = check_metrics(metrics, ks)
         self.seen_classes = None if seen_classes is None else np.unique(np.asarray(seen_classes))
         self.metric = validation.check_search_metric(metric)
-        self.batch_size = batch_size
-        self.chunk_size = chunk_size
-        self.verbose = verbose
+        self.chunk_size = None if chunk_size is None else hyperparameters.integer_at_least(
+            "chunk_size", chunk_size, 1, strict=True)
+        self.verbose = hyperparameters.one_of("verbose", verbose, (0, 1))
         self.last_results = {}
         self.history = {"epoch": []}
 
@@ -248,12 +259,11 @@ class VerificationMetrics(_EmbeddingCallback):
     def __init__(self, validation_data, far_targets=FAR_TARGETS, metric="cosine",
                  max_pairs=1_000_000, embedding_model=None, every_n_epochs=1, batch_size=256,
                  prefix="val_", steps=None):
-        super().__init__(embedding_model, every_n_epochs, prefix)
+        super().__init__(embedding_model, every_n_epochs, prefix, batch_size, steps)
+        self.far_targets = _far_targets(far_targets)
+        self.metric = validation.check_search_metric(metric)
+        self.max_pairs = hyperparameters.integer_at_least("max_pairs", max_pairs, 1, strict=True)
         self.validation_data = as_dataset(validation_data, batch_size, steps, "validation_data")
-        self.far_targets = tuple(far_targets)
-        self.metric = metric
-        self.max_pairs = max_pairs
-        self.batch_size = batch_size
         self.last_results = None
 
     def evaluate(self):
@@ -271,3 +281,16 @@ class VerificationMetrics(_EmbeddingCallback):
         keys = [k for k in results if k in _VERIFICATION_LOGGED or k.startswith("tar@far=")]
         if logs is not None:
             logs.update({self.prefix + key: results[key] for key in keys})
+
+
+def _far_targets(far_targets):
+    """`far_targets` as a tuple of floats in (0, 1], else a ValueError naming it."""
+    try:
+        targets = tuple(float(target) for target in far_targets)
+    except (TypeError, ValueError):
+        raise ValueError(f"far_targets must be a list of false accept rates in (0, 1], got "
+                         f"{far_targets!r}.") from None
+    if not targets or not all(0.0 < target <= 1.0 for target in targets):
+        raise ValueError(f"far_targets must be a non-empty list of false accept rates in "
+                         f"(0, 1], got {far_targets!r}.")
+    return targets

@@ -17,6 +17,8 @@ import os
 
 import numpy as np
 
+__all__ = ["write_projector"]
+
 SPRITE_LIMIT = 8192  # TensorBoard's maximum sprite side, in pixels
 
 

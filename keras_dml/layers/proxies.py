@@ -34,6 +34,8 @@ import keras
 from keras_dml import hyperparameters
 from keras_dml.backend.primitives import as_tensor
 
+__all__ = ["Proxies", "kaiming_normal"]
+
 
 def kaiming_normal():
     """He / kaiming-normal initialisation of a (num_proxies, d) proxy matrix.
@@ -86,7 +88,7 @@ class Proxies(keras.layers.Layer):
 
     Examples:
 
-    >>> layer = keras_dml.proxy_layers.Proxies(num_classes=100)
+    >>> layer = keras_dml.layers.Proxies(num_classes=100)
     >>> proxies = layer(embeddings)  # (100, d), built from embeddings' size d
     """
 
