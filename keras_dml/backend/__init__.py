@@ -21,6 +21,17 @@ import importlib.util
 
 import keras
 
+__all__ = [
+    "export_advice",
+    "is_tensorflow",
+    "name",
+    "require_tensorflow",
+    "require_tensorflow_backend",
+    "tensorflow_installed",
+    "TensorFlowBackendRequiredError",
+    "TensorFlowRequiredError",
+]
+
 
 class TensorFlowRequiredError(ImportError):
     """A TensorFlow-only feature was used where TensorFlow is not installed."""

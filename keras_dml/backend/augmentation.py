@@ -5,6 +5,8 @@ import keras
 
 from keras_dml import backend
 
+__all__ = ["training_call"]
+
 
 def training_call(layer):
     """`layer(x, training=True)` as a function of a NumPy batch, returning NumPy.

@@ -14,6 +14,8 @@ import keras
 from keras_dml import backend
 from keras_dml.backend.primitives import taps
 
+__all__ = ["fused_batch_norm", "one_channel_convolution"]
+
 
 def _kernels():
     """`keras_dml.backend.<running backend>.layers`."""

@@ -18,6 +18,33 @@ import numpy as np
 
 from keras_dml import backend
 
+__all__ = [
+    "argmax_rows",
+    "argmin_rows",
+    "argsort_rows",
+    "as_tensor",
+    "assert_equal",
+    "assert_that",
+    "bitcast",
+    "control_dependencies",
+    "first_pairs",
+    "gather",
+    "in_xla_context",
+    "is_concrete",
+    "matmul",
+    "num_elements",
+    "num_rows",
+    "scatter_rows",
+    "searchsorted_rows",
+    "set_diagonal",
+    "static_shapes",
+    "subtract_at",
+    "take_along_rows",
+    "taps",
+    "without_diagonal",
+    "xla_compiled",
+]
+
 
 def _tf():
     import tensorflow as tf  # only ever reached on the TensorFlow backend

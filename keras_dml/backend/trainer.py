@@ -4,6 +4,8 @@ without importing TensorFlow (they exist only where it was imported)."""
 import importlib
 import sys
 
+__all__ = ["backend_inputs", "is_tf_dataset", "steps"]
+
 
 def steps():
     """`keras_dml.backend.<backend>.trainer`: the train step, test step (TensorFlow) and

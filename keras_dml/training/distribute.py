@@ -42,7 +42,7 @@ def make_strategy(name="auto"):
     """
     if name not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {name!r}.")
-    tf = backend.require_tensorflow("tf.distribute (keras_dml.distribute.make_strategy)")
+    tf = backend.require_tensorflow("tf.distribute (keras_dml.training.distribute.make_strategy)")
     workers = cluster_workers()
     if name == "multiworker" and workers == 0:
         raise ValueError("--strategy multiworker reads the cluster from the TF_CONFIG "
@@ -114,8 +114,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
 
     def __init__(self, backup_dir, stream=None, **kwargs):
         if kwargs.get("save_freq", "epoch") != "epoch":
-            raise ValueError("keras_dml.training.distribute.BackupAndRestore backs up at epoch ends "
-                             "(save_freq='epoch'): Keras resumes at an epoch boundary.")
+            raise ValueError("BackupAndRestore backs up at epoch ends (save_freq='epoch'): "
+                             "Keras resumes at an epoch boundary.")
         self.position = None
         if stream is not None:
             from keras_dml.data.distributed import worker_stream_start

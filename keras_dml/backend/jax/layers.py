@@ -21,6 +21,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+__all__ = ["fused_batch_norm", "max_over_tiles", "normalise", "normalise_batch"]
+
 
 def _axes(x):
     return tuple(range(x.ndim - 1))

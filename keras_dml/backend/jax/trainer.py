@@ -13,6 +13,8 @@ import keras
 
 from keras_dml.backend.trainer import backend_inputs
 
+__all__ = ["all_finite", "inference_function", "train_step"]
+
 
 def all_finite(tensors):
     """A scalar bool: every value of every array is finite."""

@@ -5,6 +5,8 @@ import tensorflow as tf
 
 from keras_dml.backend.primitives import taps
 
+__all__ = ["fused_batch_norm", "one_channel_convolution"]
+
 
 def fused_batch_norm(x, gamma, beta, epsilon, mean=None, variance=None):
     """`keras_dml.backend.layers.fused_batch_norm` by `FusedBatchNormV3` (oneDNN on x86

@@ -9,6 +9,8 @@ them back through `blocked_products`.
 
 import tensorflow as tf
 
+__all__ = ["block_array", "blocked_products"]
+
 
 def block_array(count):
     """An empty `tf.TensorArray` of `count` float32 blocks of any shape."""

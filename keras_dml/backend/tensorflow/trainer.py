@@ -10,6 +10,18 @@ import functools
 import keras
 import tensorflow as tf
 
+__all__ = [
+    "all_finite",
+    "gather_across_replicas",
+    "gather_with_local_gradient",
+    "global_batch",
+    "inference_function",
+    "local_batches",
+    "replicas",
+    "test_step",
+    "train_step",
+]
+
 
 def replicas():
     """Replicas in sync under the current `tf.distribute` strategy (1 without one)."""

@@ -11,6 +11,8 @@ either copy. Its native batch norm reads such a view the same way, in two passes
 import torch
 import torch.nn.functional as F
 
+__all__ = ["fused_batch_norm", "max_pool_channels_last"]
+
 
 def max_pool_channels_last(inputs, pool_size, strides):
     """`inputs` (N, H, W, C) max-pooled with "valid" padding: the same values, and the

@@ -9,6 +9,8 @@ import torch
 
 from keras_dml.backend.trainer import backend_inputs
 
+__all__ = ["all_finite", "inference_function", "train_step"]
+
 
 def all_finite(tensors):
     """Whether every value of every tensor is finite (a Python bool: one device sync)."""
