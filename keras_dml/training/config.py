@@ -41,7 +41,7 @@ APPLICATIONS = (
 BACKBONES = ("cnn3", "convnet") + APPLICATIONS
 CROPS = ("random", "random_resized")
 # Filters of the conv layers when --width is not given: cnn3 at 32 (not the protocol's
-# 64) trains 2.6x faster on a CPU and still reaches R@1 >= 78 on Omniglot (README).
+# 64) trains much faster on a CPU and still reaches R@1 >= 78 on Omniglot (README).
 DEFAULT_WIDTHS = {"cnn3": 32, "convnet": 32}
 LR_SCHEDULES = ("constant", "cosine")
 STRATEGIES = ("auto", "mirrored", "multiworker")

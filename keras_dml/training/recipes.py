@@ -69,10 +69,9 @@ RECIPES = {
                        "from step 1,000 on (the batch loss plus the memory loss)",
         "measured": "R@1 87.0, 87.4 and 87.3 (mean 87.2), MAP@R 56.2, 56.1 and 56.2 (seeds "
                     "0, 1 and 2, `keras-dml train --recipe omniglot-best --no-export "
-                    "--no-plots --seed S`, 2026-11-25, about 8 min each, three at a time on "
-                    "2 cores); the protocol script with these settings: 86.8, 87.3, 86.7 (mean "
-                    "86.9); memory from step 500: 86.8, 87.1, 87.1; without the memory: "
-                    "86.9, 86.7, 86.3 (mean 86.6); PML's best on the protocol: 81.3",
+                    "--no-plots --seed S`); the protocol script with these settings: 86.8, "
+                    "87.3, 86.7 (mean 86.9); memory from step 500: 86.8, 87.1, 87.1; "
+                    "without the memory: 86.9, 86.7, 86.3 (mean 86.6); PML's best on the protocol: 81.3",
         "flags": {**_OMNIGLOT, "loss": "InstanceCrossEntropy", "loss_args": '{"scale": 32}',
                   "classes_per_batch": 64, "samples_per_class": 2, "embedding_dim": 512,
                   "rotated_classes": True, "weight_decay": 0.4, "learning_rate": 3e-3,
@@ -83,16 +82,15 @@ RECIPES = {
         "description": "Omniglot protocol with InstanceCrossEntropy defaults (scale 64), "
                        "Adam 1e-3 constant",
         "measured": "R@1 83.9 and 84.4, MAP@R 51.3 and 51.3 (seeds 0 and 1, `keras-dml "
-                    "train --recipe omniglot-ice`, then named omniglot-best, 2026-11-23, "
-                    "507 s wall; PML's best there: 81.3)",
+                    "train --recipe omniglot-ice`; PML's best there: 81.3)",
         "flags": {**_OMNIGLOT, "loss": "InstanceCrossEntropy"},
     },
     "omniglot-ice-tuned": {
         "description": "candidate for the R@1 >= 87 target: InstanceCrossEntropy, Adam 2e-3 "
                        "with 100 warm-up steps and cosine decay, random shifts (2 px), "
                        "rotations (10 degrees) and zooms (10 %)",
-        "measured": "R@1 83.5 and 83.4, MAP@R 50.9 and 50.0 (seeds 0 and 1, 2026-11-23): "
-                    "0.7 below omniglot-ice on average",
+        "measured": "R@1 83.5 and 83.4, MAP@R 50.9 and 50.0 (seeds 0 and 1): 0.7 below "
+                    "omniglot-ice on average",
         "flags": {**_OMNIGLOT, "loss": "InstanceCrossEntropy", "learning_rate": 2e-3,
                   "lr_schedule": "cosine", "warmup_steps": 100, "augment_shift": 2.0,
                   "augment_rotation": 10.0, "augment_scale": 0.1},
@@ -107,8 +105,8 @@ RECIPES = {
     "omniglot-raw": {
         "description": "Omniglot protocol with MultiSimilarity's pair weighting (RAW, alpha 2, "
                        "beta 50, base 0.5) without its VTHM miner, Adam 1e-3 constant",
-        "measured": "R@1 83.6, MAP@R 49.8 (seed 0, `keras-dml train --recipe omniglot-raw`, "
-                    "2026-11-24, on a shared machine); the protocol script gave 83.4 and 83.2 "
+        "measured": "R@1 83.6, MAP@R 49.8 (seed 0, `keras-dml train --recipe omniglot-raw`); "
+                    "the protocol script gave 83.4 and 83.2 "
                     "(seeds 0 and 1) against MultiSimilarity's 81.3 and 80.8",
         "flags": {**_OMNIGLOT, "loss": "RelativeAbsoluteWeighting",
                   "loss_args": '{"mining": false}'},
