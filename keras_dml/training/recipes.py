@@ -71,7 +71,8 @@ RECIPES = {
                     "0, 1 and 2, `keras-dml train --recipe omniglot-best --no-export "
                     "--no-plots --seed S`); the protocol script with these settings: 86.8, "
                     "87.3, 86.7 (mean 86.9); memory from step 500: 86.8, 87.1, 87.1; "
-                    "without the memory: 86.9, 86.7, 86.3 (mean 86.6); PML's best on the protocol: 81.3",
+                    "without the memory: 86.9, 86.7, 86.3 (mean 86.6); PML's best on the "
+                    "protocol: 81.3",
         "flags": {**_OMNIGLOT, "loss": "InstanceCrossEntropy", "loss_args": '{"scale": 32}',
                   "classes_per_batch": 64, "samples_per_class": 2, "embedding_dim": 512,
                   "rotated_classes": True, "weight_decay": 0.4, "learning_rate": 3e-3,
