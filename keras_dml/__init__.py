@@ -93,7 +93,7 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
-    sys.meta_path.append(_MovedModules())
+    sys.meta_path.insert(0, _MovedModules())  # before a stale copy of a former file
 
 # The file names of the console script (`keras-dml`, on Windows `keras-dml.exe`).
 _COMMAND_NAMES = ("keras-dml", "keras-dml.exe", "keras-dml-script.py")
