@@ -248,6 +248,16 @@ def test_names_of_the_former_modules_keep_working_from_their_packages():
     assert training.RunEvaluation is RunEvaluation
     assert training._failure_kept_or_removed is failure_kept_or_removed
     assert set(training.__all__) <= set(dir(training))
+    former = ["KS", "SUMMARY", "CLASS_NAMES", "FAILED", "Clock", "RunEvaluation", "TrainConfig",
+              "ConsoleReport", "run", "run_directory", "load_run_config", "apply_run_defaults",
+              "build_model", "compile_model", "make_loss", "adam", "learning_rate_schedule",
+              "step_jit_compile", "backbone_variables", "augmentation", "array_transform",
+              "evaluation_splits", "write_plots", "metrics_row", "metrics_table",
+              "check_meaningful", "chance_recall", "run_verdict", "TSNE_POINTS",
+              "TSNE_ITERATIONS", "TSNE_THREADS", "FILE_IMAGE_SIZE", "LR_SCHEDULES",
+              "OWN_DATASETS", "own_files_options", "_input_spec", "_augmented",
+              "_dtype_policy", "_numpy_array_transform", "_warm_start_head"]
+    assert all(getattr(training, name) is not None for name in former)
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         training.nothing  # noqa: B018
 
