@@ -56,9 +56,9 @@ def test_listed_names_are_the_registry():
     from keras_dml.training.config import BACKBONES, DATASETS, LOSSES
 
     assert tuple(sorted(LOSSES)) == tuple(sorted(keras_dml.losses.LOSSES)), (
-        "add the new loss to keras_dml/training_config.py LOSSES")
+        "add the new loss to keras_dml/training/config.py LOSSES")
     assert sorted(DATASETS) == keras_dml.datasets.available(), (
-        "add the new dataset to keras_dml/training_config.py DATASETS")
+        "add the new dataset to keras_dml/training/config.py DATASETS")
     assert sorted(BACKBONES) == sorted(keras_dml.backbones.BACKBONES)
 
 
@@ -69,7 +69,7 @@ def test_import_keras_dml_registers_every_serializable_class(tmp_path):
         for folder, _, files in os.walk(os.path.join(ROOT, "keras_dml")) for name in files
         if name.endswith(".py")
         and "register_keras_serializable" in open(os.path.join(folder, name)).read())
-    assert "keras_dml.layers" in registering
+    assert "keras_dml.layers.embedding" in registering
     code = textwrap.dedent("""
         import sys, keras, keras_dml
         from keras_dml.training.config import LOSSES
