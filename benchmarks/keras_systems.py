@@ -141,7 +141,7 @@ def main_job_step(loss="InstanceCrossEntropy", steps=20, seed=0, limit=None):
     the command's stream off TensorFlow; the first `limit` images). The data feeding and
     `fit`'s own start are in the figure, the first call's compilation is not."""
     from keras_dml import datasets, training
-    from keras_dml.training_config import TrainConfig
+    from keras_dml.training.config import TrainConfig
 
     config = TrainConfig(seed=seed)
     train = datasets.load("omniglot").train

@@ -47,7 +47,7 @@ import keras
 
 from benchmarks.__main__ import cpu_model
 from keras_dml import data, datasets, training
-from keras_dml.training_config import TrainConfig
+from keras_dml.training.config import TrainConfig
 
 PARTS = ("convolution", "batch norm", "relu", "pooling", "head", "loss", "optimizer",
          "nan guard", "other ops")
@@ -246,7 +246,7 @@ _TORCH_BACKWARD = (("Convolution", "convolution"), ("BatchNorm", "batch norm"),
 def profile_torch(model, stream, steps, trace_dir):
     import torch
 
-    from keras_dml.backend import trainer_torch
+    from keras_dml.backend.torch import trainer as trainer_torch
 
     annotations = Annotations(torch.profiler.record_function)
     annotations.install(stream)

@@ -130,7 +130,7 @@ def omniglot_model(seed=0):
     """The Omniglot recipe's CNN (`cnn3`: 3 x (conv 64, BN, ReLU, max-pool)), dense 128,
     L2, built by the function `keras-dml train --width 64` builds it with."""
     from keras_dml.training import build_model
-    from keras_dml.training_config import TrainConfig
+    from keras_dml.training.config import TrainConfig
 
     return build_model(TrainConfig(width=64, embedding_dim=128, seed=seed), (28, 28, 1))
 

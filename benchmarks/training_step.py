@@ -36,7 +36,7 @@ import keras
 
 from benchmarks.__main__ import cpu_model
 from keras_dml import data, datasets, training
-from keras_dml.training_config import TrainConfig
+from keras_dml.training.config import TrainConfig
 
 
 class _StepClock(keras.callbacks.Callback):

@@ -17,43 +17,83 @@ runs.
 """
 
 import importlib
+import importlib.abc
 import importlib.util
 import os
 import sys
+import warnings
 
 __version__ = "0.1.0"
 
 _SUBMODULES = (
     "ops",
+    "validation",
+    "hyperparameters",
     "weighting",
     "mining",
     "losses",
     "layers",
-    "proxy_layers",
     "models",
-    "momentum",
     "data",
     "datasets",
+    "backbones",
     "evaluation",
     "callbacks",
     "export",
     "plots",
-    "projector",
-    "regularizers",
-    "backbones",
-    "backup",
-    "distribute",
     "index",
     "training",
-    "validation",
 )
 
 # Submodules that are TensorFlow's whatever the Keras backend, with what they do.
 _TENSORFLOW_ONLY = {
     "export": "keras_dml.export (SavedModel and TF Serving export)",
     "distribute": "keras_dml.distribute (tf.distribute)",
-    "backup": "keras_dml.backup (the tf.data stream's position)",
 }
+
+# Modules that moved into the packages: their former path -> where they are now.
+_MOVED = {
+    "keras_dml.batch_norm": "keras_dml.layers.batch_norm",
+    "keras_dml.convolution": "keras_dml.layers.convolution",
+    "keras_dml.pooling": "keras_dml.layers.pooling",
+    "keras_dml.proxy_layers": "keras_dml.layers.proxies",
+    "keras_dml.momentum": "keras_dml.layers.momentum",
+    "keras_dml.regularizers": "keras_dml.layers.regularizers",
+    "keras_dml.backup": "keras_dml.callbacks.backup",
+    "keras_dml.fine_tuning": "keras_dml.callbacks.fine_tuning",
+    "keras_dml.training_config": "keras_dml.training.config",
+    "keras_dml.recipes": "keras_dml.training.recipes",
+    "keras_dml.distribute": "keras_dml.training.distribute",
+    "keras_dml.projector": "keras_dml.training.projector",
+    "keras_dml.backend.batch_norm": "keras_dml.backend.layers",
+    "keras_dml.backend.convolution": "keras_dml.backend.layers",
+    "keras_dml.backend.trainer_tensorflow": "keras_dml.backend.tensorflow.trainer",
+    "keras_dml.backend.trainer_jax": "keras_dml.backend.jax.trainer",
+    "keras_dml.backend.trainer_torch": "keras_dml.backend.torch.trainer",
+    "keras_dml.backend.tensorflow_row_blocks": "keras_dml.backend.tensorflow.row_blocks",
+    "keras_dml.backend.layers_jax": "keras_dml.backend.jax.layers",
+    "keras_dml.backend.layers_torch": "keras_dml.backend.torch.layers",
+}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports a former module path (`_MOVED`) as the module now there, with a
+    DeprecationWarning naming the new path."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        return importlib.util.spec_from_loader(fullname, self) if fullname in _MOVED else None
+
+    def create_module(self, spec):
+        warnings.warn(f"{spec.name} is {_MOVED[spec.name]} now: import it from there.",
+                      DeprecationWarning, stacklevel=2)
+        return importlib.import_module(_MOVED[spec.name])
+
+    def exec_module(self, module):
+        """The module was run where it lives now."""
+
+
+if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _MovedModules())  # before a stale copy of a former file
 
 # The file names of the console script (`keras-dml`, on Windows `keras-dml.exe`).
 _COMMAND_NAMES = ("keras-dml", "keras-dml.exe", "keras-dml-script.py")
@@ -84,7 +124,7 @@ def __getattr__(name):
         from keras_dml import backend
 
         backend.require_tensorflow(_TENSORFLOW_ONLY[name])
-    if name in _SUBMODULES:
+    if name in _SUBMODULES or f"keras_dml.{name}" in _MOVED:
         return importlib.import_module(f"keras_dml.{name}")
     raise AttributeError(f"module 'keras_dml' has no attribute {name!r}")
 

@@ -45,3 +45,22 @@ FAMILIES = {
     "MobileNetV3Small": Family("mobilenet_v3", _INSIDE, 224),
     "MobileNetV3Large": Family("mobilenet_v3", _INSIDE, 224),
 }
+
+#: Other spellings of a backbone's name; any case of a name is accepted too.
+BACKBONE_ALIASES = {"resnet50": "ResNet50"}
+
+
+def backbone_name(name):
+    """`name` as `keras_dml.backbones.BACKBONES` spells it, for any case
+    ("mobilenetv3small"), or "resnet50" for ResNet50.
+
+    Raises:
+        ValueError: naming `name` and the backbones, when it is none of them.
+    """
+    names = ("cnn3", "convnet") + tuple(FAMILIES)
+    known = {n.lower(): n for n in names}
+    known.update(BACKBONE_ALIASES)
+    if not isinstance(name, str) or name.lower() not in known:
+        raise ValueError(f"Unknown backbone {name!r}: expected one of {list(names)} "
+                         "(any case).")
+    return known[name.lower()]

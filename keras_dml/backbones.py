@@ -22,12 +22,9 @@ import warnings
 
 import keras
 
-from keras_dml.backbone_families import FAMILIES, Family  # noqa: F401 (public here)
-from keras_dml.batch_norm import FusedBatchNormalization
-from keras_dml.convolution import ShiftedConv2D
+from keras_dml.backbone_families import FAMILIES, Family, backbone_name  # noqa: F401
 from keras_dml.hyperparameters import integer_at_least
-from keras_dml.pooling import TiledMaxPooling2D
-from keras_dml.training_config import backbone_name
+from keras_dml.layers import FusedBatchNormalization, ShiftedConv2D, TiledMaxPooling2D
 
 
 SCRATCH = ("cnn3", "convnet")

@@ -161,7 +161,7 @@ def similarity_gradients(query, key, weights, row_scale, metric="cosine", key_gr
     else:
         query_in, key_in = query, key
     if block_rows is not None:
-        from keras_dml.backend import tensorflow_row_blocks
+        from keras_dml.backend.tensorflow import row_blocks as tensorflow_row_blocks
 
         to_query, to_key = tensorflow_row_blocks.blocked_products(
             weights, block_rows, query_in, key_in, row_scale, key_gradient)

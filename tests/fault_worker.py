@@ -23,7 +23,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from keras_dml import data, losses  # noqa: E402
-from keras_dml.backup import TrainingBackup  # noqa: E402
+from keras_dml.callbacks.backup import TrainingBackup  # noqa: E402
 from keras_dml.models import DMLModel  # noqa: E402
 
 STEPS = 4

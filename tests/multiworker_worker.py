@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_dml import data, losses  # noqa: E402
-from keras_dml.distribute import BackupAndRestore, task_name  # noqa: E402
+from keras_dml.training.distribute import BackupAndRestore, task_name  # noqa: E402
 from keras_dml.layers import EmbeddingHead  # noqa: E402
 from keras_dml.models import DMLModel  # noqa: E402
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_dml import backbones, training_config
+from keras_dml import backbones
+from keras_dml.training import config as training_config
 from keras_dml.layers import BackbonePreprocessing, EmbeddingHead
 from keras_dml.models import DMLModel
 

@@ -12,9 +12,10 @@ import pytest
 
 import reference as ref
 import reference_margin_softmax_and_pair_family as family_ref
-from keras_dml import layers, losses, regularizers
-from keras_dml.momentum import MomentumEncoder
-from keras_dml.proxy_layers import Proxies
+from keras_dml import layers, losses
+from keras_dml.layers import regularizers
+from keras_dml.layers.momentum import MomentumEncoder
+from keras_dml.layers.proxies import Proxies
 
 BACKEND = keras.backend.backend()
 CLASSES, PER_CLASS, DIM = 4, 3, 6

@@ -129,6 +129,48 @@ def test_bad_ks_or_metrics_fail_at_construction_not_after_an_epoch():
         RecallAtK((x, y), metrics=("accuracy",))
 
 
+@pytest.mark.parametrize("arguments, message", [
+    ({"metric": "cosin"}, "metric must be one of .* got 'cosin'"),
+    ({"far_targets": (1e-3, 101)}, r"far_targets .* in \(0, 1\], got \(0.001, 101\)"),
+    ({"far_targets": ()}, "far_targets must be a non-empty list"),
+    ({"far_targets": (0.0,)}, "far_targets"),
+    ({"far_targets": "often"}, "got 'often'"),
+    ({"max_pairs": 0}, "max_pairs must be a positive integer, got 0"),
+    ({"batch_size": 2.5}, "batch_size must be a positive integer, got 2.5"),
+    ({"every_n_epochs": 0}, "every_n_epochs"),
+    ({"prefix": None}, "prefix must be a string, got None"),
+    ({"steps": 0}, "steps must be a positive integer, got 0"),
+    ({"embedding_model": "model"}, "embedding_model must be a model"),
+])
+def test_verification_metrics_refuses_a_bad_argument_at_construction(arguments, message):
+    x = np.zeros((8, 3), "float32")
+    y = np.repeat(np.arange(4), 2)
+    with pytest.raises(ValueError, match=message):
+        VerificationMetrics((x, y), **arguments)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"metric": "cosin"}, "got 'cosin'"),
+    ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+    ({"chunk_size": -1}, "chunk_size must be a positive integer, got -1"),
+    ({"verbose": 3}, "verbose must be one of"),
+    ({"prefix": 1}, "prefix must be a string, got 1"),
+])
+def test_recall_at_k_refuses_a_bad_argument_at_construction(arguments, message):
+    x = np.zeros((8, 3), "float32")
+    y = np.repeat(np.arange(4), 2)
+    with pytest.raises(ValueError, match=message):
+        RecallAtK((x, y), **arguments)
+
+
+def test_verification_metrics_keeps_valid_arguments():
+    x = np.zeros((8, 3), "float32")
+    y = np.repeat(np.arange(4), 2)
+    callback = VerificationMetrics((x, y), far_targets=[1, 0.5], metric="dot", max_pairs=10)
+    assert callback.far_targets == (1.0, 0.5)
+    assert callback.metric == "dot" and callback.max_pairs == 10 and callback.batch_size == 256
+
+
 def test_verification_logs_equal_verification_metrics_of_the_embedded_pairs(tmp_path):
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)

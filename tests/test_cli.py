@@ -41,7 +41,7 @@ def test_help_does_not_import_tensorflow(args, tmp_path):
     assert "keras_dml.cli" in imported
     assert not {"tensorflow", "keras", "numpy"} & imported
     if args == ["train", "--help"]:
-        from keras_dml.training_config import DATASETS, LOSSES
+        from keras_dml.training.config import DATASETS, LOSSES
 
         text = " ".join(result.stdout.split())
         for name in DATASETS + LOSSES:
@@ -53,12 +53,12 @@ def test_help_does_not_import_tensorflow(args, tmp_path):
 def test_listed_names_are_the_registry():
     """`--help` lists names without TensorFlow: the static lists must stay the registry's."""
     import keras_dml
-    from keras_dml.training_config import BACKBONES, DATASETS, LOSSES
+    from keras_dml.training.config import BACKBONES, DATASETS, LOSSES
 
     assert tuple(sorted(LOSSES)) == tuple(sorted(keras_dml.losses.LOSSES)), (
-        "add the new loss to keras_dml/training_config.py LOSSES")
+        "add the new loss to keras_dml/training/config.py LOSSES")
     assert sorted(DATASETS) == keras_dml.datasets.available(), (
-        "add the new dataset to keras_dml/training_config.py DATASETS")
+        "add the new dataset to keras_dml/training/config.py DATASETS")
     assert sorted(BACKBONES) == sorted(keras_dml.backbones.BACKBONES)
 
 
@@ -69,10 +69,10 @@ def test_import_keras_dml_registers_every_serializable_class(tmp_path):
         for folder, _, files in os.walk(os.path.join(ROOT, "keras_dml")) for name in files
         if name.endswith(".py")
         and "register_keras_serializable" in open(os.path.join(folder, name)).read())
-    assert "keras_dml.layers" in registering
+    assert "keras_dml.layers.embedding" in registering
     code = textwrap.dedent("""
         import sys, keras, keras_dml
-        from keras_dml.training_config import LOSSES
+        from keras_dml.training.config import LOSSES
         print(' '.join(m for m in sys.argv[1:] if m not in sys.modules))
         print(' '.join(n for n in LOSSES
                        if keras.saving.get_registered_object('keras_dml>' + n) is None))
@@ -163,7 +163,7 @@ def test_overwrite_replaces_the_run_folder(tmp_path, capsys):
 
 def test_default_run_names_never_collide(tmp_path):
     from keras_dml.training import run_directory
-    from keras_dml.training_config import TrainConfig
+    from keras_dml.training.config import TrainConfig
 
     config = TrainConfig(runs_dir=str(tmp_path))
     first, path = run_directory(config)
@@ -345,7 +345,7 @@ def test_rotated_classes_and_weight_decay_reach_the_run(tmp_path, capsys):
 
 def test_width_sets_the_filters_of_the_backbone():
     from keras_dml import training
-    from keras_dml.training_config import TrainConfig
+    from keras_dml.training.config import TrainConfig
 
     assert TrainConfig().width == 32  # the default run's network
     assert TrainConfig(backbone="resnet50").width is None

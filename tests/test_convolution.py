@@ -1,11 +1,11 @@
-"""`keras_dml.convolution.ShiftedConv2D` on the running Keras backend (its shifted path
+"""`keras_dml.layers.convolution.ShiftedConv2D` on the running Keras backend (its shifted path
 on JAX and TensorFlow): Keras' `Conv2D` values and gradients. NumPy inputs."""
 
 import keras
 import numpy as np
 import pytest
 
-from keras_dml.convolution import ShiftedConv2D
+from keras_dml.layers.convolution import ShiftedConv2D
 from layer_checks import assert_saves_and_loads, keras_and_ours, numpy, stateless_gradients
 
 

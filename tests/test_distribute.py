@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_dml import data, distribute
+from keras_dml import data
+from keras_dml.training import distribute
 
 sys.path.insert(0, os.path.dirname(__file__))
 import multiworker_worker as worker  # noqa: E402

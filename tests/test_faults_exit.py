@@ -39,7 +39,7 @@ if mode == "cli":
     sys.exit(code)
 from keras_dml import training
 from keras_dml.data.bad_images import BadImageError
-from keras_dml.training_config import TrainConfig
+from keras_dml.training.config import TrainConfig
 try:
     training.run(TrainConfig(dataset="folder", data_dir=folder, runs_dir=runs,
                              export_dir=runs, export=False, plots=False, **flags))
@@ -52,7 +52,7 @@ def bad_folder(root):
     """Eight classes of 8 photo-sized JPEGs; in each training class a truncated JPEG and
     an HTML page saved as .jpg (a bad test image stops the run before training)."""
     from keras_dml import datasets
-    from keras_dml.training_config import own_files_options
+    from keras_dml.training.config import own_files_options
 
     rng = np.random.default_rng(0)
     for c in range(8):

@@ -1,4 +1,4 @@
-"""Faults: SIGKILL and resume, crash-safe and corrupt backups (keras_dml.backup)."""
+"""Faults: SIGKILL and resume, crash-safe and corrupt backups (keras_dml.callbacks.backup)."""
 
 import json
 import os
@@ -13,7 +13,7 @@ import pytest
 
 import fault_worker
 from keras_dml import data
-from keras_dml.backup import BackupError, TrainingBackup, complete_backups, read_state
+from keras_dml.callbacks.backup import BackupError, TrainingBackup, complete_backups, read_state
 
 pytestmark = pytest.mark.faults
 
@@ -64,7 +64,7 @@ def test_a_crash_at_any_stage_of_a_save_leaves_a_usable_backup(tmp_path, monkeyp
     backup_dir = str(tmp_path / "b")
     model, backup = _fit(backup_dir, 1)
     saved = model.get_weights()
-    module = sys.modules["keras_dml.backup"]
+    module = sys.modules["keras_dml.callbacks.backup"]
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt

@@ -4,7 +4,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_dml import backbones, fine_tuning, losses, training
+from keras_dml import backbones, losses, training
+from keras_dml.callbacks import fine_tuning
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
 

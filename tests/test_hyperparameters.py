@@ -4,7 +4,7 @@ construction, never a NaN loss later."""
 import pytest
 
 from keras_dml import losses, mining
-from keras_dml.momentum import MomentumEncoder
+from keras_dml.layers.momentum import MomentumEncoder
 
 NAN, INF = float("nan"), float("inf")
 

@@ -1,8 +1,13 @@
 """The package's one order (docs/architecture.md, "Layers"): import-linter's contracts in
-setup.cfg hold, they see an upward import inside a function, and the names and saved
-files of the layout before the moves still work."""
+setup.cfg hold, they see an upward import inside a function, setup.cfg and the docs list
+the same floors, and the names, module paths and saved files of the layouts before the
+moves still work."""
 
+import ast
+import configparser
+import importlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -36,8 +41,10 @@ def test_every_import_points_downward_and_no_siblings_loop():
 
 @needs_linter
 @pytest.mark.parametrize("module, target, broken", [
-    ("layers.py", "keras_dml.backbones", "keras_dml.layers is not allowed to import "
+    ("layers/embedding.py", "keras_dml.backbones", "keras_dml.layers is not allowed to import "
      "keras_dml.backbones"),  # layers sits below backbones
+    ("layers/proxies.py", "keras_dml.losses", "keras_dml.layers is not allowed to import "
+     "keras_dml.losses"),  # losses hold layers, not the reverse
     ("backend/trainer.py", "keras_dml.data", "keras_dml.backend is not allowed to import "
      "keras_dml.data"),  # the backend is the ground floor
 ])
@@ -59,7 +66,7 @@ def test_names_users_import_keep_working():
     from keras_dml.data import GroupDesign, RandomPairDesign, importance_weights
     from keras_dml.data.designs import importance_weights as from_designs
     from keras_dml.layers import BackbonePreprocessing
-    from keras_dml.training_config import backbone_name
+    from keras_dml.training.config import backbone_name
 
     assert FAMILIES is backbone_families.FAMILIES and Family is backbone_families.Family
     assert importance_weights is from_designs is pair_designs.importance_weights
@@ -99,3 +106,200 @@ def test_a_keras_file_saved_before_the_moves_loads(tmp_path):
     pixels = np.full((2, 8, 8, 3), 128.0, "float32")
     np.testing.assert_allclose(model.predict(pixels, verbose=0),
                                described.predict(pixels, verbose=0), rtol=1e-6)
+
+
+def setup_cfg_floors():
+    """The floors of setup.cfg's import-linter `layers` contract, bottom to top, each a
+    list of module names (an optional floor's parentheses removed)."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    lines = config["importlinter:contract:floors"]["layers"].strip().splitlines()
+    return [[name.strip().strip("()") for name in line.split(":")] for line in reversed(lines)]
+
+
+def documented_floors():
+    """The floors of docs/architecture.md's table, bottom to top."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text[text.index("## Layers"):text.index("## Where things live")]
+    rows = re.findall(r"^\| (\d+) \| (.+?) \| .+ \|$", section, flags=re.M)
+    assert [int(number) for number, _ in rows] == list(range(1, len(rows) + 1))
+    return [re.findall(r"`([a-z_]+)`", modules) for _, modules in rows]
+
+
+def test_setup_cfg_and_the_docs_list_the_same_floors_in_order():
+    floors = setup_cfg_floors()
+    assert ["inference"] in floors and floors.index(["inference"]) + 1 == floors.index(
+        ["evaluation"])  # directly below evaluation
+    assert documented_floors() == floors
+
+
+def test_the_top_level_holds_only_the_core():
+    """Every top-level module of the package sits on a floor of setup.cfg (packages
+    aside), and the floors name only modules or packages that exist or are optional."""
+    modules = {path.stem for path in (ROOT / "keras_dml").glob("*.py")} - {"__init__"}
+    on_floors = {name for floor in setup_cfg_floors() for name in floor}
+    assert modules <= on_floors, modules - on_floors
+    assert modules == {"ops", "validation", "hyperparameters", "weighting", "pair_designs",
+                       "backbone_families", "backbones"}
+
+
+#: The packages the regroup made, with backend/: module and function sizes are held here.
+_REGROUPED = ("layers", "models", "callbacks", "training", "backend")
+
+
+def _regrouped_modules():
+    for package in _REGROUPED:
+        yield from sorted((ROOT / "keras_dml" / package).rglob("*.py"))
+
+
+def _code_lines(node, source_lines):
+    """Lines of `node` that hold code (not blank, not only a comment, not its docstring)."""
+    body = node.body
+    skip = set()
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        skip = set(range(body[0].lineno, body[0].end_lineno + 1))
+    return sum(1 for number in range(node.lineno, node.end_lineno + 1)
+               if number not in skip and source_lines[number - 1].strip()
+               and not source_lines[number - 1].strip().startswith("#"))
+
+
+@pytest.mark.parametrize("path", list(_regrouped_modules()), ids=lambda path: str(
+    path.relative_to(ROOT / "keras_dml")))
+def test_modules_are_small_with_short_functions_and_declare_their_api(path):
+    source = path.read_text()
+    lines = source.splitlines()
+    assert len(lines) <= 600, f"{path.name}: {len(lines)} lines"
+    tree = ast.parse(source)
+    long = [(node.name, _code_lines(node, lines)) for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and _code_lines(node, lines) > 80]
+    assert not long, long
+    names = [target.id for node in tree.body if isinstance(node, ast.Assign)
+             for target in node.targets if isinstance(target, ast.Name)]
+    defines = [node for node in tree.body
+               if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.ImportFrom))]
+    if defines:  # a docstring-only package (backend/jax/) has no names to declare
+        assert "__all__" in names, f"{path.relative_to(ROOT)} declares no __all__"
+
+
+def test_code_lines_count_the_signature_and_body_not_the_docstring_or_comments():
+    source = ("def f():\n    \"\"\"Doc,\n    two lines.\"\"\"\n    # a comment\n\n"
+              + "".join(f"    x{i} = {i}\n" for i in range(80)))
+    function = ast.parse(source).body[0]
+    assert _code_lines(function, source.splitlines()) == 81
+
+
+# Former module path -> (its module now, a name users imported from it).
+_MOVED_MODULES = {
+    "keras_dml.batch_norm": ("keras_dml.layers.batch_norm", "FusedBatchNormalization"),
+    "keras_dml.convolution": ("keras_dml.layers.convolution", "ShiftedConv2D"),
+    "keras_dml.pooling": ("keras_dml.layers.pooling", "TiledMaxPooling2D"),
+    "keras_dml.proxy_layers": ("keras_dml.layers.proxies", "Proxies"),
+    "keras_dml.momentum": ("keras_dml.layers.momentum", "MomentumEncoder"),
+    "keras_dml.regularizers": ("keras_dml.layers.regularizers", "LpNorm"),
+    "keras_dml.fine_tuning": ("keras_dml.callbacks.fine_tuning", "freeze_batch_norm"),
+    "keras_dml.backup": ("keras_dml.callbacks.backup", "TrainingBackup"),
+    "keras_dml.training_config": ("keras_dml.training.config", "TrainConfig"),
+    "keras_dml.recipes": ("keras_dml.training.recipes", "RECIPES"),
+    "keras_dml.distribute": ("keras_dml.training.distribute", "BackupAndRestore"),
+    "keras_dml.projector": ("keras_dml.training.projector", "write_projector"),
+    "keras_dml.backend.batch_norm": ("keras_dml.backend.layers", "fused_batch_norm"),
+    "keras_dml.backend.convolution": ("keras_dml.backend.layers", "one_channel_convolution"),
+    "keras_dml.backend.trainer_tensorflow": ("keras_dml.backend.tensorflow.trainer",
+                                             "train_step"),
+    "keras_dml.backend.tensorflow_row_blocks": ("keras_dml.backend.tensorflow.row_blocks",
+                                                "block_array"),
+}
+
+
+@pytest.mark.parametrize("old, new_and_name", _MOVED_MODULES.items(), ids=list(_MOVED_MODULES))
+def test_a_former_module_path_imports_the_module_with_a_deprecation_warning(
+        monkeypatch, old, new_and_name):
+    new, name = new_and_name
+    if new.startswith("keras_dml.backend.tensorflow."):
+        pytest.importorskip("tensorflow", reason="TensorFlow's own modules")
+    monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning, match=re.escape(f"{old} is {new} now")):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+    assert getattr(module, name) is getattr(importlib.import_module(new), name)
+    parent, _, child = old.rpartition(".")
+    assert getattr(importlib.import_module(parent), child) is module
+
+
+def test_names_of_the_former_modules_keep_working_from_their_packages():
+    from keras_dml import callbacks, layers, models, training
+    from keras_dml.callbacks.backup import TrainingBackup
+    from keras_dml.callbacks.fine_tuning import BackboneStepScale
+    from keras_dml.layers.batch_norm import FusedBatchNormalization
+    from keras_dml.layers.embedding import EmbeddingHead
+    from keras_dml.models.dml_model import NONFINITE_MESSAGE, DMLModel, StopOnNonFinite
+    from keras_dml.training.evaluation import KS, RunEvaluation
+    from keras_dml.training.job import run
+    from keras_dml.training.run_folder import SUMMARY, failure_kept_or_removed
+
+    assert layers.EmbeddingHead is EmbeddingHead
+    assert layers.FusedBatchNormalization is FusedBatchNormalization
+    assert models.DMLModel is DMLModel and models.NONFINITE_MESSAGE is NONFINITE_MESSAGE
+    assert callbacks.StopOnNonFinite is models.StopOnNonFinite is StopOnNonFinite
+    assert callbacks.TrainingBackup is TrainingBackup
+    assert callbacks.BackboneStepScale is BackboneStepScale
+    assert training.run is run and training.KS == KS and training.SUMMARY == SUMMARY
+    assert training.RunEvaluation is RunEvaluation
+    assert training._failure_kept_or_removed is failure_kept_or_removed
+    assert set(training.__all__) <= set(dir(training))
+    former = ["KS", "SUMMARY", "CLASS_NAMES", "FAILED", "Clock", "RunEvaluation", "TrainConfig",
+              "ConsoleReport", "run", "run_directory", "load_run_config", "apply_run_defaults",
+              "build_model", "compile_model", "make_loss", "adam", "learning_rate_schedule",
+              "step_jit_compile", "backbone_variables", "augmentation", "array_transform",
+              "evaluation_splits", "write_plots", "metrics_row", "metrics_table",
+              "check_meaningful", "chance_recall", "run_verdict", "TSNE_POINTS",
+              "TSNE_ITERATIONS", "TSNE_THREADS", "FILE_IMAGE_SIZE", "LR_SCHEDULES",
+              "OWN_DATASETS", "own_files_options", "_input_spec", "_augmented",
+              "_dtype_policy", "_warm_start_head"]
+    assert all(getattr(training, name) is not None for name in former)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        training.nothing  # noqa: B018
+
+
+def test_every_layer_keeps_its_registered_name():
+    from keras_dml import layers
+
+    for name in layers.__all__:
+        value = getattr(layers, name)
+        if isinstance(value, type) and issubclass(value, keras.layers.Layer):
+            assert keras.saving.get_registered_name(value) == f"keras_dml>{name}"
+            assert keras.saving.get_registered_object(f"keras_dml>{name}") is value
+
+
+def test_a_keras_file_saved_before_the_packages_loads_and_predicts_the_same(tmp_path):
+    """tests/data/model_before_packages.keras was saved by the code before the layers,
+    models and callbacks became packages: a DMLModel of ShiftedConv2D,
+    FusedBatchNormalization, TiledMaxPooling2D and a GeM EmbeddingHead with an LpNorm
+    regulariser, compiled with ProxyAnchor (whose proxies it holds), trained two epochs."""
+    from keras_dml.layers import (EmbeddingHead, FusedBatchNormalization,
+                                  GeneralizedMeanPooling, LpNorm, Proxies, ShiftedConv2D,
+                                  TiledMaxPooling2D)
+    from keras_dml.losses import ProxyAnchor
+    from keras_dml.models import DMLModel
+
+    saved = np.load(ROOT / "tests" / "data" / "model_before_packages.npz")
+    model = keras.saving.load_model(ROOT / "tests" / "data" / "model_before_packages.keras")
+
+    assert isinstance(model, DMLModel)
+    kinds = [type(layer) for layer in model.layers]
+    for kind in (ShiftedConv2D, FusedBatchNormalization, TiledMaxPooling2D, EmbeddingHead):
+        assert kind in kinds
+    head = model.layers[-1]
+    assert isinstance(head.gem, GeneralizedMeanPooling)
+    assert isinstance(head.embedding_regularizer, LpNorm)
+    assert isinstance(model.loss, ProxyAnchor)
+    assert isinstance(model.loss.trainable_layer, Proxies)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(model.loss.trainable_layer.proxies), saved["proxies"])
+    np.testing.assert_allclose(model.predict(saved["images"], verbose=0), saved["embeddings"],
+                               atol=1e-5)
+    model.save(tmp_path / "again.keras")  # and it saves again under the new layout
+    again = keras.saving.load_model(tmp_path / "again.keras")
+    np.testing.assert_allclose(again.predict(saved["images"], verbose=0), saved["embeddings"],
+                               atol=1e-5)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_dml import regularizers
+from keras_dml.layers import regularizers
 from keras_dml.layers import EmbeddingHead, GeneralizedMeanPooling
 
 

@@ -1,4 +1,4 @@
-"""`keras_dml.pooling.TiledMaxPooling2D` on the running Keras backend (its tiled path on
+"""`keras_dml.layers.pooling.TiledMaxPooling2D` on the running Keras backend (its tiled path on
 JAX): Keras' `MaxPooling2D` values and gradients. NumPy inputs, no TensorFlow."""
 
 import keras
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from keras_dml.backend.gradients import value_and_gradient
-from keras_dml.pooling import TiledMaxPooling2D
+from keras_dml.layers.pooling import TiledMaxPooling2D
 from layer_checks import assert_saves_and_loads, numpy
 
 

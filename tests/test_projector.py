@@ -1,10 +1,10 @@
-"""Tests for keras_dml.projector: the files TensorBoard's projector reads."""
+"""Tests for keras_dml.training.projector: the files TensorBoard's projector reads."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_dml.projector import write_projector
+from keras_dml.training.projector import write_projector
 
 
 def test_vectors_metadata_sprite_and_config(tmp_path):

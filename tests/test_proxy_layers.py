@@ -1,4 +1,4 @@
-"""The Proxies layer (keras_dml.proxy_layers): Kaiming initialisation, checks, and the
+"""The Proxies layer (keras_dml.layers.proxies): Kaiming initialisation, checks, and the
 learning-rate multiplier under several optimizers."""
 
 import keras
@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from keras_dml.losses import ProxyAnchor
-from keras_dml.proxy_layers import Proxies
+from keras_dml.layers.proxies import Proxies
 from proxy_checks import CLASSES, batch, with_proxies
 
 

@@ -3,7 +3,8 @@ given on the command line override it, and unknown names are refused clearly."""
 
 import pytest
 
-from keras_dml import cli, recipes
+from keras_dml import cli
+from keras_dml.training import recipes
 from keras_dml.cli.parser import _with_recipe
 
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from keras_dml import cli
-from keras_dml.training_config import TrainConfig
+from keras_dml.training.config import TrainConfig
 
 from conftest import SHARED_DATASETS
 

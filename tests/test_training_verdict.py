@@ -9,7 +9,7 @@ import pytest
 
 from keras_dml import training
 from keras_dml.evaluation.collapse import collapse_warning
-from keras_dml.training_config import TrainConfig
+from keras_dml.training.config import TrainConfig
 
 
 def _split(labels):

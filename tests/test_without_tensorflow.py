@@ -145,7 +145,8 @@ def test_the_main_jobs_jax_step_is_one_compiled_program(tmp_path):
         import numpy as np
 
         from keras_dml import training
-        from keras_dml.backend import trainer_jax, trainer_torch
+        from keras_dml.backend.jax import trainer as trainer_jax
+        from keras_dml.backend.torch import trainer as trainer_torch
         from keras_dml.data import ClassBalancedPyDataset
         from keras_dml.training_config import TrainConfig
 

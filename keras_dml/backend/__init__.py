@@ -6,18 +6,31 @@ SavedModel export, `tf.distribute`), asks here instead of importing it at module
 so that `import keras_dml` works on a machine without TensorFlow.
 
 Submodules: `gradients` (the engine's VJP through its matrix; plain autodiff for
-tests), `primitives` (scatters, shapes, XLA, run-time assertions), `pairs` (row-wise
-gathers, sorts, matmuls), `tensors` (control dependencies, value checks),
-`tensorflow_row_blocks` (the row blocks of `keras_dml.losses.row_blocks_tensorflow`),
-`batch_norm` (fused batch normalisation), `convolution` (one-channel convolutions),
-`layers_jax` (cnn3's batch-norm and pooling gradients on JAX), `layers_torch` (its
-pooling and batch norm on PyTorch).
+tests), `primitives` (scatters, sorts, gathers, shapes, XLA, control dependencies,
+run-time assertions), `layers` (the kernels of the fused batch norm and the one-channel
+convolution), `trainer` (`DMLModel`'s steps of the running backend), `augmentation`
+(the training augmentation off TensorFlow), `lazy_tensorflow` (TensorFlow imported on
+first use). One folder per backend, with the same file names in each: `tensorflow/`,
+`jax/` and `torch/` hold `trainer.py` (the train step) and `layers.py` (the layers'
+kernels); `tensorflow/row_blocks.py` holds the `tf.TensorArray` blocks of
+`keras_dml.losses.row_blocks_tensorflow`.
 """
 
 import importlib
 import importlib.util
 
 import keras
+
+__all__ = [
+    "export_advice",
+    "is_tensorflow",
+    "name",
+    "require_tensorflow",
+    "require_tensorflow_backend",
+    "tensorflow_installed",
+    "TensorFlowBackendRequiredError",
+    "TensorFlowRequiredError",
+]
 
 
 class TensorFlowRequiredError(ImportError):

@@ -15,6 +15,8 @@ import keras
 from keras_dml import backend
 from keras_dml.backend import primitives
 
+__all__ = ["differentiable_matrix", "MatrixGradient", "value_and_gradient"]
+
 
 class MatrixGradient:
     """An (N, M) matrix built from `sources`, and its VJP for the engine's custom gradient.

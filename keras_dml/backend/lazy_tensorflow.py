@@ -4,6 +4,8 @@ import sys
 
 from keras_dml.backend import require_tensorflow
 
+__all__ = ["LazyTensorFlow"]
+
 
 class LazyTensorFlow:
     """Stands for `tensorflow` in a module that must import without it.

@@ -18,6 +18,33 @@ import numpy as np
 
 from keras_dml import backend
 
+__all__ = [
+    "argmax_rows",
+    "argmin_rows",
+    "argsort_rows",
+    "as_tensor",
+    "assert_equal",
+    "assert_that",
+    "bitcast",
+    "control_dependencies",
+    "first_pairs",
+    "gather",
+    "in_xla_context",
+    "is_concrete",
+    "matmul",
+    "num_elements",
+    "num_rows",
+    "scatter_rows",
+    "searchsorted_rows",
+    "set_diagonal",
+    "static_shapes",
+    "subtract_at",
+    "take_along_rows",
+    "taps",
+    "without_diagonal",
+    "xla_compiled",
+]
+
 
 def _tf():
     import tensorflow as tf  # only ever reached on the TensorFlow backend
@@ -70,6 +97,17 @@ def assert_equal(x, expected, message, values):
             return tf.identity(x), values
     equal = keras.ops.all(keras.ops.equal(x, keras.ops.convert_to_tensor(expected, x.dtype)))
     return x, keras.ops.where(equal, values, np.float32("nan"))
+
+
+def taps(inputs, rows, columns, padding):
+    """The `rows` x `columns` shifted views of `inputs` (N, H, W, C), row-major, each the
+    output's spatial size (stride 1, "same" padded as Keras pads: the odd pixel after)."""
+    if padding == "same":
+        inputs = keras.ops.pad(inputs, [[0, 0], [(rows - 1) // 2, rows // 2],
+                                        [(columns - 1) // 2, columns // 2], [0, 0]])
+    height, width = inputs.shape[1] - rows + 1, inputs.shape[2] - columns + 1
+    return [inputs[:, row:row + height, column:column + width]
+            for row in range(rows) for column in range(columns)]
 
 
 def take_along_rows(x, columns):

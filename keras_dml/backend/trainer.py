@@ -4,13 +4,15 @@ without importing TensorFlow (they exist only where it was imported)."""
 import importlib
 import sys
 
+__all__ = ["backend_inputs", "is_tf_dataset", "steps"]
+
 
 def steps():
-    """`keras_dml.backend.trainer_<backend>`: the train step, test step (TensorFlow) and
+    """`keras_dml.backend.<backend>.trainer`: the train step, test step (TensorFlow) and
     inference function of the running Keras backend."""
     from keras_dml import backend
 
-    return importlib.import_module(f"keras_dml.backend.trainer_{backend.name()}")
+    return importlib.import_module(f"keras_dml.backend.{backend.name()}.trainer")
 
 
 def is_tf_dataset(data, distributed=True):

@@ -124,7 +124,7 @@ def run(args):
     report.write_per_class_csv(os.path.join(folder, "per_class.csv"), ks)
     written = ["metrics.json", "per_class.csv"]
     if not args.no_report:
-        from keras_dml.training import _have_matplotlib
+        from keras_dml.training.outputs import have_matplotlib as _have_matplotlib
 
         if _have_matplotlib():
             data.write_report(os.path.join(folder, "report.html"), report,

@@ -41,7 +41,7 @@ class EvaluationData:
         """`report.html` with a t-SNE map of (up to 1,000) query embeddings."""
         from keras_dml import plots
         from keras_dml.plots.report import write_report
-        from keras_dml.training import TSNE_ITERATIONS, TSNE_POINTS, TSNE_THREADS
+        from keras_dml.training.outputs import TSNE_ITERATIONS, TSNE_POINTS, TSNE_THREADS
 
         tsne = os.path.join(os.path.dirname(path), "tsne.png")
         plots.tsne_map(self.query_embeddings, self.query_labels, tsne, max_points=TSNE_POINTS,

@@ -58,7 +58,7 @@ def build_parser():
 def _with_recipe(parser, argv, args):
     """`train --list-recipes` prints them (returns None); `--recipe NAME` re-parses with
     the recipe's values as defaults, so flags given on the command line win."""
-    from keras_dml import recipes
+    from keras_dml.training import recipes
 
     if args.list_recipes:
         print(recipes.describe())

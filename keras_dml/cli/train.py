@@ -2,7 +2,7 @@
 
 import argparse
 
-from keras_dml.training_config import (
+from keras_dml.training.config import (
     APPLICATIONS,
     BACKBONES,
     CROPS,
@@ -239,7 +239,7 @@ def _backbone(name):
 def run(args):
     """`keras-dml train`: trains (or resumes) the run; returns the exit code."""
     from keras_dml import training
-    from keras_dml.training_config import TrainConfig
+    from keras_dml.training.config import TrainConfig
 
     if args.resume:
         config = training.load_run_config(args.resume)

@@ -108,7 +108,7 @@ def load_split(run, dataset=None, split="test", data_dir=None):
     name = dataset or run.dataset
     if not name:
         raise ValueError(f"{run.run_dir} records no dataset: pass --dataset.")
-    from keras_dml.training_config import own_files_options
+    from keras_dml.training.config import own_files_options
 
     test_classes = run.config.get("test_classes") if name == run.dataset else None
     splits = datasets.load(name, data_dir=data_dir or run.config.get("data_dir"),

@@ -6,7 +6,7 @@ import numpy as np
 from keras_dml import hyperparameters, validation
 from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss, Reference
-from keras_dml.proxy_layers import Proxies
+from keras_dml.layers.proxies import Proxies
 
 
 def centre_major(proxies, num_classes, proxies_per_class):

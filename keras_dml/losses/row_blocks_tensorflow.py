@@ -8,7 +8,7 @@ concatenated into a second (N, M) copy) and whose loops run with dynamic shapes.
 import tensorflow as tf
 
 from keras_dml import ops
-from keras_dml.backend.tensorflow_row_blocks import block_array
+from keras_dml.backend.tensorflow.row_blocks import block_array
 from keras_dml.losses import row_block_limits as limits
 
 

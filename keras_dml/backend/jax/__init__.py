@@ -1,0 +1,1 @@
+"""JAX: its `trainer` (`DMLModel`'s step) and `layers` (the layers' kernels)."""

@@ -1,0 +1,1 @@
+"""TensorFlow: its `trainer` (`DMLModel`'s step) and `layers` (the layers' kernels)."""

@@ -1,0 +1,1 @@
+"""PyTorch: its `trainer` (`DMLModel`'s step) and `layers` (the layers' kernels)."""
