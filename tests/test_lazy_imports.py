@@ -71,3 +71,15 @@ assert callable(keras_dml.export.export_embedder)
 from keras_dml.data import GroupDesign
 """)
     assert "tensorflow" in modules["after"], modules
+
+
+def test_a_lazy_name_stays_the_function_after_its_module_is_imported():
+    """No lazy name of `keras_dml.data` shares its module's name: importing the module
+    (as the embedding loop does) would otherwise replace the function by the module."""
+    import keras_dml.data as data
+
+    for name, module in data._TENSORFLOW_NAMES.items():
+        assert name != module, f"keras_dml.data.{name} is also a module name"
+        importlib.import_module(f"keras_dml.data.{module}")
+        assert callable(getattr(data, name)) and not isinstance(getattr(data, name),
+                                                                 type(data)), name

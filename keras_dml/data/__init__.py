@@ -29,7 +29,7 @@ _TENSORFLOW_NAMES = {
     "design_sampler": "designs",
     "importance_weights": "designs",
     "distributed_class_balanced_batches": "distributed",
-    "evaluation_batches": "evaluation_batches",
+    "evaluation_batches": "evaluation_stream",
     "HardNegativeClassMining": "hard_classes",
     "HardNegativeClassSampler": "hard_classes",
     "hard_negative_class_batches": "hard_classes",

@@ -115,7 +115,7 @@ def prepare(model, data, batch_size=256, steps=None, preprocessing=None,
                                                      warn_if_prepared_otherwise)
 
     if data.files:
-        from keras_dml.data.evaluation_batches import evaluation_stream
+        from keras_dml.data.evaluation_stream import evaluation_stream
 
         batch_size = integer_at_least("batch_size", batch_size, 1, strict=True)
         paths = list(data.x)
