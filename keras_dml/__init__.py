@@ -37,6 +37,7 @@ _SUBMODULES = (
     "data",
     "datasets",
     "backbones",
+    "inference",
     "evaluation",
     "callbacks",
     "export",

@@ -72,6 +72,7 @@ def boolean(name, value):
 
 
 def one_of(name, value, choices):
+    """`value` when it is among `choices`; otherwise a ValueError naming `name`."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
     return value

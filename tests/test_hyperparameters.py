@@ -17,7 +17,7 @@ BAD = {
     "proxy_anchor_alpha_inf": (lambda: losses.ProxyAnchor(3, alpha=INF), "alpha"),
     "proxy_anchor_delta_nan": (lambda: losses.ProxyAnchor(3, delta=NAN), "delta"),
     "proxy_anchor_lr_inf": (lambda: losses.ProxyAnchor(3, proxy_lr_multiplier=INF),
-                            "learning_rate_multiplier"),
+                            "proxy_lr_multiplier"),
     "proxy_nca_scale_inf": (lambda: losses.ProxyNCA(3, scale=INF), "scale"),
     "proxy_nca_scale_zero": (lambda: losses.ProxyNCA(3, scale=0.0), "scale"),
     "normalized_softmax_temperature_inf": (
