@@ -134,6 +134,7 @@ def test_weights_are_the_exact_derivative(name, factory, reference):
     np.testing.assert_allclose(weights, autodiff, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,factory,reference", MAIN_CASES)
 def test_eager_function_and_jit_agree(name, factory, reference):
     labels, x = _uneven(seed=14)
@@ -161,6 +162,7 @@ def test_mixed_float16_policy_matches_float32(name, factory, reference):
         keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,factory,reference", DEGENERATE_CASES)
 @pytest.mark.parametrize("batch", list(DEGENERATE))
 def test_degenerate_batches_are_finite_and_zero(name, factory, reference, batch):
@@ -196,6 +198,7 @@ def test_config_round_trip_and_lookup_by_name(loss):
     assert float(restored(labels, x)) == pytest.approx(float(loss(labels, x)), rel=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss", TRAINED.values(), ids=list(TRAINED))
 def test_model_compiled_with_loss_trains_and_survives_save_load(loss, tmp_path):
     labels, x = _batch(classes=6, per_class=4, dim=10, seed=18)

@@ -97,6 +97,7 @@ def test_paper_form_adds_the_weighted_memory_loss_to_the_batch_loss():
             batch_value + 0.5 * memory_value, rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [losses.BinomialDeviance, losses.GeneralizedLiftedStructure,
                                   losses.NCA, losses.MultiSimilarity,
                                   lambda: losses.InstanceCrossEntropy(scale=16.0),
@@ -122,6 +123,7 @@ def _model():
     return DMLModel(inputs, EmbeddingHead(6)(keras.layers.Dense(12, activation="tanh")(inputs)))
 
 
+@pytest.mark.slow
 def test_fit_fills_evaluate_does_not_and_the_memory_is_saved_with_the_model(tmp_path):
     rng = np.random.default_rng(1)
     x, y = rng.normal(size=(32, 8)).astype("float32"), np.repeat(np.arange(8), 4)
@@ -146,6 +148,7 @@ def test_fit_fills_evaluate_does_not_and_the_memory_is_saved_with_the_model(tmp_
     assert int(restored.loss_layer.filled) == 40  # training continues into the same memory
 
 
+@pytest.mark.slow
 def test_wrapped_loss_weights_are_trained_and_saved_with_the_model(tmp_path):
     """XBM(Margin): Margin's learnable beta is in the model's weights, trained by fit,
     and restored from a .keras file, as it is without the wrapper."""
@@ -174,6 +177,7 @@ def test_wrapped_loss_weights_are_trained_and_saved_with_the_model(tmp_path):
     assert float(restored_beta.numpy()[0]) != pytest.approx(float(trained[0]), abs=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wrapped", [lambda: losses.MultiSimilarity(mining=False),
                                      losses.Margin], ids=["multi_similarity", "margin"])
 def test_mirrored_replicas_enqueue_the_gathered_batch_and_train_like_one_device(
@@ -208,6 +212,7 @@ def test_mirrored_replicas_enqueue_the_gathered_batch_and_train_like_one_device(
         assert abs(float(single.loss_layer.trainable_weights[0].numpy()[0]) - 1.2) > 1e-3
 
 
+@pytest.mark.slow
 def test_momentum_encoder_fills_the_memory_with_its_keys_and_is_saved(tmp_path):
     rng = np.random.default_rng(3)
     x, y = rng.normal(size=(16, 8)).astype("float32"), np.repeat(np.arange(4), 4)

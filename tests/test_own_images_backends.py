@@ -10,7 +10,7 @@ import warnings
 import keras
 import numpy as np
 import pytest
-from conftest import BACKEND, SHARED_DATASETS
+from conftest import BACKEND, SHARED_DATASETS, require_shared_datasets
 from PIL import Image
 
 from keras_dml import cli, data, datasets, evaluation, models
@@ -25,6 +25,7 @@ CLASSES, PER_CLASS = 4, 6
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory):
     """`root/<species>/<photo>.jpg`: 6 real CUB photos of 4 species each, at 48 px."""
+    require_shared_datasets()
     root = tmp_path_factory.mktemp("photos")
     for species in sorted(os.listdir(CUB_IMAGES))[:CLASSES]:
         os.makedirs(root / species)
