@@ -26,6 +26,7 @@ BACKEND_NEUTRAL = (
     "test_backend_contract.py",
     "test_backend_engine.py",
     "test_backend_evaluation.py",
+    "test_backend_index.py",
     "test_backend_models.py",
     "test_backend_pair_losses.py",
     "test_backend_softmax_losses.py",

@@ -137,7 +137,7 @@ def test_compile_by_registered_name_and_jit_compile():
 def test_sample_weights_reach_the_loss():
     x, y = _data()
     model = _model()
-    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=losses.MultiSimilarity(mining=False))
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=losses.MultiSimilarity(miner=None))
     weights = np.zeros(len(y), "float32")
     zero = model.evaluate(tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(24),
                           verbose=0)
@@ -149,7 +149,7 @@ def test_mirrored_strategy_update_equals_single_device_on_the_concatenated_batch
         mirrored_strategy):
     assert len(tf.config.list_logical_devices("CPU")) >= 2
     x, y = _data(n=32, classes=8)
-    loss = losses.MultiSimilarity(mining=False)
+    loss = losses.MultiSimilarity(miner=None)
 
     def build():
         keras.utils.set_random_seed(3)
