@@ -64,7 +64,7 @@ from benchmarks.data import SHARED as _SHARED_DATASETS  # noqa: E402
 SHARED_DATASETS = os.path.abspath(_SHARED_DATASETS)
 
 #: Why a `shared_data` test does not run here: one line, the same for every such test.
-MISSING_DATA = (f"needs ../shared/datasets, not found at {SHARED_DATASETS} "
+MISSING_DATA = (f"no ../shared/datasets at {SHARED_DATASETS} "
                 "(KERAS_DML_DATA_REQUIRED=1 makes this a failure)")
 
 #: Where each optional package comes from, for the reason of a `requires` skip.
@@ -114,7 +114,7 @@ def pytest_terminal_summary(terminalreporter):
     skipped = [report for report in terminalreporter.stats.get("skipped", [])
                if isinstance(report.longrepr, tuple) and MISSING_DATA in report.longrepr[2]]
     if skipped:
-        terminalreporter.write_line(f"{len(skipped)} tests skipped: they {MISSING_DATA}")
+        terminalreporter.write_line(f"{len(skipped)} tests skipped: {MISSING_DATA}")
 
 
 @pytest.fixture(autouse=True)
