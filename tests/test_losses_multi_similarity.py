@@ -29,7 +29,7 @@ def test_relative_absolute_weighting_is_multi_similarity():
     ({"epsilon": 0.2}, {"miner": mining.MultiSimilarityMiner(0.2)}),
     ({"mining": False}, {"miner": None}),
     ({"mining": True}, {}),
-])
+], ids=["epsilon", "mining_false", "mining_true"])
 def test_deprecated_mining_and_epsilon_are_the_miner_argument(old, new):
     labels, x = _uneven(seed=12)
     with pytest.deprecated_call(match="pass miner=None or miner=MultiSimilarityMiner"):
