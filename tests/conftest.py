@@ -9,6 +9,7 @@ CI runs them): the rest test TensorFlow itself (tf.data, tf.function and XLA
 modes, SavedModel export, tf.distribute) or have not been written backend-neutral yet.
 """
 
+import importlib.util
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -25,6 +26,7 @@ BACKEND_NEUTRAL = (
     "test_backend_contract.py",
     "test_backend_engine.py",
     "test_backend_evaluation.py",
+    "test_backend_index.py",
     "test_backend_models.py",
     "test_backend_pair_losses.py",
     "test_backend_softmax_losses.py",
@@ -58,8 +60,61 @@ else:
 from benchmarks.data import SHARED as _SHARED_DATASETS  # noqa: E402
 
 #: ../shared/datasets beside the repository (or beside its parent, for a worktree): the
-#: real data every test and benchmark reads (tests fail loudly where it is missing)
+#: real photos and npz files that tests marked `shared_data` read
 SHARED_DATASETS = os.path.abspath(_SHARED_DATASETS)
+
+#: Why a `shared_data` test does not run here: one line, the same for every such test.
+MISSING_DATA = (f"no ../shared/datasets at {SHARED_DATASETS} "
+                "(KERAS_DML_DATA_REQUIRED=1 makes this a failure)")
+
+#: Where each optional package comes from, for the reason of a `requires` skip.
+EXTRAS = {
+    "faiss": "faiss-cpu: keras_dml[ann]",
+    "jax": "keras_dml[jax]",
+    "torch": "keras_dml[torch]",
+    "pytorch_metric_learning": "keras_dml[peers]",
+    "pymilvus": "keras_dml[milvus]",
+    "milvus_lite": "keras_dml[milvus]",
+    "selenium": "keras_dml[browser]",
+    "tensorflow": "keras_dml[tensorflow]",
+}
+
+
+def require_shared_datasets():
+    """Returns `SHARED_DATASETS`; where it is missing, skips the calling test or fixture
+    (fails it under `KERAS_DML_DATA_REQUIRED=1`, as CI runs)."""
+    if os.path.isdir(SHARED_DATASETS):
+        return SHARED_DATASETS
+    if os.environ.get("KERAS_DML_DATA_REQUIRED") == "1":
+        pytest.fail(MISSING_DATA, pytrace=False)
+    pytest.skip(MISSING_DATA)
+
+
+def missing_packages(names):
+    """The optional packages among `names` that cannot be imported here."""
+    return [name for name in names if importlib.util.find_spec(name) is None]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """The two marks of what a test needs, checked before its fixtures are set up:
+    `requires("faiss", ...)` skips, naming the package and its extra, where one is not
+    installed; `shared_data` applies `require_shared_datasets`."""
+    for mark in item.iter_markers("requires"):
+        missing = missing_packages(mark.args)
+        if missing:
+            pytest.skip("needs " + ", ".join(f"{name} ({EXTRAS.get(name, 'pip install ' + name)})"
+                                             for name in missing))
+    if item.get_closest_marker("shared_data"):
+        require_shared_datasets()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line for all the tests skipped for want of ../shared/datasets."""
+    skipped = [report for report in terminalreporter.stats.get("skipped", [])
+               if isinstance(report.longrepr, tuple) and MISSING_DATA in report.longrepr[2]]
+    if skipped:
+        terminalreporter.write_line(f"{len(skipped)} tests skipped: {MISSING_DATA}")
 
 
 @pytest.fixture(autouse=True)
@@ -96,70 +151,9 @@ def pytest_addoption(parser):
              "checks); CI runs the full suite")
 
 
-#: Test functions (all their parameters) in the full tier only, besides those marked
-#: `@pytest.mark.slow` in their files: the heaviest of the quick tier in a measured run
-#: (`pytest -q -n 2 --durations=0`, 2026-11-26), each 20 s or more in all on 2 busy cores.
-SLOW_FUNCTIONS = {
-    "tests/test_losses_cross_batch_memory.py::test_wrapped_loss_weights_are_trained_and_saved_with_the_model",
-    "tests/test_data_designs.py::test_samplers_draw_pairs_with_the_paper_q",
-    "tests/test_cli.py::test_import_keras_dml_registers_every_serializable_class",
-    "tests/test_data_pipeline.py::test_mirrored_strategy_each_replica_gets_whole_classes",
-    "tests/test_export.py::test_export_from_keras_file_via_cli_arguments",
-    "tests/test_export.py::test_subprocess_never_imported_keras_dml",
-    "tests/test_faults_precision.py::test_a_nan_image_stops_mixed_precision_training_with_a_clear_error",
-    "tests/test_faults_precision.py::test_every_registered_loss_is_finite_or_a_clear_error_at_1e30",
-    "tests/test_faults_precision.py::test_every_registered_loss_is_finite_under_mixed_precision",
-    "tests/test_faults_resume.py::test_a_crash_at_any_stage_of_a_save_leaves_a_usable_backup",
-    "tests/test_index.py::test_save_and_load_in_a_new_process_search_the_same",
-    "tests/test_losses_additive_margin.py::test_dml_model_trains_saves_and_classifies",
-    "tests/test_losses_additive_margin.py::test_modes_mixed_precision_and_degenerate",
-    "tests/test_losses_cases.py::test_degenerate_batches_are_finite_and_zero",
-    "tests/test_losses_cases.py::test_eager_function_and_jit_agree",
-    "tests/test_losses_cases.py::test_model_compiled_with_loss_trains_and_survives_save_load",
-    "tests/test_losses_contract.py::test_degenerate_batches_are_finite",
-    "tests/test_losses_contract.py::test_each_query_against_a_reference_set_is_that_query_alone_with_it",
-    "tests/test_losses_contract.py::test_mixed_precision_is_float32",
-    "tests/test_losses_contract.py::test_modes_agree_and_weights_are_exact",
-    "tests/test_losses_contract.py::test_reference_set_form_equals_the_batch_form",
-    "tests/test_losses_contract.py::test_serialization_and_compile_by_name",
-    "tests/test_losses_contract.py::test_xla_terms_equal_the_graph_terms_on_both_sides_of_the_size_limit",
-    "tests/test_losses_cross_batch_memory.py::test_fit_fills_evaluate_does_not_and_the_memory_is_saved_with_the_model",
-    "tests/test_losses_cross_batch_memory.py::test_mirrored_replicas_enqueue_the_gathered_batch_and_train_like_one_device",
-    "tests/test_losses_cross_batch_memory.py::test_momentum_encoder_fills_the_memory_with_its_keys_and_is_saved",
-    "tests/test_losses_cross_batch_memory.py::test_wrapped_losses_are_finite_with_xla_and_empty_slots",
-    "tests/test_losses_histogram.py::test_value_matches_eq3_and_weights_are_eq9_and_autodiff",
-    "tests/test_losses_ice.py::test_finite_at_large_scale_float32_and_mixed_precision",
-    "tests/test_losses_ice.py::test_gradient_reaches_embeddings_by_chain_rule",
-    "tests/test_losses_ice.py::test_mixed_float16_policy_matches_float32",
-    "tests/test_losses_ice.py::test_value_and_weights_match_reference",
-    "tests/test_losses_margin.py::test_margin_degenerate_and_easy_batches",
-    "tests/test_losses_margin.py::test_margin_matches_eq3_and_autodiff",
-    "tests/test_losses_margin.py::test_margin_with_distance_weighted_miner_uses_the_kept_pairs",
-    "tests/test_losses_nca.py::test_nca_degenerate_batches",
-    "tests/test_losses_nca.py::test_nca_matches_reference_and_autodiff",
-    "tests/test_losses_nca.py::test_nca_serialization_and_mixed_precision",
-    "tests/test_losses_npair.py::test_npair_degenerate_and_easy_batches",
-    "tests/test_losses_npair.py::test_npair_matches_reference_and_autodiff",
-    "tests/test_losses_npair.py::test_npair_one_per_class_batch_mean_equals_the_per_sample_path",
-    "tests/test_losses_npair.py::test_npair_one_per_class_is_n_pair_mc",
-    "tests/test_losses_proxies.py::test_dml_model_trains_saves_and_resumes",
-    "tests/test_losses_proxies.py::test_labels_outside_the_classes_are_an_error",
-    "tests/test_losses_row_blocks.py::test_row_blocks_equal_the_whole_matrix_against_a_key_set",
-    "tests/test_losses_row_blocks.py::test_row_blocks_equal_the_whole_matrix_on_the_batch",
-    "tests/test_mining_distance_weighted.py::test_distance_weighted_frequencies_follow_inverse_density",
-    "tests/test_models.py::test_fit_starts_one_pass_over_a_dataset_after_the_first_call",
-    "tests/test_models.py::test_mirrored_strategy_update_equals_single_device_on_the_concatenated_batch",
-    "tests/test_models.py::test_mirrored_update_equals_single_device_for_every_loss",
-    "tests/test_models.py::test_mixed_precision_training_keeps_float32_embeddings",
-    "tests/test_multilevel.py::test_resnet50_multilevel_trains_with_ice",
-}
-
-
 def pytest_collection_modifyitems(config, items):
     """The quick tier: without --full (or a -m expression naming slow), slow tests are left out."""
     for item in items:
-        if item.nodeid.split("[")[0] in SLOW_FUNCTIONS:
-            item.add_marker(pytest.mark.slow)
         # On TensorFlow the backend-neutral modules repeat what the TensorFlow tests of
         # the same units check in the quick tier: there they are full-tier only.
         if (BACKEND == "tensorflow" and item.path.name in BACKEND_NEUTRAL

@@ -34,7 +34,7 @@ def source():
 def make_loss(name):
     if name == "proxy_anchor":
         return losses.ProxyAnchor(num_classes=CLASSES)
-    return losses.MultiSimilarity(mining=False)
+    return losses.MultiSimilarity(miner=None)
 
 
 def build(loss):

@@ -188,6 +188,7 @@ def test_a_run_folder_warm_starts_cnn3(tmp_path):
         backbones.get("cnn3", (28, 28, 1), width=16, weights=run)
 
 
+@pytest.mark.shared_data
 @pytest.mark.slow
 def test_exported_saved_model_takes_image_bytes_and_agrees_with_the_embedder(tmp_path):
     from conftest import SHARED_DATASETS
@@ -197,8 +198,6 @@ def test_exported_saved_model_takes_image_bytes_and_agrees_with_the_embedder(tmp
     from keras_dml.export import export_embedder
 
     folder = os.path.join(SHARED_DATASETS, "cub200_subset", "CUB_200_2011", "images")
-    if not os.path.isdir(folder):
-        pytest.skip(f"no {folder}")
     species = sorted(os.listdir(folder))[:2]
     paths = [os.path.join(folder, s, f) for s in species
              for f in sorted(os.listdir(os.path.join(folder, s)))[:3]]

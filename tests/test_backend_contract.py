@@ -136,7 +136,7 @@ def test_miners_keep_the_known_pairs_of_a_hand_built_batch(miner, positives, neg
 @pytest.mark.parametrize("mining_name", ["semihard", "hard", "easy"])
 def test_triplet_miners_equal_the_numpy_loop(mining_name):
     labels, x = checks.batch("Triplet", seed=7)
-    loss = losses.Triplet(margin=0.3, mining=mining_name)
+    loss = losses.Triplet(margin=0.3, miner=mining.triplet.TRIPLET_MINERS[mining_name]())
     value, gradient = checks.value_and_gradient(loss, labels, x)
     expected = ref.triplet(x.astype("float64"), labels, 0.3, mining=mining_name)
     np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6)

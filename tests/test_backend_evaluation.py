@@ -14,7 +14,7 @@ from keras_dml.evaluation import embed_dataset, evaluate_retrieval, nearest_neig
 from keras_dml.evaluation import retrieval_metrics
 from keras_dml.evaluation.knn_faiss import faiss_module, resolve_kernel
 
-KERNELS = ["numpy"] + (["faiss"] if faiss_module() else [])
+KERNELS = ["numpy", pytest.param("faiss", marks=pytest.mark.requires("faiss"))]
 
 
 def tied_data(n=300, classes=12, seed=0):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from benchmarks import cases, processes
-from conftest import SHARED_DATASETS
+from conftest import require_shared_datasets
 
 # The benchmarks' end-to-end checks, against PyTorch and faiss: the full tier.
 pytestmark = pytest.mark.slow
@@ -118,8 +118,8 @@ def test_worker_runs_an_untimed_lead_in_before_the_timed_calls(tmp_path, monkeyp
 
 
 def _needs(case):
-    if case.group == "training" and not os.path.isdir(os.path.join(SHARED_DATASETS, "omniglot")):
-        pytest.skip("Omniglot is not in ../shared/datasets")
+    if case.group == "training":  # reads Omniglot from ../shared/datasets
+        require_shared_datasets()
 
 
 @pytest.mark.parametrize("case", [c for c in cases.CASES if c.group not in ("losses", "data")],
@@ -655,9 +655,8 @@ def test_omniglot_twins_tabulates_each_side_and_both_ratios():
     assert text.startswith("100 steps of 32 x 4 after 20, 2 thread(s) a side, AMD EPYC")
 
 
+@pytest.mark.shared_data
 def test_omniglot_twins_runs_every_side_in_its_own_process():
-    if not os.path.isdir(os.path.join(SHARED_DATASETS, "omniglot")):
-        pytest.skip("the shared Omniglot npz files are not here")
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.omniglot_twins", "--steps", "2", "--warmup", "1",
          "--rounds", "1", "--threads", "1"], cwd=ROOT, capture_output=True, text=True,

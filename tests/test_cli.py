@@ -62,6 +62,7 @@ def test_listed_names_are_the_registry():
     assert sorted(BACKBONES) == sorted(keras_dml.backbones.BACKBONES)
 
 
+@pytest.mark.slow
 def test_import_keras_dml_registers_every_serializable_class(tmp_path):
     """In a fresh process, `import keras_dml` imports every module that registers a class."""
     registering = sorted(
@@ -392,6 +393,7 @@ def test_null_or_empty_preprocessing_means_none(tmp_path):
     assert as_preprocessing({}) is None and as_preprocessing({"preprocessing": {}}) is None
 
 
+@pytest.mark.shared_data
 @pytest.mark.slow  # a training run (test_train_prints_recall_saves_and_exports is the quick one)
 def test_inshop_is_evaluated_query_against_gallery(tmp_path, capsys):
     """In-Shop's protocol: queries ranked against the gallery, not leave-one-out."""

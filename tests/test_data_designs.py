@@ -48,6 +48,7 @@ def _pair_frequencies(batches, num_samples, pairs_of):
     return freq / freq.sum()
 
 
+@pytest.mark.slow
 def test_samplers_draw_pairs_with_the_paper_q():
     labels, i, j = _all_pairs(COUNTS)
     num = len(labels)

@@ -24,6 +24,7 @@ def test_in_memory_split_in_order():
     np.testing.assert_array_equal(batches[0][0].numpy(), test.images[:100])
 
 
+@pytest.mark.shared_data
 def test_file_split_is_decoded_with_the_evaluation_preprocessing():
     test = keras_dml.datasets.load("cub200", data_dir=CUB).test
     subset = test.subset(np.arange(5), remap=False)
@@ -36,6 +37,7 @@ def test_file_split_is_decoded_with_the_evaluation_preprocessing():
         evaluation_batches(subset, Preprocessing(32, 36), batch_size=0)
 
 
+@pytest.mark.shared_data
 def test_every_source_of_the_training_pipelines_is_accepted():
     test = keras_dml.datasets.load("cub200", data_dir=CUB).test
     subset = test.subset(np.arange(5), remap=False)
@@ -57,6 +59,7 @@ def test_every_source_of_the_training_pipelines_is_accepted():
         np.testing.assert_array_equal(y, digits.labels[:7])
 
 
+@pytest.mark.shared_data
 def test_a_bad_file_is_an_error_naming_it(tmp_path):
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"not an image")

@@ -95,6 +95,7 @@ def test_dataset_of_variable_size_images_needs_encoding():
         class_balanced_batches(ds, 2, 2)
 
 
+@pytest.mark.shared_data
 def test_encoded_string_dataset_is_decoded_lazily():
     paths, labels = _cub_files(3, 4)
     encoded = [open(p, "rb").read() for p in paths]
@@ -105,6 +106,7 @@ def test_encoded_string_dataset_is_decoded_lazily():
     _check_batch(yb.numpy(), 3, 2)
 
 
+@pytest.mark.shared_data
 def test_files_eval_mode_gives_exact_preprocessed_images():
     paths, labels = _cub_files(2, 3)
     prep = Preprocessing(image_size=32, resize_size=40)
@@ -116,6 +118,7 @@ def test_files_eval_mode_gives_exact_preprocessed_images():
     assert {x.tobytes() for x in xb.numpy()} == expected
 
 
+@pytest.mark.shared_data
 def test_training_augmentation_is_seeded():
     paths, labels = _cub_files(2, 3)
     prep = Preprocessing(image_size=32, resize_size=40)
@@ -124,6 +127,7 @@ def test_training_augmentation_is_seeded():
     np.testing.assert_array_equal(a[0].numpy(), b[0].numpy())
 
 
+@pytest.mark.shared_data
 def test_bad_files_skipped_on_request_each_named_once(tmp_path, capfd):
     paths, labels = _cub_files(3, 4)
     truncated = tmp_path / "truncated.jpg"
@@ -143,6 +147,7 @@ def test_bad_files_skipped_on_request_each_named_once(tmp_path, capfd):
     assert "truncated.jpg" in err and "missing.jpg" in err
 
 
+@pytest.mark.shared_data
 def test_verify_images_drops_undecodable_files(tmp_path):
     paths, labels = _cub_files(2, 3)
     bad = tmp_path / "bad.jpg"
@@ -153,6 +158,7 @@ def test_verify_images_drops_undecodable_files(tmp_path):
     assert len(clean) == 6 and clean.skipped == [(str(bad), "undecodable")]
 
 
+@pytest.mark.shared_data
 def test_verify_images_takes_paths_and_path_label_pairs(tmp_path):
     paths, labels = _cub_files(2, 2)
     bad = tmp_path / "bad.jpg"
@@ -170,6 +176,7 @@ def test_verify_images_takes_paths_and_path_label_pairs(tmp_path):
         verify_images(tf.data.Dataset.from_tensor_slices(arrays))
 
 
+@pytest.mark.shared_data
 def test_class_names_as_labels_become_sorted_ids():
     paths, labels = _cub_files(2, 2)
     names = np.array(["wren", "wren", "auk", "auk"])
@@ -214,6 +221,7 @@ def test_map_fn_applies_per_batch():
     assert float(tf.reduce_min(xb)) == 7.0
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_each_replica_gets_whole_classes():
     script = textwrap.dedent("""
         import numpy as np, tensorflow as tf

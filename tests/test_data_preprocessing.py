@@ -16,6 +16,7 @@ def _image(h=300, w=400, seed=0):
     return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
 
 
+@pytest.mark.shared_data
 def test_decode_image_real_jpeg_and_png_gray():
     image = decode_image(tf.io.read_file(CUB_IMAGE))
     assert image.dtype == tf.uint8 and image.shape[-1] == 3 and image.shape[0] > 0
@@ -24,6 +25,7 @@ def test_decode_image_real_jpeg_and_png_gray():
     assert rgb.shape == (5, 7, 3) and int(tf.reduce_max(rgb)) == 9
 
 
+@pytest.mark.shared_data
 def test_decode_image_is_graph_safe():
     fn = tf.function(lambda b: decode_image(b), input_signature=[tf.TensorSpec([], tf.string)])
     assert fn(tf.io.read_file(CUB_IMAGE)).shape[-1] == 3

@@ -72,7 +72,7 @@ def test_lazy_top_level_access():
 
 
 # --------------------------------------------------------------------------
-# Real data: ../shared/datasets (tests fail loudly if it is missing).
+# Real data: ../shared/datasets (the tests marked shared_data; tests/conftest.py).
 import glob  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
@@ -87,8 +87,8 @@ def _rows(path):
     return [line.split() for line in open(path).read().splitlines() if line.strip()]
 
 
+@pytest.mark.shared_data
 def test_cub200_subset_real_layout_and_dml_split():
-    assert os.path.isdir(CUB), "shared CUB subset missing"
     assert not os.path.exists(os.path.join(CUB, "bounding_boxes.txt"))
     splits = load("cub200", data_dir=os.path.dirname(CUB))
     train, test = splits.train, splits.test
@@ -108,6 +108,7 @@ def test_cub200_subset_real_layout_and_dml_split():
     assert len(load("cub200", data_dir=CUB, split="test")) == len(test)
 
 
+@pytest.mark.shared_data
 def test_omniglot_real_npz():
     splits = load("omniglot", data_dir=os.path.join(SHARED, "omniglot"))
     train, test = splits.train, splits.test
@@ -121,6 +122,7 @@ def test_omniglot_real_npz():
     assert set(train.original_class_ids).isdisjoint(test.original_class_ids)
 
 
+@pytest.mark.shared_data
 def test_omniglot_bundled_without_data_dir(monkeypatch):
     """The package's copy: every character, ink bright, the same drawings as the official npz."""
     import subprocess
@@ -173,6 +175,7 @@ def test_missing_data_gives_a_clear_error(tmp_path, monkeypatch):
         load("inshop", source="tfds")
 
 
+@pytest.mark.shared_data
 def test_env_var_points_to_the_data(monkeypatch):
     monkeypatch.setenv("KERAS_DML_DATA_DIR", os.path.join(SHARED, "omniglot"))
     assert load("omniglot", split="test").num_classes == 659
@@ -186,6 +189,7 @@ def _cub_images(num_classes, per_class):
     return [sorted(glob.glob(os.path.join(f, "*.jpg")))[:per_class] for f in folders]
 
 
+@pytest.mark.shared_data
 def test_cars196_fixture_cars_annos_mat(tmp_path):
     from scipy.io import savemat
 
@@ -229,6 +233,7 @@ def _write_sop(root, counts_train, counts_test):
         (root / name).write_text("\n".join(lines) + "\n")
 
 
+@pytest.mark.shared_data
 def test_sop_fixture_official_lists(tmp_path):
     root = tmp_path / "Stanford_Online_Products"
     os.makedirs(root)
@@ -241,6 +246,7 @@ def test_sop_fixture_official_lists(tmp_path):
     assert splits.test.class_names == ["4", "5", "6"]
 
 
+@pytest.mark.shared_data
 def test_sop_bad_images_are_skipped_with_a_counted_warning(tmp_path):
     root = tmp_path
     _write_sop(root, [3, 3], [3, 3])
@@ -258,6 +264,7 @@ def test_sop_bad_images_are_skipped_with_a_counted_warning(tmp_path):
         assert f"{splits.train.original_class_ids[label]:05d}_" in path
 
 
+@pytest.mark.shared_data
 def test_inshop_fixture_query_gallery_partition(tmp_path):
     files = _cub_images(6, 4)
     rows = []
@@ -281,6 +288,7 @@ def test_inshop_fixture_query_gallery_partition(tmp_path):
     assert load("inshop", data_dir=tmp_path, split="gallery").labels.shape == (12,)
 
 
+@pytest.mark.shared_data
 def test_tfds_route_exports_encoded_images(tmp_path):
     import tensorflow as tf
     import tensorflow_datasets as tfds
@@ -321,6 +329,7 @@ def test_tfds_failure_becomes_a_clear_error(tmp_path, monkeypatch):
         load("omniglot", source="tfds", data_dir=str(tmp_path))
 
 
+@pytest.mark.shared_data
 def test_loaded_cub_feeds_class_balanced_batches():
     from keras_dml.data import Preprocessing, class_balanced_batches
 

@@ -207,6 +207,7 @@ def test_csv_rows_whose_file_is_missing_are_skipped_with_a_count(tmp_path):
         from_csv(tmp_path / "nothing.csv")
 
 
+@pytest.mark.shared_data
 def test_load_names_folder_and_csv_and_detects_layouts(tmp_path):
     root = make_tree(tmp_path / "photos", ["a", "b", "c", "d"])
     splits = datasets.load("folder", data_dir=root, test_classes=1, seed=2)
@@ -229,6 +230,7 @@ def test_load_names_folder_and_csv_and_detects_layouts(tmp_path):
     assert detect_dataset(os.path.join(CUB, "images")) == "folder"
 
 
+@pytest.mark.shared_data
 def test_reprs_are_one_short_line():
     splits = datasets.load("cub200", data_dir=CUB)
     text = repr(splits)
@@ -239,6 +241,7 @@ def test_reprs_are_one_short_line():
     assert digits.startswith("LabeledImages(") and "in memory (" in digits
 
 
+@pytest.mark.shared_data
 def test_cub_images_folder_reads_as_a_folder_dataset():
     splits = from_directory(os.path.join(CUB, "images"))
     assert splits.train.num_classes + splits.test.num_classes == 100

@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import keras_dml
+from conftest import EXTRAS
 
 #: examples that take long (they build and run whole networks): the full tier only
 SLOW = {
@@ -24,15 +25,24 @@ SLOW = {
 
 
 def _docstring_tests():
+    """The examples of every module, and as a test each the modules that need an optional
+    package not installed here (module name -> package): they skip, naming it."""
     finder = doctest.DocTestFinder(exclude_empty=True)
-    tests = []
+    tests, unimportable = [], {}
     for info in pkgutil.walk_packages(keras_dml.__path__, "keras_dml."):
-        module = importlib.import_module(info.name)
+        try:
+            module = importlib.import_module(info.name)
+        except ModuleNotFoundError as error:
+            package = (error.name or "").split(".")[0]
+            if package not in EXTRAS:
+                raise
+            unimportable[info.name] = package
+            continue
         tests += [test for test in finder.find(module) if test.examples]
-    return sorted(tests, key=lambda test: test.name)
+    return sorted(tests, key=lambda test: test.name), unimportable
 
 
-DOCTESTS = _docstring_tests()
+DOCTESTS, UNIMPORTABLE = _docstring_tests()
 
 
 def _example_names():
@@ -52,7 +62,9 @@ def test_the_docstrings_hold_examples():
 
 @pytest.mark.parametrize("test", [
     pytest.param(test, id=test.name, marks=[pytest.mark.slow] if test.name in SLOW else [])
-    for test in DOCTESTS])
+    for test in DOCTESTS] + [
+    pytest.param(None, id=module, marks=pytest.mark.requires(package))
+    for module, package in sorted(UNIMPORTABLE.items())])
 def test_docstring_examples_run(test, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name, value in _example_names().items():

@@ -27,7 +27,7 @@ from keras_dml.layers import EmbeddingHead
 from keras_dml.losses import ProxyAnchor
 from keras_dml.models import DMLModel
 
-from conftest import SHARED_DATASETS
+from conftest import SHARED_DATASETS, require_shared_datasets
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EMULATOR = ROOT / "tests" / "reference_export.py"
@@ -76,8 +76,8 @@ def _smooth_image(rng, height, width, channels=3):
 def encoded():
     """Two real CUB photos (JPEG) and synthetic JPEG / PNG images of various sizes,
     one greyscale (expanded to RGB in the graph)."""
+    require_shared_datasets()
     photos = sorted(CUB_IMAGES.glob("*/*.jpg"))
-    assert photos, f"the real test images are missing: {CUB_IMAGES}"
     rng = np.random.default_rng(1)
     images = [_smooth_image(rng, 60, 80), _smooth_image(rng, 33, 33), _smooth_image(rng, 90, 50),
               _smooth_image(rng, 41, 47, channels=1), _smooth_image(rng, 64, 64)]
@@ -296,6 +296,7 @@ def _error(served, job_id):
     return result["error"]
 
 
+@pytest.mark.slow
 def test_subprocess_never_imported_keras_dml(served):
     assert served["results"]["_modules"] == []
 
@@ -816,6 +817,7 @@ def _cli_export(argv, capsys):
     return re.search(r"SavedModel: (\S+)", out).group(1)
 
 
+@pytest.mark.slow
 def test_export_from_keras_file_via_cli_arguments(tmp_path, trained_dml, capsys):
     model, _ = trained_dml
     keras_path = tmp_path / "run.keras"

@@ -27,6 +27,7 @@ def _model(loss):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_nan_image_stops_mixed_precision_training_with_a_clear_error(policy):
     keras.mixed_precision.set_global_policy(policy)
@@ -70,6 +71,7 @@ def _loss_and_labels(name, n=16):
     return loss, np.repeat(np.arange(4), n // 4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICIES)
 def test_every_registered_loss_is_finite_under_mixed_precision(policy):
     keras.mixed_precision.set_global_policy(policy)
@@ -89,6 +91,7 @@ def test_every_registered_loss_is_finite_under_mixed_precision(policy):
     assert not bad, f"non-finite or not float32 under {policy}: {bad}"
 
 
+@pytest.mark.slow
 def test_every_registered_loss_is_finite_or_a_clear_error_at_1e30():
     embeddings = tf.constant(np.random.default_rng(0).normal(size=(16, 8)).astype("float32")
                              * 1e30)

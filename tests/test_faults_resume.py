@@ -60,6 +60,7 @@ def test_resume_restarts_the_stream_at_the_saved_batch(tmp_path):
     assert all((a == b).all() for a, b in zip(first[5:], [b[1].numpy() for b in started.take(2)]))
 
 
+@pytest.mark.slow
 def test_a_crash_at_any_stage_of_a_save_leaves_a_usable_backup(tmp_path, monkeypatch):
     backup_dir = str(tmp_path / "b")
     model, backup = _fit(backup_dir, 1)

@@ -12,7 +12,7 @@ BAD = {
     "ms_alpha_nan": (lambda: losses.MultiSimilarity(alpha=NAN), "alpha"),
     "ms_beta_inf": (lambda: losses.MultiSimilarity(beta=INF), "beta"),
     "ms_base_nan": (lambda: losses.MultiSimilarity(base=NAN), "base"),
-    "ms_epsilon_inf": (lambda: losses.MultiSimilarity(epsilon=INF), "epsilon"),
+    "ms_miner_epsilon_inf": (lambda: mining.MultiSimilarityMiner(INF), "epsilon"),
     "raw_alpha_zero": (lambda: losses.RelativeAbsoluteWeighting(alpha=0.0), "alpha"),
     "proxy_anchor_alpha_inf": (lambda: losses.ProxyAnchor(3, alpha=INF), "alpha"),
     "proxy_anchor_delta_nan": (lambda: losses.ProxyAnchor(3, delta=NAN), "delta"),

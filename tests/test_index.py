@@ -78,6 +78,7 @@ def test_match_is_the_nearest_label_or_unknown():
     assert words.match(np.array([[1, 0], [1, 1]], np.float32), 0.9).tolist() == ["cat", ""]
 
 
+@pytest.mark.slow
 def test_save_and_load_in_a_new_process_search_the_same(tmp_path):
     gallery, queries, _ = _data(1)
     index = Index(metric="euclidean")

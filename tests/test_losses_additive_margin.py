@@ -111,6 +111,7 @@ def test_outliers_are_far_from_the_dominant_sub_center():
         loss.outliers(x, labels + 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [ArcFace, CosFace, SubCenterArcFace])
 def test_modes_mixed_precision_and_degenerate(cls):
     labels, x = batch(seed=6)
@@ -156,6 +157,7 @@ def test_bad_arguments():
             make()
 
 
+@pytest.mark.slow
 def test_dml_model_trains_saves_and_classifies(tmp_path):
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(C, 6))

@@ -50,16 +50,16 @@ PAIR_CASES = [
     ("contrastive_euc_m", lambda: Contrastive(metric="euclidean", pos_margin=1.0, neg_margin=3.0),
      lambda x, y: ref.contrastive(x, y, "euclidean", 1.0, 3.0)),
     ("triplet_all", lambda: Triplet(margin=0.3), lambda x, y: ref.triplet(x, y, 0.3)),
-    ("triplet_hard", lambda: Triplet(mining="hard"),
+    ("triplet_hard", lambda: Triplet(miner=mining.HardMiner()),
      lambda x, y: ref.triplet(x, y, 0.1, mining="hard")),
-    ("triplet_semihard", lambda: Triplet(margin=0.4, mining="semihard"),
+    ("triplet_semihard", lambda: Triplet(margin=0.4, miner=mining.SemiHardMiner()),
      lambda x, y: ref.triplet(x, y, 0.4, mining="semihard")),
-    ("triplet_easy", lambda: Triplet(mining="easy", margin=0.5),
+    ("triplet_easy", lambda: Triplet(miner=mining.EasyMiner(), margin=0.5),
      lambda x, y: ref.triplet(x, y, 0.5, mining="easy")),
     ("triplet_sq_all", lambda: Triplet(metric="squared_euclidean", margin=2.0),
      lambda x, y: ref.triplet(x, y, 2.0, "squared_euclidean")),
     ("triplet_euc_semihard", lambda: Triplet(metric="euclidean", margin=1.0,
-                                             mining="semihard"),
+                                             miner=mining.SemiHardMiner()),
      lambda x, y: ref.triplet(x, y, 1.0, "euclidean", "semihard")),
     ("triplet_miner_margin", lambda: Triplet(margin=0.2, miner=mining.SemiHardMiner(0.2)),
      lambda x, y: ref.triplet(x, y, 0.2, mining="semihard", miner_margin=0.2)),
@@ -81,9 +81,10 @@ PAIR_CASES = [
     ("bin_lifted_soft", lambda: BinLifted(alpha=3.0, beta=10.0, base=0.1),
      lambda x, y: ref.bin_lifted(x, y, 3.0, 10.0, 0.1)),
     ("ms", lambda: MultiSimilarity(), lambda x, y: ref.multi_similarity(x, y)),
-    ("ms_eps", lambda: MultiSimilarity(alpha=1.0, beta=20.0, base=0.3, epsilon=0.3),
+    ("ms_eps", lambda: MultiSimilarity(alpha=1.0, beta=20.0, base=0.3,
+                                              miner=mining.MultiSimilarityMiner(0.3)),
      lambda x, y: ref.multi_similarity(x, y, 1.0, 20.0, 0.3, 0.3)),
-    ("ms_no_mining", lambda: MultiSimilarity(mining=False),
+    ("ms_no_mining", lambda: MultiSimilarity(miner=None),
      lambda x, y: ref.multi_similarity(x, y, mining=False)),
     ("raw", lambda: RelativeAbsoluteWeighting(), lambda x, y: ref.multi_similarity(x, y)),
 ]
@@ -101,15 +102,15 @@ DEGENERATE = {
 }
 SERIALIZED = [
     Contrastive(metric="euclidean", pos_margin=0.1, neg_margin=2.0, miner=mining.PairMarginMiner()),
-    Triplet(margin=0.3, metric="squared_euclidean", mining="semihard"),
+    Triplet(margin=0.3, metric="squared_euclidean", miner=mining.SemiHardMiner()),
     Triplet(miner=mining.HardMiner(margin=0.2)),
     LiftedStructure(margin=2.0, metric="cosine"),
     GeneralizedLiftedStructure(margin=0.5, miner=mining.EasyMiner()),
     BinomialDeviance(alpha=1.0, beta=20.0, base=0.3),
     BinLifted(alpha=3.0),
-    RelativeAbsoluteWeighting(epsilon=0.2),
+    RelativeAbsoluteWeighting(miner=mining.MultiSimilarityMiner(0.2)),
 ]
-TRAINED = {"triplet": Triplet(mining="hard"), "lifted": LiftedStructure(),
+TRAINED = {"triplet": Triplet(miner=mining.HardMiner()), "lifted": LiftedStructure(),
            "binomial": BinomialDeviance(), "raw": RelativeAbsoluteWeighting()}
 
 
@@ -134,6 +135,7 @@ def test_weights_are_the_exact_derivative(name, factory, reference):
     np.testing.assert_allclose(weights, autodiff, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,factory,reference", MAIN_CASES)
 def test_eager_function_and_jit_agree(name, factory, reference):
     labels, x = _uneven(seed=14)
@@ -161,6 +163,7 @@ def test_mixed_float16_policy_matches_float32(name, factory, reference):
         keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,factory,reference", DEGENERATE_CASES)
 @pytest.mark.parametrize("batch", list(DEGENERATE))
 def test_degenerate_batches_are_finite_and_zero(name, factory, reference, batch):
@@ -196,6 +199,7 @@ def test_config_round_trip_and_lookup_by_name(loss):
     assert float(restored(labels, x)) == pytest.approx(float(loss(labels, x)), rel=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss", TRAINED.values(), ids=list(TRAINED))
 def test_model_compiled_with_loss_trains_and_survives_save_load(loss, tmp_path):
     labels, x = _batch(classes=6, per_class=4, dim=10, seed=18)

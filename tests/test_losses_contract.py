@@ -22,6 +22,24 @@ from keras_dml.models import DMLModel
 
 NAMES = sorted(ENTRIES)
 
+#: The quick tier's slice of every check: a pair loss, a proxy loss and a loss of
+#: continuous labels (`pytest -q`); `--full` runs each check on every registered loss.
+QUICK = ("MultiSimilarity", "ArcFace", "LogRatio")
+
+
+def _tiered(names, explicit_reference=False):
+    """`names` as parameters: those in `QUICK` in the quick tier, the rest marked slow;
+    with `explicit_reference`, a loss whose reference set is the batch only is a visible
+    skip (it takes no explicit reference set to compare with the batch form)."""
+    assert set(QUICK) & set(names), "the quick tier keeps a slice of every check"
+    params = []
+    for name in names:
+        marks = [] if name in QUICK else [pytest.mark.slow]
+        if explicit_reference and ENTRIES[name].reference == "batch":
+            marks.append(pytest.mark.skip(reason=f"{name}'s reference set is the batch only"))
+        params.append(pytest.param(name, marks=marks))
+    return params
+
 
 def _make(name, **kwargs):
     entry = ENTRIES[name]
@@ -45,7 +63,7 @@ def _built(loss, x):
     return loss
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", _tiered(NAMES))
 def test_modes_agree_and_weights_are_exact(name):
     labels, x = _batch(name)
     loss = _built(_make(name), x)
@@ -82,15 +100,13 @@ def test_pair_weights_are_the_signed_derivative_on_pairs_only(name):
                                        rtol=1e-5, atol=1e-6 * max(1.0, np.abs(autodiff).max()))
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", _tiered(NAMES, explicit_reference=True))
 def test_reference_set_form_equals_the_batch_form(name):
     """The batch as an explicit key set (own copies excluded) gives the same value and
     gradient as the default in-batch form; a frozen key set gets no gradient."""
     entry = ENTRIES[name]
     labels, x = _batch(name, seed=1)
     loss = _built(_make(name), x)
-    if entry.reference == "batch":  # its reference set is the batch (or its views) only
-        return
     if entry.reference == "proxies":
         keys = tf.Variable(centre_major(loss.trainable_layer.proxies, loss.num_classes,
                                         loss.proxies_per_class))
@@ -115,8 +131,8 @@ def test_reference_set_form_equals_the_batch_form(name):
     assert tape.gradient(value, keys) is None
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if ENTRIES[n].row_local
-                                  and ENTRIES[n].reference == "any"])
+@pytest.mark.parametrize("name", _tiered([n for n in NAMES if ENTRIES[n].row_local
+                                          and ENTRIES[n].reference == "any"]))
 def test_each_query_against_a_reference_set_is_that_query_alone_with_it(name):
     """Row-local losses: query a's value against keys R equals its value as the only
     query of the batch [a; R] (the rectangular matrix is row a of the square one)."""
@@ -131,7 +147,7 @@ def test_each_query_against_a_reference_set_is_that_query_alone_with_it(name):
                                    np.ravel(alone)[0], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", _tiered(NAMES))
 def test_serialization_and_compile_by_name(name):
     labels, x = _batch(name)
     loss = _make(name)
@@ -147,7 +163,7 @@ def test_serialization_and_compile_by_name(name):
     assert np.isfinite(model.evaluate(x, labels, batch_size=len(x), verbose=0))
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", _tiered(NAMES))
 def test_degenerate_batches_are_finite(name):
     if ENTRIES[name].labels == "continuous":  # no classes: identical labels instead
         x = np.random.default_rng(4).normal(size=(5, 8)).astype("float32")
@@ -157,7 +173,7 @@ def test_degenerate_batches_are_finite(name):
     checks.assert_degenerate_finite(_make(name), modes=("eager",))
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", _tiered(NAMES))
 def test_mixed_precision_is_float32(name):
     labels, x = _batch(name)
     x = 0.5 * x
@@ -179,7 +195,7 @@ def test_mixed_precision_is_float32(name):
 XLA_NAMES = [name for name in NAMES if _make(name).xla_terms]
 
 
-@pytest.mark.parametrize("name", XLA_NAMES)
+@pytest.mark.parametrize("name", _tiered(XLA_NAMES))
 def test_xla_terms_equal_the_graph_terms_on_both_sides_of_the_size_limit(name, monkeypatch):
     """A loss that opts in to `xla_terms` runs them under XLA up to
     `XLA_TERMS_MAX_ENTRIES` matrix entries and in TensorFlow's graph beyond: same

@@ -47,7 +47,7 @@ def _ours_values_and_grads(batches, loss):
 def test_values_and_gradients_equal_pml_before_and_after_wrap_around(function):
     batches = _batches()  # 6 batches of 8 into a memory of 20: wraps at the third
     expected = _pml_values_and_grads(batches, 20)
-    loss = losses.CrossBatchMemory(losses.MultiSimilarity(mining=False), memory_size=20)
+    loss = losses.CrossBatchMemory(losses.MultiSimilarity(miner=None), memory_size=20)
     call = tf.function(lambda y, e: loss(y, e)) if function else loss
     got = _ours_values_and_grads(batches, call)
     for step, ((value, grad), (pml_value, pml_grad)) in enumerate(zip(got, expected)):
@@ -57,7 +57,7 @@ def test_values_and_gradients_equal_pml_before_and_after_wrap_around(function):
 
 
 def test_memory_holds_the_last_entries_and_excludes_only_the_batch_own_copies():
-    loss = losses.CrossBatchMemory(losses.MultiSimilarity(mining=False), memory_size=10)
+    loss = losses.CrossBatchMemory(losses.MultiSimilarity(miner=None), memory_size=10)
     batches = _batches(count=2, n=6)
     for labels, embeddings in batches:
         loss(labels, embeddings)
@@ -66,10 +66,10 @@ def test_memory_holds_the_last_entries_and_excludes_only_the_batch_own_copies():
                                   batches[1][0])
     np.testing.assert_allclose(loss.memory.embeddings.numpy()[2:6], batches[0][1][2:6])
     # a single batch against a memory that holds only itself: the in-batch loss
-    fresh = losses.CrossBatchMemory(losses.MultiSimilarity(mining=False), memory_size=10)
+    fresh = losses.CrossBatchMemory(losses.MultiSimilarity(miner=None), memory_size=10)
     labels, embeddings = batches[0]
     assert float(fresh(labels, embeddings)) == pytest.approx(
-        float(losses.MultiSimilarity(mining=False)(labels, embeddings)), rel=1e-5)
+        float(losses.MultiSimilarity(miner=None)(labels, embeddings)), rel=1e-5)
 
 
 def test_warmup_uses_the_batch_alone_and_leaves_the_memory_empty():
@@ -87,16 +87,17 @@ def test_warmup_uses_the_batch_alone_and_leaves_the_memory_empty():
 
 def test_paper_form_adds_the_weighted_memory_loss_to_the_batch_loss():
     batches = _batches(count=3)
-    pml_form = losses.CrossBatchMemory(losses.MultiSimilarity(mining=False), 16)
-    paper = losses.CrossBatchMemory(losses.MultiSimilarity(mining=False), 16,
+    pml_form = losses.CrossBatchMemory(losses.MultiSimilarity(miner=None), 16)
+    paper = losses.CrossBatchMemory(losses.MultiSimilarity(miner=None), 16,
                                     include_batch_loss=True, memory_weight=0.5)
     for labels, embeddings in batches:
         memory_value = float(pml_form(labels, embeddings))
-        batch_value = float(losses.MultiSimilarity(mining=False)(labels, embeddings))
+        batch_value = float(losses.MultiSimilarity(miner=None)(labels, embeddings))
         assert float(paper(labels, embeddings)) == pytest.approx(
             batch_value + 0.5 * memory_value, rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [losses.BinomialDeviance, losses.GeneralizedLiftedStructure,
                                   losses.NCA, losses.MultiSimilarity,
                                   lambda: losses.InstanceCrossEntropy(scale=16.0),
@@ -122,13 +123,14 @@ def _model():
     return DMLModel(inputs, EmbeddingHead(6)(keras.layers.Dense(12, activation="tanh")(inputs)))
 
 
+@pytest.mark.slow
 def test_fit_fills_evaluate_does_not_and_the_memory_is_saved_with_the_model(tmp_path):
     rng = np.random.default_rng(1)
     x, y = rng.normal(size=(32, 8)).astype("float32"), np.repeat(np.arange(8), 4)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
     model = _model()
     model.compile(optimizer="adam", loss=losses.CrossBatchMemory(
-        losses.MultiSimilarity(mining=False), memory_size=40))
+        losses.MultiSimilarity(miner=None), memory_size=40))
     model.fit(data, epochs=1, verbose=0)
     bank = model.loss_layer
     assert int(bank.filled) == 32 and int(bank.steps) == 2
@@ -146,6 +148,7 @@ def test_fit_fills_evaluate_does_not_and_the_memory_is_saved_with_the_model(tmp_
     assert int(restored.loss_layer.filled) == 40  # training continues into the same memory
 
 
+@pytest.mark.slow
 def test_wrapped_loss_weights_are_trained_and_saved_with_the_model(tmp_path):
     """XBM(Margin): Margin's learnable beta is in the model's weights, trained by fit,
     and restored from a .keras file, as it is without the wrapper."""
@@ -174,7 +177,8 @@ def test_wrapped_loss_weights_are_trained_and_saved_with_the_model(tmp_path):
     assert float(restored_beta.numpy()[0]) != pytest.approx(float(trained[0]), abs=1e-6)
 
 
-@pytest.mark.parametrize("wrapped", [lambda: losses.MultiSimilarity(mining=False),
+@pytest.mark.slow
+@pytest.mark.parametrize("wrapped", [lambda: losses.MultiSimilarity(miner=None),
                                      losses.Margin], ids=["multi_similarity", "margin"])
 def test_mirrored_replicas_enqueue_the_gathered_batch_and_train_like_one_device(
         mirrored_strategy, wrapped):
@@ -208,6 +212,7 @@ def test_mirrored_replicas_enqueue_the_gathered_batch_and_train_like_one_device(
         assert abs(float(single.loss_layer.trainable_weights[0].numpy()[0]) - 1.2) > 1e-3
 
 
+@pytest.mark.slow
 def test_momentum_encoder_fills_the_memory_with_its_keys_and_is_saved(tmp_path):
     rng = np.random.default_rng(3)
     x, y = rng.normal(size=(16, 8)).astype("float32"), np.repeat(np.arange(4), 4)
@@ -215,7 +220,7 @@ def test_momentum_encoder_fills_the_memory_with_its_keys_and_is_saved(tmp_path):
     keras.utils.set_random_seed(5)
     model = _model()
     model.compile(optimizer=keras.optimizers.SGD(0.5), loss=losses.CrossBatchMemory(
-        losses.MultiSimilarity(mining=False), memory_size=48, momentum=0.9))
+        losses.MultiSimilarity(miner=None), memory_size=48, momentum=0.9))
     start = [w.numpy().copy() for w in model.encoder_variables()]
     first_keys = model.predict(x, verbose=0)
     model.fit(data, epochs=1, verbose=0)  # step 1: the key encoder is a copy

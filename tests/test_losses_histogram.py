@@ -10,6 +10,7 @@ from keras_dml.losses import Histogram
 from keras_dml.mining import MultiSimilarityMiner
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bins, k, seed", [(2, 3, 0), (5, 3, 1), (11, 4, 2), (101, 3, 3),
                                            (256, 2, 4)])
 def test_value_matches_eq3_and_weights_are_eq9_and_autodiff(bins, k, seed):

@@ -50,6 +50,7 @@ def _embedding_gradient(labels, x, scale):
 
 # -- value and weights against the reference ------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scale", SCALES)
 @pytest.mark.parametrize("batch", [lambda: _batch(4, 3), lambda: _batch(3, 5, seed=3),
                                    _uneven_batch])
@@ -63,6 +64,7 @@ def test_value_and_weights_match_reference(scale, batch):
                                ref.ice_weights(labels, similarity, scale), rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scale", (1.0, 32.0, 80.0))
 def test_gradient_reaches_embeddings_by_chain_rule(scale):
     labels, x = _uneven_batch(seed=4)
@@ -148,6 +150,7 @@ def test_well_separated_batch_weights_stay_exact(scale):
     np.testing.assert_allclose(value, ref.ice_loss(labels, similarity, scale), atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scale", (80.0, 200.0, 1000.0))
 def test_finite_at_large_scale_float32_and_mixed_precision(scale):
     labels, x = _batch(5, 4, dim=16, seed=9)
@@ -157,6 +160,7 @@ def test_finite_at_large_scale_float32_and_mixed_precision(scale):
         assert np.isfinite(value) and np.all(np.isfinite(grad)), dtype
 
 
+@pytest.mark.slow
 def test_mixed_float16_policy_matches_float32():
     labels, x = _batch(5, 4, dim=16, seed=10)
     inputs = keras.Input((16,))

@@ -17,6 +17,7 @@ def _kept_pairs(positive, negative):
     return [tuple(p) for p in np.argwhere(kept)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kwargs", [
     {},
     {"alpha": 0.3, "beta": 1.0},
@@ -83,6 +84,7 @@ def test_margin_pair_weights_are_inverse_distances_on_active_pairs():
     np.testing.assert_allclose(w, expected, rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_margin_with_distance_weighted_miner_uses_the_kept_pairs():
     labels, x = checks.batch(classes=4, k=3, dim=16, seed=5)
     loss = Margin(miner=DistanceWeighted(seed=3))
@@ -96,6 +98,7 @@ def test_margin_with_distance_weighted_miner_uses_the_kept_pairs():
         assert np.isfinite(value) and np.all(np.isfinite(gradient))
 
 
+@pytest.mark.slow
 def test_margin_degenerate_and_easy_batches():
     checks.assert_degenerate_finite(Margin(miner=DistanceWeighted(seed=0)),
                                     expect_zero=("single_sample",))

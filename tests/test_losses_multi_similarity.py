@@ -18,10 +18,24 @@ from pair_loss_checks import _batch, _uneven
 
 def test_relative_absolute_weighting_is_multi_similarity():
     labels, x = _uneven(seed=12)
-    raw, ms = RelativeAbsoluteWeighting(epsilon=0.2), MultiSimilarity(epsilon=0.2)
+    miner = mining.MultiSimilarityMiner(0.2)
+    raw, ms = RelativeAbsoluteWeighting(miner=miner), MultiSimilarity(miner=miner)
     assert isinstance(raw, MultiSimilarity) and raw.name == "relative_absolute_weighting"
     np.testing.assert_array_equal(pair_weights(raw, labels, x), pair_weights(ms, labels, x))
     assert float(raw(labels, x)) == float(ms(labels, x))
+
+
+@pytest.mark.parametrize("old, new", [
+    ({"epsilon": 0.2}, {"miner": mining.MultiSimilarityMiner(0.2)}),
+    ({"mining": False}, {"miner": None}),
+    ({"mining": True}, {}),
+], ids=["epsilon", "mining_false", "mining_true"])
+def test_deprecated_mining_and_epsilon_are_the_miner_argument(old, new):
+    labels, x = _uneven(seed=12)
+    with pytest.deprecated_call(match="pass miner=None or miner=MultiSimilarityMiner"):
+        deprecated = MultiSimilarity(**old)
+    np.testing.assert_array_equal(pair_weights(deprecated, labels, x),
+                                  pair_weights(MultiSimilarity(**new), labels, x))
 
 
 def test_multi_similarity_with_any_miner():

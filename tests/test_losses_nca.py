@@ -11,6 +11,7 @@ from keras_dml.losses import NCA
 from keras_dml.mining import MultiSimilarityMiner
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scale, metric", [
     (1.0, "cosine"), (16.0, "cosine"), (0.5, "squared_euclidean"), (2.0, "euclidean"),
     (3.0, "dot"),
@@ -48,6 +49,7 @@ def test_nca_equivalence_of_metrics_on_the_sphere():
     np.testing.assert_allclose(cosine, squared, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_nca_degenerate_batches():
     # one class: every neighbour is of the own class, -log 1 = 0
     checks.assert_degenerate_finite(NCA(scale=8.0),
@@ -64,6 +66,7 @@ def test_nca_with_miner_uses_only_kept_pairs():
     checks.assert_exact_weights(NCA(miner=miner), labels, x)
 
 
+@pytest.mark.slow
 def test_nca_serialization_and_mixed_precision(tmp_path):
     loss = NCA(scale=8.0, metric="squared_euclidean")
     assert checks.assert_config_round_trip(loss).scale == 8.0

@@ -11,6 +11,7 @@ from keras_dml.losses import NPair
 from keras_dml.mining import MultiSimilarityMiner
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("l2_penalty, metric, k, scale", [
     (0.002, "dot", 2, 0.5),
     (0.0, "dot", 3, 0.3),
@@ -38,6 +39,7 @@ def test_npair_k2_is_n_pair_mc_with_all_in_batch_negatives():
                                rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("labels, l2_penalty, metric", [
     (np.repeat(np.arange(5), 4), 0.0, "dot"),
     (np.repeat(np.arange(4), 2), 0.002, "dot"),
@@ -61,6 +63,7 @@ def test_npair_one_per_class_is_n_pair_mc(labels, l2_penalty, metric):
         np.testing.assert_allclose(gradient, (signed + signed.T) @ x, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jit_compile", [False, True])
 @pytest.mark.parametrize("l2_penalty, miner", [(0.0, None), (0.01, MultiSimilarityMiner(0.05))])
 def test_npair_one_per_class_batch_mean_equals_the_per_sample_path(jit_compile, l2_penalty,
@@ -134,6 +137,7 @@ def test_npair_pair_weights_are_non_negative_and_sum_per_anchor():
     np.testing.assert_allclose((w * positive).sum(1), (w * ~positive).sum(1), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_npair_degenerate_and_easy_batches():
     for tuples in ("all", "one_per_class"):
         checks.assert_degenerate_finite(NPair(l2_penalty=0.0, tuples=tuples),

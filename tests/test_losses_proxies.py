@@ -43,6 +43,7 @@ def test_custom_gradient_reaches_embeddings_and_proxies_like_autodiff():
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", LOSSES)
 def test_labels_outside_the_classes_are_an_error(cls):
     loss = cls(CLASSES)
@@ -139,6 +140,7 @@ def dml_model(seed=0):
     return DMLModel(inputs, keras.layers.Dense(16)(hidden))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make_loss", [
     lambda: ProxyAnchor(10, proxy_lr_multiplier=10.0),
     lambda: SoftTriple(10, centers_per_class=2),

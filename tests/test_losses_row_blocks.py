@@ -72,6 +72,7 @@ def test_losses_that_opt_in_are_row_local():
     assert all(ENTRIES[name].row_local for name in ROW_NAMES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("function, stored, xla",
                          [(False, True, False), (True, True, False), (True, False, False),
                           (True, True, True)],
@@ -88,6 +89,7 @@ def test_row_blocks_equal_the_whole_matrix_on_the_batch(name, function, stored, 
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trainable", [False, True], ids=["memory", "trainable keys"])
 @pytest.mark.parametrize("stored", [True, False], ids=["weights kept", "recomputed"])
 @pytest.mark.parametrize("name", [n for n in ROW_NAMES if ENTRIES[n].reference == "any"])

@@ -32,10 +32,17 @@ def test_triplet_weights_count_active_triplets_eq_8():
 
 # -- mining inside the loss -----------------------------------------------------------------
 
+def _miner(name):
+    """The miner that the deprecated `Triplet(mining=name)` stands for (None: all triplets)."""
+    return None if name == "all" else mining.triplet.TRIPLET_MINERS[name]()
+
+
 def test_triplet_miner_and_mining_string_are_the_same_loss():
     labels, x = _batch(seed=9)
     for name, miner in mining.triplet.TRIPLET_MINERS.items():
-        a = value_and_gradient(Triplet(mining=name), labels, x)
+        with pytest.deprecated_call(match=f"pass miner={miner.__name__}"):
+            deprecated = Triplet(mining=name)
+        a = value_and_gradient(deprecated, labels, x)
         b = value_and_gradient(Triplet(miner=miner()), labels, x)
         np.testing.assert_allclose(a[0], b[0], rtol=1e-6)
         np.testing.assert_allclose(a[1], b[1], rtol=1e-6, atol=1e-8)
@@ -55,7 +62,7 @@ def test_triplet_on_pairs_kept_by_a_pair_miner():
 def test_triplet_never_builds_a_cubic_tensor():
     labels, x = _batch(classes=8, per_class=4, dim=12)
     for mining_name in ("all", "semihard", "hard"):
-        shapes = traced_tensor_shapes(Triplet(mining=mining_name), labels, x)
+        shapes = traced_tensor_shapes(Triplet(miner=_miner(mining_name)), labels, x)
         sizes = [shape.num_elements() for shape in shapes if shape.is_fully_defined()]
         assert max(sizes) <= 2 * 32 * 32, mining_name  # at most the (N, N, 2) scatter indices
 
@@ -69,6 +76,7 @@ def test_triplet_never_builds_a_cubic_tensor():
     (lambda: Triplet(mining="hard", miner=mining.SemiHardMiner()), "not both"),
     (lambda: Triplet(margin=float("inf")), "margin"),
 ])
+@pytest.mark.filterwarnings("ignore:.*deprecated:DeprecationWarning")  # distance=, mining=
 def test_bad_arguments_raise_value_error(factory, match):
     with pytest.raises(ValueError, match=match):
         factory()
@@ -90,7 +98,7 @@ def test_bad_inputs_raise_value_error():
 def test_slot_and_sorting_paths_agree(mining_name, monkeypatch):
     """Few positives per anchor use per-slot passes, many use sorting: same loss."""
     labels, x = _uneven(seed=19)
-    loss = Triplet(margin=0.3, mining=mining_name)
+    loss = Triplet(margin=0.3, miner=_miner(mining_name))
     slots_result = value_and_gradient(loss, labels, x)
     monkeypatch.setattr(mining.triplet, "SLOT_LIMIT", 0)
     sorting_result = value_and_gradient(loss, labels, x)

@@ -98,6 +98,7 @@ def test_distance_weighted_falls_back_to_uniform_beyond_the_cutoff():
     assert counts[:2].sum() == 0 and np.all(counts[2:] > 20)  # every negative drawn
 
 
+@pytest.mark.slow
 def test_distance_weighted_frequencies_follow_inverse_density():
     labels, x, s = _circle_batch()
     positive, negative = _masks(labels)

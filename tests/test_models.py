@@ -80,6 +80,7 @@ def _counted_passes(x, y, batch=24):
     return tf.data.Dataset.from_generator(generate, output_signature=spec), passes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("distributed", [False, True])
 def test_fit_starts_one_pass_over_a_dataset_after_the_first_call(distributed,
                                                                   mirrored_strategy):
@@ -136,18 +137,19 @@ def test_compile_by_registered_name_and_jit_compile():
 def test_sample_weights_reach_the_loss():
     x, y = _data()
     model = _model()
-    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=losses.MultiSimilarity(mining=False))
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=losses.MultiSimilarity(miner=None))
     weights = np.zeros(len(y), "float32")
     zero = model.evaluate(tf.data.Dataset.from_tensor_slices((x, y, weights)).batch(24),
                           verbose=0)
     assert zero == 0.0
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_update_equals_single_device_on_the_concatenated_batch(
         mirrored_strategy):
     assert len(tf.config.list_logical_devices("CPU")) >= 2
     x, y = _data(n=32, classes=8)
-    loss = losses.MultiSimilarity(mining=False)
+    loss = losses.MultiSimilarity(miner=None)
 
     def build():
         keras.utils.set_random_seed(3)
@@ -232,6 +234,7 @@ def _labels_for(name, n, classes, seed=0):
     return np.repeat(np.arange(classes), n // classes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(_LOSSES))
 def test_mirrored_update_equals_single_device_for_every_loss(name, mirrored_strategy):
     x, _ = _data(n=32, classes=8)
@@ -316,6 +319,7 @@ def test_labels_of_shape_n_by_1_and_float_integral_labels_are_accepted():
     assert float(loss(y.astype("float32"), x)) == pytest.approx(reference)
 
 
+@pytest.mark.slow
 def test_mixed_precision_training_keeps_float32_embeddings(mixed_precision):
     x, y = _data()
     model = _model()

@@ -51,6 +51,7 @@ def test_resnet50_levels_give_unit_embeddings_from_own_heads(resnet):
     np.testing.assert_allclose(embeddings, expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_resnet50_multilevel_trains_with_ice(resnet):
     model = multi_level_embedder(resnet, RESNET50_LEVELS, dims=8)
     model.compile(optimizer=keras.optimizers.SGD(0.05),

@@ -10,12 +10,14 @@ import warnings
 import keras
 import numpy as np
 import pytest
-from conftest import BACKEND, SHARED_DATASETS
+from conftest import BACKEND, SHARED_DATASETS, require_shared_datasets
 from PIL import Image
 
 from keras_dml import cli, data, datasets, evaluation, models
 from keras_dml.callbacks import RecallAtK
 from keras_dml.index import Index
+
+pytestmark = pytest.mark.requires("tensorflow")  # tf.data decodes the image files
 
 CUB_IMAGES = os.path.join(SHARED_DATASETS, "cub200_subset", "CUB_200_2011", "images")
 PREP = data.Preprocessing(image_size=32, resize_size=40)  # not keras-dml train's 37 for 32
@@ -25,6 +27,7 @@ CLASSES, PER_CLASS = 4, 6
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory):
     """`root/<species>/<photo>.jpg`: 6 real CUB photos of 4 species each, at 48 px."""
+    require_shared_datasets()
     root = tmp_path_factory.mktemp("photos")
     for species in sorted(os.listdir(CUB_IMAGES))[:CLASSES]:
         os.makedirs(root / species)

@@ -74,12 +74,11 @@ def test_mixed_precision_builds_float16_layers_and_restores_the_policy():
     assert model.outputs[0].dtype == "float32"
 
 
+@pytest.mark.shared_data
 @pytest.mark.slow
 def test_cli_trains_an_applications_backbone_from_a_weights_path(tmp_path):
     import keras
 
-    if not os.path.isdir(CUB):
-        pytest.skip(f"no {CUB}")
     keras.utils.set_random_seed(0)
     network = keras.applications.MobileNetV3Small(include_top=False, weights=None,
                                                   input_shape=(32, 32, 3))

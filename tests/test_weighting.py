@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_dml import losses, weighting
+from keras_dml import losses, mining, weighting
 from keras_dml.backend import gradients
 from keras_dml.losses.base import PairLoss
 
@@ -61,8 +61,8 @@ def test_gradient_reaches_both_embeddings_of_every_pair_through_normalisation():
 
 @pytest.mark.parametrize("loss", [
     losses.MultiSimilarity(),
-    losses.MultiSimilarity(mining=False),
-    losses.MultiSimilarity(alpha=5.0, beta=20.0, base=0.2, epsilon=0.3),
+    losses.MultiSimilarity(miner=None),
+    losses.MultiSimilarity(alpha=5.0, beta=20.0, base=0.2, miner=mining.MultiSimilarityMiner(0.3)),
     losses.Contrastive(),
     losses.Contrastive(pos_margin=0.7, neg_margin=0.1),
     losses.Contrastive(metric="euclidean", neg_margin=1.5),
@@ -77,7 +77,7 @@ def test_weights_are_the_exact_derivative_of_the_value(loss):
 
 def test_pair_weights_follow_the_unified_view_sign_convention():
     labels, x = _batch()
-    loss = losses.MultiSimilarity(mining=False)
+    loss = losses.MultiSimilarity(miner=None)
     w = weighting.pair_weights(loss, labels, x)
     terms = loss.terms(labels, x)
     assert w.shape == (12, 12) and (w >= 0).all()

@@ -169,7 +169,5 @@ def test_the_main_jobs_jax_step_is_one_compiled_program(tmp_path):
         jitted = backend == "jax"
         assert model.jit_compile is jitted, model.jit_compile
         assert len(calls) == (1 if jitted else 3), (backend, len(calls))
-        compiled = training.step_jit_compile(True)
-        assert compiled is True, compiled  # --jit-compile asks every backend to compile
         print("ok")
     """, tmp_path))
