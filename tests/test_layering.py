@@ -217,6 +217,23 @@ def test_every_name_in_all_exists_in_its_module(path):
     assert not missing, f"{module.__name__}.__all__ names what it lacks: {missing}"
 
 
+def test_the_lazy_names_of_data_are_imported_for_static_readers_from_their_modules():
+    """keras_dml.data loads its tf.data names on first use (`_TENSORFLOW_NAMES`); its
+    `if typing.TYPE_CHECKING:` block imports the same names from the same modules, so
+    griffe (the API pages) sees what `__all__` declares."""
+    from keras_dml import data
+
+    tree = ast.parse((ROOT / "keras_dml" / "data" / "__init__.py").read_text())
+    blocks = [node for node in tree.body if isinstance(node, ast.If)
+              and ast.unparse(node.test) == "typing.TYPE_CHECKING"]
+    assert len(blocks) == 1
+    imported = {alias.name: node.module.rpartition(".")[2] for node in blocks[0].body
+                for alias in node.names}
+    assert imported == data._TENSORFLOW_NAMES
+    assert set(data.__all__) == set(imported) | {
+        name for name in data.__all__ if name in vars(data)}
+
+
 def test_code_lines_count_the_signature_and_body_not_the_docstring_or_comments():
     source = ("def f():\n    \"\"\"Doc,\n    two lines.\"\"\"\n    # a comment\n\n"
               + "".join(f"    x{i} = {i}\n" for i in range(80)))
