@@ -52,6 +52,9 @@ _TENSORFLOW_ONLY = {
     "distribute": "keras_dml.distribute (tf.distribute)",
 }
 
+# The submodules (a star import leaves out the TensorFlow-only ones) and `import_all`.
+__all__ = ["import_all", *(name for name in _SUBMODULES if name not in _TENSORFLOW_ONLY)]
+
 # Modules that moved into the packages: their former path -> where they are now.
 _MOVED = {
     "keras_dml.batch_norm": "keras_dml.layers.batch_norm",

@@ -8,6 +8,8 @@ it as `keras_dml.backbones.FAMILIES`.
 
 import dataclasses
 
+__all__ = ["BACKBONE_ALIASES", "FAMILIES", "Family", "backbone_name"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Family:

@@ -26,6 +26,10 @@ from keras_dml.backbone_families import FAMILIES, Family, backbone_name  # noqa:
 from keras_dml.hyperparameters import integer_at_least
 from keras_dml.layers import FusedBatchNormalization, ShiftedConv2D, TiledMaxPooling2D
 
+__all__ = ["BACKBONES", "FAMILIES", "Family", "RESNET50_LEVELS", "WeightsUnavailableError",
+           "application", "cnn3", "convnet", "copy_layer_weights", "get", "is_application",
+           "load_source", "load_weights", "multi_level_embedder"]
+
 
 SCRATCH = ("cnn3", "convnet")
 BACKBONES = SCRATCH + tuple(FAMILIES)

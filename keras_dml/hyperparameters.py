@@ -8,6 +8,9 @@ import math
 import numbers
 import warnings
 
+__all__ = ["below_one", "boolean", "finite", "integer_at_least", "non_negative", "one_of",
+           "positive", "renamed_keywords"]
+
 
 def _number(name, value):
     try:

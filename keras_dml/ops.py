@@ -12,6 +12,14 @@ import numpy as np
 from keras_dml import backend
 from keras_dml.backend import primitives
 
+__all__ = ["FLOAT32_MAX", "FLOAT32_MIN", "METRICS", "NORM_EPSILON", "SIMILARITIES", "closest_below",
+           "cond", "cosine_between", "first_pair_per_class", "grouped_softplus_lse",
+           "in_xla_context", "inverse_norms", "is_distance", "l2_normalize", "label_masks",
+           "logaddexp", "masked_fill", "masked_logsumexp", "masked_logsumexp_and_softmax",
+           "masked_max", "masked_min", "masked_softmax", "masked_softmax_parts", "own_entries",
+           "pairwise", "safe_sqrt", "scaled_softmax", "similarities_between_rows",
+           "similarity_gradients", "softmax_cross_entropy", "to_float32", "unit_rows"]
+
 SIMILARITIES = ("cosine", "dot")
 DISTANCES = ("euclidean", "squared_euclidean")
 METRICS = SIMILARITIES + DISTANCES

@@ -20,6 +20,8 @@ import numpy as np
 
 from keras_dml import backend
 
+__all__ = ["GroupDesign", "RandomPairDesign", "importance_weights"]
+
 tf = backend.require_tensorflow("keras_dml.data.importance_weights")
 
 

@@ -9,6 +9,10 @@ import numpy as np
 
 from keras_dml.backend import primitives
 
+__all__ = ["SEARCH_METRICS", "check_class_labels", "check_embeddings", "check_label_range",
+           "check_label_values", "check_labels_and_embeddings", "check_no_overflow",
+           "check_search_metric", "embedding_array", "label_array"]
+
 
 def check_class_labels(labels, batch_size=None, name="labels"):
     """Validate integer class labels of shape (N,) or (N, 1); return int32 (N,).

@@ -19,6 +19,8 @@ import numpy as np
 
 from keras_dml.backend import gradients
 
+__all__ = ["autodiff_weights", "pair_weights", "weighted_pair_loss"]
+
 
 def weighted_pair_loss(matrix, terms_fn, parameters=()):
     """Value of a pair loss whose gradient w.r.t. the matrix is the loss's pair weights.

@@ -143,13 +143,23 @@ def test_the_top_level_holds_only_the_core():
                        "backbone_families", "backbones"}
 
 
-#: The packages the regroup made, with backend/: module and function sizes are held here.
-_REGROUPED = ("layers", "models", "callbacks", "training", "backend")
+#: Modules that declare no `__all__`: `python -m keras_dml.cli` runs this script, which
+#: imports the command's entry point to call it; nothing imports names from it.
+_NO_API = ("cli/__main__.py",)
 
 
-def _regrouped_modules():
-    for package in _REGROUPED:
-        yield from sorted((ROOT / "keras_dml" / package).rglob("*.py"))
+#: Optional packages a module may import at its top (see setup.cfg's extras).
+_OPTIONAL = ("tensorflow", "tensorflow_datasets", "faiss", "pymilvus", "milvus_lite",
+             "matplotlib", "tensorflow_serving")
+
+
+def _package_modules():
+    return sorted((ROOT / "keras_dml").rglob("*.py"))
+
+
+def _module_name(path):
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _code_lines(node, source_lines):
@@ -163,7 +173,7 @@ def _code_lines(node, source_lines):
                and not source_lines[number - 1].strip().startswith("#"))
 
 
-@pytest.mark.parametrize("path", list(_regrouped_modules()), ids=lambda path: str(
+@pytest.mark.parametrize("path", _package_modules(), ids=lambda path: str(
     path.relative_to(ROOT / "keras_dml")))
 def test_modules_are_small_with_short_functions_and_declare_their_api(path):
     source = path.read_text()
@@ -178,8 +188,50 @@ def test_modules_are_small_with_short_functions_and_declare_their_api(path):
              for target in node.targets if isinstance(target, ast.Name)]
     defines = [node for node in tree.body
                if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.ImportFrom))]
-    if defines:  # a docstring-only package (backend/jax/) has no names to declare
+    if defines and str(path.relative_to(ROOT / "keras_dml")) not in _NO_API:
+        # (a docstring-only package, backend/jax/, has no names to declare)
         assert "__all__" in names, f"{path.relative_to(ROOT)} declares no __all__"
+
+
+def test_the_modules_without_all_are_few_and_exist():
+    for name in _NO_API:
+        assert (ROOT / "keras_dml" / name).is_file(), name
+    assert len(_NO_API) == 1
+
+
+@pytest.mark.parametrize("path", [path for path in _package_modules() if str(
+    path.relative_to(ROOT / "keras_dml")) not in _NO_API], ids=lambda path: str(
+    path.relative_to(ROOT / "keras_dml")))
+def test_every_name_in_all_exists_in_its_module(path):
+    try:
+        module = importlib.import_module(_module_name(path))
+    except ImportError as error:  # TensorFlowRequiredError is one too
+        if (getattr(error, "name", None) or "").split(".")[0] in _OPTIONAL or isinstance(
+                error, keras_dml.backend.TensorFlowRequiredError):
+            pytest.skip(f"{_module_name(path)} needs an optional package: {error}")
+        raise
+    declared = getattr(module, "__all__", [])
+    assert len(set(declared)) == len(declared), f"{module.__name__}: a name twice in __all__"
+    assert all(isinstance(name, str) for name in declared)
+    missing = [name for name in declared if not hasattr(module, name)]
+    assert not missing, f"{module.__name__}.__all__ names what it lacks: {missing}"
+
+
+def test_the_lazy_names_of_data_are_imported_for_static_readers_from_their_modules():
+    """keras_dml.data loads its tf.data names on first use (`_TENSORFLOW_NAMES`); its
+    `if typing.TYPE_CHECKING:` block imports the same names from the same modules, so
+    griffe (the API pages) sees what `__all__` declares."""
+    from keras_dml import data
+
+    tree = ast.parse((ROOT / "keras_dml" / "data" / "__init__.py").read_text())
+    blocks = [node for node in tree.body if isinstance(node, ast.If)
+              and ast.unparse(node.test) == "typing.TYPE_CHECKING"]
+    assert len(blocks) == 1
+    imported = {alias.name: node.module.rpartition(".")[2] for node in blocks[0].body
+                for alias in node.names}
+    assert imported == data._TENSORFLOW_NAMES
+    assert set(data.__all__) == set(imported) | {
+        name for name in data.__all__ if name in vars(data)}
 
 
 def test_code_lines_count_the_signature_and_body_not_the_docstring_or_comments():

@@ -1,5 +1,8 @@
 """Arguments and steps shared by several `keras-dml` commands (index, calibrate, embed)."""
 
+__all__ = ["add_data_arguments", "add_skip_argument", "capped_k", "embed_catalogue", "embedded",
+           "kept", "report_skipped"]
+
 
 def add_data_arguments(parser):
     """Adds --images, --dataset, --split and --data-dir: the images a command embeds."""

@@ -4,6 +4,8 @@ import json
 
 from keras_dml.cli.arguments import add_data_arguments, capped_k, embedded
 
+__all__ = ["add_command", "run"]
+
 
 def add_command(commands):
     """Adds `calibrate` to the `keras-dml` sub-parsers."""

@@ -2,6 +2,8 @@
 
 from keras_dml.cli.arguments import add_skip_argument, embed_catalogue, kept
 
+__all__ = ["add_command", "run"]
+
 
 def add_command(commands):
     """Adds `embed` to the `keras-dml` sub-parsers."""

@@ -2,6 +2,8 @@
 
 import os
 
+__all__ = ["add_command", "run"]
+
 HELP = "measure a run's retrieval on a dataset, a folder, a CSV or a query/gallery split"
 _DESCRIPTION = (
     "Embed images with a run's embedder (RUN: a run folder or a .keras file) and print "

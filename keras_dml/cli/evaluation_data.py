@@ -7,6 +7,8 @@ import os
 
 import numpy as np
 
+__all__ = ["EvaluationData", "load"]
+
 _TRUE = {"1", "true", "yes", "y", "t"}
 _FALSE = {"0", "false", "no", "n", "f", ""}
 

@@ -5,6 +5,8 @@ The work is done by `keras_dml.export`, imported only when the command runs.
 
 import json
 
+__all__ = ["add_command", "run"]
+
 
 def add_command(commands):
     """Adds `export` to the `keras-dml` sub-parsers."""

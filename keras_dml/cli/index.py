@@ -2,6 +2,8 @@
 
 from keras_dml.cli.arguments import add_data_arguments, embedded
 
+__all__ = ["add_command", "run"]
+
 
 def add_command(commands):
     """Adds `index` to the `keras-dml` sub-parsers."""

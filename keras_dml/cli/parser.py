@@ -14,6 +14,8 @@ import re
 import sys
 import warnings
 
+__all__ = ["COMMAND_MODULES", "EXTRAS", "build_parser", "flag_words", "load_tensorflow", "main"]
+
 # Modules adding subcommands, in the order of `keras-dml --help`.
 COMMAND_MODULES = (
     "keras_dml.cli.train",

@@ -5,6 +5,8 @@ import sys
 
 from keras_dml.cli.arguments import capped_k
 
+__all__ = ["add_command", "run"]
+
 CHUNK = 256  # query images decoded, embedded and answered at a time
 
 

@@ -19,6 +19,8 @@ from keras_dml.training.config import (
     default,
 )
 
+__all__ = ["add_command", "run"]
+
 HELP = "train an embedder (default: the bundled Omniglot, 964 characters train, 659 test)"
 _DESCRIPTION = (
     "Train an embedder with a keras_dml loss on C x k class-balanced batches; print "

@@ -1,5 +1,7 @@
 """`keras-dml verify`: every image file of a folder or CSV list that cannot be read."""
 
+__all__ = ["add_command", "run"]
+
 
 def add_command(commands):
     """Adds `verify` to the `keras-dml` sub-parsers."""

@@ -14,6 +14,7 @@ operation of `Preprocessing`) raises a one-line
 """
 
 import importlib
+import typing
 
 from keras_dml import backend
 from keras_dml.data.arrays import ClassBalancedPyDataset
@@ -39,6 +40,20 @@ _TENSORFLOW_NAMES = {
     "two_view_batches": "two_view",
     "verify_images": "verify",
 }
+
+if typing.TYPE_CHECKING:  # the same names, for static readers (the API pages)
+    from keras_dml.data.designs import (
+        GroupDesign, RandomPairDesign, RandomPairSampler, design_batches, design_sampler,
+        importance_weights,
+    )
+    from keras_dml.data.distributed import distributed_class_balanced_batches
+    from keras_dml.data.evaluation_stream import evaluation_batches
+    from keras_dml.data.hard_classes import (
+        HardNegativeClassMining, HardNegativeClassSampler, hard_negative_class_batches,
+    )
+    from keras_dml.data.pipeline import StreamPosition, class_balanced_batches, stream_position
+    from keras_dml.data.two_view import two_view_batches
+    from keras_dml.data.verify import verify_images
 
 
 def __getattr__(name):

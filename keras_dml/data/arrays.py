@@ -8,6 +8,8 @@ from keras_dml.data.labels import label_ids
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.hyperparameters import integer_at_least
 
+__all__ = ["ClassBalancedPyDataset"]
+
 
 class ClassBalancedPyDataset(keras.utils.PyDataset):
     """Infinite `(x, y)` NumPy batches of C classes x k samples, on any Keras backend.

@@ -8,6 +8,9 @@ import numpy as np
 from keras_dml import backend
 from keras_dml.data.image_errors import BadImageError, clear_data_error, clear_error  # noqa: F401
 
+__all__ = ["BadImageError", "BadImageGuard", "MAX_BAD_BATCHES_IN_A_ROW", "SKIP_HINT", "drop_bad",
+           "guards_made", "only_x_y", "refill", "skipped_files"]
+
 tf = backend.require_tensorflow("keras_dml.data's image-file reading")
 
 #: Consecutive skipped batches after which the data is declared broken: a

@@ -21,6 +21,9 @@ from keras_dml.data.sources import make_source
 from keras_dml.pair_designs import (  # noqa: F401 (public here)
     GroupDesign, RandomPairDesign, importance_weights)
 
+__all__ = ["GroupDesign", "RandomPairDesign", "RandomPairSampler", "design_batches",
+           "design_sampler", "importance_weights"]
+
 tf = backend.require_tensorflow("keras_dml.data.design_batches (tf.data)")
 
 

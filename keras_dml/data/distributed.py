@@ -22,6 +22,8 @@ from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.inputs import SAMPLES, as_data
 from keras_dml.data.sources import make_source
 
+__all__ = ["distributed_class_balanced_batches", "replica_slices", "worker_stream_start"]
+
 tf = backend.require_tensorflow("keras_dml.data.distributed_class_balanced_batches (tf.data)")
 
 _POSITIONS = weakref.WeakKeyDictionary()

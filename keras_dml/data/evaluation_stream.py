@@ -10,6 +10,8 @@ from keras_dml.data.sources import make_source
 from keras_dml.data.stream_preprocessing import record_preprocessing
 from keras_dml.hyperparameters import integer_at_least
 
+__all__ = ["evaluation_batches", "evaluation_stream"]
+
 tf = backend.require_tensorflow("keras_dml.data.evaluation_batches (tf.data)")
 
 

@@ -24,6 +24,8 @@ from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.inputs import SAMPLES, as_data
 from keras_dml.data.sources import make_source
 
+__all__ = ["HardNegativeClassMining", "HardNegativeClassSampler", "hard_negative_class_batches"]
+
 tf = backend.require_tensorflow("keras_dml.data.hard_negative_class_batches (tf.data)")
 
 

@@ -6,6 +6,8 @@ can recognise the error without importing the image-file streams.
 
 import sys
 
+__all__ = ["BadImageError", "clear_data_error", "clear_error"]
+
 
 class BadImageError(ValueError):
     """An image file of a keras_dml stream is missing or cannot be decoded."""

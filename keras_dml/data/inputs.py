@@ -33,6 +33,9 @@ from keras_dml.backend.trainer import is_tf_dataset
 from keras_dml.data.labels import is_paths
 from keras_dml.datasets.base import DMLSplits, LabeledImages
 
+__all__ = ["BATCH_STREAMS", "Data", "EMBEDDABLE", "FORMS", "LABELLED", "SAMPLES", "as_data",
+           "unsupported"]
+
 ARRAYS, WEIGHTED, IMAGES = "arrays", "weighted", "images"
 FILES, PATHS, SPLIT = "files", "paths", "split"
 DATASET, PYDATASET, BATCHES = "dataset", "pydataset", "batches"

@@ -4,6 +4,8 @@ import os
 
 import numpy as np
 
+__all__ = ["is_paths", "label_ids"]
+
 
 def is_paths(x):
     """Whether `x` is a list (or array) of image file paths (str, bytes or

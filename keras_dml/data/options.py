@@ -2,6 +2,8 @@
 
 from keras_dml import backend
 
+__all__ = ["steady"]
+
 tf = backend.require_tensorflow("keras_dml.data's tf.data pipelines")
 
 _STEADY = tf.data.Options()

@@ -12,6 +12,9 @@ from keras_dml.data.stream_preprocessing import record_preprocessing
 from keras_dml.data.inputs import SAMPLES, as_data
 from keras_dml.data.sources import make_source
 
+__all__ = ["StreamPosition", "batches_from_indices", "batches_from_sampler", "batches_from_stream",
+           "class_balanced_batches", "stream_position"]
+
 tf = backend.require_tensorflow("keras_dml.data.class_balanced_batches (tf.data)")
 
 

@@ -19,6 +19,8 @@ import numpy as np
 from keras_dml.backend.lazy_tensorflow import LazyTensorFlow
 from keras_dml.hyperparameters import integer_at_least
 
+__all__ = ["Preprocessing", "decode_image", "default_preprocessing", "register_normalization"]
+
 # A `Preprocessing` is plain data on every backend (a saved model's config holds one);
 # decoding and transforming images are TensorFlow ops.
 tf = LazyTensorFlow("keras_dml.data.Preprocessing's image ops (TensorFlow's decoders)")

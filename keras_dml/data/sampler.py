@@ -19,6 +19,8 @@ import numpy as np
 from keras_dml import backend
 from keras_dml.hyperparameters import integer_at_least
 
+__all__ = ["ClassBalancedSampler"]
+
 
 class ClassBalancedSampler:
     """Step-indexed stream of index batches with C distinct classes x k samples.

@@ -16,6 +16,8 @@ from keras_dml.data.inputs import DATASET, SAMPLES, Data, unsupported
 from keras_dml.data.labels import label_ids
 from keras_dml.data.preprocessing import Preprocessing, decode_image
 
+__all__ = ["Source", "make_source"]
+
 tf = backend.require_tensorflow("keras_dml.data's tf.data sources")
 
 

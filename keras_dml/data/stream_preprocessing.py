@@ -15,6 +15,10 @@ import weakref
 import keras
 import numpy as np
 
+__all__ = ["input_rescaling", "model_preprocessing", "normalised_twice", "record_preprocessing",
+           "recorded_preprocessing", "stream_preprocessing", "warn_if_normalised_twice",
+           "warn_if_prepared_otherwise"]
+
 _RECORDED = weakref.WeakKeyDictionary()
 _RESCALING_LAYERS = (keras.layers.Rescaling, keras.layers.Normalization)
 

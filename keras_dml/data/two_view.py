@@ -8,6 +8,8 @@ from keras_dml.data.pipeline import batches_from_sampler
 from keras_dml.data.inputs import IMAGES, SAMPLES, as_data
 from keras_dml.data.sources import make_source
 
+__all__ = ["two_view_batches"]
+
 tf = backend.require_tensorflow("keras_dml.data.two_view_batches (tf.data)")
 
 _LABELS = ("instance", "class")

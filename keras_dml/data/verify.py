@@ -10,6 +10,8 @@ from keras_dml import backend
 from keras_dml.data.inputs import ARRAYS, FILES, PATHS, SPLIT, as_data
 from keras_dml.data.preprocessing import decode_image
 
+__all__ = ["unreadable_files", "verify_images"]
+
 tf = backend.require_tensorflow("keras_dml.data.verify_images (TensorFlow's image decoders)")
 
 

@@ -5,6 +5,9 @@ import warnings
 
 import numpy as np
 
+__all__ = ["DMLSplits", "LabeledImages", "check_image_files", "labeled_from_raw", "rotated_classes",
+           "split_by_class_halves"]
+
 
 def rotated_classes(images, labels, num_classes):
     """Images (N, H, W[, C]) and labels plus their three quarter turns as new classes:

@@ -8,6 +8,8 @@ from keras_dml.datasets.base import DMLSplits, check_image_files, split_by_class
 from keras_dml.datasets.layout import MARKERS, find_root
 from keras_dml.datasets.tfds_source import export_tfds_images, from_tfds, use_local
 
+__all__ = ["load_cars196"]
+
 HOW_TO_GET = (
     "Download car_ims.tgz and cars_annos.mat from "
     "https://ai.stanford.edu/~jkrause/cars/car_dataset.html, extract car_ims/ next "

@@ -6,6 +6,8 @@ from keras_dml.datasets.base import DMLSplits, check_image_files, split_by_class
 from keras_dml.datasets.layout import MARKERS, find_root, integer_fields, read_rows
 from keras_dml.datasets.tfds_source import export_tfds_images, from_tfds, use_local
 
+__all__ = ["load_cub200"]
+
 HOW_TO_GET = (
     "Download CUB_200_2011.tgz from https://www.vision.caltech.edu/datasets/cub_200_2011/ "
     "and pass data_dir= the extracted CUB_200_2011 folder (images.txt, "

@@ -4,6 +4,8 @@ import numpy as np
 
 from keras_dml.datasets.base import DMLSplits, labeled_from_raw
 
+__all__ = ["load_digits_splits"]
+
 
 def load_digits_splits(data_dir=None, source="auto"):
     """Loads the 1,797 8x8 digits with a class-disjoint split.

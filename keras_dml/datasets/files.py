@@ -16,6 +16,9 @@ import numpy as np
 
 from keras_dml.datasets.base import DMLSplits, labeled_from_raw
 
+__all__ = ["ImageListing", "SPLITS", "csv_paths", "from_csv", "from_directory", "load_csv",
+           "load_folder"]
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 SPLITS = ("train", "test", "query", "gallery")
 _SHOWN = 5  # files named in an error or warning

@@ -7,6 +7,8 @@ import numpy as np
 from keras_dml.datasets.base import DMLSplits, check_image_files, labeled_from_raw
 from keras_dml.datasets.layout import MARKERS, find_root, read_rows
 
+__all__ = ["load_inshop"]
+
 HOW_TO_GET = (
     "Download the In-shop Clothes Retrieval Benchmark (DeepFashion) from "
     "https://mmlab.ie.cuhk.edu.hk/projects/DeepFashion/InShopRetrieval.html: "

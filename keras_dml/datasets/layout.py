@@ -2,6 +2,9 @@
 
 import os
 
+__all__ = ["DatasetNotFoundError", "ENV_VAR", "MARKERS", "detect_dataset", "find_root",
+           "integer_fields", "read_rows"]
+
 ENV_VAR = "KERAS_DML_DATA_DIR"
 
 # Each dataset's official layout: a marker file, in `data_dir` or one of these folders.

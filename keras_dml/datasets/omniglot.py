@@ -13,6 +13,8 @@ from keras_dml.datasets.base import DMLSplits, labeled_from_raw
 from keras_dml.datasets.layout import MARKERS, find_root
 from keras_dml.datasets.tfds_source import from_tfds, use_local
 
+__all__ = ["BUNDLED", "load_omniglot"]
+
 HOW_TO_GET = (
     "Put images_background.npz and images_evaluation.npz (arrays 'images', bool "
     "(characters, 20, 105, 105) with True = white background, and 'labels' "

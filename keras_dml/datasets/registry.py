@@ -2,6 +2,8 @@
 
 import importlib
 
+__all__ = ["available", "load"]
+
 _LOADERS = {
     "digits": "keras_dml.datasets.digits:load_digits_splits",
     "omniglot": "keras_dml.datasets.omniglot:load_omniglot",

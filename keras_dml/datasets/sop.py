@@ -6,6 +6,8 @@ from keras_dml.datasets.base import DMLSplits, check_image_files, labeled_from_r
 from keras_dml.datasets.layout import MARKERS, find_root, integer_fields, read_rows
 from keras_dml.datasets.tfds_source import export_tfds_images, from_tfds, use_local
 
+__all__ = ["load_sop"]
+
 HOW_TO_GET = (
     "Download Stanford_Online_Products.zip from "
     "https://cvgl.stanford.edu/projects/lifted_struct/ and pass data_dir= the "

@@ -11,6 +11,8 @@ import numpy as np
 
 from keras_dml.datasets.layout import ENV_VAR, DatasetNotFoundError
 
+__all__ = ["export_tfds_images", "from_tfds", "use_local"]
+
 _EXTENSIONS = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG", "png"), (b"GIF8", "gif"),
                (b"BM", "bmp"))
 

@@ -4,6 +4,8 @@ import numpy as np
 
 from keras_dml import ops, validation
 
+__all__ = ["nmi"]
+
 
 def nmi(embeddings, labels, seed=0, n_init=1, normalize=True):
     """Normalised mutual information between k-means clusters and the classes.

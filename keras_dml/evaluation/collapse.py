@@ -10,6 +10,8 @@ docstrings").
 
 import numpy as np
 
+__all__ = ["CAUSES", "COLLAPSED_BELOW", "TRAIN_CAUSES", "collapse_warning", "embedding_spread"]
+
 #: Relative spread (`embedding_spread`) below which embeddings count as collapsed.
 COLLAPSED_BELOW = 0.01
 

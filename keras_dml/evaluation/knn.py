@@ -29,6 +29,8 @@ import numpy as np
 from keras_dml import hyperparameters, ops, validation
 from keras_dml.evaluation.knn_faiss import FlatIndex, resolve_kernel
 
+__all__ = ["ExactSearch", "Exclusions", "iter_nearest_neighbors", "nearest_neighbors", "order_keys"]
+
 _SCORE_BUDGET = 2**25  # float32 scores in one TensorFlow chunk: 128 MB
 _MIN_CHUNK_ROWS = 1024  # fewer rows a chunk waste the matmul (a thin operand reread per chunk)
 _MAX_SCORE_BUDGET = 2**27  # how far the buffer grows (512 MB) to keep _MIN_CHUNK_ROWS

@@ -20,6 +20,8 @@ import numpy as np
 
 from keras_dml import backend, ops
 
+__all__ = ["FlatIndex", "KERNELS", "faiss_module", "resolve_kernel"]
+
 KERNELS = ("auto", "faiss", "tensorflow", "numpy")
 _EXTRA = 8  # neighbours fetched beyond k, to see ties at the k-th place
 

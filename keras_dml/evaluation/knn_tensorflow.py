@@ -30,6 +30,8 @@ import tensorflow as tf
 
 from keras_dml import ops
 
+__all__ = ["Prepared"]
+
 _NEG = float(-np.finfo(np.float32).max)  # score of padding
 
 

@@ -25,6 +25,8 @@ from keras_dml.evaluation import knn, retrieval
 from keras_dml.evaluation import rerank as reranking
 from keras_dml.evaluation.rerank import without_self
 
+__all__ = ["ArrayGallery", "RetrievalReport", "retrieval_report"]
+
 _SCORE_BUDGET = 2**23  # float32 scores per chunk (32 MB; with sort keys and masks ~130 MB)
 SHOWN = 10  # top results kept per query for figures and reports
 
@@ -207,15 +209,8 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
         if gallery.shape[1] != queries.shape[1]:
             raise ValueError(f"queries have dimension {queries.shape[1]} but the gallery has "
                              f"dimension {gallery.shape[1]}.")
-    if (query_ids is None) != (gallery_ids is None) or \
-            (query_groups is None) != (gallery_groups is None):
-        raise ValueError("Pass ids (and groups) for both the queries and the gallery, or for "
-                         "neither.")
-    pairs = [(_keys(q, len(queries), q_name), _keys(g, len(gallery), g_name))
-             for q, g, q_name, g_name in ((query_ids, gallery_ids, "query_ids", "gallery_ids"),
-                                          (query_groups, gallery_groups, "query_groups",
-                                           "gallery_groups")) if q is not None]
-    exclusions = knn.Exclusions(pairs) if pairs else None
+    exclusions = _exclusions(len(queries), len(gallery), query_ids, gallery_ids, query_groups,
+                             gallery_groups)
     excluded = np.zeros(len(queries), np.int64) if exclusions is None else exclusions.counts()
     search = knn.ExactSearch(gallery, metric, kernel)
     if rerank is not None:
@@ -267,6 +262,20 @@ def retrieval_report(query_embeddings, query_labels, gallery_embeddings=None,
     metrics["num_excluded_queries"] = int(len(queries) - len(evaluated))
     return RetrievalReport(metrics, q_labels, g_labels, evaluated, joined["map"],
                            joined["map@r"], joined["top"], joined["top_scores"])
+
+
+def _exclusions(num_queries, num_gallery, query_ids, gallery_ids, query_groups,
+                gallery_groups):
+    """The `knn.Exclusions` of the ids and groups given (None when neither is)."""
+    if (query_ids is None) != (gallery_ids is None) or \
+            (query_groups is None) != (gallery_groups is None):
+        raise ValueError("Pass ids (and groups) for both the queries and the gallery, or for "
+                         "neither.")
+    pairs = [(_keys(q, num_queries, q_name), _keys(g, num_gallery, g_name))
+             for q, g, q_name, g_name in ((query_ids, gallery_ids, "query_ids", "gallery_ids"),
+                                          (query_groups, gallery_groups, "query_groups",
+                                           "gallery_groups")) if q is not None]
+    return knn.Exclusions(pairs) if pairs else None
 
 
 def _exact_top(search, queries, width, exclusions, rows):

@@ -45,6 +45,9 @@ import numpy as np
 
 from keras_dml import hyperparameters, ops
 
+__all__ = ["AlphaQE", "DBA", "KReciprocal", "METHODS", "check", "expand", "get",
+           "k_reciprocal_distances", "without_self"]
+
 METHODS = ("qe", "dba", "k_reciprocal")
 _BLOCK = 4096  # DBA candidates whose neighbours are held at once (10 x 128 floats: 21 MB)
 

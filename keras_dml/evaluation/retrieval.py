@@ -12,6 +12,9 @@ import numpy as np
 from keras_dml import hyperparameters, validation
 from keras_dml.evaluation import knn
 
+__all__ = ["METRICS", "average_precisions", "check_metrics", "class_ids", "ranking_metrics",
+           "retrieval_metrics"]
+
 METRICS = ("recall@k", "precision@1", "r_precision", "map@r")
 
 

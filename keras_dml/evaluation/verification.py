@@ -16,6 +16,9 @@ import numpy as np
 
 from keras_dml import hyperparameters, ops, validation
 
+__all__ = ["Calibration", "FAR_TARGETS", "calibrate", "calibrate_scores", "pair_scores",
+           "support_warning", "verification_metrics"]
+
 FAR_TARGETS = (1e-2, 1e-3, 1e-4)
 TARGETS = ("precision", "far")
 _PAIR_BUDGET = 2**23  # pair scores computed per block

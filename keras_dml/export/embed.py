@@ -5,6 +5,8 @@ import numpy as np
 from keras_dml import backend
 from keras_dml.hyperparameters import integer_at_least
 
+__all__ = ["embedding_fn", "gallery_embeddings"]
+
 tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 

@@ -11,6 +11,8 @@ from keras_dml.export.inputs import serving_input
 from keras_dml.export.load import load_embedder_export, load_gallery_file, load_keras_model
 from keras_dml.export.writer import write_export
 
+__all__ = ["export_embedder", "export_from_keras_file", "export_gallery", "export_retriever"]
+
 KINDS = ("embedder", "retriever")
 
 

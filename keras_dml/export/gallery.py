@@ -23,6 +23,8 @@ import numpy as np
 from keras_dml import backend
 from keras_dml.hyperparameters import integer_at_least
 
+__all__ = ["OUTPUT_DESCRIPTIONS", "build_gallery", "chunked_top_k", "search_fn"]
+
 tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 

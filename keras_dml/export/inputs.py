@@ -29,6 +29,9 @@ import os
 from keras_dml import backend
 from keras_dml.data.preprocessing import Preprocessing, decode_image
 
+__all__ = ["MissingPreprocessing", "ServingInput", "as_preprocessing", "serving_input",
+           "shape_list"]
+
 tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 INPUT_FORMATS = ("image_bytes", "images")

@@ -14,6 +14,9 @@ import uuid
 from keras_dml import backend
 from keras_dml.hyperparameters import integer_at_least
 
+__all__ = ["SIDECAR_NAME", "WARMUP_PATH", "list_versions", "next_version", "resolve_version",
+           "staged_version", "version_dir"]
+
 tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 SIDECAR_NAME = "keras_dml_export.json"

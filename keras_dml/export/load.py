@@ -5,6 +5,8 @@ import os
 import keras
 import numpy as np
 
+__all__ = ["load_embedder_export", "load_gallery_file", "load_keras_model"]
+
 GALLERY_SOURCES = ("embeddings", "images", "paths")
 
 

@@ -15,6 +15,8 @@ import numpy as np
 from keras_dml import backend
 from keras_dml.export.layout import SIDECAR_NAME
 
+__all__ = ["export_info", "plain_run_info", "read_export_info", "write_export_info"]
+
 tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 FORMAT = "keras_dml.export/1"

@@ -9,6 +9,8 @@ import numpy as np
 
 from keras_dml import backend
 
+__all__ = ["SIGNATURE", "outputs_numpy", "verify_export"]
+
 tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 SIGNATURE = "serving_default"

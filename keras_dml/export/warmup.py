@@ -15,6 +15,9 @@ from keras_dml import backend
 from keras_dml.export.layout import WARMUP_PATH
 from keras_dml.hyperparameters import integer_at_least
 
+__all__ = ["predict_request", "read_warmup_requests", "require_serving_api", "synthetic_inputs",
+           "write_warmup_requests"]
+
 tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 _MISSING_API = (

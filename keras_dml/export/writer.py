@@ -16,6 +16,8 @@ from keras_dml.export import layout, sidecar, warmup as warmup_lib
 from keras_dml.export.inputs import shape_list
 from keras_dml.export.verify import SIGNATURE, outputs_numpy, verify_export
 
+__all__ = ["write_export"]
+
 tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving export)")
 
 

@@ -14,6 +14,8 @@ from keras_dml.evaluation.knn import ExactSearch
 from keras_dml.evaluation.knn_faiss import KERNELS, resolve_kernel
 from keras_dml.hyperparameters import integer_at_least
 
+__all__ = ["BACKENDS", "Exact", "FaissHNSW", "FaissIVF", "make"]
+
 BACKENDS = ("exact", "faiss_ivf", "faiss_hnsw")
 
 

@@ -19,6 +19,8 @@ import numpy as np
 
 from keras_dml.hyperparameters import renamed_keywords
 
+__all__ = ["Catalogue", "embed_files", "list_images", "save_embeddings"]
+
 UNLABELLED = ""  # the label of an image outside any class folder (as `Index`'s unknown)
 
 

@@ -23,6 +23,8 @@ import operator
 
 import numpy as np
 
+__all__ = ["Condition", "MEMBERSHIP", "OPERATORS", "milvus_expression", "parse", "passes"]
+
 COLUMNS = ("id", "label", "added", "metadata")  # fields every item has
 OPERATORS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
              ">": operator.gt, ">=": operator.ge}

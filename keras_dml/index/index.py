@@ -16,6 +16,8 @@ from keras_dml import hyperparameters, validation
 from keras_dml.index import filters, provenance, records, storage
 from keras_dml.index.memory import MemoryStore
 
+__all__ = ["Index", "METRICS", "SearchResult"]
+
 METRICS = validation.SEARCH_METRICS
 UNKNOWN_INT = -1
 UNKNOWN_STRING = ""

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+__all__ = ["CHILD_ENV", "LiteProcess"]
+
 #: Seconds the child may take to open the database and report its port.
 START_TIMEOUT = 60.0
 #: Seconds to wait for a database another process is closing (e.g. the child of a

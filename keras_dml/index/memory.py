@@ -8,6 +8,8 @@ import numpy as np
 
 from keras_dml.index import backends, filters
 
+__all__ = ["MemoryStore"]
+
 
 class MemoryStore:
     """Embeddings, ids, labels, metadata and times added, held as arrays."""

@@ -33,6 +33,9 @@ import numpy as np
 from keras_dml.hyperparameters import integer_at_least
 from keras_dml.index import storage
 
+__all__ = ["DEFAULT_COLLECTION", "METRICS", "MilvusStore", "TIMEOUT", "check_index_options",
+           "is_lite", "read_record", "search_options"]
+
 RECORD = "keras_dml.record"
 FORMAT = "keras_dml.milvus/1"
 DEFAULT_COLLECTION = "keras_dml"

@@ -12,6 +12,8 @@ import warnings
 
 import numpy as np
 
+__all__ = ["ModelMismatchError", "check", "compare_models", "model_fingerprint"]
+
 FIELDS = ("model_fingerprint", "preprocessing", "dim", "metric", "run")
 
 

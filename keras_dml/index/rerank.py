@@ -8,6 +8,8 @@ from keras_dml.evaluation.rerank import (  # noqa: F401 (public here)
     DBA, METHODS, AlphaQE, KReciprocal, check, expand, get, k_reciprocal_distances,
     without_self)
 
+__all__ = ["AlphaQE", "DBA", "IndexGallery", "KReciprocal", "METHODS", "get", "rerank_search"]
+
 _CHUNK = 256  # queries whose candidates are held at once
 
 

@@ -17,6 +17,9 @@ import uuid
 
 import numpy as np
 
+__all__ = ["CONFIG", "EMPTY", "check_info", "check_metadata", "exceeds", "kind_dtype", "kind_of",
+           "load", "save", "unknown"]
+
 FORMAT = "keras_dml.index/1"
 CONFIG = "index.json"
 EMPTY = "The index is empty: add embeddings before searching."

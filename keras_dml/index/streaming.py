@@ -20,6 +20,8 @@ import sys
 
 import numpy as np
 
+__all__ = ["CHUNK_SIZE", "SyncReport", "sync"]
+
 #: Images embedded and stored per step: bounds the memory of a long indexing job.
 CHUNK_SIZE = 2048
 #: Ids asked of the index at a time when comparing it with the catalogue.

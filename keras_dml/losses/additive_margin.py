@@ -21,6 +21,8 @@ from keras_dml.backend.primitives import take_along_rows
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 
+__all__ = ["ArcFace", "CosFace", "SubCenterArcFace"]
+
 # sin(theta) is floored here, so that d cos(theta + m) / d cos(theta) stays finite
 # at theta = 0 (a sample exactly on its class weight).
 _MIN_SINE = 1e-6

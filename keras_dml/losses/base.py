@@ -15,6 +15,8 @@ from keras_dml.backend import gradients, primitives
 from keras_dml.losses import row_blocks
 from keras_dml.weighting import weighted_pair_loss
 
+__all__ = ["PairLoss", "PairTerms", "Pairs", "Reference"]
+
 
 class Reference(typing.NamedTuple):
     """The key side of a loss: labels (M,) and embeddings (M, d).

@@ -7,6 +7,8 @@ from keras_dml import ops
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
+__all__ = ["BinLifted", "BinomialDeviance"]
+
 
 class _ScaledPairLoss(PairLoss):
     """Shared constructor of the losses with scales alpha, beta and threshold base."""

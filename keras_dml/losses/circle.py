@@ -7,6 +7,8 @@ from keras_dml import ops
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
+__all__ = ["Circle"]
+
 
 def circle_terms(matrix, positive, negative, margin, gamma):
     """Per-anchor circle loss and its pair weights on a similarity matrix.

@@ -4,6 +4,8 @@ import keras
 
 from keras_dml import hyperparameters as _hyper
 
+__all__ = ["Combined"]
+
 
 class CombinedLayers(keras.layers.Layer):
     """The trainable layers of a combined loss's terms, and one `Mean` per term.

@@ -6,6 +6,8 @@ from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
+__all__ = ["Contrastive"]
+
 
 @register()
 class Contrastive(PairLoss):

@@ -15,6 +15,8 @@ from keras_dml.backend.primitives import as_tensor
 from keras_dml.losses.base import PairLoss, Reference
 from keras_dml.losses.registry import ENTRIES
 
+__all__ = ["CrossBatchMemory", "MemoryBank"]
+
 
 @keras.saving.register_keras_serializable(package="keras_dml")
 class MemoryBank(keras.layers.Layer):

@@ -7,6 +7,8 @@ from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
+__all__ = ["Histogram"]
+
 
 def _soft_histogram(similarity, mask, bins):
     """Node indices, interpolation and the normalised linear-binned histogram (eq. 4-5).

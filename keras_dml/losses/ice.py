@@ -8,6 +8,8 @@ from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
+__all__ = ["InstanceCrossEntropy"]
+
 _FLOAT32_MIN = float(ops.FLOAT32_MIN)
 
 

@@ -7,6 +7,8 @@ from keras_dml import ops
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
+__all__ = ["GeneralizedLiftedStructure", "LiftedStructure"]
+
 # An empty row's log-sum-exp: finite, and exp(_EMPTY - x) underflows to 0.
 _EMPTY = -1e30
 

@@ -9,6 +9,8 @@ from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
+__all__ = ["Margin", "MarginBeta"]
+
 _AVERAGES = ("pairs", "active")
 
 

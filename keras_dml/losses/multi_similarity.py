@@ -9,6 +9,8 @@ from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 from keras_dml.mining import MultiSimilarityMiner
 
+__all__ = ["MultiSimilarity", "RelativeAbsoluteWeighting"]
+
 
 @register()
 class MultiSimilarity(PairLoss):

@@ -8,6 +8,8 @@ from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss, Pairs, Reference
 from keras_dml.losses.registry import register
 
+__all__ = ["MultipleNegativesRanking"]
+
 
 def ranking_terms(logits, negative):
     """Per query, -log softmax of its own (diagonal) logit against itself and its

@@ -7,6 +7,8 @@ from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
+__all__ = ["NCA", "nca_terms"]
+
 
 def nca_terms(logits, positive, negative):
     """Per-anchor NCA value on logits z and its exact derivative d value / d z.

@@ -5,6 +5,8 @@ from keras_dml import ops
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 
+__all__ = ["NormalizedSoftmax"]
+
 
 @register(example={"num_classes": 8}, reference="proxies")
 class NormalizedSoftmax(ProxyLoss):

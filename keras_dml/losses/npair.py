@@ -8,6 +8,8 @@ from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss, Reference
 from keras_dml.losses.registry import register
 
+__all__ = ["NPair"]
+
 _TUPLES = ("all", "one_per_class")
 
 

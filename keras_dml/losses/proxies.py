@@ -8,6 +8,8 @@ from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss, Reference
 from keras_dml.layers.proxies import Proxies
 
+__all__ = ["ProxyLoss", "centre_major"]
+
 
 def centre_major(proxies, num_classes, proxies_per_class):
     """(C K, d) proxies stored class-major (row c K + k) as (K C, d) centre-major rows

@@ -8,6 +8,8 @@ from keras_dml.backend.primitives import take_along_rows
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 
+__all__ = ["ProxyAnchor"]
+
 
 @register(example={"num_classes": 8}, reference="proxies", row_local=False)
 class ProxyAnchor(ProxyLoss):

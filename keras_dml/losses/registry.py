@@ -12,6 +12,8 @@ import typing
 
 import keras
 
+__all__ = ["ENTRIES", "get", "register"]
+
 
 class Entry(typing.NamedTuple):
     """What the contract tests need to know about a registered loss.

@@ -6,6 +6,9 @@ Read by `keras_dml.losses.row_blocks` and its TensorFlow form
 
 from keras_dml.backend import primitives
 
+__all__ = ["BLOCK_ENTRIES", "MIN_BLOCKS", "ROW_BLOCKS_ABOVE_ENTRIES", "STORED_WEIGHTS_MAX_ENTRIES",
+           "XLA_BLOCKS_FROM_ENTRIES", "more_entries"]
+
 #: (N, M) matrices with more entries are computed in row blocks (2,048^2: 16 MB)
 ROW_BLOCKS_ABOVE_ENTRIES = 2048 * 2048
 #: up to this many entries (4 GB) the forward pass keeps each block's weights for the

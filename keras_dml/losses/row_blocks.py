@@ -27,6 +27,8 @@ from keras_dml.backend import gradients
 from keras_dml.losses import row_block_limits as limits
 from keras_dml.weighting import weighted_pair_loss
 
+__all__ = ["applies", "is_large", "row_blocked_values"]
+
 
 def applies(loss, reference):
     """Whether `loss` against `reference` can run in row blocks (any batch size).

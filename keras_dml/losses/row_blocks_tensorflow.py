@@ -11,6 +11,8 @@ from keras_dml import ops
 from keras_dml.backend.tensorflow.row_blocks import block_array
 from keras_dml.losses import row_block_limits as limits
 
+__all__ = ["row_blocked_values"]
+
 
 def row_blocked_values(loss, labels, embeddings, reference):
     """Per-query values of `loss` (N,) against `reference`, with the engine's gradient.

@@ -7,6 +7,8 @@ from keras_dml.backend import primitives
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
+__all__ = ["SmoothAP"]
+
 
 def smooth_ap_terms(matrix, positive, negative, temperature):
     """1 - Smooth-AP per anchor and its exact derivative w.r.t. the similarities.

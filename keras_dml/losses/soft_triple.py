@@ -8,6 +8,8 @@ from keras_dml import ops
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 
+__all__ = ["SoftTriple"]
+
 
 @register(example={"num_classes": 8, "centers_per_class": 2}, reference="proxies")
 class SoftTriple(ProxyLoss):

@@ -7,6 +7,8 @@ from keras_dml import ops
 from keras_dml.losses.base import PairLoss
 from keras_dml.losses.registry import register
 
+__all__ = ["NTXent", "SupervisedContrastive"]
+
 
 def supcon_terms(logits, positive, negative):
     """Per-anchor SupCon value on logits z = s / tau and d value / d z.

@@ -13,6 +13,8 @@ from keras_dml.losses.registry import register
 from keras_dml.mining import triplet as triplet_mining
 from keras_dml.mining.triplet import TRIPLET_MINERS, TripletMiner
 
+__all__ = ["Triplet"]
+
 _MINING = ("all",) + tuple(TRIPLET_MINERS)
 _DEFAULT_MARGIN = {"cosine": 0.1, "euclidean": 0.2, "squared_euclidean": 0.2}
 

@@ -12,6 +12,8 @@ from keras_dml import ops
 from keras_dml.backend import primitives
 from keras_dml.hyperparameters import finite
 
+__all__ = ["Miner", "MultiSimilarityMiner", "get", "serialize"]
+
 
 class Miner:
     """Base class: subclasses implement `mine(similarity, positive, negative)`."""

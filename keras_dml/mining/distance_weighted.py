@@ -7,6 +7,8 @@ from keras_dml.backend import primitives
 from keras_dml.hyperparameters import finite, integer_at_least
 from keras_dml.mining.base import Miner
 
+__all__ = ["DistanceWeighted", "largest_per_row", "log_inverse_sphere_density"]
+
 # 1 - d^2 / 4 is clamped here before its log: d = 2 (antipodal points) would give log 0.
 _MIN_ANTIPODAL_FACTOR = 1e-8
 

@@ -23,6 +23,10 @@ from keras_dml.backend import primitives
 from keras_dml.hyperparameters import finite
 from keras_dml.mining.base import Miner
 
+__all__ = ["EasyMiner", "HardMiner", "PairMarginMiner", "SLOT_LIMIT", "SemiHardMiner",
+           "TRIPLET_MINERS", "TripletMiner", "chosen_negative_counts", "for_each_slot",
+           "per_anchor_choice", "slots"]
+
 _BIG = ops.FLOAT32_MAX
 
 

@@ -9,6 +9,8 @@ import numpy as np
 from keras_dml import hyperparameters
 from keras_dml.plots.retrieval import _figure, _ImageFiles, framed_image
 
+__all__ = ["confused_pairs", "image_source", "per_class_bars", "worst_queries"]
+
 
 def image_source(images):
     """`images[i]` as drawable: an image array as is, or file paths read on demand."""

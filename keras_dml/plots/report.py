@@ -17,6 +17,8 @@ import numpy as np
 from keras_dml.plots.failures import _name, confused_pairs, image_source, per_class_bars
 from keras_dml.plots.retrieval import _displayable
 
+__all__ = ["write_report", "write_run_report"]
+
 THUMBNAIL = 96  # pixels, longest side
 
 _STYLE = """

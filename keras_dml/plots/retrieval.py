@@ -10,6 +10,8 @@ import numpy as np
 from keras_dml import hyperparameters, validation
 from keras_dml.evaluation.knn import nearest_neighbors
 
+__all__ = ["framed_image", "recall_curves", "retrieval_grid", "tsne_map"]
+
 _RECALL_KEY = re.compile(r"recall@(\d+)$")
 
 

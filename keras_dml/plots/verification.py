@@ -7,6 +7,8 @@ import numpy as np
 
 from keras_dml.evaluation.verification import verification_metrics
 
+__all__ = ["score_histograms", "verification_curves"]
+
 
 def _figure(width, height):
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -4,6 +4,8 @@ import numpy as np
 
 from keras_dml.weighting import pair_weights
 
+__all__ = ["probing_batch", "weight_curves"]
+
 # Rows of a probing batch: the anchor, the fixed context positive and negative, the probe.
 _ANCHOR, _CONTEXT_POSITIVE, _CONTEXT_NEGATIVE, _PROBE = 0, 1, 2, 3
 
