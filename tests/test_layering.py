@@ -355,3 +355,16 @@ def test_a_keras_file_saved_before_the_packages_loads_and_predicts_the_same(tmp_
     again = keras.saving.load_model(tmp_path / "again.keras")
     np.testing.assert_allclose(again.predict(saved["images"], verbose=0), saved["embeddings"],
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("package", sorted(
+    str(init.parent.relative_to(ROOT)).replace("/", ".")
+    for init in (ROOT / "keras_dml").rglob("__init__.py") if init.parent != ROOT / "keras_dml"))
+def test_no_public_name_of_a_package_is_also_one_of_its_submodules(package):
+    """Importing a submodule binds its name on the package: a public function of the same
+    name would then be replaced by the module (and API pages would show the module)."""
+    module = importlib.import_module(package)
+    folder = ROOT / package.replace(".", "/")
+    submodules = {path.stem for path in folder.glob("*.py")} | {
+        path.name for path in folder.iterdir() if (path / "__init__.py").exists()}
+    assert not set(getattr(module, "__all__", ())) & submodules

@@ -17,7 +17,7 @@ from keras_dml.inference import (  # noqa: F401 (re-exported: their earlier home
     finite_dataset,
     inference_function,
 )
-from keras_dml.inference.embed import EMBEDDABLE, LABELLED, embed_data, embed_prepared, prepare
+from keras_dml.inference.entry import EMBEDDABLE, LABELLED, embed_data, embed_prepared, prepare
 
 __all__ = ["embed_dataset", "embed_with", "evaluate_retrieval"]
 

@@ -133,7 +133,7 @@ def embed_files(model, paths, preprocessing, batch_size=64, progress=True):
             does not return `(batch, d)`.
     """
     from keras_dml.data.inputs import PATHS, as_data
-    from keras_dml.inference.embed import embed_data
+    from keras_dml.inference.entry import embed_data
 
     if isinstance(paths, collections.abc.Iterator):  # a generator, Path.glob(...)
         paths = list(paths)

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 
 from keras_dml.data.inputs import SPLIT, as_data
-from keras_dml.inference.embed import EMBEDDABLE, embed_data
+from keras_dml.inference.entry import EMBEDDABLE, embed_data
 
 __all__ = ["BATCH_FORMS", "SOURCE_FORMS", "embed_batches", "embed_source", "items",
            "recorded_preprocessing", "source_preprocessing"]

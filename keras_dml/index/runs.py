@@ -155,7 +155,7 @@ def embed_split(run, split, batch_size=256, skip_bad_images=False, progress=True
     from keras_dml.data import evaluation_batches
     from keras_dml.data.inputs import DATASET, Data, as_data
     from keras_dml.data.transforms import array_transform
-    from keras_dml.inference.embed import embed_data
+    from keras_dml.inference.entry import embed_data
 
     if split.images is not None:
         data = Data(DATASET, evaluation_batches(

@@ -14,7 +14,7 @@ line, the retriever export's gallery) runs this loop.
 
 from keras_dml.inference.batches import ArrayBatches, Batches, as_dataset, finite_batches, \
     finite_dataset
-from keras_dml.inference.embed import EMBEDDABLE, LABELLED, embed, embed_chunks
+from keras_dml.inference.entry import EMBEDDABLE, LABELLED, embed, embed_chunks
 from keras_dml.inference.loop import Embedded, embed_finite, inference_function
 from keras_dml.inference.progress import Progress
 
