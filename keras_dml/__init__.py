@@ -49,7 +49,7 @@ _SUBMODULES = (
 # Submodules that are TensorFlow's whatever the Keras backend, with what they do.
 _TENSORFLOW_ONLY = {
     "export": "keras_dml.export (SavedModel and TF Serving export)",
-    "distribute": "keras_dml.distribute (tf.distribute)",
+    "distribute": "keras_dml.training.distribute (tf.distribute)",
 }
 
 # Modules that moved into the packages: their former path -> where they are now.
