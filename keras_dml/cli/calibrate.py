@@ -103,7 +103,8 @@ def _export_calibrated(args, run, threshold, embeddings, labels):
 
     path = export_retriever(
         run.embedder, args.export, gallery_embeddings=embeddings, gallery_labels=labels,
-        k=capped_k(args.k, len(labels), "calibrate", "retriever gallery items"), threshold=threshold,
+        k=capped_k(args.k, len(labels), "calibrate", "retriever gallery items"),
+        threshold=threshold,
         input_format="images" if run.in_memory else "image_bytes",
         preprocessing=None if run.in_memory else preprocessing(run),
         run_info={"run": run.run_dir, "threshold": threshold})
