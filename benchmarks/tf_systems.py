@@ -106,10 +106,10 @@ def matmul_floor(n=1024, d=512, samples_per_class=4, classes=None, keys=None, ha
 def nearest_neighbors(n=20000, d=512, k=101, leave_one_out=False, classes=5000):
     """`keras_dml.evaluation.nearest_neighbors` on clustered unit vectors, inner product."""
     x, _ = data.clustered(n, d, classes)
-    references = None if leave_one_out else x
+    gallery = None if leave_one_out else x
 
     def step():
-        return evaluation.nearest_neighbors(x, references, k=k, metric="dot")
+        return evaluation.nearest_neighbors(x, gallery, k=k, metric="dot")
 
     indices, _ = step()
     return step, {"first_neighbours": indices[:20, :10].tolist()}

@@ -49,7 +49,7 @@ _SUBMODULES = (
 # Submodules that are TensorFlow's whatever the Keras backend, with what they do.
 _TENSORFLOW_ONLY = {
     "export": "keras_dml.export (SavedModel and TF Serving export)",
-    "distribute": "keras_dml.distribute (tf.distribute)",
+    "distribute": "keras_dml.training.distribute (tf.distribute)",
 }
 
 # The submodules (a star import leaves out the TensorFlow-only ones) and `import_all`.

@@ -90,7 +90,8 @@ def renamed(old_name, old_value, new_name, new_value, default=None):
             isinstance(new_value, (str, numbers.Number)) and new_value == old_value):
         raise ValueError(f"Give {new_name}= only ({old_name}= is its deprecated name), "
                          f"got {new_name}={new_value!r} and {old_name}={old_value!r}.")
-    warnings.warn(f"{old_name}= is deprecated: use {new_name}={old_value!r}.",
+    shown = repr(old_value) if isinstance(old_value, (str, numbers.Number)) else ""
+    warnings.warn(f"{old_name}= is deprecated: use {new_name}={shown}.",
                   DeprecationWarning, stacklevel=3)
     return old_value
 

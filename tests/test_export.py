@@ -185,11 +185,11 @@ def served(model, encoded, tmp_path_factory):
     gallery_images = _evaluation_tensor(encoded).numpy()
     labels = np.array(["cat", "dog", "owl", "cat", "eel", "jay", "tern"])
     retriever = export.export_retriever(
-        model, root / "retriever", reference_images=encoded, reference_labels=labels, k=3,
+        model, root / "retriever", gallery_images=encoded, gallery_labels=labels, k=3,
         preprocessing=PREP, chunk_size=2)
     # Integer labels and a threshold between the self-match (1.0) and the rest.
     decider = export.export_retriever(
-        model, root / "decider", reference_images=encoded[1:], reference_labels=np.arange(1, 7),
+        model, root / "decider", gallery_images=encoded[1:], gallery_labels=np.arange(1, 7),
         k=2, preprocessing=PREP, threshold=MATCH_THRESHOLD, input_format="images")
 
     # The gallery-replacement route: a retriever version reusing the embedder export.
@@ -740,30 +740,63 @@ def _retrieve(tmp_path, **kwargs):
 def test_retriever_argument_errors(tmp_path):
     emb = np.random.default_rng(0).normal(size=(6, DIM))
     labels = np.arange(6)
-    with pytest.raises(ValueError, match="exactly one of reference_images and"):
-        _retrieve(tmp_path, reference_labels=labels)
-    with pytest.raises(ValueError, match="exactly one of reference_images and"):
-        _retrieve(tmp_path, reference_images=np.zeros((6, 4, 4, 3)), reference_embeddings=emb,
-                  reference_labels=labels)
-    with pytest.raises(ValueError, match="reference_labels is required"):
-        _retrieve(tmp_path, reference_embeddings=emb)
-    with pytest.raises(ValueError, match=r"k=7 exceeds the number of references \(6\)"):
-        _retrieve(tmp_path, reference_embeddings=emb, reference_labels=labels, k=7)
-    with pytest.raises(ValueError, match=r"shape \(6,\), one label per reference, got \(5,\)"):
-        _retrieve(tmp_path, reference_embeddings=emb, reference_labels=labels[:5])
+    with pytest.raises(ValueError, match="exactly one of gallery_images and"):
+        _retrieve(tmp_path, gallery_labels=labels)
+    with pytest.raises(ValueError, match="exactly one of gallery_images and"):
+        _retrieve(tmp_path, gallery_images=np.zeros((6, 4, 4, 3)), gallery_embeddings=emb,
+                  gallery_labels=labels)
+    with pytest.raises(ValueError, match="gallery_labels is required"):
+        _retrieve(tmp_path, gallery_embeddings=emb)
+    with pytest.raises(ValueError, match=r"k=7 exceeds the number of gallery items \(6\)"):
+        _retrieve(tmp_path, gallery_embeddings=emb, gallery_labels=labels, k=7)
+    with pytest.raises(ValueError, match=r"shape \(6,\), one label per gallery item, got \(5,\)"):
+        _retrieve(tmp_path, gallery_embeddings=emb, gallery_labels=labels[:5])
     with pytest.raises(ValueError, match=rf"\(N >= 1, {DIM}\).*got \(6, 3\)"):
-        _retrieve(tmp_path, reference_embeddings=emb[:, :3], reference_labels=labels)
+        _retrieve(tmp_path, gallery_embeddings=emb[:, :3], gallery_labels=labels)
     bad = emb.copy()
     bad[4, 1] = np.nan
     with pytest.raises(ValueError, match="NaN or Inf in 1 rows \\(first: row 4\\)"):
-        _retrieve(tmp_path, reference_embeddings=bad, reference_labels=labels)
+        _retrieve(tmp_path, gallery_embeddings=bad, gallery_labels=labels)
     with pytest.raises(ValueError, match="integers or strings, got fractional"):
-        _retrieve(tmp_path, reference_embeddings=emb, reference_labels=labels + 0.5)
-    with pytest.raises(ValueError, match=r"reference_images must have shape \(N, 4, 4, 3\)"):
-        _retrieve(tmp_path, reference_images=np.zeros((6, 5, 5, 3)), reference_labels=labels)
+        _retrieve(tmp_path, gallery_embeddings=emb, gallery_labels=labels + 0.5)
+    with pytest.raises(ValueError, match=r"gallery_images must have shape \(N, 4, 4, 3\)"):
+        _retrieve(tmp_path, gallery_images=np.zeros((6, 5, 5, 3)), gallery_labels=labels)
     with pytest.raises(ValueError, match="chunk_size must be a positive integer"):
-        _retrieve(tmp_path, reference_embeddings=emb, reference_labels=labels, chunk_size=0)
+        _retrieve(tmp_path, gallery_embeddings=emb, gallery_labels=labels, chunk_size=0)
     assert not (tmp_path / "r").exists()
+
+
+def test_retriever_and_gallery_take_the_deprecated_reference_keywords(tmp_path):
+    embeddings = np.random.default_rng(0).normal(size=(6, DIM))
+    labels = np.arange(6) % 3
+
+    def renamed(caught):
+        return sorted(str(w.message) for w in caught if w.category is DeprecationWarning)
+
+    with pytest.warns(DeprecationWarning) as caught:
+        old = _retrieve(tmp_path / "old", reference_embeddings=embeddings,
+                        reference_labels=labels, k=2)
+    assert renamed(caught) == [
+        "reference_embeddings= is deprecated: use gallery_embeddings=.",
+        "reference_labels= is deprecated: use gallery_labels=."]
+    new = _retrieve(tmp_path / "new", gallery_embeddings=embeddings, gallery_labels=labels, k=2)
+    query = tf.constant(np.random.default_rng(1).random((3, 4, 4, 3)), tf.float32)
+    answers = [tf.saved_model.load(path).signatures["serving_default"](images=query)
+               for path in (old, new)]
+    np.testing.assert_array_equal(answers[0]["indices"], answers[1]["indices"])
+    np.testing.assert_array_equal(answers[0]["labels"], answers[1]["labels"])
+    with pytest.raises(ValueError, match="Give gallery_labels= only"):
+        _retrieve(tmp_path / "both", gallery_embeddings=embeddings, gallery_labels=labels,
+                  reference_labels=labels[::-1])
+    with pytest.warns(DeprecationWarning) as caught, \
+            pytest.raises(FileNotFoundError, match="no-such-export"):
+        export.export_gallery(tmp_path / "no-such-export", tmp_path / "g",
+                              reference_embeddings=embeddings, reference_labels=labels)
+    assert len(renamed(caught)) == 2
+    with pytest.warns(DeprecationWarning, match="reference= is deprecated: use gallery="), \
+            pytest.raises(ValueError, match="Expected a .keras model file"):
+        export.export_from_keras_file(tmp_path / "run.h5", tmp_path / "x", kind="retriever",
+                                      reference={"gallery_embeddings": embeddings})
 
 
 def test_retriever_from_embeddings_and_from_a_labelled_dataset(tmp_path):
@@ -773,11 +806,11 @@ def test_retriever_from_embeddings_and_from_a_labelled_dataset(tmp_path):
     model = _tiny_model()
     embeddings = model.predict(images, verbose=0)
     dataset = tf.data.Dataset.from_tensor_slices((images, labels))
-    by_dataset = export.export_retriever(model, tmp_path / "d", reference_images=dataset, k=4,
+    by_dataset = export.export_retriever(model, tmp_path / "d", gallery_images=dataset, k=4,
                                          input_format="images", batch_size=3, chunk_size=4)
     by_embeddings = export.export_retriever(model, tmp_path / "e", k=4, input_format="images",
-                                            reference_embeddings=embeddings * 3.0,
-                                            reference_labels=labels)
+                                            gallery_embeddings=embeddings * 3.0,
+                                            gallery_labels=labels)
     query = tf.constant(images[:3])
     a = tf.saved_model.load(by_dataset).signatures["serving_default"](images=query)
     b = tf.saved_model.load(by_embeddings).signatures["serving_default"](images=query)
@@ -862,7 +895,7 @@ def test_export_from_keras_file_via_cli_arguments(tmp_path, trained_dml, capsys)
     assert "either --preprocessing or the individual" in capsys.readouterr().err
     with pytest.raises(ValueError, match="Expected a .keras model file"):
         export.export_from_keras_file(tmp_path / "run.h5", tmp_path / "x")
-    with pytest.raises(ValueError, match="reference= is required for kind='retriever'"):
+    with pytest.raises(ValueError, match="gallery= is required for kind='retriever'"):
         export.export_from_keras_file(keras_path, tmp_path / "x", kind="retriever")
 
 

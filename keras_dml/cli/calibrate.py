@@ -104,8 +104,9 @@ def _export_calibrated(args, run, threshold, embeddings, labels):
         embeddings, labels = index.embeddings, index.labels
 
     path = export_retriever(
-        run.embedder, args.export, reference_embeddings=embeddings, reference_labels=labels,
-        k=capped_k(args.k, len(labels), "calibrate", "retriever references"), threshold=threshold,
+        run.embedder, args.export, gallery_embeddings=embeddings, gallery_labels=labels,
+        k=capped_k(args.k, len(labels), "calibrate", "retriever gallery items"),
+        threshold=threshold,
         input_format="images" if run.in_memory else "image_bytes",
         preprocessing=None if run.in_memory else preprocessing(run),
         run_info={"run": run.run_dir, "threshold": threshold})

@@ -87,7 +87,7 @@ def run(args):
         path = export_from_keras_file(
             args.model, args.base_dir,
             kind="retriever" if args.reference else "embedder",
-            reference=args.reference, k=args.k, chunk_size=args.chunk_size,
+            gallery=args.reference, k=args.k, chunk_size=args.chunk_size,
             threshold=args.threshold, version=args.version, overwrite=args.overwrite,
             input_format=args.input_format, preprocessing=preprocessing_from_args(args),
             warmup=not args.no_warmup, warmup_batch_sizes=sizes, run_info=run_info,

@@ -31,7 +31,7 @@ _POSITIONS = weakref.WeakKeyDictionary()
 
 def worker_stream_start(dataset):
     """The `StreamPosition` of a dataset made by `distributed_class_balanced_batches`,
-    else `None`. `keras_dml.distribute.BackupAndRestore` sets its `start` when it
+    else `None`. `keras_dml.training.distribute.BackupAndRestore` sets its `start` when it
     restores a backup, so the stream resumes where it stopped."""
     try:
         return _POSITIONS.get(dataset)

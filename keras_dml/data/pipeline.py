@@ -78,7 +78,7 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
         start_step: Index of the first batch delivered: the stream is
             step-indexed, so with a `seed` batch `i` is the same whether the
             stream started at 0 or at `start_step <= i` (batches are drawn from
-            their step index: O(1) to skip). `keras_dml.backup.TrainingBackup` sets it on
+            their step index: O(1) to skip). `keras_dml.callbacks.TrainingBackup` sets it on
             resume through `stream_position(dataset)`. Defaults to 0.
         skip_bad_images: Skip unreadable image files (each named once on
             stderr) instead of stopping with an error naming the first.
@@ -121,7 +121,7 @@ class StreamPosition:
 
     Attributes:
         start: Index of the first batch the next iterator delivers (settable,
-            e.g. by `keras_dml.backup.TrainingBackup` on resume).
+            e.g. by `keras_dml.callbacks.TrainingBackup` on resume).
         seed: The stream's seed (`None`: not reproducible, so a resume can
             only skip ahead, not replay the same batches).
         batch_size: Batch size, recorded to match a backup with its stream.

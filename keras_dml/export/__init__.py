@@ -8,7 +8,7 @@ without keras_dml (or Python) in `tensorflow_model_server`.
 
 The modules follow an export's path, in order: `load` (model and gallery
 files) -> `inputs` (the serving input: decoding and checks) -> `embed` (the
-network as a function) -> `gallery` (retriever: references, exact top-k and
+network as a function) -> `gallery` (retriever: the gallery, exact top-k and
 the match decision) -> `writer` (SavedModel, warm-up, sidecar, with `layout`,
 `warmup`, `sidecar`) -> `verify` (reload and replay before publishing).
 `exporters` holds the entry points that run these steps.

@@ -69,7 +69,7 @@ def gallery_embeddings(embed, serving, images=None, embeddings=None, labels=None
     Labels found in a `(images, labels)` dataset are used when `labels` is None.
     """
     if (images is None) == (embeddings is None):
-        raise ValueError("Pass exactly one of reference_images and reference_embeddings.")
+        raise ValueError("Pass exactly one of gallery_images and gallery_embeddings.")
     if embeddings is not None:
         return embeddings, labels
     batch_size = integer_at_least("batch_size", batch_size, 1, strict=True)
@@ -101,7 +101,7 @@ def embed_gallery(embed, serving, images, batch_size=256):
     def forward(x):
         return embed(to_images(tf.convert_to_tensor(x)))
 
-    return embed_finite(forward, batches, name="reference_images")
+    return embed_finite(forward, batches, name="gallery_images")
 
 
 def _as_array(images):
@@ -119,7 +119,7 @@ def _dataset_batches(dataset, batch_size):
     image_spec = spec[0] if has_labels else spec
     if has_labels and len(spec) != 2:
         raise ValueError(
-            f"A reference dataset must yield images or (images, labels), got {spec}."
+            f"A gallery dataset must yield images or (images, labels), got {spec}."
         )
     single_rank = 0 if image_spec.dtype == tf.string else 3
     return dataset.batch(batch_size) if image_spec.shape.rank == single_rank else dataset

@@ -4,8 +4,9 @@ load (`load`) -> serving input (`inputs`) -> embed (`embed`) -> gallery
 (`gallery`, retriever only) -> write (`writer`) -> verify (`verify`).
 """
 
-from keras_dml import backend
-from keras_dml.export.embed import embedding_fn, gallery_embeddings
+from keras_dml import backend, hyperparameters
+from keras_dml.export.embed import embedding_fn
+from keras_dml.export.embed import gallery_embeddings as embedded_gallery
 from keras_dml.export.gallery import OUTPUT_DESCRIPTIONS, build_gallery, search_fn
 from keras_dml.export.inputs import serving_input
 from keras_dml.export.load import load_embedder_export, load_gallery_file, load_keras_model
@@ -92,15 +93,18 @@ def export_embedder(model, base_dir, version=None, input_format="image_bytes",
     )
 
 
-def export_retriever(model, base_dir, reference_images=None, reference_embeddings=None,
-                     reference_labels=None, k=10, *, version=None, input_format="image_bytes",
+@hyperparameters.renamed_keywords(reference_images="gallery_images",
+                                  reference_embeddings="gallery_embeddings",
+                                  reference_labels="gallery_labels")
+def export_retriever(model, base_dir, gallery_images=None, gallery_embeddings=None,
+                     gallery_labels=None, k=10, *, version=None, input_format="image_bytes",
                      preprocessing=None, overwrite=False, chunk_size=32768, batch_size=256,
                      warmup=True, warmup_batch_sizes=(1,), warmup_inputs=None, run_info=None,
                      verify=True, threshold=None):
     """Exports image retrieval for TF Serving as `base_dir/<version>`.
 
     Signature `serving_default`: the input of `export_embedder` (`image_bytes`
-    or `images`), outputs `indices` (int64 `(batch, k)`, rows of the reference
+    or `images`), outputs `indices` (int64 `(batch, k)`, rows of the
     gallery), `labels` (`(batch, k)`, their labels: int64, or string for
     string labels) and `scores` (float32 `(batch, k)`, cosine similarity),
     best first (and, with a `threshold`, `match` and `is_match`). The gallery lives in
@@ -115,23 +119,25 @@ def export_retriever(model, base_dir, reference_images=None, reference_embedding
     Args:
         model: A built Keras embedding model (one image input, one output).
         base_dir: TF Serving's `--model_base_path`.
-        reference_images: Gallery images: an array of model-ready images
+        gallery_images: Gallery images: an array of model-ready images
             `(N, H, W, C)`, a list / array of encoded image bytes (decoded with
             `preprocessing`), or a `tf.data.Dataset` of such images or of
             `(images, labels)`. Embedded with the exported network itself.
-        reference_embeddings: Instead of images, gallery embeddings `(N, d)`
+        gallery_embeddings: Instead of images, gallery embeddings `(N, d)`
             (L2-normalised here).
-        reference_labels: Labels `(N,)`, integers or strings. Required unless
-            `reference_images` is a dataset yielding `(images, labels)`.
+        gallery_labels: Labels `(N,)`, integers or strings. Required unless
+            `gallery_images` is a dataset yielding `(images, labels)`.
+            (`reference_images=`, `reference_embeddings=` and `reference_labels=`
+            are the deprecated names of these three.)
         k: Neighbours returned per query, at most N. Defaults to 10.
         version, input_format, preprocessing, overwrite: As in `export_embedder`.
         warmup, warmup_batch_sizes, warmup_inputs, run_info, verify: As in
             `export_embedder`.
         chunk_size: Gallery rows scored at once. Defaults to 32768.
-        batch_size: Batch size for embedding `reference_images`. Defaults to 256.
+        batch_size: Batch size for embedding `gallery_images`. Defaults to 256.
         threshold: A calibrated cosine-similarity threshold
             (`keras_dml.evaluation.calibrate`). When given, the signature also
-            returns `match` (`(batch,)`: the nearest reference's label if its
+            returns `match` (`(batch,)`: the nearest gallery item's label if its
             score is at or above the threshold, else -1, or "" for string
             labels) and `is_match` (bool `(batch,)`). Defaults to None.
 
@@ -144,16 +150,16 @@ def export_retriever(model, base_dir, reference_images=None, reference_embedding
 
     Examples:
 
-    >>> export_retriever(model, "savedmodels/cub_search", reference_images=paths_bytes,
-    ...                  reference_labels=labels, k=5,
+    >>> export_retriever(model, "savedmodels/cub_search", gallery_images=paths_bytes,
+    ...                  gallery_labels=labels, k=5,
     ...                  preprocessing=Preprocessing(image_size=227))  # doctest: +SKIP
     'savedmodels/cub_search/1'
     """
     backend.require_tensorflow_backend("the SavedModel export")
     serving = serving_input(model, input_format, preprocessing)
     embed, dim = embedding_fn(model, serving.image_spec, l2_normalize=True)
-    embeddings, labels = gallery_embeddings(embed, serving, reference_images,
-                                            reference_embeddings, reference_labels, batch_size)
+    embeddings, labels = embedded_gallery(embed, serving, gallery_images, gallery_embeddings,
+                                          gallery_labels, batch_size)
     gallery = build_gallery(embeddings, labels, dim)
     search, retrieval = search_fn(gallery, k, chunk_size, threshold)
 
@@ -168,7 +174,8 @@ def export_retriever(model, base_dir, reference_images=None, reference_embedding
     )
 
 
-def export_from_keras_file(keras_path, base_dir, *, kind="embedder", reference=None, k=10,
+@hyperparameters.renamed_keywords(reference="gallery")
+def export_from_keras_file(keras_path, base_dir, *, kind="embedder", gallery=None, k=10,
                            chunk_size=32768, threshold=None, **kwargs):
     """Loads a `.keras` model and exports it for TF Serving (what `keras-dml export` runs).
 
@@ -176,8 +183,9 @@ def export_from_keras_file(keras_path, base_dir, *, kind="embedder", reference=N
         keras_path: The saved `.keras` model.
         base_dir: TF Serving's `--model_base_path`.
         kind: `"embedder"` or `"retriever"`. Defaults to `"embedder"`.
-        reference: For the retriever, an `.npz` path (see `load_gallery_file`) or
-            a dict of `export_retriever` gallery arguments.
+        gallery: For the retriever, an `.npz` path (see `load_gallery_file`) or
+            a dict of `export_retriever` gallery arguments. (`reference=` is its
+            deprecated name.)
         k: Retriever neighbours per query. Defaults to 10.
         chunk_size: Retriever gallery chunk. Defaults to 32768.
         threshold: Retriever match threshold. Defaults to None (no decision).
@@ -196,18 +204,20 @@ def export_from_keras_file(keras_path, base_dir, *, kind="embedder", reference=N
     backend.require_tensorflow_backend("the SavedModel export")
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}.")
-    if (kind == "retriever") != (reference is not None):
-        raise ValueError("reference= is required for kind='retriever' and only used by it.")
+    if (kind == "retriever") != (gallery is not None):
+        raise ValueError("gallery= is required for kind='retriever' and only used by it.")
     model = load_keras_model(keras_path)
     if kind == "embedder":
         return export_embedder(model, base_dir, **kwargs)
-    if not isinstance(reference, dict):
-        reference = load_gallery_file(reference)
+    if not isinstance(gallery, dict):
+        gallery = load_gallery_file(gallery)
     return export_retriever(model, base_dir, k=k, chunk_size=chunk_size, threshold=threshold,
-                            **reference, **kwargs)
+                            **gallery, **kwargs)
 
 
-def export_gallery(embedder_dir, base_dir, reference_embeddings, reference_labels, k=10, *,
+@hyperparameters.renamed_keywords(reference_embeddings="gallery_embeddings",
+                                  reference_labels="gallery_labels")
+def export_gallery(embedder_dir, base_dir, gallery_embeddings, gallery_labels, k=10, *,
                    threshold=None, version=None, overwrite=False, chunk_size=32768, warmup=True,
                    warmup_batch_sizes=(1,), run_info=None, verify=True):
     """A retriever version built on an existing embedder export, with a new gallery.
@@ -222,8 +232,10 @@ def export_gallery(embedder_dir, base_dir, reference_embeddings, reference_label
     Args:
         embedder_dir: An embedder version directory (holds `keras_dml_export.json`).
         base_dir: The retriever's model base path.
-        reference_embeddings, reference_labels: The new gallery (e.g.
+        gallery_embeddings, gallery_labels: The new gallery (e.g.
             `Index.embeddings` and `Index.labels`), embedded by that embedder.
+            (`reference_embeddings=` and `reference_labels=` are their deprecated
+            names.)
         k, threshold, chunk_size: As in `export_retriever`.
         version, overwrite, warmup, warmup_batch_sizes, run_info, verify: As in
             `export_embedder`.
@@ -232,7 +244,7 @@ def export_gallery(embedder_dir, base_dir, reference_embeddings, reference_label
         The version directory written.
     """
     embed, serving, dim = load_embedder_export(embedder_dir)
-    gallery = build_gallery(reference_embeddings, reference_labels, dim)
+    gallery = build_gallery(gallery_embeddings, gallery_labels, dim)
     search, retrieval = search_fn(gallery, k, chunk_size, threshold)
     retrieval["embedder"] = str(embedder_dir)
 

@@ -1,17 +1,17 @@
-"""Step 4 of an export: the reference gallery and its in-graph exact search.
+"""Step 4 of an export: the gallery and its in-graph exact search.
 
 The gallery (L2-normalised embeddings and their labels) is stored in the
 SavedModel's `variables/`, not in the graph proto, so it is not bound by the
 2 GiB protobuf limit. Search is exact: cosine similarity (dot product of unit
-vectors) against every reference, scanned in chunks of `chunk_size` rows with
+vectors) against every gallery item, scanned in chunks of `chunk_size` rows with
 a running top-k, so memory per request is `batch x chunk_size` scores whatever
 the gallery size. With a calibrated `threshold` the search also returns the
-match decision: the nearest reference's label when its score is at or above
+match decision: the nearest gallery item's label when its score is at or above
 the threshold, else the unknown label (-1, or "" for string labels).
 
 Size limits: the server holds the gallery in RAM (`N x d x 4` bytes: 1M x 128
 is 512 MB), and each query costs `N x d` multiply-adds (brute force, no
-index); beyond a few million references use an approximate index
+index); beyond a few million gallery items use an approximate index
 (`keras_dml.index`) outside TF Serving.
 """
 
@@ -99,7 +99,7 @@ def build_gallery(embeddings, labels, dim):
     embeddings = _check_embeddings(embeddings, dim)
     if labels is None:
         raise ValueError(
-            "reference_labels is required (or a reference_images dataset of (images, labels))."
+            "gallery_labels is required (or a gallery_images dataset of (images, labels))."
         )
     return Gallery(embeddings, _check_labels(labels, len(embeddings)))
 
@@ -119,13 +119,13 @@ def search_fn(gallery, k, chunk_size=32768, threshold=None):
     k = integer_at_least("k", k, 1, strict=True)
     chunk_size = integer_at_least("chunk_size", chunk_size, 1, strict=True)
     if k > n:
-        raise ValueError(f"k={k} exceeds the number of references ({n}).")
+        raise ValueError(f"k={k} exceeds the number of gallery items ({n}).")
     if threshold is not None:
         threshold = float(threshold)
         if not math.isfinite(threshold):
             raise ValueError(f"threshold must be a finite similarity, got {threshold!r}.")
-    gallery_var = tf.Variable(gallery.embeddings, trainable=False, name="reference_embeddings")
-    labels_var = tf.Variable(gallery.labels, trainable=False, name="reference_labels")
+    gallery_var = tf.Variable(gallery.embeddings, trainable=False, name="gallery_embeddings")
+    labels_var = tf.Variable(gallery.labels, trainable=False, name="gallery_labels")
 
     def search(queries):
         scores, indices = chunked_top_k(queries, tf.convert_to_tensor(gallery_var), k,
@@ -155,12 +155,12 @@ def search_fn(gallery, k, chunk_size=32768, threshold=None):
 
 
 OUTPUT_DESCRIPTIONS = {
-    "indices": "Rows of the reference gallery, most similar first.",
-    "labels": "Labels of those references.",
-    "scores": "Cosine similarity of query and reference, in [-1, 1].",
-    "match": "The nearest reference's label if its score is at or above the threshold, "
+    "indices": "Rows of the gallery, most similar first.",
+    "labels": "Labels of those gallery items.",
+    "scores": "Cosine similarity of query and gallery item, in [-1, 1].",
+    "match": "The nearest gallery item's label if its score is at or above the threshold, "
              "else the unknown label (-1, or \"\" for string labels).",
-    "is_match": "Whether the nearest reference's score is at or above the threshold.",
+    "is_match": "Whether the nearest gallery item's score is at or above the threshold.",
 }
 
 
@@ -168,25 +168,25 @@ def _check_embeddings(embeddings, dim):
     embeddings = np.asarray(embeddings)
     if embeddings.dtype.kind not in "fiu" or embeddings.ndim != 2:
         raise ValueError(
-            f"reference_embeddings must be a float array (N, d), got dtype "
+            f"gallery_embeddings must be a float array (N, d), got dtype "
             f"{embeddings.dtype} and shape {embeddings.shape}."
         )
     if embeddings.shape[1] != dim or len(embeddings) == 0:
         raise ValueError(
-            f"reference_embeddings must have shape (N >= 1, {dim}) to match the model's "
+            f"gallery_embeddings must have shape (N >= 1, {dim}) to match the model's "
             f"embedding size, got {embeddings.shape}."
         )
     embeddings = embeddings.astype(np.float32)
     bad = ~np.isfinite(embeddings).all(axis=1)
     if bad.any():
         raise ValueError(
-            f"reference embeddings have NaN or Inf in {int(bad.sum())} rows "
+            f"gallery embeddings have NaN or Inf in {int(bad.sum())} rows "
             f"(first: row {int(np.argmax(bad))})."
         )
     norms = np.linalg.norm(embeddings, axis=1, keepdims=True)
     if (norms == 0).any():
         raise ValueError(
-            f"reference embedding row {int(np.argmax(norms[:, 0] == 0))} is all zeros: "
+            f"gallery embedding row {int(np.argmax(norms[:, 0] == 0))} is all zeros: "
             "it has no direction to compare by cosine similarity."
         )
     return embeddings / norms
@@ -198,14 +198,14 @@ def _check_labels(labels, n):
         labels = labels[:, 0]
     if labels.ndim != 1 or len(labels) != n:
         raise ValueError(
-            f"reference_labels must have shape ({n},), one label per reference, got "
+            f"gallery_labels must have shape ({n},), one label per gallery item, got "
             f"{labels.shape}."
         )
     if labels.dtype.kind in "iu":
         return labels.astype(np.int64)
     if labels.dtype.kind == "f":
         if not np.all(np.isfinite(labels) & (labels == np.round(labels))):
-            raise ValueError("reference_labels must be integers or strings, got fractional "
+            raise ValueError("gallery_labels must be integers or strings, got fractional "
                              "floats.")
         return labels.astype(np.int64)
     values = labels.tolist()
@@ -214,4 +214,4 @@ def _check_labels(labels, n):
     if labels.dtype.kind == "O" and all(
             isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
         return labels.astype(np.int64)
-    raise ValueError(f"reference_labels must be integers or strings, got dtype {labels.dtype}.")
+    raise ValueError(f"gallery_labels must be integers or strings, got dtype {labels.dtype}.")

@@ -83,13 +83,13 @@ class ServingInput:
         """
         if batch.dtype == tf.string:
             if self.preprocessing is None:
-                raise ValueError("Encoded reference images need preprocessing= to decode them.")
+                raise ValueError("Encoded gallery images need preprocessing= to decode them.")
             return decode_images(batch, self.preprocessing, self.image_spec.dtype)
         expected = tuple(self.image_spec.shape[1:])
         if batch.shape.rank != 4 or any(e is not None and e != a
                                         for e, a in zip(expected, batch.shape[1:])):
             raise ValueError(
-                f"reference_images must have shape (N, {', '.join(map(str, expected))}), "
+                f"gallery_images must have shape (N, {', '.join(map(str, expected))}), "
                 f"got a batch of shape {tuple(batch.shape)}."
             )
         return tf.cast(batch, self.image_spec.dtype)

@@ -39,8 +39,8 @@ def load_gallery_file(npz_path):
     with the export's preprocessing). Read without pickle.
 
     Returns:
-        A dict with `reference_labels` and `reference_embeddings` or
-        `reference_images`.
+        A dict with `gallery_labels` and `gallery_embeddings` or
+        `gallery_images`.
     """
     with np.load(os.fspath(npz_path), allow_pickle=False) as data:
         keys = set(data.files)
@@ -50,20 +50,20 @@ def load_gallery_file(npz_path):
                 f"{npz_path} must hold 'labels' and one of {GALLERY_SOURCES}; it holds "
                 f"{sorted(keys)}."
             )
-        reference = {"reference_labels": data["labels"]}
+        gallery = {"gallery_labels": data["labels"]}
         values = data[found[0]]
     if found[0] == "embeddings":
-        reference["reference_embeddings"] = values
+        gallery["gallery_embeddings"] = values
     elif found[0] == "images":
         if values.dtype.kind not in "fiu":
             raise ValueError(
                 f"{npz_path}: 'images' must be numeric model-ready images, got dtype "
                 f"{values.dtype}; store encoded images as files and list them in 'paths'."
             )
-        reference["reference_images"] = values
+        gallery["gallery_images"] = values
     else:
-        reference["reference_images"] = [_read_bytes(str(path)) for path in values]
-    return reference
+        gallery["gallery_images"] = [_read_bytes(str(path)) for path in values]
+    return gallery
 
 
 def _read_bytes(path):

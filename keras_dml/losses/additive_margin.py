@@ -3,7 +3,7 @@
 Each is a cross entropy over scaled cosines to learned class weights, with a margin
 on the target class. The class weights are the loss's proxies (`loss.proxies`,
 (C K, d), class-major: row c K + k is sub-centre k of class c), kept in a
-`keras_dml.proxy_layers.Proxies` layer that `DMLModel` trains and saves.
+`keras_dml.layers.Proxies` layer that `DMLModel` trains and saves.
 
 The math is in `margin_softmax_terms`, a pure function of the (N, C K) cosine
 matrix and the labels returning (value per sample, W = d value / d matrix), so

@@ -127,7 +127,7 @@ class CrossBatchMemory(keras.losses.Loss):
         memory_weight: Weight of the memory term in the paper's form (lambda).
             Defaults to 1.0.
         momentum: With a value m (MoCo uses 0.999), a `DMLModel` compiled with this
-            loss keeps a momentum copy of its embedder (`keras_dml.momentum`,
+            loss keeps a momentum copy of its embedder (`keras_dml.layers.momentum`,
             saved with the model) whose outputs fill the memory instead of the
             batch's own embeddings. Defaults to None (no key encoder).
 

@@ -49,13 +49,13 @@ class ProxyLoss(PairLoss):
         proxies_per_class: proxies per class K. Defaults to 1.
         proxy_lr_multiplier: learning rate of the proxies relative to the
             optimizer's, for any Keras optimizer whose step is proportional to its
-            learning rate (see `keras_dml.proxy_layers`). Defaults to 1.0.
+            learning rate (see `keras_dml.layers.proxies`). Defaults to 1.0.
         proxy_initializer: initializer of the proxies. Defaults to kaiming-normal,
             as in the Proxy Anchor code.
         metric: sample-to-proxy similarity. Defaults to "cosine".
         reduction, name, dtype: as for `keras.losses.Loss`.
 
-    The proxies are a `keras_dml.proxy_layers.Proxies` layer, `loss.trainable_layer`,
+    The proxies are a `keras_dml.layers.Proxies` layer, `loss.trainable_layer`,
     which `DMLModel` attaches to the model at `compile`: they are trained and saved
     with it. A plain `keras.Model` does not train them (the loss then learns against
     fixed random proxies); a custom training loop adds

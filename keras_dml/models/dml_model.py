@@ -78,7 +78,7 @@ class DMLModel(keras.Model):
     sample_weights)` batches, e.g. from `keras_dml.data.class_balanced_batches`.
 
     It trains on TensorFlow, JAX and PyTorch (the steps that differ are in
-    `keras_dml.backend.trainer_<backend>`), and a `.keras` file saved under one
+    `keras_dml.backend.<backend>.trainer`), and a `.keras` file saved under one
     backend loads under another. What it adds to `keras.Model`:
     - Under `tf.distribute`, the loss sees the embeddings and labels of the global
       batch gathered from all replicas (pair losses need every pair), and the update
@@ -238,7 +238,7 @@ class DMLModel(keras.Model):
 
     def train_step(self, *args):
         """`(data)` on TensorFlow and PyTorch, `(state, data)` on JAX: the steps that differ
-        by backend are in `keras_dml.backend.trainer_<backend>`: TensorFlow keeps its
+        by backend are in `keras_dml.backend.<backend>.trainer`: TensorFlow keeps its
         `tf.GradientTape` step with `tf.distribute` gathering; JAX and PyTorch run
         Keras' own steps around `compute_loss`, each with the NaN guard."""
         return steps().train_step(self, *args)
