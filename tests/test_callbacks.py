@@ -98,10 +98,14 @@ def test_seen_unseen_split_and_references():
         assert logs[f"test_{group}map@r"] == pytest.approx(expected["map@r"])
     assert logs["test_recall@1"] == pytest.approx(retrieval_metrics(emb, y, ks=(1,))["recall@1"])
 
-    gallery = RecallAtK((x[:40], y[:40]), reference_data=(x[40:], y[40:]), ks=(1,), verbose=0)
+    gallery = RecallAtK((x[:40], y[:40]), gallery_data=(x[40:], y[40:]), ks=(1,), verbose=0)
     gallery.set_model(model)
     expected = retrieval_metrics(emb[:40], y[:40], emb[40:], y[40:], ks=(1,))
     assert gallery.evaluate()["val_recall@1"] == pytest.approx(expected["recall@1"])
+    with pytest.deprecated_call(match="reference_data= is deprecated"):
+        old = RecallAtK((x[:40], y[:40]), reference_data=(x[40:], y[40:]), ks=(1,), verbose=0)
+    old.set_model(model)
+    assert old.evaluate()["val_recall@1"] == pytest.approx(expected["recall@1"])
 
 
 def test_embedding_model_and_errors():
@@ -200,8 +204,8 @@ def test_a_training_stream_as_validation_data_is_refused_at_once(callback):
     with pytest.raises(ValueError, match=r"validation_data is an infinite tf.data.Dataset.*"
                                          r"keras_dml.data.evaluation_batches\("):
         callback(_training_stream())
-    with pytest.raises(ValueError, match="reference_data is an infinite"):
-        RecallAtK(blobs(30, 1), reference_data=_training_stream())
+    with pytest.raises(ValueError, match="gallery_data is an infinite"):
+        RecallAtK(blobs(30, 1), gallery_data=_training_stream())
 
 
 def test_steps_bounds_a_training_stream_as_validation_data():

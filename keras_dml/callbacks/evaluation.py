@@ -52,7 +52,7 @@ class _EmbeddingCallback(keras.callbacks.Callback):
     def set_model(self, model):
         super().set_model(model)
         self.embed_with_model(self.embedding_model or model)
-        for data in (self.validation_data, getattr(self, "reference_data", None)):
+        for data in (self.validation_data, getattr(self, "gallery_data", None)):
             warn_if_normalised_twice(self.embedding_model or model, stream_preprocessing(data))
             warn_if_prepared_otherwise(self.embedding_model or model, stream_preprocessing(data))
 
@@ -80,7 +80,7 @@ class RecallAtK(_EmbeddingCallback):
     At the end of every `every_n_epochs`-th epoch the model embeds the
     validation data batch by batch (inference mode), `retrieval_metrics` ranks
     every validation sample against the others (leave-one-out) or against
-    `reference_data`, and the results enter the epoch logs as
+    `gallery_data`, and the results enter the epoch logs as
     `val_recall@1`, ..., `val_precision@1`, `val_r_precision`, `val_map@r`. So
     `ModelCheckpoint(monitor="val_recall@1", mode="max")`, `EarlyStopping`,
     `CSVLogger`, `TensorBoard` and the `History` see them: list this callback
@@ -100,8 +100,9 @@ class RecallAtK(_EmbeddingCallback):
             bounds it), or an `(x, y)` tuple of arrays.
         ks: the K of Recall@K. Defaults to (1, 2, 4, 8).
         metrics: subset of `keras_dml.evaluation.METRICS`. Defaults to all.
-        reference_data: references (gallery) in the same form as
-            `validation_data`. Defaults to None (leave-one-out).
+        gallery_data: the gallery searched, in the same form as
+            `validation_data`. Defaults to None (leave-one-out). `reference_data=`
+            is its deprecated name.
         embedding_model: the model that maps x to embeddings. Defaults to None:
             the model being trained.
         every_n_epochs: evaluate after epochs n, 2n, ... Defaults to 1. Epochs
@@ -139,13 +140,13 @@ class RecallAtK(_EmbeddingCallback):
         al., "A Metric Learning Reality Check", ECCV 2020.
     """
 
-    @hyperparameters.renamed_keywords(distance="metric")
+    @hyperparameters.renamed_keywords(distance="metric", reference_data="gallery_data")
     def __init__(
         self,
         validation_data,
         ks=(1, 2, 4, 8),
         metrics=METRICS,
-        reference_data=None,
+        gallery_data=None,
         embedding_model=None,
         every_n_epochs=1,
         seen_classes=None,
@@ -158,9 +159,9 @@ class RecallAtK(_EmbeddingCallback):
     ):
         super().__init__(embedding_model, every_n_epochs, prefix, batch_size, steps)
         self.validation_data = as_dataset(validation_data, batch_size, steps, "validation_data")
-        self.reference_data = (
-            None if reference_data is None
-            else as_dataset(reference_data, batch_size, steps, "reference_data")
+        self.gallery_data = (
+            None if gallery_data is None
+            else as_dataset(gallery_data, batch_size, steps, "gallery_data")
         )
         # checked now, not after the first epoch of training
         self.metrics, self.ks = check_metrics(metrics, ks)
@@ -203,8 +204,8 @@ class RecallAtK(_EmbeddingCallback):
         embeddings, labels = embed_finite(self._forward, self.validation_data)
         self.check_collapse(embeddings)
         references = reference_labels = None
-        if self.reference_data is not None:
-            references, reference_labels = embed_finite(self._forward, self.reference_data)
+        if self.gallery_data is not None:
+            references, reference_labels = embed_finite(self._forward, self.gallery_data)
         results = {"": self._metrics(embeddings, labels, references, reference_labels)}
         if self.seen_classes is not None:
             results.update(self._groups(embeddings, labels, references, reference_labels))

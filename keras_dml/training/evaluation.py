@@ -32,7 +32,7 @@ class RunEvaluation(RecallAtK):
             return transform(split.images, np.asarray(split.labels, np.int32))  # NumPy
 
         super().__init__(batches(queries), ks=KS, verbose=0,
-                         reference_data=None if references is None else batches(references))
+                         gallery_data=None if references is None else batches(references))
         self.progress = progress
         self.collapse_causes = TRAIN_CAUSES
         self.clock = clock or Clock()
@@ -56,8 +56,8 @@ class RunEvaluation(RecallAtK):
             self.embeddings, labels = self._embed(self.validation_data, "the evaluation images")
             self.check_collapse(self.embeddings)
             references = reference_labels = None
-            if self.reference_data is not None:
-                references, reference_labels = self._embed(self.reference_data, "the gallery")
+            if self.gallery_data is not None:
+                references, reference_labels = self._embed(self.gallery_data, "the gallery")
             self.full_results = evaluation.retrieval_metrics(
                 self.embeddings, labels, references, reference_labels, ks=self.ks)
         return self.full_results
