@@ -38,7 +38,7 @@ class GroupDesign:
     """The (m, n)-group design: n classes, m samples each, all ordered pairs.
 
     Classes are drawn once per epoch over classes (by `ClassBalancedSampler`,
-    so `class_balanced_batches(source, n, m)` is this design), samples in
+    so `class_balanced_batches(data, n, m)` is this design), samples in
     passes without replacement within a class. Classes with fewer than m samples cannot be
     drawn; they are left out, and `class_counts` must then give them 0
     (`class_counts(labels)` does).

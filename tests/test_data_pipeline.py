@@ -210,7 +210,7 @@ def test_small_classes_option_and_errors():
         class_balanced_batches((x, y), 3, 2, num_replicas=2)
     with pytest.raises(ValueError, match="must match"):
         class_balanced_batches((x, y[:-1]), 2, 2)
-    with pytest.raises(ValueError, match="source"):
+    with pytest.raises(ValueError, match="data must be"):
         class_balanced_batches("not a source", 2, 2)
 
 

@@ -25,9 +25,9 @@ def test_class_labels_and_errors():
     y = np.repeat(np.arange(5), 2)
     _, yb = next(iter(two_view_batches((x, y), lambda b: b, 4, labels="class", seed=1)))
     assert set(yb.numpy()) <= set(range(5))
-    with pytest.raises(ValueError, match="labelled source"):
+    with pytest.raises(ValueError, match="needs labelled data"):
         two_view_batches(x, lambda b: b, 4, labels="class")
-    with pytest.raises(ValueError, match="larger than the source"):
+    with pytest.raises(ValueError, match="larger than data"):
         two_view_batches(x, lambda b: b, 11)
     with pytest.raises(ValueError, match="callable"):
         two_view_batches(x, None, 4)

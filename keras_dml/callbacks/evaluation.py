@@ -92,6 +92,10 @@ class RecallAtK(_EmbeddingCallback):
     `val_seen_recall@1`, `val_unseen_recall@1`, ... A group without any
     evaluable query is left out of the logs.
 
+    `validation_data` and `embedding_model` keep Keras' words rather than the library's
+    `data` and `model`: Keras names the data `fit(validation_data=)`, and a callback's
+    `self.model` is the model Keras trains.
+
     Args:
         validation_data: a `tf.data.Dataset`, `keras.utils.PyDataset` or
             iterable of `(x, y)` batches that ends (e.g.
@@ -239,6 +243,10 @@ class VerificationMetrics(_EmbeddingCallback):
     `val_roc_auc`, `val_eer`, `val_tar@far=1e-3`, ..., `val_best_f1`,
     `val_best_f1_threshold`. List it before `CSVLogger`, `TensorBoard` or
     `ModelCheckpoint(monitor="val_roc_auc", mode="max")`.
+
+    `validation_data` and `embedding_model` keep Keras' words rather than the library's
+    `data` and `model`: Keras names the data `fit(validation_data=)`, and a callback's
+    `self.model` is the model Keras trains.
 
     Args:
         validation_data: Batches of `(x, y)` that end (see `RecallAtK`), or an

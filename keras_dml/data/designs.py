@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from keras_dml import backend
+from keras_dml import backend, hyperparameters
 from keras_dml.data.pipeline import batches_from_sampler, batches_from_stream
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.inputs import SAMPLES, as_data
@@ -90,12 +90,13 @@ class RandomPairSampler:
             yield self.next_batch()
 
 
-def design_batches(source, design, *, seed=None, preprocessing=None, training=True,
+@hyperparameters.renamed_keywords(source="data")
+def design_batches(data, design, *, seed=None, preprocessing=None, training=True,
                    map_fn=None):
     """An infinite `tf.data.Dataset` of `(x, y)` batches drawn by `design`.
 
     Args:
-        source: As for `class_balanced_batches`.
+        data: As for `class_balanced_batches`. `source=` is its deprecated name.
         design: A `GroupDesign` or `RandomPairDesign`.
         seed: Seed of the index stream and the augmentation. Defaults to `None`.
         preprocessing: As for `class_balanced_batches`.
@@ -106,9 +107,10 @@ def design_batches(source, design, *, seed=None, preprocessing=None, training=Tr
         `tf.data.Dataset`; feed `importance_weights(y, counts, design)` to
         the loss (e.g. `BalancedContrastive`).
     """
-    data = make_source(as_data(source, SAMPLES), preprocessing=preprocessing, training=training)
-    sampler = design_sampler(design, data.labels, seed)  # validates now
+    source = make_source(as_data(data, SAMPLES, "data"), preprocessing=preprocessing,
+                         training=training)
+    sampler = design_sampler(design, source.labels, seed)  # validates now
     if isinstance(sampler, ClassBalancedSampler):  # step-indexed: no Python in tf.data
-        return batches_from_stream(data, sampler, seed=seed, map_fn=map_fn)
-    return batches_from_sampler(data, lambda: design_sampler(design, data.labels, seed),
+        return batches_from_stream(source, sampler, seed=seed, map_fn=map_fn)
+    return batches_from_sampler(source, lambda: design_sampler(design, source.labels, seed),
                                 design.batch_size, seed=seed, map_fn=map_fn)

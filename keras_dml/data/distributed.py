@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 
-from keras_dml import backend
+from keras_dml import backend, hyperparameters
 from keras_dml.data.pipeline import StreamPosition, batches_from_indices
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.inputs import SAMPLES, as_data
@@ -52,13 +52,14 @@ def replica_slices(global_batch, num_replicas, pipeline_id, num_pipelines):
     return start, start + pieces * per_replica, pieces
 
 
-def distributed_class_balanced_batches(strategy, source, classes_per_batch,
+@hyperparameters.renamed_keywords(source="data")
+def distributed_class_balanced_batches(strategy, data, classes_per_batch,
                                        samples_per_class, *, seed, small_classes="replace",
                                        preprocessing=None, training=True, map_fn=None,
                                        start_step=0):
     """C x k class-balanced batches for `strategy`, each worker reading its share.
 
-    The global batch of step t is the batch `class_balanced_batches(source, C, k,
+    The global batch of step t is the batch `class_balanced_batches(data, C, k,
     seed=seed)` yields at step t (same classes, same samples, same order), split
     over the `strategy.num_replicas_in_sync` replicas in whole classes. Each worker's
     pipeline (`strategy.distribute_datasets_from_function`) draws the global indices
@@ -66,7 +67,7 @@ def distributed_class_balanced_batches(strategy, source, classes_per_batch,
 
     Args:
         strategy: A `tf.distribute.Strategy` (MultiWorkerMirrored, Mirrored, ...).
-        source: As for `class_balanced_batches`.
+        data: As for `class_balanced_batches`. `source=` is its deprecated name.
         classes_per_batch: C for the global batch; divisible by the number of
             replicas.
         samples_per_class: k.
@@ -89,8 +90,9 @@ def distributed_class_balanced_batches(strategy, source, classes_per_batch,
         raise ValueError(
             f"classes_per_batch={classes_per_batch} must be divisible by the number of "
             f"replicas ({replicas}) so each replica gets whole classes.")
-    data = make_source(as_data(source, SAMPLES), preprocessing=preprocessing, training=training)
-    sampler = ClassBalancedSampler(data.labels, classes_per_batch, samples_per_class,
+    source = make_source(as_data(data, SAMPLES, "data"), preprocessing=preprocessing,
+                         training=training)
+    sampler = ClassBalancedSampler(source.labels, classes_per_batch, samples_per_class,
                                    small_classes=small_classes, seed=seed)
     global_batch = sampler.batch_size
     position = StreamPosition(start_step, seed, global_batch)
@@ -109,7 +111,7 @@ def distributed_class_balanced_batches(strategy, source, classes_per_batch,
         # Distinct augmentation seeds per pipeline.
         worker_seed = int(np.random.SeedSequence([seed, context.input_pipeline_id])
                           .generate_state(1)[0] % (2 ** 31))
-        return batches_from_indices(data, indices, seed=worker_seed, map_fn=map_fn)
+        return batches_from_indices(source, indices, seed=worker_seed, map_fn=map_fn)
 
     dataset = strategy.distribute_datasets_from_function(dataset_fn)
     _POSITIONS[dataset] = position

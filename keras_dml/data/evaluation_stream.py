@@ -8,23 +8,25 @@ from keras_dml.data.options import steady
 from keras_dml.data.inputs import SAMPLES, as_data
 from keras_dml.data.sources import make_source
 from keras_dml.data.stream_preprocessing import record_preprocessing
-from keras_dml.hyperparameters import integer_at_least
+from keras_dml.hyperparameters import integer_at_least, renamed_keywords
 
 __all__ = ["evaluation_batches", "evaluation_stream"]
 
 tf = backend.require_tensorflow("keras_dml.data.evaluation_batches (tf.data)")
 
 
-def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None,
+@renamed_keywords(split="data")
+def evaluation_batches(data, preprocessing=None, batch_size=256, transform=None,
                        skip_bad_images=False):
-    """Every image of a source, in order, with evaluation preprocessing.
+    """Every image of `data`, in order, with evaluation preprocessing.
 
     Args:
-        split: Any source `keras_dml.data.class_balanced_batches` takes: a
+        data: Any data `keras_dml.data.class_balanced_batches` takes: a
             `LabeledImages` (e.g. `keras_dml.datasets.load(...).test`), `(x, y)`
             arrays, `(paths, labels)`, or a `tf.data.Dataset` of `(x, y)`.
             Labels may be class names (strings): they become ids in sorted
-            order, as `np.unique(labels, return_inverse=True)`.
+            order, as `np.unique(labels, return_inverse=True)`. `split=` is
+            its deprecated name.
         preprocessing: a `keras_dml.data.Preprocessing`; its evaluation transform
             (resize, centre crop, normalise) is applied to decoded files and to
             in-memory images. Required for image files (the one used for
@@ -44,7 +46,7 @@ def evaluation_batches(split, preprocessing=None, batch_size=256, transform=None
         read or decoded stops iteration with an error naming it (unless
         `skip_bad_images`).
     """
-    return evaluation_stream(as_data(split, SAMPLES, "split"), preprocessing, batch_size,
+    return evaluation_stream(as_data(data, SAMPLES, "data"), preprocessing, batch_size,
                              transform, skip_bad_images)
 
 

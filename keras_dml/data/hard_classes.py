@@ -135,13 +135,14 @@ class HardNegativeClassSampler(ClassBalancedSampler):
         return np.asarray(chosen, np.int64)
 
 
-def hard_negative_class_batches(source, classes_per_batch, samples_per_class=2, *,
+@hyperparameters.renamed_keywords(source="data")
+def hard_negative_class_batches(data, classes_per_batch, samples_per_class=2, *,
                                 num_neighbors=None, small_classes="replace", seed=None,
                                 preprocessing=None, training=True, map_fn=None):
     """N-pair-mc batches with hard negative class mining.
 
     Args:
-        source: As for `class_balanced_batches`.
+        data: As for `class_balanced_batches`. `source=` is its deprecated name.
         classes_per_batch: C.
         samples_per_class: k. Defaults to 2.
         num_neighbors: See `HardNegativeClassSampler`. Defaults to `None`.
@@ -156,10 +157,11 @@ def hard_negative_class_batches(source, classes_per_batch, samples_per_class=2, 
         `HardNegativeClassSampler` it reads (one shared sampler, so that
         `sampler.update` or a `HardNegativeClassMining` callback steers it).
     """
-    data = make_source(as_data(source, SAMPLES), preprocessing=preprocessing, training=training)
-    sampler = HardNegativeClassSampler(data.labels, classes_per_batch, samples_per_class,
+    source = make_source(as_data(data, SAMPLES, "data"), preprocessing=preprocessing,
+                         training=training)
+    sampler = HardNegativeClassSampler(source.labels, classes_per_batch, samples_per_class,
                                        num_neighbors, small_classes, seed)
-    dataset = batches_from_sampler(data, lambda: sampler, sampler.batch_size, seed=seed,
+    dataset = batches_from_sampler(source, lambda: sampler, sampler.batch_size, seed=seed,
                                    replayable=False,
                                    map_fn=map_fn, chunk=1)
     return dataset, sampler
@@ -175,7 +177,8 @@ class HardNegativeClassMining(keras.callbacks.Callback):
 
     Args:
         sampler: The `HardNegativeClassSampler` of the training dataset.
-        source: The same source the dataset was built from.
+        data: The same data the dataset was built from. `source=` is its
+            deprecated name.
         refresh_every: Steps between refreshes. Defaults to 500.
         images_per_class: Images averaged into a representative. Defaults to 1
             (Sohn: one example per class).
@@ -185,7 +188,8 @@ class HardNegativeClassMining(keras.callbacks.Callback):
         seed: Seed of the representative choice. Defaults to `None`.
     """
 
-    def __init__(self, sampler, source, refresh_every=500, images_per_class=1,
+    @hyperparameters.renamed_keywords(source="data")
+    def __init__(self, sampler, data, refresh_every=500, images_per_class=1,
                  preprocessing=None, batch_size=256, seed=None):
         super().__init__()
         if refresh_every < 1 or images_per_class < 1:
@@ -196,10 +200,10 @@ class HardNegativeClassMining(keras.callbacks.Callback):
         self.refresh_every = int(refresh_every)
         self.images_per_class = int(images_per_class)
         self.batch_size = int(batch_size)
-        self._data = make_source(as_data(source, SAMPLES), preprocessing=preprocessing,
-                                 training=False)
+        self._source = make_source(as_data(data, SAMPLES, "data"),
+                                   preprocessing=preprocessing, training=False)
         self._rng = np.random.default_rng(seed)
-        self._fetch = tf.function(lambda idx: self._data.fetch(idx, None)[0])
+        self._fetch = tf.function(lambda idx: self._source.fetch(idx, None)[0])
         self._steps = 0
 
     def class_representatives(self):

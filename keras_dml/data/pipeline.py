@@ -4,7 +4,7 @@ import weakref
 
 import numpy as np
 
-from keras_dml import backend
+from keras_dml import backend, hyperparameters
 from keras_dml.data.bad_images import BadImageGuard, only_x_y, refill
 from keras_dml.data.options import steady
 from keras_dml.data.sampler import ClassBalancedSampler
@@ -18,7 +18,8 @@ __all__ = ["StreamPosition", "batches_from_indices", "batches_from_sampler", "ba
 tf = backend.require_tensorflow("keras_dml.data.class_balanced_batches (tf.data)")
 
 
-def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
+@hyperparameters.renamed_keywords(source="data")
+def class_balanced_batches(data, classes_per_batch, samples_per_class, *,
                            small_classes="replace", seed=None, preprocessing=None,
                            training=True, map_fn=None, num_replicas=None, start_step=0,
                            skip_bad_images=False):
@@ -50,7 +51,7 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
     `keras_dml.data.verify_images` to find and drop such files up front.
 
     Args:
-        source: In-memory `(x, y)` arrays; `(paths, labels)` with image file
+        data: In-memory `(x, y)` arrays; `(paths, labels)` with image file
             paths; a `keras_dml.datasets.LabeledImages` (arrays, or paths
             decoded lazily); or a `tf.data.Dataset` of `(x, y)` such as a tfds
             split (`as_supervised=True`), read once: fixed-shape `x` is held
@@ -58,7 +59,7 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
             tfds.decode.SkipDecoding()}`) is held encoded and decoded per batch.
             Labels are integer class ids or class names (strings), which
             become ids in sorted order: `np.unique(names)[y]` names a batch's
-            `y`.
+            `y`. `source=` is its deprecated name.
         classes_per_batch: C.
         samples_per_class: k.
         small_classes: `"replace"` (draw with replacement) or `"drop"` for
@@ -79,7 +80,7 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
             step-indexed, so with a `seed` batch `i` is the same whether the
             stream started at 0 or at `start_step <= i` (batches are drawn from
             their step index: O(1) to skip). `keras_dml.callbacks.TrainingBackup` sets it on
-            resume through `stream_position(dataset)`. Defaults to 0.
+            resume through `stream_position(data)`. Defaults to 0.
         skip_bad_images: Skip unreadable image files (each named once on
             stderr) instead of stopping with an error naming the first.
             Defaults to False.
@@ -109,10 +110,11 @@ def class_balanced_batches(source, classes_per_batch, samples_per_class, *,
             f"classes_per_batch={classes_per_batch} must be divisible by the "
             f"number of replicas ({num_replicas}) so each replica gets whole classes."
         )
-    data = make_source(as_data(source, SAMPLES), preprocessing=preprocessing, training=training)
-    sampler = ClassBalancedSampler(data.labels, classes_per_batch, samples_per_class,
+    source = make_source(as_data(data, SAMPLES, "data"), preprocessing=preprocessing,
+                         training=training)
+    sampler = ClassBalancedSampler(source.labels, classes_per_batch, samples_per_class,
                                    small_classes=small_classes, seed=seed)
-    return batches_from_stream(data, sampler, seed=seed, map_fn=map_fn,
+    return batches_from_stream(source, sampler, seed=seed, map_fn=map_fn,
                                start_step=start_step, skip_bad_images=skip_bad_images)
 
 
@@ -156,11 +158,13 @@ class StreamPosition:
 _POSITIONS = weakref.WeakKeyDictionary()
 
 
-def stream_position(dataset):
-    """The `StreamPosition` of a dataset made by `class_balanced_batches` (or
-    the other keras_dml samplers), or `None` for any other dataset."""
+@hyperparameters.renamed_keywords(dataset="data")
+def stream_position(data):
+    """The `StreamPosition` of `data`, a dataset made by `class_balanced_batches`
+    (or the other keras_dml samplers), or `None` for any other value.
+    `dataset=` is the deprecated name of `data=`."""
     try:
-        return _POSITIONS.get(dataset)
+        return _POSITIONS.get(data)
     except TypeError:
         return None
 

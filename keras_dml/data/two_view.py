@@ -24,7 +24,8 @@ def _permutations(n, batch_size, seed):
             yield order[start:start + batch_size]
 
 
-def two_view_batches(source, augment, instances_per_batch, *, labels="instance", seed=None,
+@hyperparameters.renamed_keywords(source="data")
+def two_view_batches(data, augment, instances_per_batch, *, labels="instance", seed=None,
                      preprocessing=None):
     """An infinite `tf.data.Dataset` of `(x, y)` batches of two views per instance.
 
@@ -32,20 +33,22 @@ def two_view_batches(source, augment, instances_per_batch, *, labels="instance",
     within an epoch) and applies `augment` twice to the batch, so every instance
     appears as two independently augmented views, next to each other: rows 2i and
     2i + 1 are the views of instance i. With `labels="instance"` (the default)
-    `y` is the instance's index in the source, so `keras_dml.losses.NTXent` (or
+    `y` is the instance's index in `data`, so `keras_dml.losses.NTXent` (or
     `SupervisedContrastive`) sees the other view as the only positive: SimCLR
-    without labels. With `labels="class"`, `y` is the source's class label (the
+    without labels. With `labels="class"`, `y` is the instance's class label (the
     supervised contrastive setting).
 
     Args:
-        source: unlabelled images (an array (N, ...)), `(x, y)` arrays,
+        data: unlabelled images (an array (N, ...)), `(x, y)` arrays,
             `(paths, labels)`, a `keras_dml.datasets.LabeledImages` or a
             `tf.data.Dataset` of `(x, y)`, as for `class_balanced_batches`.
+            `source=` is its deprecated name.
         augment: `augment(images) -> images`, a batch transform in TF ops whose
             random draws differ between calls (Keras preprocessing layers such as
             `keras.layers.RandomCrop`/`RandomFlip` in a `keras.Sequential`, or
             `tf.image.random_*`). Both views must come out with the same shape.
-        instances_per_batch: B; batches hold 2 B images. At most the source's size.
+        instances_per_batch: B; batches hold 2 B images. At most the number of
+            instances in `data`.
         labels: "instance" or "class". Defaults to "instance".
         seed: seed of the instance order. Defaults to None.
         preprocessing: `keras_dml.data.Preprocessing` for decoded files (its
@@ -68,24 +71,24 @@ def two_view_batches(source, augment, instances_per_batch, *, labels="instance",
     hyperparameters.one_of("labels", labels, _LABELS)
     if not callable(augment):
         raise ValueError(f"augment must be a callable images -> images, got {augment!r}.")
-    given = as_data(source, (*SAMPLES, IMAGES))
+    given = as_data(data, (*SAMPLES, IMAGES), "data")
     if given.form == IMAGES:
         if labels == "class":
-            raise ValueError('labels="class" needs a labelled source: pass (x, y).')
+            raise ValueError('labels="class" needs labelled data: pass (x, y).')
         given = given.with_labels(np.zeros(len(given.x), np.int64))
-    data = make_source(given, preprocessing=preprocessing, training=False)
-    n = len(data.labels)
+    source = make_source(given, preprocessing=preprocessing, training=False)
+    n = len(source.labels)
     batch = hyperparameters.integer_at_least("instances_per_batch", instances_per_batch, 1)
     if batch > n:
-        raise ValueError(f"instances_per_batch={batch} is larger than the source ({n} "
+        raise ValueError(f"instances_per_batch={batch} is larger than data ({n} "
                          "instances).")
     if labels == "instance":
-        data.labels = np.arange(n)
+        source.labels = np.arange(n)
 
     def two_views(x, y):
         views = tf.stack([augment(x), augment(x)], axis=1)
         shape = tf.concat([[-1], tf.shape(views)[2:]], axis=0)
         return tf.reshape(views, shape), tf.repeat(y, 2)
 
-    return batches_from_sampler(data, lambda: _permutations(n, batch, seed), batch, seed=seed,
+    return batches_from_sampler(source, lambda: _permutations(n, batch, seed), batch, seed=seed,
                                 map_fn=two_views)

@@ -1,4 +1,4 @@
-"""Decode every image file of a source once and drop the bad ones."""
+"""Decode every image file of the data once and drop the bad ones."""
 
 import dataclasses
 import os
@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from keras_dml import backend
+from keras_dml import backend, hyperparameters
 from keras_dml.data.inputs import ARRAYS, FILES, PATHS, SPLIT, as_data
 from keras_dml.data.preprocessing import decode_image
 
@@ -15,21 +15,22 @@ __all__ = ["unreadable_files", "verify_images"]
 tf = backend.require_tensorflow("keras_dml.data.verify_images (TensorFlow's image decoders)")
 
 
-def verify_images(source, channels=3):
-    """Returns `source` without the image files that cannot be read or decoded.
+@hyperparameters.renamed_keywords(source="data")
+def verify_images(data, channels=3):
+    """Returns `data` without the image files that cannot be read or decoded.
 
     Every file is read and fully decoded once (in parallel, `AUTOTUNE`); the
     bad ones are dropped with one counted warning naming the first.
 
     Args:
-        source: A source as `keras_dml.data.class_balanced_batches` takes it —
+        data: Data as `keras_dml.data.class_balanced_batches` takes it —
             a `LabeledImages`, `(paths, labels)`, or `(x, y)` arrays — or a
             bare list of image paths. In-memory images have nothing to decode
-            and are returned as they are.
+            and are returned as they are. `source=` is its deprecated name.
         channels: Channels to decode to. Defaults to 3.
 
     Returns:
-        The same kind of source: a `LabeledImages` (bad files listed in its
+        The same kind as `data`: a `LabeledImages` (bad files listed in its
         `skipped` as `(path, "undecodable")`; labels remapped again if a class
         loses all its images, the mapping kept), `(kept paths, their labels)`,
         or the list of kept paths.
@@ -39,28 +40,28 @@ def verify_images(source, channels=3):
             files to check: decode errors there are skipped with
             `dataset.ignore_errors()`).
     """
-    data = as_data(source, (SPLIT, FILES, ARRAYS, PATHS), hint=(
+    given = as_data(data, (SPLIT, FILES, ARRAYS, PATHS), "data", hint=(
         "verify_images checks image files; a tf.data.Dataset drops undecodable elements "
         "with dataset.ignore_errors()."))
-    if not data.files:  # images in memory
-        return source
-    paths = data.x
+    if not given.files:  # images in memory
+        return data
+    paths = given.x
     good = _decodable(paths, channels)
     bad = np.flatnonzero(~good)
     if not len(bad):
-        return source
+        return data
     warnings.warn(
         f"verify_images: {len(bad)} of {len(paths)} images cannot be decoded and are "
         f"skipped; first: {paths[bad[0]]}",
         stacklevel=2,
     )
     kept = np.flatnonzero(good)
-    if data.form == SPLIT:
-        skipped = list(source.skipped) + [(source.paths[i], "undecodable") for i in bad]
-        return dataclasses.replace(source.subset(kept), skipped=skipped)
-    if data.form == PATHS:
-        return [source[i] for i in kept]
-    x, y = source
+    if given.form == SPLIT:
+        skipped = list(data.skipped) + [(data.paths[i], "undecodable") for i in bad]
+        return dataclasses.replace(data.subset(kept), skipped=skipped)
+    if given.form == PATHS:
+        return [data[i] for i in kept]
+    x, y = data
     return [x[i] for i in kept], np.asarray(y)[kept]
 
 

@@ -142,7 +142,7 @@ def _endless(name, kind, ending, extra, bound=""):
     return ValueError(
         f"{name} is {kind} (as a training stream such as keras_dml.data."
         f"class_balanced_batches is): embedding it {ending}. Pass keras_dml.data."
-        "evaluation_batches(split, preprocessing) (every image once, in order) or (x, y) "
+        "evaluation_batches(data, preprocessing) (every image once, in order) or (x, y) "
         f"arrays, or bound it with steps=N batches{bound}.{extra}")
 
 

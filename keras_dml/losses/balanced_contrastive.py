@@ -99,7 +99,7 @@ class BalancedContrastive(PairLoss):
     `keras_dml.data.importance_weights`; nothing has to be packed into
     y_true or sample_weight. For the p-random design only the design's pairs
     (2t, 2t + 1) are sampled, so B = num_pairs. Feed batches drawn by
-    `keras_dml.data.designs.design_batches(source, design)`.
+    `keras_dml.data.designs.design_batches(data, design)`.
 
     Pair weights (on distances) are the exact derivatives:
     W_ij 2 D_ij / B for positives, W_ij eta_ij 2 [margin - D_ij]_+ / B for negatives.
