@@ -16,7 +16,8 @@ import textwrap
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BACKENDS = {"jax": "jax", "torch": "torch", "numpy": "numpy"}
+#: The package each Keras backend needs (Keras' numpy backend imports JAX for its FFT).
+BACKENDS = {"jax": "jax", "torch": "torch", "numpy": "jax"}
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
                                 reason="checks that an installed TensorFlow is not imported")
