@@ -84,16 +84,23 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports a former module path (`_MOVED`) as the module now there, with a
     DeprecationWarning naming the new path."""
 
+    def __init__(self):
+        self._own_specs = {}
+
     def find_spec(self, fullname, path=None, target=None):
         return importlib.util.spec_from_loader(fullname, self) if fullname in _MOVED else None
 
     def create_module(self, spec):
         warnings.warn(f"{spec.name} is {_MOVED[spec.name]} now: import it from there.",
                       DeprecationWarning, stacklevel=2)
-        return importlib.import_module(_MOVED[spec.name])
+        module = importlib.import_module(_MOVED[spec.name])
+        self._own_specs[module.__name__] = module.__spec__
+        return module
 
     def exec_module(self, module):
-        """The module was run where it lives now."""
+        """The module was run where it lives now: it gets back its own spec, which the
+        import system replaced by the former path's."""
+        module.__spec__ = self._own_specs[module.__name__]
 
 
 if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):

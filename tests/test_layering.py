@@ -274,6 +274,7 @@ def test_a_former_module_path_imports_the_module_with_a_deprecation_warning(
     with pytest.warns(DeprecationWarning, match=re.escape(f"{old} is {new} now")):
         module = importlib.import_module(old)
     assert module is importlib.import_module(new)
+    assert module.__spec__.name == new  # its own spec, not the former path's
     assert getattr(module, name) is getattr(importlib.import_module(new), name)
     parent, _, child = old.rpartition(".")
     assert getattr(importlib.import_module(parent), child) is module
