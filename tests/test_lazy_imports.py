@@ -46,7 +46,7 @@ def _loaded_modules(backend, code):
     return eval(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("backend", ["jax", pytest.param("torch", marks=pytest.mark.slow)])
 def test_import_keras_dml_leaves_tensorflow_out(backend):
     modules = _loaded_modules(backend, """
 import keras_dml
@@ -55,6 +55,7 @@ assert keras.saving.get_registered_object("keras_dml>MultiSimilarity") is not No
     assert "tensorflow" not in modules["after"], modules
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["torch", "numpy"])
 def test_search_only_import_leaves_tensorflow_and_jax_out(backend):
     modules = _loaded_modules(backend, "from keras_dml.index import Index")
@@ -62,6 +63,7 @@ def test_search_only_import_leaves_tensorflow_and_jax_out(backend):
     assert set(modules["after"]) == set(modules["keras"]), modules
 
 
+@pytest.mark.slow
 def test_tensorflow_only_names_still_load_on_first_use_off_its_backend():
     """`keras_dml.export` and the tf.data names import TensorFlow when used."""
     modules = _loaded_modules("torch", """
