@@ -149,8 +149,10 @@ _NO_API = ("cli/__main__.py",)
 
 
 #: Optional packages a module may import at its top (see setup.cfg's extras).
+#: Optional packages: a module that needs one is skipped where it is absent (each Keras
+#: backend's own modules need that backend).
 _OPTIONAL = ("tensorflow", "tensorflow_datasets", "faiss", "pymilvus", "milvus_lite",
-             "matplotlib", "tensorflow_serving")
+             "matplotlib", "tensorflow_serving", "jax", "jaxlib", "torch")
 
 
 def _package_modules():
