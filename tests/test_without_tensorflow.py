@@ -80,10 +80,11 @@ def test_tensorflow_only_features_raise_one_line_naming_them(tmp_path):
                 image_size=8).eval(np.zeros((9, 9, 3), np.uint8)),
             "keras_dml.export": lambda: keras_dml.export,
             "keras_dml.export ": lambda: importlib.import_module("keras_dml.export"),
-            "keras_dml.distribute": lambda: keras_dml.distribute,
-            "keras_dml.index.runs": lambda: importlib.import_module("keras_dml.index.runs"),
+            # the former path, whose message names where the module lives now
+            "keras_dml.training.distribute": lambda: keras_dml.distribute,
             "keras_dml.data": lambda: importlib.import_module("keras_dml.data.pipeline"),
         }
+        importlib.import_module("keras_dml.index.runs")  # imports; TensorFlow only when used
         for feature, use in uses.items():
             text = message(use)
             assert feature.strip() in text and "needs TensorFlow" in text, (feature, text)
