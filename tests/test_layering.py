@@ -18,6 +18,8 @@ import keras
 import numpy as np
 import pytest
 
+from conftest import EXTRAS
+
 import keras_dml  # noqa: F401 (registers its Keras classes, as a user's script does)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,11 +150,10 @@ def test_the_top_level_holds_only_the_core():
 _NO_API = ("cli/__main__.py",)
 
 
-#: Optional packages a module may import at its top (see setup.cfg's extras).
-#: Optional packages: a module that needs one is skipped where it is absent (each Keras
-#: backend's own modules need that backend).
-_OPTIONAL = ("tensorflow", "tensorflow_datasets", "faiss", "pymilvus", "milvus_lite",
-             "matplotlib", "tensorflow_serving", "jax", "jaxlib", "torch")
+#: Optional packages a module may import at its top: conftest's extras (each Keras
+#: backend's own modules need that backend) and what the extras bring with them. A
+#: module that needs one is skipped where it is absent.
+_OPTIONAL = (*EXTRAS, "tensorflow_datasets", "tensorflow_serving", "jaxlib", "matplotlib")
 
 
 def _package_modules():
