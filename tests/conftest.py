@@ -149,6 +149,40 @@ def pytest_addoption(parser):
         help="also run the tests marked slow (peer references against PyTorch, PML and faiss, "
              "training runs, multi-worker and kill-and-resume runs, the benchmarks' end-to-end "
              "checks); CI runs the full suite")
+    parser.addoption(
+        "--skip-passed-in", default=None, metavar="JUNIT_XML",
+        help="leave out the tests that passed in the run that wrote this JUnit XML report "
+             "(--junitxml): CI completes the full suite after the README's quick tier ran in "
+             "its own environment")
+
+
+def passed_in(report_path):
+    """The `(classname, name)` of each test that passed in a JUnit XML report."""
+    import xml.etree.ElementTree as ElementTree
+
+    passed = set()
+    for case in ElementTree.parse(report_path).iter("testcase"):
+        if not any(child.tag in ("failure", "error", "skipped") for child in case):
+            passed.add((case.get("classname"), case.get("name")))
+    return passed
+
+
+def _junit_key(item):
+    """`(classname, name)` as pytest's JUnit XML report names `item`."""
+    parts = item.nodeid.split("::")
+    module = parts[0][:-len(".py")].replace("/", ".")
+    return ".".join([module, *parts[1:-1]]), item.name
+
+
+def _leave_out_passed(config, items):
+    report = config.getoption("--skip-passed-in")
+    if report is None:
+        return
+    passed = passed_in(report)
+    done = [item for item in items if _junit_key(item) in passed]
+    if done:
+        config.hook.pytest_deselected(items=done)
+        items[:] = [item for item in items if _junit_key(item) not in passed]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -159,6 +193,7 @@ def pytest_collection_modifyitems(config, items):
         if (BACKEND == "tensorflow" and item.path.name in BACKEND_NEUTRAL
                 and item.path.name not in QUICK_ON_TENSORFLOW):
             item.add_marker(pytest.mark.slow)
+    _leave_out_passed(config, items)
     if config.getoption("--full") or "slow" in (config.getoption("markexpr") or ""):
         return
     slow = [item for item in items if item.get_closest_marker("slow")]
