@@ -158,13 +158,12 @@ def _from_csv(path, id_column=None):
 def column_values(cells):
     """A CSV column's cells as JSON values of one type: integers when every
     non-empty cell is an integer (without leading zeros, which mark a code such as
-    "007"; within 64 bits), else floats when every one is a decimal number
+    "007"; text if one needs more than 64 bits), else floats when every one is a decimal number
     ("10", "10.5", "1e3"), else the text as written. An empty cell is None (null).
     """
     given = [cell for cell in cells if cell]
-    if given and all(_INTEGER.fullmatch(cell) and abs(int(cell)) < 2 ** 63
-                     for cell in given):
-        kind = int
+    if given and all(_INTEGER.fullmatch(cell) for cell in given):
+        kind = int if all(abs(int(cell)) < 2 ** 63 for cell in given) else str
     elif given and all(_DECIMAL.fullmatch(cell) and math.isfinite(float(cell))
                        for cell in given):
         kind = float
