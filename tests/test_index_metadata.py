@@ -13,7 +13,6 @@ from test_index_catalogue import CLASSES, _png, run_dir  # noqa: F401 (fixture)
 from keras_dml import cli
 from keras_dml.index import Index
 from keras_dml.index.catalogue import column_values, list_images
-from keras_dml.index.records import metadata_fields
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHOP = [  # path, label, sku, price, condition

@@ -16,8 +16,8 @@ import numpy as np
 
 from keras_dml.datasets.base import DMLSplits, labeled_from_raw
 
-__all__ = ["ImageListing", "SPLITS", "csv_columns", "csv_paths", "from_csv", "from_directory", "load_csv",
-           "load_folder"]
+__all__ = ["ImageListing", "SPLITS", "csv_columns", "csv_paths", "from_csv", "from_directory",
+           "load_csv", "load_folder"]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 SPLITS = ("train", "test", "query", "gallery")
@@ -97,10 +97,11 @@ def from_csv(path, test_classes=0.5, seed=0):
 
     The file has a header row naming the columns `path` and `label`, and
     optionally `split` (`train`, `test`, `query` or `gallery` on every row),
-    in any order; other columns are ignored here (`csv_columns` reads them). Paths are relative to the CSV
-    file's folder (absolute ones are kept). Labels are any strings or integers:
-    the class names. Without a `split` column the classes are split at random
-    as in `from_directory`. No image is opened.
+    in any order; other columns are ignored here (`csv_columns` reads them).
+    Paths are relative to the CSV file's folder (absolute ones are kept).
+    Labels are any strings or integers: the class names. Without a `split`
+    column the classes are split at random as in `from_directory`. No image is
+    opened.
 
     Args:
         path: The CSV file.

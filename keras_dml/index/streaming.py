@@ -1,7 +1,7 @@
 """Bringing an index up to date with a catalogue of image files, in bounded chunks.
 
 `sync(index, catalogue, embed)` compares the catalogue's ids (paths relative
-to its folder, or a CSV column's values) with the ids the index holds, embeds only the missing files,
+to its folder) with the ids the index holds, embeds only the missing files,
 `chunk_size` at a time, and upserts each chunk before embedding the next: the
 memory held is one chunk of images and embeddings, whatever the catalogue's
 size, and a job killed at any moment is resumed by running it again (what is
