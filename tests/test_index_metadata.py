@@ -219,23 +219,22 @@ def test_index_uri_id_column_stores_skus_and_refuses_duplicates(shop, run_dir, t
         cheap = index.search(index.get_embeddings(["S-001"]), k=4, filter={"price": {"<": 11}})
         assert sorted(cheap.ids[0].tolist()) == ["S-001", "S-003"]
 
-    # A repeated sku is refused before anything is embedded, naming the lines.
-    doubled = tmp_path / "doubled.csv"
+    # A repeated sku, or a column the collection does not have (a typo in the header),
+    # is refused before any image is read: the new row's file is not an image, and the
+    # error is not about it.
+    broken = tmp_path / "broken.png"
+    broken.write_text("<html>not an image</html>")
     rows = [(f"{shop}/{row[0]}", *row[1:]) for row in SHOP]
-    _write(doubled, rows + [(f"{shop}/dog/1.png".replace("1.png", "2.png"), "dog", "S-003",
-                             "5", "good")])
-    _png(shop / "dog" / "2.png", CLASSES["dog"], 9)
+    doubled = _write(tmp_path / "doubled.csv", rows + [(str(broken), "dog", "S-003", "5", "")])
     code, out, err = _run(["index", run_dir, "--images", doubled, "--uri", uri,
                            "--id-column", "sku"], capsys)
-    assert code == 2 and "'S-003' on lines 4, 6" in err and "embedded" not in out, err
-    # A column the collection does not have (a typo in the header) is refused, naming it.
-    typo = tmp_path / "typo.csv"
-    _write(typo, rows[:1] + [(f"{shop}/dog/2.png", "dog", "S-005", "5", "good")],
-           header="path,label,sku,prize,condition")
-    code, _, err = _run(["index", run_dir, "--images", typo, "--uri", uri, "--id-column",
-                         "sku"], capsys)
+    assert code == 2 and "'S-003' on lines 4, 6" in err and "broken" not in err, err
+    typo = _write(tmp_path / "typo.csv", rows[:1] + [(str(broken), "dog", "S-005", "5", "")],
+                  header="path,label,sku,prize,condition")
+    code, out, err = _run(["index", run_dir, "--images", typo, "--uri", uri, "--id-column",
+                           "sku"], capsys)
     assert code == 2 and "'prize' is not a field of this index" in err, err
-    assert "price (number)" in err and "Traceback" not in err
+    assert "price (number)" in err and "broken" not in err and "Traceback" not in err
     with Index.open(uri) as index:
         assert len(index) == 4
 

@@ -88,6 +88,7 @@ def run_milvus(args):
     import os
 
     from keras_dml.index.catalogue import list_images
+    from keras_dml.index.records import check_metadata_fields
     from keras_dml.index.runs import embed_chunks, load_run
     from keras_dml.index.streaming import CHUNK_SIZE, sync
     from keras_dml.inference import Progress
@@ -105,7 +106,8 @@ def run_milvus(args):
     index = milvus_index(args, run, {"images": os.path.abspath(args.images),
                                      "root": catalogue.root, "id_layout": catalogue.id_layout})
     progress = Progress(None)
-    try:
+    try:  # the catalogue's columns against the collection's fields, before any embedding
+        check_metadata_fields({"metadata_fields": index.metadata_fields}, catalogue.metadata)
         chunks = functools.partial(embed_chunks, run, skip_bad_images=args.skip_bad_images,
                                    progress=progress)
         report = sync(index, catalogue, chunks, chunk_size, args.update, progress)
