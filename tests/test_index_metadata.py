@@ -151,6 +151,22 @@ def test_integer_fields_widen_and_other_metadata_is_not_checked():
     assert Index().metadata_fields == {}
 
 
+def test_a_saved_index_of_unchecked_metadata_still_loads(tmp_path):
+    """An index saved before the fields were checked loads as it is; new items are checked."""
+    index = Index()
+    index.add(_items(2), metadata=[{"year": 2020}, {"year": 2021}])
+    index.save(tmp_path / "saved")
+    # As an older version could save it: the fields are not in index.json but read
+    # from the items on loading, and one item holds another type.
+    assert "metadata_fields" not in (tmp_path / "saved" / "index.json").read_text()
+    (tmp_path / "saved" / "metadata.json").write_text('[{"year": 2020}, {"year": "unknown"}]')
+    index = Index.load(tmp_path / "saved")
+    assert index.metadata == [{"year": 2020}, {"year": "unknown"}]
+    assert index.metadata_fields == {"year": "integer"}
+    with pytest.raises(ValueError, match="'year' = 'later' is string"):
+        index.add(_items(1), metadata=[{"year": "later"}])
+
+
 @pytest.mark.requires("pymilvus")
 def test_metadata_fields_are_checked_on_milvus_and_kept_by_the_collection(tmp_path):
     uri = str(tmp_path / "shop.db")

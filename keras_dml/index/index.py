@@ -290,7 +290,7 @@ class Index:
         labels = self._check_labels(labels, n)
         ids = self._check_ids(ids, n, replace)
         metadata = storage.check_metadata(metadata, n)
-        records.check_metadata_fields(self._record, metadata)
+        records.check_metadata_fields(self._record, metadata, strict=added is None)
         added = np.full(n, time.time()) if added is None else np.asarray(added, np.float64)
         record = self._record
         record["provenance"]["dim"] = int(embeddings.shape[1])

@@ -27,7 +27,7 @@ def metadata_fields(record):
     return dict.fromkeys(fields) if isinstance(fields, list) else dict(fields)
 
 
-def check_metadata_fields(record, metadata):
+def check_metadata_fields(record, metadata, strict=True):
     """Checks dict metadata against the record's fields and records new ones.
 
     The fields are open until an item with dict metadata has keys: the keys of
@@ -42,6 +42,9 @@ def check_metadata_fields(record, metadata):
     Args:
         record: The index's record; its `metadata_fields` are updated.
         metadata: The JSON values of the items to add.
+        strict: Refuse. Defaults to True; False records the fields of items
+            saved before they were checked (`Index.load`): a new key joins the
+            fields, a clashing value leaves its field's type as it is.
 
     Raises:
         ValueError: Naming the item, the key and the index's fields.
@@ -52,7 +55,7 @@ def check_metadata_fields(record, metadata):
         if not isinstance(value, dict):
             continue
         for key, field_value in value.items():
-            if key not in fields and fixed:
+            if key not in fields and fixed and strict:
                 raise ValueError(f"metadata of item {item}: {key!r} is not a field of this "
                                  f"index; its fields are {_describe(fields)} (a field left "
                                  "out of an item's metadata is stored as null).")
@@ -60,11 +63,11 @@ def check_metadata_fields(record, metadata):
             if given is None or known == given or {known, given} == {"integer", "number"}:
                 fields[key] = "number" if "number" in (known, given) else known or given
                 continue
-            if known is not None:
+            if known is not None and strict:
                 raise ValueError(f"metadata of item {item}: {key!r} = {field_value!r} is "
                                  f"{given} but the field holds {known}; the index's fields "
                                  f"are {_describe(fields)}.")
-            fields[key] = given
+            fields[key] = known or given
     record["metadata_fields"] = fields
 
 
