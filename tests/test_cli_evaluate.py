@@ -124,6 +124,7 @@ def test_search_rerank_prints_the_reranked_items(run_dir, folders, tmp_path, cap
     assert code == 0, err
     expected = Index.load(tmp_path / "index").search(
         _expected(run_dir, [query]), 4, rerank="k_reciprocal:k1=3,k2=2")
-    assert [line.split()[1] for line in out.splitlines()[1:]] == expected.metadata[0]
+    assert [line.split()[1] for line in out.splitlines()[1:]] == [
+        item["path"] for item in expected.metadata[0]]
     code, _, err = _run(["search", tmp_path / "index", query, "--rerank", "qe:n=0"], capsys)
     assert code == 2 and "n must be" in err

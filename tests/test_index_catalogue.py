@@ -148,8 +148,8 @@ def test_index_images_search_prints_paths_and_calibrate(photos, run_dir, tmp_pat
     assert "(10 items, dimension 6, exact)" in out
     index = Index.load(tmp_path / "index")
     assert index.labels.tolist() == [""] + [c for c in CLASSES for _ in range(3)]
-    assert index.metadata[:2] == ["loose.png", "cat/0.png"]
-    assert index.info["root"] == str(photos)
+    assert index.metadata[:2] == [{"path": "loose.png"}, {"path": "cat/0.png"}]
+    assert index.info["root"] == str(photos) and index.info["id_layout"] == "relative_path"
 
     query = photos / "dog" / "1.png"
     out = _main(["search", tmp_path / "index", query, "--k", "3"], capsys)
@@ -157,7 +157,7 @@ def test_index_images_search_prints_paths_and_calibrate(photos, run_dir, tmp_pat
     assert first.groups() == ("dog/1.png", "dog", "1.0000")  # the image itself, by path
     expected = index.search(_expected(run_dir, [query]), 3)
     printed = re.findall(r"^\s+\d\. (\S+)", out, re.M)
-    assert printed == expected.metadata[0]
+    assert printed == [item["path"] for item in expected.metadata[0]]
 
     with pytest.warns(UserWarning, match="notes.txt"):
         out = _main(["calibrate", run_dir, "--images", photos, "--target-precision", "0.5",

@@ -1,7 +1,7 @@
 """Arguments and steps shared by several `keras-dml` commands (index, calibrate, embed)."""
 
 __all__ = ["add_data_arguments", "add_skip_argument", "capped_k", "embed_catalogue", "embedded",
-           "kept", "report_skipped"]
+           "embedded_items", "kept", "report_skipped"]
 
 
 def add_data_arguments(parser):
@@ -26,26 +26,38 @@ def add_skip_argument(parser):
 
 def embedded(args, run):
     """`(embeddings, labels, metadata, info)` of --images or of the dataset split."""
+    embeddings, labels, _, metadata, info = embedded_items(args, run)
+    return embeddings, labels, metadata, info
+
+
+def embedded_items(args, run):
+    """`(embeddings, labels, ids, metadata, info)` of --images or of the dataset split:
+    ids from --id-column where the command has it, else None (running numbers); the
+    metadata of --images as `keras_dml.index.catalogue.list_images` lists it."""
     import os
 
-    from keras_dml.index.catalogue import list_images
+    from keras_dml.index.catalogue import RELATIVE_PATH, list_images
     from keras_dml.index.runs import embed_split, load_split
 
     info = {"run": os.path.abspath(run.run_dir)}
     if args.images is not None:
         if args.dataset is not None or args.data_dir is not None:
             raise ValueError("Pass either --images or --dataset/--data-dir, not both.")
-        catalogue = list_images(args.images)
+        catalogue = list_images(args.images, getattr(args, "id_column", None))
         result = embed_catalogue(run, catalogue, skip_bad_images=args.skip_bad_images)
-        info.update(images=os.path.abspath(args.images), root=catalogue.root)
+        info.update(images=os.path.abspath(args.images), root=catalogue.root,
+                    id_layout=catalogue.id_layout)
         labels = result.labels if catalogue.labelled else None
-        return result.embeddings, labels, kept(catalogue.ids, result), info
+        ids = None if catalogue.id_layout == RELATIVE_PATH else kept(catalogue.ids, result)
+        return result.embeddings, labels, ids, kept(catalogue.metadata, result), info
+    if getattr(args, "id_column", None) is not None:
+        raise ValueError("--id-column names a column of the --images CSV; pass --images.")
     split = load_split(run, args.dataset, args.split, args.data_dir)
     result = embed_split(run, split, skip_bad_images=args.skip_bad_images)
     report_skipped(result.skipped)
     info.update(dataset=args.dataset or run.dataset, split=args.split,
                 class_names=[str(name) for name in split.class_names])
-    return result.embeddings, result.labels, None, info
+    return result.embeddings, result.labels, None, None, info
 
 
 def embed_catalogue(run, catalogue, batch_size=64, skip_bad_images=False):

@@ -1,6 +1,6 @@
 """`keras-dml index`: a searchable index of a run's embeddings, saved or on Milvus."""
 
-from keras_dml.cli.arguments import add_data_arguments, embedded
+from keras_dml.cli.arguments import add_data_arguments, embedded_items
 
 __all__ = ["add_command", "run"]
 
@@ -12,7 +12,8 @@ def add_command(commands):
         description="Embed a dataset split, or any folder or CSV list of images (--images), "
         "with a run's embedder and save a keras_dml.index.Index (NumPy + JSON) to search with "
         "`keras-dml search`. With --images the items' labels are the class folders (or CSV "
-        "labels) and their metadata the image paths relative to the folder. With --uri the "
+        "labels) and their metadata the image path relative to the folder (field \"path\") "
+        "and a CSV's other columns, typed (see --id-column). With --uri the "
         "images go to a Milvus collection instead (a Milvus Lite file, or a server's "
         "http(s) URI), embedded and stored in chunks: memory stays bounded by --chunk-size, "
         "a killed run continues where it stopped when run again, and --update also removes "
@@ -40,7 +41,18 @@ def add_command(commands):
                         "the memory")
     milvus.add_argument("--update", action="store_true",
                         help="also remove the entries whose files are gone")
+    add_id_arguments(parser)
     parser.set_defaults(handler=run)
+
+
+def add_id_arguments(parser):
+    """Adds --id-column: product ids from a column of the --images CSV."""
+    parser.add_argument(
+        "--id-column", default=None, metavar="COLUMN",
+        help="with a CSV --images: the column whose values (text) are the items' ids, e.g. "
+        "sku, instead of the image paths; refused if a value is empty or on two rows. The "
+        "columns other than path, label, split and this one are the items' metadata: "
+        "integers, decimals or text by column, empty cells null")
 
 
 def run(args):
@@ -62,9 +74,9 @@ def run(args):
     output = args.output or os.path.join(args.run, "index")
     if os.path.exists(output) and not args.overwrite:
         raise FileExistsError(f"{output} exists; pass --overwrite to replace it.")
-    embeddings, labels, metadata, info = embedded(args, run)
+    embeddings, labels, ids, metadata, info = embedded_items(args, run)
     index = Index(backend=args.backend, info=info, provenance=run_provenance(run))
-    index.add(embeddings, labels=labels, metadata=metadata)
+    index.add(embeddings, labels=labels, ids=ids, metadata=metadata)
     index.save(output, overwrite=args.overwrite)
     print(f"index: {output} ({len(index)} items, dimension {index.dim}, {args.backend})")
     return 0
@@ -76,6 +88,7 @@ def run_milvus(args):
     import os
 
     from keras_dml.index.catalogue import list_images
+    from keras_dml.index.records import check_metadata_fields
     from keras_dml.index.runs import embed_chunks, load_run
     from keras_dml.index.streaming import CHUNK_SIZE, sync
     from keras_dml.inference import Progress
@@ -89,11 +102,12 @@ def run_milvus(args):
     if chunk_size < 1:
         raise ValueError(f"--chunk-size must be at least 1, got {chunk_size}.")
     run = load_run(args.run)
-    catalogue = list_images(args.images)
+    catalogue = list_images(args.images, args.id_column)
     index = milvus_index(args, run, {"images": os.path.abspath(args.images),
-                                     "root": catalogue.root})
+                                     "root": catalogue.root, "id_layout": catalogue.id_layout})
     progress = Progress(None)
-    try:
+    try:  # the catalogue's columns against the collection's fields, before any embedding
+        check_metadata_fields({"metadata_fields": index.metadata_fields}, catalogue.metadata)
         chunks = functools.partial(embed_chunks, run, skip_bad_images=args.skip_bad_images,
                                    progress=progress)
         report = sync(index, catalogue, chunks, chunk_size, args.update, progress)

@@ -168,6 +168,8 @@ def _print(paths, result, matches, named):
         print(f"{path}{decision}")
         for rank in range(len(result.metadata[row])):
             item = result.metadata[row][rank]
+            if isinstance(item, dict) and "path" in item:  # an image's catalogue metadata
+                item = item["path"]
             item = f"id {result.ids[row, rank]:<8}" if item is None else str(item)
             print(f"  {rank + 1:>2}. {item}  label {named(result.labels[row, rank]):<10} "
                   f"score {result.scores[row, rank]:.4f}")

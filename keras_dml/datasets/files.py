@@ -16,8 +16,8 @@ import numpy as np
 
 from keras_dml.datasets.base import DMLSplits, labeled_from_raw
 
-__all__ = ["ImageListing", "SPLITS", "csv_paths", "from_csv", "from_directory", "load_csv",
-           "load_folder"]
+__all__ = ["ImageListing", "SPLITS", "csv_columns", "csv_paths", "from_csv", "from_directory",
+           "load_csv", "load_folder"]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 SPLITS = ("train", "test", "query", "gallery")
@@ -97,10 +97,11 @@ def from_csv(path, test_classes=0.5, seed=0):
 
     The file has a header row naming the columns `path` and `label`, and
     optionally `split` (`train`, `test`, `query` or `gallery` on every row),
-    in any order; other columns are ignored. Paths are relative to the CSV
-    file's folder (absolute ones are kept). Labels are any strings or integers:
-    the class names. Without a `split` column the classes are split at random
-    as in `from_directory`. No image is opened.
+    in any order; other columns are ignored here (`csv_columns` reads them).
+    Paths are relative to the CSV file's folder (absolute ones are kept).
+    Labels are any strings or integers: the class names. Without a `split`
+    column the classes are split at random as in `from_directory`. No image is
+    opened.
 
     Args:
         path: The CSV file.
@@ -132,7 +133,7 @@ def from_csv(path, test_classes=0.5, seed=0):
     base = os.path.dirname(path)
     rows, has_split = _read_csv(path)
     paths, labels, parts, missing, seen = [], [], [], [], {}
-    for line, name, label, part in rows:
+    for line, name, label, part, _ in rows:
         full = os.path.normpath(os.path.join(base, name))
         if full in seen:
             raise ValueError(f"{path}, line {line}: {name!r} is listed again (first at line "
@@ -161,7 +162,27 @@ def csv_paths(path):
     path = os.path.abspath(os.path.expanduser(os.fspath(path)))
     base = os.path.dirname(path)
     rows, _ = _read_csv(path)
-    return [os.path.normpath(os.path.join(base, name)) for _, name, _, _ in rows]
+    return [os.path.normpath(os.path.join(base, name)) for _, name, _, _, _ in rows]
+
+
+def csv_columns(path):
+    """The columns of a `from_csv` file beyond path, label and split, as written.
+
+    Returns:
+        `(names, cells)`: the other columns' header names (stripped, in the
+        file's order; columns with an empty header are left out), and per
+        listed image (absolute path, as `from_csv` makes it) its CSV line
+        number and `{name: cell text, stripped}`.
+
+    Raises:
+        ValueError: As `from_csv`, for the file's format.
+    """
+    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    base = os.path.dirname(path)
+    rows, _ = _read_csv(path)
+    names = list(rows[0][4])
+    return names, {os.path.normpath(os.path.join(base, name)): (line, extras)
+                   for line, name, _, _, extras in rows}
 
 
 def load_folder(data_dir=None, source="auto", test_classes=0.5, seed=0):
@@ -281,7 +302,8 @@ def is_image_file(name):
 
 
 def _read_csv(path):
-    """`([(line, path, label, split or None)], has_split)`, checked line by line."""
+    """`([(line, path, label, split or None, {other column: cell})], has_split)`,
+    checked line by line."""
     with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.reader(handle)
         header = next(reader, None)
@@ -303,6 +325,8 @@ def _read_csv(path):
                              f"{', '.join(map(repr, repeated))} appears more than once.")
         at = {name: columns.index(name) for name in ("path", "label", "split")
               if name in columns}
+        others = {header[i].strip(): i for i, name in enumerate(columns)
+                  if name and name not in at}
         rows = []
         for row in reader:
             if not any(cell.strip() for cell in row):
@@ -318,7 +342,8 @@ def _read_csv(path):
             if part is not None and part not in SPLITS:
                 raise ValueError(f"{where}: split must be train, test, query or gallery; got "
                                  f"{row[at['split']]!r}.")
-            rows.append((reader.line_num, name, label, part))
+            rows.append((reader.line_num, name, label, part,
+                         {column: row[i].strip() for column, i in others.items()}))
     if not rows:
         raise ValueError(f"{path} has a header row but no image rows.")
     return rows, "split" in at

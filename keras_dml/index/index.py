@@ -206,6 +206,12 @@ class Index:
         return dict(self._record["provenance"])
 
     @property
+    def metadata_fields(self):
+        """`{field: type}` of dict metadata: "integer", "number", "string", "boolean",
+        "array", "object", or None while the field has held only nulls."""
+        return records.metadata_fields(self._record)
+
+    @property
     def dim(self):
         """The embedding size, or None before the first add."""
         return self._record["provenance"]["dim"]
@@ -255,13 +261,16 @@ class Index:
             ids: `(n,)` distinct ints or strings (one kind per index) not in the
                 index. Defaults to None: running integers after the largest id
                 used so far (an index of string ids needs them given).
-            metadata: A list of n JSON-serialisable values (dicts' keys become
-                filter fields). Defaults to None.
+            metadata: A list of n JSON-serialisable values. Dicts' keys become
+                the index's fields (`metadata_fields`) at the first add that has
+                them; later keys must be among them, with values of their type
+                (a left-out key is null). Defaults to None.
 
         Raises:
             ValueError: Another dimension, a kind of ids or labels the index
-                does not hold, repeated ids, or ids already in the index (use
-                `upsert` to replace them).
+                does not hold, repeated ids, ids already in the index (use
+                `upsert` to replace them), or a metadata key or type the index's
+                fields do not have (see `keras_dml.index.records`).
         """
         return self._write(embeddings, labels, ids, metadata, replace=False)
 
@@ -281,14 +290,12 @@ class Index:
         labels = self._check_labels(labels, n)
         ids = self._check_ids(ids, n, replace)
         metadata = storage.check_metadata(metadata, n)
+        records.check_metadata_fields(self._record, metadata, strict=added is None)
         added = np.full(n, time.time()) if added is None else np.asarray(added, np.float64)
         record = self._record
         record["provenance"]["dim"] = int(embeddings.shape[1])
         record["id_kind"] = storage.kind_of(ids)
         record["label_kind"] = storage.kind_of(labels)
-        fields = set(record["metadata_fields"]).union(
-            *(m.keys() for m in metadata if isinstance(m, dict)))
-        record["metadata_fields"] = sorted(fields)
         if ids.dtype.kind != "U" and n:
             record["next_id"] = max(record["next_id"], int(ids.max()) + 1)
         self._store.insert(embeddings, ids, labels, metadata, added, replace)

@@ -54,8 +54,8 @@ def sync(index, catalogue, embed_chunks, chunk_size=CHUNK_SIZE, update=False, pr
 
     Args:
         index: A `keras_dml.index.Index` with string ids (e.g. on Milvus).
-        catalogue: A `keras_dml.index.catalogue.Catalogue`; its ids become the items'
-            ids and metadata, its class names their labels.
+        catalogue: A `keras_dml.index.catalogue.Catalogue`; its ids, class names and
+            metadata become the items' ids, labels and metadata.
         embed_chunks: `embed_chunks(paths, chunk_size)` yielding the
             `keras_dml.inference.Embedded` of consecutive chunks of `paths` (e.g.
             `functools.partial(keras_dml.index.runs.embed_chunks, run)`).
@@ -92,9 +92,9 @@ def sync(index, catalogue, embed_chunks, chunk_size=CHUNK_SIZE, update=False, pr
             print(f"keras_dml.index: skipped {problem}", file=log, flush=True)
         report.unreadable.extend(problems)
         if len(chunk):
-            ids = [catalogue.ids[missing[path]] for path in chunk.paths]
-            index.upsert(chunk.embeddings, ids=ids,
-                         labels=[catalogue.labels[missing[path]] for path in chunk.paths],
-                         metadata=ids)
+            rows = [missing[path] for path in chunk.paths]
+            index.upsert(chunk.embeddings, ids=[catalogue.ids[i] for i in rows],
+                         labels=[catalogue.labels[i] for i in rows],
+                         metadata=[catalogue.metadata[i] for i in rows])
             report.added += len(chunk)
     return report
