@@ -130,7 +130,7 @@ def sync(index, catalogue, embed_chunks, chunk_size=CHUNK_SIZE, update=False, pr
         report.gone = gone
     if dry_run:
         return report
-    if recorded != given:  # "root" alone is how the catalogue was recorded before
+    if index.info.get(safeguards.RECORD_KEY) != given:  # "root" alone: the former record
         info = {key: value for key, value in index.info.items() if key != "root"}
         index.info = {**info, safeguards.RECORD_KEY: given}
     if report.to_remove:
