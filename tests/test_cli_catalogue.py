@@ -21,7 +21,10 @@ from test_index_streaming import ROOT, _summary, milvus_server, photos  # noqa: 
 
 pytest.importorskip("pymilvus")
 
-STORES = ["lite", pytest.param("server", marks=pytest.mark.slow)]
+# Each command on a Lite file starts its serving process (seconds): the quick tier checks
+# sync's safeguards on a Lite file from Python (tests/test_index_streaming.py).
+STORES = [pytest.param("lite", marks=pytest.mark.slow),
+          pytest.param("server", marks=pytest.mark.slow)]
 
 
 @contextlib.contextmanager
@@ -90,8 +93,8 @@ def test_a_half_synced_folder_is_refused_and_removals_are_kept(store, photos, ru
         written = set(_removal_files(run_dir)) - before
         assert len(written) == 1
         path = written.pop()
-        assert f"index: the 1 removed items are listed in {path} (id, label, metadata, path)" \
-            in out
+        assert (f"index: the removed items are listed in {path} (one JSON line each: id, "
+                "label, metadata, path), to put them back") in out
         assert [json.loads(line) for line in open(path)] == [
             {"id": "cat/0.png", "label": "cat", "metadata": "cat/0.png",
              "path": str(photos / "cat" / "0.png")}]
@@ -104,6 +107,7 @@ def _removal_files(run_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:.*skipped .* entries")  # the database folder
 @pytest.mark.parametrize("store", ["lite", "server"])
 def test_another_root_is_refused_and_a_moved_one_recorded(store, photos, run_dir,  # noqa: F811
                                                           tmp_path, capsys):

@@ -327,3 +327,26 @@ def test_new_removals_files_never_reuse_a_name(tmp_path):
     open(first, "w").close()
     assert safeguards.new_removals_file(str(tmp_path), "shop", now) == str(
         tmp_path / "20300102T030405Z-shop-2.jsonl")
+
+
+def test_waiting_for_a_lite_file_says_so_and_names_the_server_road(tmp_path, capsys):
+    from keras_dml.index.lite_process import LiteProcess
+
+    class Enough(Exception):
+        pass
+
+    looks = [True, True]
+
+    def locked(path):  # held for two looks; the third ends the test before a child starts
+        if looks:
+            return looks.pop()
+        raise Enough
+
+    with pytest.raises(Enough):
+        LiteProcess(tmp_path / "shop.db", locked)
+    err = capsys.readouterr().err
+    assert err == (f"keras_dml: {tmp_path / 'shop.db'} is open in another process; waiting up "
+                   "to 10 s for it. Milvus Lite opens a database in one process at a time: to "
+                   "search a catalogue while it is updated, serve it (milvus-lite server "
+                   f"--data-dir {tmp_path / 'shop.db'} --port 19530) and give every command "
+                   "--uri http://127.0.0.1:19530.\n")

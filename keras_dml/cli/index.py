@@ -161,8 +161,8 @@ def _print_report(args, report, progress):
     print(f"index: {where}: added {report.added} images{rate}, {report.kept} already there"
           f"{gone}; {total} items")
     if report.removals_file:
-        print(f"index: the {report.removed} removed items are listed in "
-              f"{report.removals_file} (id, label, metadata, path), to put them back")
+        print(f"index: the removed items are listed in {report.removals_file} (one JSON "
+              "line each: id, label, metadata, path), to put them back")
     if report.unreadable:
         print(f"keras-dml index: {len(report.unreadable)} files could not be read (above) and "
               "are not in the index (--skip-bad-images); fix them and run the same command "
