@@ -5,7 +5,6 @@ items are written beside the run; on a Milvus Lite file and through a server URI
 import contextlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -101,8 +100,8 @@ def test_a_half_synced_folder_is_refused_and_removals_are_kept(store, photos, ru
         assert _count(uri) == 8
 
 
-def _removal_files(run_dir):
-    folder = run_dir / "index_removals"
+def _removal_files(run):
+    folder = run / "index_removals"
     return sorted(str(folder / name) for name in os.listdir(folder)) if folder.exists() else []
 
 
