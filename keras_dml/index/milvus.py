@@ -185,8 +185,9 @@ def _lite_error(path, error):
     if _locked(path):
         return RuntimeError(
             f"{path} is open in another process: Milvus Lite lets one process open a database "
-            "at a time. Close it there (Index.close(), or let that process end), or use a "
-            "Milvus server for several processes.")
+            "at a time. Close it there (Index.close(), or let that process end), or serve it "
+            f"to several processes: milvus-lite server --data-dir {path} --port 19530, and "
+            "--uri http://127.0.0.1:19530.")
     return RuntimeError(f"Cannot open the Milvus Lite database {path}: {_message(error)}")
 
 
