@@ -267,7 +267,7 @@ def test_sync_refuses_another_root_or_layout_and_removals_over_the_bound(tmp_pat
         report = sync(index, kept, _vectors, update=True, removals_file=str(removals))
         assert (report.added, report.removed, report.removals_file) == (1, 1, str(removals))
         assert [json.loads(line) for line in removals.read_text().splitlines()] == [
-            {"id": "a/0.png", "label": "a", "metadata": "a/0.png",
+            {"id": "a/0.png", "label": "a", "metadata": {"path": "a/0.png"},
              "path": str(root / "a" / "0.png")}]
         with pytest.raises(FileExistsError, match="never overwritten"):
             sync(index, _catalogue(root, ids[2:]), _nothing_embedded, update=True,

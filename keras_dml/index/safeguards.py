@@ -166,7 +166,8 @@ def new_removals_file(folder, collection, now=None):
 def write_removals(path, ids, labels, metadata, layout):
     """Writes the items about to be removed to a new JSON-lines file at `path`, one
     `{"id", "label", "metadata", "path"}` per line (`path`: the file it was listed
-    from, for relative-path ids; else None).
+    from: its metadata's "path", or for relative-path ids the id, joined to the root;
+    else None).
 
     Raises:
         FileExistsError: `path` exists (it is never overwritten).
@@ -175,7 +176,9 @@ def write_removals(path, ids, labels, metadata, layout):
     relative = layout["ids"] == ID_LAYOUT
     with open(path, "x", encoding="utf-8") as handle:
         for item, label, data in zip(ids, labels, metadata):
-            where = os.path.join(layout["root"], item) if relative else None
+            listed = data.get("path") if isinstance(data, dict) else None
+            listed = listed or (item if relative else None)
+            where = None if listed is None else os.path.join(layout["root"], listed)
             handle.write(json.dumps({"id": item, "label": label, "metadata": data,
                                      "path": where}) + "\n")
         handle.flush()
