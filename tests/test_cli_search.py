@@ -169,6 +169,7 @@ def test_a_bad_filter_is_refused_in_one_line_before_anything_is_opened(tmp_path,
     assert message in err, err
 
 
+@pytest.mark.slow  # two searches: ~9 s with the catalogue
 def test_json_and_csv_output(store, run_dir, capsys):  # noqa: F811
     shop, where, _ = store
     queries = [shop["paths"][0], shop["paths"][4]]
@@ -294,3 +295,71 @@ def test_collection_may_be_a_milvus_alias(milvus_shop, capsys):
     used = np.array([m.get("condition") == "used" for m in milvus_shop["metadata"]])
     assert [item["id"] for item in answer["queries"][0]["results"]] == _expected_ids(
         milvus_shop, [0], used, 2)[0]
+
+
+def test_expressions_are_the_python_dict_filters():
+    """The text reads into `Index.search`'s dict filter: the same items pass; ISO times
+    (UTC without a zone) are seconds since the epoch; ids and labels of another kind than
+    the index's are refused instead of matching nothing."""
+    from keras_dml.index.filter_expression import parse_expression
+    from keras_dml.index.results import SearchResult
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8, 4)).astype("float32")
+    index = Index()
+    index.add(x, labels=["a", "b"] * 4, metadata=[{"price": p, "used": p > 4} for p in range(8)])
+    text = 'label == "a" and price >= 2 and used == false and added > "2000-01-01T01:00+01:00"'
+    assert parse_expression(text) == {"label": {"==": "a"}, "price": {">=": 2},
+                                      "used": {"==": False},
+                                      "added": {">": "2000-01-01T01:00+01:00"}}
+    assert index.search(x, 8, parse_expression(text)).ids[0].tolist() in ([2, 4], [4, 2])
+    utc = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
+    for given in ("2000-01-01", "2000-01-01T00:00:00+00:00", utc, utc.timestamp()):
+        assert index.search(x, 8, {"added": {">": given}}).ids.shape == (8, 8)
+        assert index.search(x, 8, {"added": {"<": given}}).ids.shape == (8, 0)
+    for bad, message in (({"label": 3}, "labels are strings, got 3"),
+                         ({"id": ["0"]}, "ids are integers, got '0'"),
+                         ({"added": True}, "a time is seconds since the epoch"),
+                         ({"added": "tomorrow"}, "got 'tomorrow'")):
+        with pytest.raises(ValueError, match=message):
+            index.search(x, 2, bad)
+    plain = index.search(x[:2], 3)
+    assert plain.similarities is plain.scores  # without re-ranking: one array
+    old_style = SearchResult(plain.ids, plain.scores, plain.labels, plain.metadata)
+    assert old_style.similarities is plain.scores  # positional construction as before
+
+
+def test_json_and_csv_writers_on_a_result():
+    """The writers alone: JSON parses as one document, CSV starts with its header, and a
+    padded row (an approximate index that found fewer than k) is left out."""
+    from keras_dml.cli.search_output import make_output
+    from keras_dml.index.results import SearchResult
+
+    result = SearchResult(np.array([[4, 2, -1]]), np.array([[-0.3, -0.5, -np.inf]], "float32"),
+                          np.array([[1, 0, -1]]), [[{"path": "a.png", "price": 3}, None, None]],
+                          np.array([[0.95, 0.5, -np.inf]], "float32"))
+    about = {"index": "i", "collection": None, "model_fingerprint": "sha256:x", "run": "r",
+             "metric": "cosine", "k": 3, "threshold": 0.9, "rerank": "qe", "filter": None,
+             "labels": None}
+    outputs = {}
+    for format in ("json", "csv", "text"):
+        stream = io.StringIO()
+        output = make_output(format, about, ["zero", "one"], stream)
+        output.write(["q.png"], result)
+        output.close()
+        outputs[format] = stream.getvalue()
+    answer = json.loads(outputs["json"])
+    assert {k: answer[k] for k in about} == about and answer["unread"] == []
+    assert answer["queries"] == [{"query": "q.png", "matched": True, "results": [
+        {"rank": 1, "id": 4, "label": 1, "class_name": "one", "similarity": 0.95,
+         "rerank_score": -0.3, "metadata": {"path": "a.png", "price": 3}},
+        {"rank": 2, "id": 2, "label": 0, "class_name": "zero", "similarity": 0.5,
+         "rerank_score": -0.5, "metadata": None}]}]
+    rows = list(csv.reader(io.StringIO(outputs["csv"])))
+    assert tuple(rows[0]) == CSV_COLUMNS and len(rows) == 3
+    assert rows[1] == ["q.png", "1", "4", "1", "one", "0.95", "-0.3", "true",
+                       '{"path": "a.png", "price": 3}']
+    assert outputs["text"].splitlines() == [
+        "q.png  match: 1 (one)",
+        "   1. a.png  label 1 (one)    score 0.9500  rerank -0.3000  price=3",
+        "   2. id 2         label 0 (zero)   score 0.5000  rerank -0.5000"]

@@ -67,7 +67,7 @@ def add_command(commands):
                         help="search only the items of this label (repeat for several)")
     _add_filter_and_format(parser)
     parser.add_argument("--collection", default=None,
-                        help="Milvus collection (default: the one keras_dml uses)")
+                        help="Milvus collection or alias (default: the one keras_dml uses)")
     parser.add_argument("--token", default=None, help="Milvus server token")
     parser.add_argument("--run", default=None,
                         help="the run that built the index, where it is now (default: the "

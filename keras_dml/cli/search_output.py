@@ -12,8 +12,6 @@ import json
 import math
 import sys
 
-import numpy as np
-
 __all__ = ["CSV_COLUMNS", "FORMATS", "make_output"]
 
 FORMATS = ("text", "json", "csv")
@@ -146,6 +144,8 @@ def _plain(value):
 
 def _number(value):
     """A float32 score as the shortest float that reads back as the same float32."""
+    import numpy as np
+
     return float(str(np.float32(value)))
 
 
