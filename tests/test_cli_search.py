@@ -134,10 +134,12 @@ def test_filter_on_label_metadata_and_time_added(store, capsys):
         shop, [1], (labels == "cat") & (price > 10), 9)[0]
     code, out, err = _run(["search", where, queries[0], "--k", "9", "--label", "owl"], capsys)
     assert code == 0 and re.findall(r"label (\S+)", out) == ["owl"] * 3, err
-    code, _, err = _run(["search", where, queries[0], "--filter", "price > 1000"], capsys)
-    assert code == 2 and err.strip().splitlines() == [
-        f"keras-dml search: error: No item in {where} passes --filter 'price > 1000': "
-        "nothing to search."]
+    for rerank in ([], ["--rerank", "k_reciprocal"]):
+        code, _, err = _run(["search", where, queries[0], "--filter", "price > 1000", *rerank],
+                            capsys)
+        assert code == 2 and err.strip().splitlines() == [
+            f"keras-dml search: error: No item in {where} passes --filter 'price > 1000': "
+            "nothing to search."]
     # A wrong field or type is refused alike on both stores.
     for expression, message in (
             ("prize < 20", "unknown field 'prize'; the index has ['added', 'condition', "
@@ -323,6 +325,9 @@ def test_expressions_are_the_python_dict_filters():
                          ({"added": "tomorrow"}, "got 'tomorrow'")):
         with pytest.raises(ValueError, match=message):
             index.search(x, 2, bad)
+    for method in ("qe", "k_reciprocal"):  # no item passes: empty results, re-ranked too
+        nothing = index.search(x[:3], 2, {"price": {">": 100}}, rerank=method)
+        assert nothing.ids.shape == nothing.similarities.shape == (3, 0)
     plain = index.search(x[:2], 3)
     assert plain.similarities is plain.scores  # without re-ranking: one array
     old_style = SearchResult(plain.ids, plain.scores, plain.labels, plain.metadata)

@@ -61,6 +61,13 @@ def rerank_search(index, queries, k, filter, rerank):
     """`Index.search(queries, k, filter, rerank=rerank)`: the re-ranked ids, scores,
     labels, metadata and similarities of a `SearchResult`."""
     reranker = get(rerank)
+    if filter is not None:
+        probe = index.search(queries[:1], 1, filter)
+        if not probe.ids.shape[1]:  # no item passes: (Q, 0) results, as a plain search's
+            shape = (len(queries), 0)
+            return (np.zeros(shape, probe.ids.dtype), np.zeros(shape, np.float32),
+                    np.zeros(shape, probe.labels.dtype), [[] for _ in queries],
+                    np.zeros(shape, np.float32))
     size = len(index)
     parts = []
     for start in range(0, len(queries), _CHUNK):
