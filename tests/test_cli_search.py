@@ -140,7 +140,8 @@ def test_filter_on_label_metadata_and_time_added(store, capsys):
         assert code == 2 and err.strip().splitlines() == [
             f"keras-dml search: error: No item in {where} passes --filter 'price > 1000': "
             "nothing to search."]
-    # A wrong field or type is refused alike on both stores.
+    # A wrong field or type is refused alike on both stores, before any query is read.
+    missing = shop["root"] / "missing.png"
     for expression, message in (
             ("prize < 20", "unknown field 'prize'; the index has ['added', 'condition', "
              "'id', 'label', 'metadata', 'path', 'price', 'sku']"),
@@ -148,7 +149,7 @@ def test_filter_on_label_metadata_and_time_added(store, capsys):
             ('added > "last week"', "filter field 'added': a time is seconds since the "
              "epoch, a datetime or an ISO 8601 date or time such as '2026-11-01', got "
              "'last week'.")):
-        code, out, err = _run(["search", where, queries[0], "--filter", expression], capsys)
+        code, out, err = _run(["search", where, missing, "--filter", expression], capsys)
         assert code == 2 and not out and message in err, err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 

@@ -110,6 +110,7 @@ def run(args):
     if not size:
         raise ValueError(f"{args.index} is empty: nothing to search.")
     k = capped_k(args.k, size, "search")
+    _check_filter(index, search_filter, args)
     paths, unlisted = query_files(args.images)
     output = make_output(args.format, _about(args, index, run_dir, k, threshold),
                          index.info.get("class_names"))
@@ -125,8 +126,6 @@ def run(args):
         if not len(chunk):
             continue
         result = index.search(chunk.embeddings, k, filter=search_filter, rerank=args.rerank)
-        if search_filter and not result.ids.shape[1]:
-            raise ValueError(_nothing_passes(args))
         output.write(chunk.paths, result)
     progress.close()
     output.close()
@@ -154,6 +153,17 @@ def _search_filter(expression, labels):
                              "'label in [...]', not both.")
         search_filter.setdefault("label", {})["in"] = list(labels)
     return search_filter or None
+
+
+def _check_filter(index, search_filter, args):
+    """Refuses, before any query is embedded, a filter that names an unknown field or
+    a value of the wrong kind (the index's one-line error), or that no item passes:
+    one search of a probe vector (the items a filter passes do not depend on the query)."""
+    import numpy as np
+
+    if search_filter is not None and not index.search(
+            np.ones((1, index.dim), np.float32), 1, filter=search_filter).ids.shape[1]:
+        raise ValueError(_nothing_passes(args))
 
 
 def _nothing_passes(args):
