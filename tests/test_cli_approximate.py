@@ -1,0 +1,142 @@
+"""Approximate indexes from the command line: `keras-dml index --index-params /
+--search-params` checked, recorded in the collection and used by its searches; `keras-dml
+search --search-params` and `--measure-recall N` (recall@k against an exact scan)."""
+
+import numpy as np
+import pytest
+from test_index_catalogue import CLASSES, _main, _png, run_dir  # noqa: F401 (fixture)
+
+from keras_dml import cli
+from keras_dml.index import Index
+from keras_dml.index.milvus import from_milvus_names
+from keras_dml.index.recall import approximate_recall
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """root/<class>/<image>.png, 3 classes x 4."""
+    root = tmp_path_factory.mktemp("approximate") / "photos"
+    for number, (name, colour) in enumerate(CLASSES.items()):
+        for i in range(4):
+            _png(root / name / f"{i}.png", colour, 10 * number + i)
+    return root
+
+
+@pytest.fixture(scope="module")
+def hnsw(photos, run_dir, tmp_path_factory):  # noqa: F811
+    """A Lite file whose collection was built by `index --index-type HNSW` with params."""
+    pytest.importorskip("pymilvus")
+    pytest.importorskip("milvus_lite")
+    uri = str(tmp_path_factory.mktemp("hnsw") / "catalogue.db")
+    assert cli.main(["index", str(run_dir), "--images", str(photos), "--uri", uri,
+                     "--index-type", "HNSW", "--index-params", "M=8,efConstruction=40",
+                     "--search-params", "ef=16"]) == 0
+    return uri
+
+
+def _fails(argv, capsys):
+    code = cli.main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    return err
+
+
+def test_milvus_names_map_to_options_and_bad_ones_name_the_allowed_keys():
+    assert from_milvus_names("hnsw", "build", {"M": "16", "efConstruction": 200}) == {
+        "m": 16, "ef_construction": 200}
+    assert from_milvus_names("IVF_FLAT", "search", {"nprobe": "4"}) == {"nprobe": 4}
+    with pytest.raises(ValueError, match=r"^--x: HNSW takes ef at search time, got 'nprobe'"):
+        from_milvus_names("HNSW", "search", {"nprobe": "4"}, "--x")
+    with pytest.raises(ValueError, match=r"IVF_FLAT takes nprobe at search time, got 'nlist' "
+                                         r"\(a build parameter"):
+        from_milvus_names("IVF_FLAT", "search", {"nlist": "4"})
+    with pytest.raises(ValueError, match="FLAT takes no keys at build time"):
+        from_milvus_names("FLAT", "build", {"M": "4"})
+    for bad in ("0", "abc", "2.5", "-3"):
+        with pytest.raises(ValueError, match=f"--y ef must be a positive integer, got '{bad}'"):
+            from_milvus_names("HNSW", "search", {"ef": bad}, "--y")
+
+
+def test_recall_against_an_exact_scan_counts_what_an_approximate_index_misses():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 16)).astype(np.float32)
+    approximate = Index(backend="faiss_ivf", nlist=20, nprobe=1)
+    approximate.add(x, ids=np.arange(1000, 1400))
+    result = approximate_recall(approximate, sample=50, k=5, seed=3)
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    chosen = np.sort(np.random.default_rng(3).choice(400, 50, replace=False))
+    truth = np.argsort(-(unit[chosen] @ unit.T), axis=1)[:, 1:6] + 1000
+    found = approximate.search(x[chosen], 6).ids
+    expected = np.mean([len(set(f[f != 1000 + c][:5]) & set(t)) / 5
+                        for f, t, c in zip(found, truth, chosen)])
+    assert result.recall == pytest.approx(expected) and result.recall < 0.95
+    assert (result.k, result.queries, result.size) == (5, 50, 400)
+    exact = Index()
+    exact.add(x)
+    assert approximate_recall(exact, sample=500, k=5).recall == 1.0  # all 400 items
+    with pytest.raises(ValueError, match="at least 2 items"):
+        approximate_recall(Index(), 5)
+
+
+def test_index_params_are_recorded_and_used_by_search(hnsw, photos, run_dir, monkeypatch,  # noqa: F811
+                                                      capsys):
+    with Index.open(hnsw) as index:
+        assert index.options == {"index_type": "HNSW", "m": 8, "ef_construction": 40,
+                                 "ef_search": 16}
+    import pymilvus
+
+    sent = []
+    search = pymilvus.MilvusClient.search
+
+    def spy(self, *args, **kwargs):
+        sent.append(kwargs["search_params"]["params"])
+        return search(self, *args, **kwargs)
+
+    monkeypatch.setattr(pymilvus.MilvusClient, "search", spy)
+    query = sorted(photos.glob("cat/*.png"))[0]
+    _main(["search", hnsw, query, "--k", "3"], capsys)
+    _main(["search", hnsw, query, "--k", "3", "--search-params", "ef=40"], capsys)
+    assert sent == [{"ef": 16}, {"ef": 40}]
+    with Index.open(hnsw) as index:  # a search's parameters are not recorded
+        assert index.options["ef_search"] == 16
+
+
+def test_measure_recall_prints_recall_at_k_of_the_collection(hnsw, capsys):
+    out = _main(["search", hnsw, "--measure-recall", "5", "--k", "3", "--search-params",
+                 "ef=20"], capsys)
+    with Index.open(hnsw, ef_search=20) as index:
+        expected = approximate_recall(index, 5, 3)
+    assert out.startswith(f"recall@3 {expected.recall:.4f} (lowest of one item "
+                          f"{expected.worst:.2f}): HNSW (M=8, efConstruction=40, ef=20) "
+                          "against an exact scan of the 12 stored vectors, over 5 sampled "
+                          "items' 3 nearest other items")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--index-type", "HNSW", "--index-params", "M=8,nprobe=3"],
+     "--index-params: HNSW takes M, efConstruction at build time, got 'nprobe'."),
+    (["--index-type", "IVF_FLAT", "--search-params", "nprobe=many"],
+     "--search-params nprobe must be a positive integer, got 'many'."),
+    (["--index-type", "HNSW", "--search-params", "ef"],
+     "--search-params takes KEY=VALUE pairs separated by commas, e.g. ef=256, got 'ef'."),
+    (["--index-params", "M=8"], "--index-params needs --index-type HNSW or IVF_FLAT"),
+])
+def test_bad_index_parameters_are_refused_before_anything_is_written(
+        photos, run_dir, tmp_path, argv, message, capsys):  # noqa: F811
+    pytest.importorskip("pymilvus")
+    uri = tmp_path / "new.db"
+    err = _fails(["index", run_dir, "--images", photos, "--uri", uri, *argv], capsys)
+    assert message in err
+    assert not uri.exists()
+
+
+def test_search_parameters_of_another_index_type_and_misuse_are_refused(
+        hnsw, photos, run_dir, tmp_path, capsys):  # noqa: F811
+    err = _fails(["search", hnsw, photos, "--search-params", "nprobe=4"], capsys)
+    assert "--search-params: HNSW takes ef at search time, got 'nprobe'." in err
+    err = _fails(["search", hnsw, photos, "--measure-recall", "5"], capsys)
+    assert "--measure-recall searches the index's own items: give no IMAGE|DIR" in err
+    assert "or --measure-recall N." in _fails(["search", hnsw], capsys)
+    err = _fails(["index", run_dir, "--images", photos, "--output", tmp_path / "i",
+                  "--search-params", "ef=8"], capsys)
+    assert "--search-params applies to a Milvus index: pass --uri." in err
