@@ -4,7 +4,8 @@ search --search-params` and `--measure-recall N` (recall@k against an exact scan
 
 import numpy as np
 import pytest
-from test_index_catalogue import CLASSES, _main, _png, run_dir  # noqa: F401 (fixture)
+from test_index_catalogue import (  # noqa: F401 (fixture)
+    CLASSES, _expected, _main, _png, run_dir)
 
 from keras_dml import cli
 from keras_dml.index import Index
@@ -102,14 +103,21 @@ def test_index_params_are_recorded_and_used_by_search(hnsw, photos, run_dir, mon
         assert index.options["ef_search"] == 16
 
 
-def test_measure_recall_prints_recall_at_k_of_the_collection(hnsw, capsys):
+def test_measure_recall_prints_recall_at_k_of_the_collection(hnsw, photos, run_dir,  # noqa: F811
+                                                             capsys):
     out = _main(["search", hnsw, "--measure-recall", "5", "--k", "3", "--search-params",
                  "ef=20"], capsys)
+    files = sorted(photos.glob("*/*.png"))
+    chosen = np.sort(np.random.default_rng(0).choice(12, 5, replace=False))
     with Index.open(hnsw, ef_search=20) as index:
-        chosen = np.random.default_rng(0).choice(12, 5, replace=False)
         expected = index.recall_vs_exact(index.embeddings[chosen], 3)
+        from_images = index.recall_vs_exact(_expected(run_dir, [files[i] for i in chosen]), 3)
     assert out.startswith(f"recall@3 {expected:.4f}: HNSW (M=8, efConstruction=40, ef=20) "
                           "against an exact scan of the 12 stored vectors, on 5 sampled items")
+    out = _main(["search", hnsw, photos, "--measure-recall", "5", "--k", "3"], capsys)
+    assert out.startswith(f"recall@3 {from_images:.4f}: HNSW (M=8, efConstruction=40, ef=16) "
+                          f"against an exact scan of the 12 stored vectors, on 5 query images "
+                          f"sampled from {photos}")
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -134,8 +142,8 @@ def test_search_parameters_of_another_index_type_and_misuse_are_refused(
         hnsw, photos, run_dir, tmp_path, capsys):  # noqa: F811
     err = _fails(["search", hnsw, photos, "--search-params", "nprobe=4"], capsys)
     assert "--search-params: HNSW takes ef at search time, got 'nprobe'." in err
-    err = _fails(["search", hnsw, photos, "--measure-recall", "5"], capsys)
-    assert "--measure-recall searches the index's own items: give no IMAGE|DIR" in err
+    err = _fails(["search", hnsw, photos, "--measure-recall", "0"], capsys)
+    assert "--measure-recall must be at least 1, got 0." in err
     assert "or --measure-recall N." in _fails(["search", hnsw], capsys)
     err = _fails(["index", run_dir, "--images", photos, "--output", tmp_path / "i",
                   "--search-params", "ef=8"], capsys)

@@ -28,9 +28,10 @@ def add_search_arguments(parser):
                        help=f"search parameters for this search ({_SEARCH_HELP}), e.g. "
                        "ef=256 (default: those the collection records)")
     group.add_argument("--measure-recall", type=int, default=None, metavar="N",
-                       help="instead of searching images, print the recall@--k of the "
-                       "index's search against an exact scan of its stored vectors, over N "
-                       "sampled items (each one's k nearest other items)")
+                       help="instead of printing results, print the recall@--k of the "
+                       "index's search against an exact scan of its stored vectors, on N "
+                       "query images sampled from the IMAGE|DIR given (else N of its own "
+                       "items, each searched with its stored vector)")
 
 
 def parse(text, flag):
@@ -84,39 +85,63 @@ def search_options(args):
                              "--search-params")
 
 
-def measure_recall(args, open_index):
-    """`keras-dml search INDEX|URI --measure-recall N [--k K] [--search-params ...]`:
-    prints `Index.recall_vs_exact` of N stored items (sampled with a fixed seed, each
-    searched with its own stored vector): the recall@K of the index's search against
-    an exact scan of the same vectors. `open_index(location, collection, token,
-    options)` opens the index (`keras_dml.cli.search.open_index`)."""
+def measure_recall(args):
+    """`keras-dml search INDEX|URI [IMAGE|DIR ...] --measure-recall N [--k K]
+    [--search-params ...]`: prints `Index.recall_vs_exact`, the recall@K of the index's
+    search against an exact scan of the same vectors, on N queries sampled with a fixed
+    seed: image files of the IMAGE|DIR given (embedded by the index's run), else the
+    index's own items (each searched with its stored vector)."""
     import numpy as np
 
-    if args.images:
-        raise ValueError("--measure-recall searches the index's own items: give no "
-                         f"IMAGE|DIR (got {args.images[0]!r}).")
+    from keras_dml.cli.search import open_index
+
     if args.measure_recall < 1:
         raise ValueError(f"--measure-recall must be at least 1, got {args.measure_recall}.")
     if args.k < 1:
         raise ValueError(f"--k must be at least 1, got {args.k}.")
     index = open_index(args.index, args.collection, args.token, search_options(args))
     try:
-        vectors = index.embeddings
-        if vectors is None:
+        size = len(index)
+        if not size:
             raise ValueError(f"{args.index} is empty: no item to measure the recall on.")
-        k = min(args.k, len(vectors))
-        chosen = np.random.default_rng(0).choice(len(vectors), min(args.measure_recall,
-                                                                   len(vectors)), replace=False)
-        recall = index.recall_vs_exact(vectors[chosen], k)
+        queries, what = _recall_queries(args, index, np.random.default_rng(0))
+        k = min(args.k, size)
+        recall = index.recall_vs_exact(queries, k)
         options = index.options
     finally:
         index.close()
     kind = options.pop("index_type", index.backend)
     shown = ", ".join(f"{_milvus_name(kind, key)}={value}" for key, value in options.items())
     print(f"recall@{k} {recall:.4f}: {kind}{f' ({shown})' if shown else ''} against an exact "
-          f"scan of the {len(vectors)} stored vectors, on {len(chosen)} sampled items "
-          "searched with their own vectors")
+          f"scan of the {size} stored vectors, on {len(queries)} {what}")
     return 0
+
+
+def _recall_queries(args, index, rng):
+    """`(queries, description)`: --measure-recall sampled query images embedded by
+    the index's run, or sampled stored vectors when no IMAGE|DIR is given."""
+    from keras_dml.cli.search import index_run, query_files
+
+    if not args.images:
+        vectors = index.embeddings
+        chosen = rng.choice(len(vectors), min(args.measure_recall, len(vectors)),
+                            replace=False)
+        return vectors[chosen], "sampled items searched with their own vectors"
+    import numpy as np
+
+    from keras_dml.index.runs import embed_chunks, load_run
+
+    paths, problems = query_files(args.images)
+    if problems:
+        raise ValueError(problems[0])
+    paths = [paths[i] for i in sorted(rng.choice(len(paths), min(args.measure_recall,
+                                                                 len(paths)), replace=False))]
+    run_dir = index_run(index, args.index, args.run)
+    run = load_run(run_dir)
+    index.check_model(run.embedder, allow_mismatch=args.allow_mismatch, run=run_dir)
+    chunks = list(embed_chunks(run, paths, 256, skip_bad_images=True))
+    queries = np.concatenate([chunk.embeddings for chunk in chunks])
+    return queries, f"query images sampled from {', '.join(map(str, args.images))}"
 
 
 def _milvus_name(index_type, option):

@@ -14,7 +14,8 @@ _DESCRIPTION = (
     "searched for each other), or --query DIR|CSV --gallery DIR|CSV. Writes metrics.json, "
     "per_class.csv (each class's size and metrics, lowest Recall@1 first) and report.html "
     "(worst queries, weakest classes, confused pairs) under --output (default "
-    "RUN/evaluations/<date>-<time>).")
+    "RUN/evaluations/<date>-<time>). --rerank measures re-rankings beside the exact ranking, "
+    "one row each; per_class.csv and the report's failures follow the first method given.")
 
 
 def add_command(commands):
