@@ -85,15 +85,14 @@ def search_options(args):
                              "--search-params")
 
 
-def measure_recall(args):
+def measure_recall(args, open_index, index_run, query_files):
     """`keras-dml search INDEX|URI [IMAGE|DIR ...] --measure-recall N [--k K]
     [--search-params ...]`: prints `Index.recall_vs_exact`, the recall@K of the index's
     search against an exact scan of the same vectors, on N queries sampled with a fixed
     seed: image files of the IMAGE|DIR given (embedded by the index's run), else the
-    index's own items (each searched with its stored vector)."""
+    index's own items (each searched with its stored vector). `open_index`, `index_run`
+    and `query_files` are `keras_dml.cli.search`'s."""
     import numpy as np
-
-    from keras_dml.cli.search import open_index
 
     if args.measure_recall < 1:
         raise ValueError(f"--measure-recall must be at least 1, got {args.measure_recall}.")
@@ -104,7 +103,8 @@ def measure_recall(args):
         size = len(index)
         if not size:
             raise ValueError(f"{args.index} is empty: no item to measure the recall on.")
-        queries, what = _recall_queries(args, index, np.random.default_rng(0))
+        queries, what = _recall_queries(args, index, np.random.default_rng(0), index_run,
+                                        query_files)
         k = min(args.k, size)
         recall = index.recall_vs_exact(queries, k)
         options = index.options
@@ -117,11 +117,9 @@ def measure_recall(args):
     return 0
 
 
-def _recall_queries(args, index, rng):
+def _recall_queries(args, index, rng, index_run, query_files):
     """`(queries, description)`: --measure-recall sampled query images embedded by
     the index's run, or sampled stored vectors when no IMAGE|DIR is given."""
-    from keras_dml.cli.search import index_run, query_files
-
     if not args.images:
         vectors = index.embeddings
         chosen = rng.choice(len(vectors), min(args.measure_recall, len(vectors)),

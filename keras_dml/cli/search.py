@@ -59,7 +59,7 @@ def run(args):
     from keras_dml.inference import Progress
 
     if args.measure_recall is not None:
-        return approximate.measure_recall(args)
+        return approximate.measure_recall(args, open_index, index_run, query_files)
     if not args.images:
         raise ValueError("give the image files or folders to search (IMAGE|DIR), or "
                          "--measure-recall N.")
