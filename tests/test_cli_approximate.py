@@ -25,8 +25,6 @@ def photos(tmp_path_factory):
 @pytest.fixture(scope="module")
 def hnsw(photos, run_dir, tmp_path_factory):  # noqa: F811
     """A Lite file whose collection was built by `index --index-type HNSW` with params."""
-    pytest.importorskip("pymilvus")
-    pytest.importorskip("milvus_lite")
     uri = str(tmp_path_factory.mktemp("hnsw") / "catalogue.db")
     assert cli.main(["index", str(run_dir), "--images", str(photos), "--uri", uri,
                      "--index-type", "HNSW", "--index-params", "M=8,efConstruction=40",
@@ -57,6 +55,7 @@ def test_milvus_names_map_to_options_and_bad_ones_name_the_allowed_keys():
             from_milvus_names("HNSW", "search", {"ef": bad}, "--y")
 
 
+@pytest.mark.requires("faiss")
 def test_measure_recall_of_a_saved_approximate_index_against_numpy(tmp_path, capsys):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(400, 16)).astype(np.float32)
@@ -80,6 +79,8 @@ def test_measure_recall_of_a_saved_approximate_index_against_numpy(tmp_path, cap
     assert out.startswith("recall@400 1.0000: exact (") and "on 400 sampled items" in out
 
 
+@pytest.mark.slow  # the Lite collection: ~9 s
+@pytest.mark.requires("pymilvus", "milvus_lite")
 def test_index_params_are_recorded_and_used_by_search(hnsw, photos, run_dir, monkeypatch,  # noqa: F811
                                                       capsys):
     with Index.open(hnsw) as index:
@@ -103,6 +104,8 @@ def test_index_params_are_recorded_and_used_by_search(hnsw, photos, run_dir, mon
         assert index.options["ef_search"] == 16
 
 
+@pytest.mark.slow
+@pytest.mark.requires("pymilvus", "milvus_lite")
 def test_measure_recall_prints_recall_at_k_of_the_collection(hnsw, photos, run_dir,  # noqa: F811
                                                              capsys):
     out = _main(["search", hnsw, "--measure-recall", "5", "--k", "3", "--search-params",
@@ -129,15 +132,17 @@ def test_measure_recall_prints_recall_at_k_of_the_collection(hnsw, photos, run_d
      "--search-params takes KEY=VALUE pairs separated by commas, e.g. ef=256, got 'ef'."),
     (["--index-params", "M=8"], "--index-params needs --index-type HNSW or IVF_FLAT"),
 ])
+@pytest.mark.requires("pymilvus")
 def test_bad_index_parameters_are_refused_before_anything_is_written(
         photos, run_dir, tmp_path, argv, message, capsys):  # noqa: F811
-    pytest.importorskip("pymilvus")
     uri = tmp_path / "new.db"
     err = _fails(["index", run_dir, "--images", photos, "--uri", uri, *argv], capsys)
     assert message in err
     assert not uri.exists()
 
 
+@pytest.mark.slow
+@pytest.mark.requires("pymilvus", "milvus_lite")
 def test_search_parameters_of_another_index_type_and_misuse_are_refused(
         hnsw, photos, run_dir, tmp_path, capsys):  # noqa: F811
     err = _fails(["search", hnsw, photos, "--search-params", "nprobe=4"], capsys)
