@@ -46,12 +46,14 @@ def test_query_gallery_folders_print_metrics_and_write_table_and_report(
                                 _expected(run_dir, gallery), [p.parent.name for p in gallery],
                                 ks=(1, 3)).metrics
     line = next(row for row in out.splitlines() if row.startswith("exact ranking"))
-    assert f"recall@1 {100 * expected['recall@1']:.1f}" in line
-    assert f"map {100 * expected['map']:.1f}" in line and "(6 queries" in line
-    assert any(row.startswith("re-ranked: qe") for row in out.splitlines())
-    assert "re-ranking took " in out and " ms per query)" in out
+    assert line.split()[2:4] == [f"{100 * expected['recall@1']:.1f}",
+                                 f"{100 * expected['recall@3']:.1f}"]
+    assert f"{100 * expected['map']:.1f}" == line.split()[-1] and "(6 queries" in out
+    assert any(row.startswith("qe ") for row in out.splitlines())
     saved = json.loads((out_dir / "metrics.json").read_text())
-    assert saved["rerank_extra_seconds"] == pytest.approx(
+    assert [r["ranking"] for r in saved["results"]] == ["exact ranking", "qe"]
+    assert saved["failures_ranking"] == "qe"
+    assert saved["results"][1]["extra_seconds"] == pytest.approx(
         saved["results"][1]["seconds"] - saved["results"][0]["seconds"], abs=0.011)
     assert saved["results"][0]["metrics"]["recall@3"] == pytest.approx(expected["recall@3"])
     rows = list(csv.DictReader(open(out_dir / "per_class.csv")))
@@ -59,6 +61,38 @@ def test_query_gallery_folders_print_metrics_and_write_table_and_report(
     assert {r["gallery"] for r in rows} == {"4"} and {r["queries"] for r in rows} == {"2"}
     html = (out_dir / "report.html").read_text()
     assert f"relative to {folders}" in html and "query/cat/q0.png" in html
+    assert "worst queries by average precision (qe)</h2>" in html
+    assert "Most confused class pairs (qe)</h2>" in html
+    assert html.count('<td class="l">exact ranking</td>') == 1
+
+
+def test_several_rerank_methods_one_row_each(run_dir, folders, tmp_path, capsys):  # noqa: F811
+    methods = ["none", "k_reciprocal:k1=3,k2=2", "qe:n=2,mutual=0"]
+    code, out, err = _run(["evaluate", run_dir, "--query", folders / "query", "--gallery",
+                           folders / "gallery", "--ks", "1,3", "--output", tmp_path / "o",
+                           "--no-report", "--rerank", *methods], capsys)
+    assert code == 0, err
+    queries = sorted((folders / "query").glob("*/*.png"))
+    gallery = sorted((folders / "gallery").glob("*/*.png"))
+    arrays = (_expected(run_dir, queries), [p.parent.name for p in queries],
+              _expected(run_dir, gallery), [p.parent.name for p in gallery])
+    lines = out.splitlines()
+    header = next(i for i, row in enumerate(lines) if row.startswith("ranking"))
+    assert lines[header].split()[1:] == ["R@1", "R@3", "P@1", "P@3", "RP", "MAP@R", "mAP",
+                                         "ms/query", "extra"]
+    titles = ["exact ranking", *methods[1:]]
+    saved = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert [r["ranking"] for r in saved["results"]] == titles
+    assert saved["rerank"] == methods and saved["failures_ranking"] == "exact ranking"
+    for row, title, method in zip(lines[header + 1:], titles, [None, *methods[1:]]):
+        expected = retrieval_report(*arrays, ks=(1, 3), rerank=method).metrics
+        assert row.startswith(title)
+        values = row[len(title):].split()
+        assert values[:7] == [f"{100 * expected[key]:.1f}" for key in (
+            "recall@1", "recall@3", "precision@1", "precision@3", "r_precision", "map@r",
+            "map")]
+        assert len(values) == (7 if method is None else 8)
+    assert "per_class.csv and the report's failures: exact ranking" in out
 
 
 def test_open_metric_learning_csv_with_groups(run_dir, folders, tmp_path, capsys):  # noqa: F811
@@ -81,7 +115,7 @@ def test_open_metric_learning_csv_with_groups(run_dir, folders, tmp_path, capsys
     expected = retrieval_report(embeddings, labels, embeddings, labels, query_groups=groups,
                                 gallery_groups=groups).metrics
     line = next(row for row in out.splitlines() if row.startswith("exact ranking"))
-    assert f"map@r {100 * expected['map@r']:.1f}" in line
+    assert line.split()[-2] == f"{100 * expected['map@r']:.1f}"
     assert not (tmp_path / "o" / "report.html").exists()
 
 
@@ -89,6 +123,8 @@ def test_open_metric_learning_csv_with_groups(run_dir, folders, tmp_path, capsys
     (["--query", "Q"], "Pass --query and --gallery together."),
     (["--ks", "0,2"], "--ks must list positive integers"),
     (["--rerank", "best"], "rerank must be one of"),
+    (["--rerank", "qe", "dba:depth=0"], "--rerank dba:depth=0: depth must be"),
+    (["--rerank", "qe", "none", "qe"], "--rerank lists 'qe' twice."),
     (["--images", "A", "--query", "B", "--gallery", "C"], "Pass one data source"),
 ])
 def test_bad_arguments_are_one_line(run_dir, argv, message, capsys):  # noqa: F811

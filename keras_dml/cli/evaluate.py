@@ -14,7 +14,8 @@ _DESCRIPTION = (
     "searched for each other), or --query DIR|CSV --gallery DIR|CSV. Writes metrics.json, "
     "per_class.csv (each class's size and metrics, lowest Recall@1 first) and report.html "
     "(worst queries, weakest classes, confused pairs) under --output (default "
-    "RUN/evaluations/<date>-<time>).")
+    "RUN/evaluations/<date>-<time>). --rerank measures re-rankings beside the exact ranking, "
+    "one row each; per_class.csv and the report's failures follow the first method given.")
 
 
 def add_command(commands):
@@ -40,10 +41,13 @@ def add_command(commands):
     how = parser.add_argument_group("evaluation")
     how.add_argument("--ks", default="1,2,4,8", help="the K of Recall@K, Precision@K "
                      "(default 1,2,4,8)")
-    how.add_argument("--rerank", default=None, metavar="METHOD[:k=v,...]",
-                     help="also measure a re-ranking: qe (alpha query expansion), dba "
-                     "(database-side augmentation) or k_reciprocal, with options as "
-                     "qe:n=2,mutual=0 or k_reciprocal:k1=20,k2=6,lam=0.3")
+    how.add_argument("--rerank", default=None, nargs="+", metavar="METHOD[:k=v,...]",
+                     help="also measure re-rankings, several separated by spaces: qe "
+                     "(alpha query expansion), dba (database-side augmentation) or "
+                     "k_reciprocal, with options as qe:n=2,mutual=0 or "
+                     "k_reciprocal:k1=20,k2=6,lam=0.3, and none (the exact ranking, always "
+                     "measured); one row each. The first given is the ranking per_class.csv "
+                     "and the report's worst queries, weakest classes and confused pairs show")
     out = parser.add_argument_group("output")
     out.add_argument("--output", default=None,
                      help="folder for metrics.json, per_class.csv and report.html (default "
@@ -79,48 +83,36 @@ def _output_folder(args, run):
 def run(args):
     """`keras-dml evaluate`: prints the metrics, writes the per-class table and report."""
     import json
-    import time
 
     from keras_dml.cli import evaluation_data
-    from keras_dml.evaluation.query_gallery import retrieval_report
+    from keras_dml.cli.evaluation_table import measure, rankings, table
     from keras_dml.index.runs import load_run
 
     ks = _ks(args.ks)
-    if args.rerank is not None:
-        from keras_dml.index import rerank
-
-        rerank.get(args.rerank)  # a bad name fails before any embedding
-    chosen = [name for name in ("images", "query", "dataset") if getattr(args, name)]
+    chosen = rankings(args.rerank)
+    sources = [name for name in ("images", "query", "dataset") if getattr(args, name)]
     if (args.query is None) != (args.gallery is None):
         raise ValueError("Pass --query and --gallery together.")
-    if len(chosen) > 1:
-        raise ValueError(f"Pass one data source, got --{' and --'.join(chosen)}.")
+    if len(sources) > 1:
+        raise ValueError(f"Pass one data source, got --{' and --'.join(sources)}.")
     model = load_run(args.run)
     folder = _output_folder(args, model)
     data = evaluation_data.load(args, model)
     print(f"evaluating {data.description}", flush=True)
-    rows = []
-    started = time.perf_counter()
-    report = retrieval_report(*data.arrays(), ks=ks, **data.exclusions())
-    rows.append(("exact ranking", report.metrics, time.perf_counter() - started))
-    if args.rerank is not None:
-        started = time.perf_counter()
-        report = retrieval_report(*data.arrays(), ks=ks, rerank=args.rerank,
-                                  **data.exclusions())
-        rows.append((f"re-ranked: {args.rerank}", report.metrics,
-                     time.perf_counter() - started))
-    for title, metrics, seconds in rows:
-        shown = "  ".join(f"{key} {100 * value:.1f}" for key, value in metrics.items()
-                          if not key.startswith("num_"))
-        print(f"{title:<28} {shown}  ({metrics['num_queries']} queries, {seconds:.1f} s)")
+    measure(data, ks, chosen)
+    primary = next(r for r in chosen if r.primary)
+    report = primary.report
+    print("\n".join(table(chosen)))
+    print(f"({report.metrics['num_queries']} queries; per_class.csv and the report's failures: "
+          f"{primary.title})")
+    exact = next(r for r in chosen if r.method == "none")
     summary = {"data": data.description, "rerank": args.rerank,
-               "results": [{"ranking": t, "metrics": m, "seconds": round(s, 2)}
-                           for t, m, s in rows]}
-    if args.rerank is not None:
-        extra = rows[1][2] - rows[0][2]
-        summary["rerank_extra_seconds"] = round(extra, 2)
-        print(f"re-ranking took {extra:+.1f} s over the exact ranking "
-              f"({1000 * extra / max(report.metrics['num_queries'], 1):+.2f} ms per query)")
+               "results": [{"ranking": r.title, "metrics": r.report.metrics,
+                            "seconds": round(r.seconds, 2)}
+                           | ({} if r is exact else
+                              {"extra_seconds": round(r.seconds - exact.seconds, 2)})
+                           for r in chosen],
+               "failures_ranking": primary.title}
     with open(os.path.join(folder, "metrics.json"), "w") as f:
         json.dump(summary, f, indent=2)
     report.write_per_class_csv(os.path.join(folder, "per_class.csv"), ks)
@@ -130,7 +122,7 @@ def run(args):
 
         if _have_matplotlib():
             data.write_report(os.path.join(folder, "report.html"), report,
-                              [(t, m) for t, m, _ in rows])
+                              [(r.title, r.report.metrics) for r in chosen], primary.title)
             written.append("report.html")
     print(f"written: {', '.join(os.path.join(folder, name) for name in written)}")
     return 0

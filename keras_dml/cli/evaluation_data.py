@@ -39,8 +39,9 @@ class EvaluationData:
         return {"query_ids": self.query_ids, "gallery_ids": self.gallery_ids,
                 "query_groups": self.query_groups, "gallery_groups": self.gallery_groups}
 
-    def write_report(self, path, report, metrics_rows):
-        """`report.html` with a t-SNE map of (up to 1,000) query embeddings."""
+    def write_report(self, path, report, metrics_rows, ranking=None):
+        """`report.html` with a t-SNE map of (up to 1,000) query embeddings; its failure
+        sections show `report`, the ranking named `ranking`."""
         from keras_dml import plots
         from keras_dml.plots.report import write_report
         from keras_dml.training.outputs import TSNE_ITERATIONS, TSNE_POINTS, TSNE_THREADS
@@ -52,7 +53,8 @@ class EvaluationData:
         write_report(path, report, self.query_images, self.gallery_images,
                      title="keras-dml evaluate", metrics_rows=metrics_rows,
                      figures=[("The embedding map (t-SNE of the queries)", tsne)],
-                     class_names=self.class_names, notes=[self.description])
+                     class_names=self.class_names, notes=[self.description],
+                     ranking=ranking)
 
 
 def load(args, run):

@@ -36,6 +36,9 @@ def add_command(commands):
     milvus.add_argument("--index-type", default=None, choices=("FLAT", "HNSW", "IVF_FLAT"),
                         help="Milvus index of a new collection: FLAT (exact, default), HNSW "
                         "or IVF_FLAT (approximate; see the guide 'Beyond one machine')")
+    from keras_dml.cli.approximate import add_index_arguments
+
+    add_index_arguments(milvus)
     milvus.add_argument("--chunk-size", type=int, default=None,
                         help="images embedded and stored per step (default 2048): bounds "
                         "the memory")
@@ -94,7 +97,8 @@ def run(args):
 
     if args.uri is not None:
         return run_milvus(args)
-    for flag in ("token", "collection", "chunk_size"):
+    for flag in ("token", "collection", "chunk_size", "index_type", "index_params",
+                 "search_params"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} applies to a Milvus index: pass --uri.")
     for flag in ("dry_run", "move_root"):
@@ -228,7 +232,9 @@ def milvus_index(args, run, info):
 
     from keras_dml.index.milvus import is_lite
 
-    options = {} if args.index_type is None else {"index_type": args.index_type}
+    from keras_dml.cli.approximate import index_options
+
+    options = index_options(args)
     options["lite_process"] = is_lite(args.uri)  # Lite's memory grows with the collection
     return Index("cosine", "milvus", info=info, uri=args.uri, token=args.token,
                  collection=args.collection, provenance=run_provenance(run), **options)

@@ -4,6 +4,7 @@ import argparse
 import json
 import sys
 
+from keras_dml.cli import approximate
 from keras_dml.cli.arguments import capped_k
 
 __all__ = ["add_command", "run"]
@@ -52,7 +53,7 @@ def add_command(commands):
     parser.add_argument("index", metavar="INDEX|URI",
                         help="index directory written by `keras-dml index`, or the Milvus "
                         "URI it wrote to with --uri (a Milvus Lite folder, or http(s)://...)")
-    parser.add_argument("images", nargs="+", metavar="IMAGE|DIR",
+    parser.add_argument("images", nargs="*", metavar="IMAGE|DIR",
                         help="image files (PNG, JPEG, ...) or folders of them")
     parser.add_argument("--k", type=int, default=5,
                         help="items per query, default 5 (at most the index's size: a larger "
@@ -75,6 +76,7 @@ def add_command(commands):
     parser.add_argument("--allow-mismatch", action="store_true",
                         help="search even when the run's model is not the one that built the "
                         "index (a loud warning instead of an error)")
+    approximate.add_search_arguments(parser)
     parser.set_defaults(handler=run)
 
 
@@ -101,7 +103,13 @@ def run(args):
     from keras_dml.inference import Progress
 
     search_filter = _search_filter(args.filter, args.label)  # a bad expression: before all
-    index = open_index(args.index, args.collection, args.token)
+    if args.measure_recall is not None:
+        return approximate.measure_recall(args, open_index, index_run, query_files)
+    if not args.images:
+        raise ValueError("give the image files or folders to search (IMAGE|DIR), or "
+                         "--measure-recall N.")
+    index = open_index(args.index, args.collection, args.token,
+                       approximate.search_options(args))
     run_dir = index_run(index, args.index, args.run)
     run = _load_run(run_dir, args.index, args.run)
     index.check_model(run.embedder, allow_mismatch=args.allow_mismatch, run=run_dir)
@@ -188,8 +196,9 @@ def _about(args, index, run_dir, k, threshold):
             "rerank": args.rerank, "filter": args.filter, "labels": args.label}
 
 
-def open_index(location, collection=None, token=None):
-    """A saved index directory (`Index.load`), else the Milvus collection at the URI."""
+def open_index(location, collection=None, token=None, options=None):
+    """A saved index directory (`Index.load`), else the Milvus collection at the URI
+    (with the search `options` of `Index.open`, if any)."""
     import os
 
     from keras_dml.index import Index
@@ -203,7 +212,7 @@ def open_index(location, collection=None, token=None):
     if not location.startswith(("http://", "https://")) and not os.path.isdir(location):
         raise FileNotFoundError(f"{location} does not exist: give an index directory or a "
                                 "Milvus URI written by `keras-dml index`.")
-    return Index.open(location, collection, token)
+    return Index.open(location, collection, token, **(options or {}))
 
 
 def index_run(index, location, run_dir=None):

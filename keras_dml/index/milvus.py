@@ -34,7 +34,7 @@ from keras_dml.hyperparameters import integer_at_least
 from keras_dml.index import storage
 
 __all__ = ["DEFAULT_COLLECTION", "METRICS", "MilvusStore", "TIMEOUT", "check_index_options",
-           "is_lite", "metadata_path", "read_record", "search_options"]
+           "from_milvus_names", "is_lite", "metadata_path", "read_record", "search_options"]
 
 RECORD = "keras_dml.record"
 FORMAT = "keras_dml.milvus/1"
@@ -105,6 +105,37 @@ def check_index_options(options):
 def search_options(index_type):
     """The options of `index_type` read at search time (changeable on reopening)."""
     return [name for name, (when, _, _) in INDEX_TYPES[index_type].items() if when == "search"]
+
+
+def from_milvus_names(index_type, stage, params, source="parameters"):
+    """keras_dml options (`{"ef_search": 256}`) of Milvus-named `params` (`{"ef": "256"}`,
+    values integers or their text) of `index_type` at `stage`, `"build"` or `"search"`.
+
+    Raises:
+        ValueError: A key `index_type` does not take at `stage`, or a value that is
+            not an integer >= 1; the message names `source`, the key and the keys
+            allowed.
+    """
+    index_type = str(index_type).upper()
+    if index_type not in INDEX_TYPES:
+        raise ValueError(f"index_type must be one of {sorted(INDEX_TYPES)}, got {index_type!r}.")
+    names = {milvus: (name, when) for name, (when, milvus, _) in INDEX_TYPES[index_type].items()}
+    allowed = [milvus for milvus, (_, when) in names.items() if when == stage]
+    options = {}
+    for key, value in params.items():
+        if key not in allowed:
+            other = "" if key not in names else \
+                " (a build parameter, fixed when the collection is created)" if \
+                names[key][1] == "build" else " (a search parameter)"
+            raise ValueError(f"{source}: {index_type} takes {', '.join(allowed) or 'no keys'}"
+                             f" at {stage} time, got {key!r}{other}.")
+        number = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+        try:
+            options[names[key][0]] = integer_at_least(key, number, 1, strict=True)
+        except ValueError:
+            raise ValueError(f"{source} {key} must be a positive integer, got {value!r}.") \
+                from None
+    return options
 
 
 def read_record(uri, collection, token=None, timeout=None):

@@ -75,7 +75,7 @@ def _metrics_table(rows):
 
 def write_report(path, report, query_images, gallery_images=None, query_paths=None,
                  gallery_paths=None, title="Retrieval report", metrics_rows=None,
-                 figures=(), class_names=None, worst=12, k=5, notes=()):
+                 figures=(), class_names=None, worst=12, k=5, notes=(), ranking=None):
     """Writes `report.html` for a `keras_dml.evaluation.RetrievalReport`.
 
     Args:
@@ -94,6 +94,9 @@ def write_report(path, report, query_images, gallery_images=None, query_paths=No
         worst: worst queries shown. Defaults to 12.
         k: results shown per query. Defaults to 5.
         notes: lines printed under the title (data source, model).
+        ranking: the name of the ranking `report` holds (e.g. `"k_reciprocal"`),
+            named in the headings of the worst queries, weakest classes and confused
+            pairs when several are in the table. Defaults to None: not named.
 
     Returns:
         `path`.
@@ -124,7 +127,11 @@ def write_report(path, report, query_images, gallery_images=None, query_paths=No
     for caption, figure in figures:
         parts.append(f"<h2>{html.escape(caption)}</h2><img class='fig' src='{_png(figure)}' "
                      f"alt='{html.escape(caption)}'>")
-    parts.append(f"<h2>The {worst} worst queries by average precision</h2>"
+    shown_as = "" if ranking is None else f" ({html.escape(ranking)})"
+    if ranking is not None:
+        parts.append(f'<p class="note">The worst queries, weakest classes and confused pairs '
+                     f"below are those of the ranking {html.escape(ranking)}.</p>")
+    parts.append(f"<h2>The {worst} worst queries by average precision{shown_as}</h2>"
                  "<p class='note'>Black: the query; green: same class; red: another class. "
                  "Under each: its class and file.</p>")
     correct = report.correct()
@@ -146,10 +153,10 @@ def write_report(path, report, query_images, gallery_images=None, query_paths=No
     try:
         shown = per_class_bars(report, bars, 20, class_names)
         pairs = confused_pairs(report, pairs_png, 10, class_names)
-        parts.append("<h2>Classes with the lowest Recall@1</h2>"
+        parts.append(f"<h2>Classes with the lowest Recall@1{shown_as}</h2>"
                      f"<img class='fig' src='{_png(bars)}' alt='per-class Recall@1'>")
         parts.append(_class_table(shown, class_names))
-        parts.append("<h2>Most confused class pairs</h2>"
+        parts.append(f"<h2>Most confused class pairs{shown_as}</h2>"
                      f"<img class='fig' src='{_png(pairs_png)}' alt='confused pairs'>")
     finally:
         for temporary in (bars, pairs_png):
