@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import threading
+import time
 from urllib.parse import urlparse
 
 import numpy as np
@@ -33,10 +34,12 @@ import numpy as np
 from keras_dml.hyperparameters import integer_at_least
 from keras_dml.index import storage
 
-__all__ = ["DEFAULT_COLLECTION", "METRICS", "MilvusStore", "TIMEOUT", "check_index_options",
-           "is_lite", "read_record", "search_options"]
+__all__ = ["CREATED", "DEFAULT_COLLECTION", "METRICS", "MilvusStore", "TIMEOUT", "call",
+           "check_database", "check_index_options", "connect", "is_lite", "parse_record",
+           "read_record", "release", "search_options"]
 
 RECORD = "keras_dml.record"
+CREATED = "keras_dml.created"  # property: seconds since the epoch when it was created
 FORMAT = "keras_dml.milvus/1"
 DEFAULT_COLLECTION = "keras_dml"
 METRICS = {"cosine": "COSINE", "dot": "IP", "euclidean": "L2"}
@@ -101,10 +104,7 @@ def search_options(index_type):
 
 def read_record(uri, collection, token=None, timeout=None):
     """The record of an existing keras_dml collection, or an error naming what is missing."""
-    if is_lite(uri) and not os.path.isdir(os.fspath(uri)):
-        raise FileNotFoundError(f"No Milvus Lite database at {uri}.")
-    if is_lite(uri) and os.path.isfile(os.path.join(os.fspath(uri), storage.CONFIG)):
-        raise ValueError(f"{uri} is an index saved by Index.save: read it with Index.load.")
+    check_database(uri)
     store = MilvusStore(uri, collection, token, TIMEOUT if timeout is None else timeout)
     try:
         if not store.exists():
@@ -113,6 +113,30 @@ def read_record(uri, collection, token=None, timeout=None):
         return store.read_record()
     finally:
         store.close()
+
+
+def check_database(uri):
+    """Refuses a Lite path that holds no database (rather than creating one there)."""
+    if is_lite(uri) and not os.path.isdir(os.fspath(uri)):
+        raise FileNotFoundError(f"No Milvus Lite database at {uri}.")
+    if is_lite(uri) and os.path.isfile(os.path.join(os.fspath(uri), storage.CONFIG)):
+        raise ValueError(f"{uri} is an index saved by Index.save: read it with Index.load.")
+
+
+def parse_record(properties, collection, uri):
+    """The keras_dml record among a collection's properties, or None when it has none
+    (a collection keras_dml did not make).
+
+    Raises:
+        ValueError: The record has another format.
+    """
+    if RECORD not in properties:
+        return None
+    record = json.loads(properties[RECORD])
+    if record.get("format") != FORMAT:
+        raise ValueError(f"Collection {collection!r} at {uri} has format "
+                         f"{record.get('format')!r}, expected {FORMAT!r}.")
+    return record
 
 
 def connect(uri, token=None, timeout=TIMEOUT):
@@ -266,13 +290,10 @@ class MilvusStore:
         not a keras_dml collection."""
         properties = self._call(self._client.describe_collection,
                                 self.collection).get("properties", {})
-        if RECORD not in properties:
+        record = parse_record(properties, self.collection, self.uri)
+        if record is None:
             raise ValueError(f"Collection {self.collection!r} at {self.uri} was not made by "
                              "keras_dml (it has no keras_dml record).")
-        record = json.loads(properties[RECORD])
-        if record.get("format") != FORMAT:
-            raise ValueError(f"Collection {self.collection!r} at {self.uri} has format "
-                             f"{record.get('format')!r}, expected {FORMAT!r}.")
         return record
 
     def load(self):
@@ -307,7 +328,7 @@ class MilvusStore:
             params[0]._configs["params"] = build
         record = json.dumps({"format": FORMAT, **self.record})
         self._call(client.create_collection, self.collection, schema=schema,
-                   index_params=params, properties={RECORD: record})
+                   index_params=params, properties={RECORD: record, CREATED: repr(time.time())})
 
     def _search_parameters(self, k):
         params = self._parameters("search")
@@ -473,13 +494,19 @@ class MilvusStore:
     def _call(self, method, *args, **kwargs):
         if self._client is None:
             raise RuntimeError(f"The index on {self.uri} is closed.")
-        try:
-            with _quiet():
-                return method(*args, **kwargs)
-        except Exception as error:
-            if type(error).__module__.startswith(("pymilvus", "grpc", "milvus_lite")):
-                raise _translate(error, self.uri, self.collection) from None
-            raise
+        return call(method, self.uri, self.collection, *args, **kwargs)
+
+
+def call(method, uri, collection, *args, **kwargs):
+    """`method(*args, **kwargs)` of a `MilvusClient`, with pymilvus' logs muted and its
+    errors raised as one-line keras_dml errors naming `uri` and `collection` (or None)."""
+    try:
+        with _quiet():
+            return method(*args, **kwargs)
+    except Exception as error:
+        if type(error).__module__.startswith(("pymilvus", "grpc", "milvus_lite")):
+            raise _translate(error, uri, collection) from None
+        raise
 
 
 def _translate(error, uri, collection):
@@ -488,7 +515,8 @@ def _translate(error, uri, collection):
         return ValueError(f"Milvus filter refused on collection {collection!r}: {message}")
     if any(word in message.lower() for word in ("parse", "expr", "token", "at column")):
         return ValueError(f"Milvus refused the filter expression: {message}")
-    return RuntimeError(f"Milvus at {uri} (collection {collection!r}): {message}")
+    where = "" if collection is None else f" (collection {collection!r})"
+    return RuntimeError(f"Milvus at {uri}{where}: {message}")
 
 
 def _plain(values):
