@@ -149,7 +149,7 @@ def switch_advice(error, args):
 
     run = error.given.get("run") or getattr(args, "run", None) or "RUN"
     uri = getattr(args, "uri", None) or getattr(args, "index", None)
-    images = getattr(args, "images", None)
+    images = args.images if args.command == "index" else None  # search's are queries
     anyway = (" Or search anyway with --allow-mismatch if you know they agree."
               if hasattr(args, "allow_mismatch") else "")
     if uri is None or os.path.isfile(os.path.join(uri, CONFIG)):  # a saved index folder
