@@ -43,14 +43,21 @@ def _fill(uri, name, fingerprint, n=10, seed=0):
     return x
 
 
-@pytest.fixture()
-def database(tmp_path):
-    """A Lite file with two keras_dml collections (10 and 6 items) and a foreign one."""
-    uri = str(tmp_path / "shop.db")
+@pytest.fixture(scope="module")
+def made_once(tmp_path_factory):
+    uri = str(tmp_path_factory.mktemp("made") / "shop.db")
     _fill(uri, "shop_v1", A)
     _fill(uri, "shop_v2", B, n=6, seed=1)
     with Collections(uri) as collections:
         collections._client.create_collection("foreign", dimension=4)
+    return uri
+
+
+@pytest.fixture()
+def database(made_once, tmp_path):
+    """A Lite file with two keras_dml collections (10 and 6 items) and a foreign one."""
+    uri = str(tmp_path / "shop.db")
+    shutil.copytree(made_once, uri)  # closed: a copy is the same database
     return uri
 
 
@@ -133,6 +140,37 @@ def test_drop_refuses_what_would_surprise_and_drops_only_with_yes(database, caps
     _, err = _run(["collections", str(database)[:-3] + "x.db"], capsys, 2)
     assert err == f"keras-dml collections: error: No Milvus Lite database at {database[:-3]}x.db.\n"
     assert not os.path.exists(database[:-3] + "x.db")  # looked at, not created
+
+
+def test_the_stale_model_refusals_name_the_commands_of_the_switch(database, retrained, photos,
+                                                                  capsys):
+    _run(["collections", database, "alias", "shop", "shop_v1"], capsys)
+    query = photos / "dog" / "1.png"
+    mismatch = (f"Collection 'shop' at {database} holds embeddings of model {A} (run "
+                f"/runs/shop_v1), but the model at hand is {_fingerprint(retrained)} (run "
+                f"{retrained}): its scores would be meaningless. To switch to this model, index "
+                "it into a new collection while 'shop_v1' serves, point the alias the searches "
+                "use to it in one step, then drop the old collection: ")
+    _, err = _run(["index", retrained, "--images", photos, "--uri", database, "--collection",
+                   "shop"], capsys, 2)
+    assert err == (f"keras-dml index: error: {mismatch}"
+                   f"{_switch_commands(retrained, photos, database, 'shop', 'shop_v1')}\n")
+    _, err = _run(["search", database, query, "--collection", "shop", "--run", retrained],
+                  capsys, 2)  # the collection records no image folder: DIR
+    assert err == (f"keras-dml search: error: {mismatch}"
+                   f"{_switch_commands(retrained, 'DIR', database, 'shop', 'shop_v1')} Or "
+                   "search anyway with --allow-mismatch if you know they agree.\n")
+    _, err = _run(["search", database, query, "--collection", "shop_v2", "--run", retrained],
+                  capsys, 2)  # no alias yet: the one to create
+    assert _switch_commands(retrained, "DIR", database, "ALIAS", "shop_v2") in err
+    _, err = _run(["index", retrained, "--images", photos, "--uri", database, "--collection",
+                   "shop_v2", "--overwrite"], capsys, 2)
+    assert err == ("keras-dml index: error: --overwrite is for a saved index (--output), not "
+                   "--uri: to start a Milvus collection again, drop it first (keras-dml "
+                   f"collections {database} drop shop_v2 --yes) or index into a new "
+                   "--collection.\n")
+    with Collections(database) as collections:  # nothing changed
+        assert [c.count for c in collections.list()] == [None, 10, 6]
 
 
 def test_an_export_is_checked_against_the_collection_it_searches():
