@@ -119,7 +119,7 @@ def test_drop_refuses_what_would_surprise_and_drops_only_with_yes(database, caps
         (["drop", "shop", "--yes"], f"'shop' at {database} is an alias of collection "
          "'shop_v1', not a collection: give the collection's name."),
         (["drop", "shop_v1", "--yes"], "collection shop_v1 is what alias shop points to: "
-         f"move it first (keras-dml collections {database} alias shop NEW), or pass "
+         f"move the alias first (keras-dml collections {database} alias shop NEW), or pass "
          "--with-aliases to remove it as well."),
         (["drop", "foreign", "--yes"], f"Collection 'foreign' at {database} was not made by "
          "keras_dml (it has no keras_dml record): keras_dml drops only its own collections."),

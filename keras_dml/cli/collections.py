@@ -92,7 +92,7 @@ def _drop(collections, args):
     if collection.keras_dml and collection.aliases and not args.with_aliases:
         alias = collection.aliases[0]
         raise ValueError(f"collection {args.name} is what alias {', '.join(collection.aliases)} "
-                         f"points to: move it first (keras-dml collections {args.uri} alias "
+                         f"points to: move the alias first (keras-dml collections {args.uri} alias "
                          f"{alias} NEW), or pass --with-aliases to remove it as well.")
     if collection.keras_dml and not args.yes:
         raise ValueError(f"drop deletes collection {_summary(collection)} at {args.uri} for "

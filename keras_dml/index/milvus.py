@@ -16,8 +16,9 @@ A collection holds one row per item:
 
 and, in its `keras_dml.record` property, the index's record (metric, id and
 label kinds, next id, metadata fields, index type and options, info and
-provenance). Scores leave the store as `Index` defines them: cosine
-similarity, inner product, or minus the squared Euclidean distance.
+provenance), and in `keras_dml.created` when it was created. Scores leave the
+store as `Index` defines them: cosine similarity, inner product, or minus the
+squared Euclidean distance.
 """
 
 import contextlib
