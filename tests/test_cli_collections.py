@@ -85,13 +85,15 @@ def test_an_alias_moves_in_one_step_and_index_reads_and_writes_through_it(databa
         assert len(index) == 10 and index.provenance["model_fingerprint"] == A
         index.add(np.ones((2, 4), np.float32), labels=[1, 2])  # written to shop_v1
         assert index.search(np.ones((1, 4), np.float32), k=2).labels.tolist() == [[1, 2]]
-    with pytest.raises(ModelMismatchError, match=f"Collection 'shop' .* model {A}"):
+    with pytest.raises(ModelMismatchError, match=f"Collection 'shop_v1' .* model {A}"):
         Index.open(database, "shop", provenance={"model_fingerprint": B})
+    held = Index.open(database, "shop")  # a long-running reader, opened before the move
     out, _ = _run(["collections", database, "alias", "shop", "shop_v2"], capsys)
     assert out == (f"alias shop moved: shop_v1 (12 items, model {A}, run /runs/shop_v1) -> "
                    f"shop_v2 (6 items, model {B}, run /runs/shop_v2)\n")
     with Index.open(database, "shop") as index:
         assert len(index) == 6 and index.provenance["model_fingerprint"] == B
+    assert len(held) == 12 and held.provenance["model_fingerprint"] == A  # stays on shop_v1
     with Collections(database) as collections:
         assert collections.aliases() == {"shop": "shop_v2"}
         assert collections.describe("shop_v1").count == 12
@@ -107,6 +109,9 @@ def test_an_alias_moves_in_one_step_and_index_reads_and_writes_through_it(databa
     with Collections(database) as collections:
         assert collections.aliases() == {} and collections.names() == [
             "foreign", "shop_v1", "shop_v2"]
+        collections.drop("shop_v1")
+    with held, pytest.raises(ValueError, match="empty"):  # an error, not the other's items
+        held.search(np.ones((1, 4), np.float32), k=1)
 
 
 def test_drop_refuses_what_would_surprise_and_drops_only_with_yes(database, capsys):
@@ -146,7 +151,7 @@ def test_the_stale_model_refusals_name_the_commands_of_the_switch(database, retr
                                                                   capsys):
     _run(["collections", database, "alias", "shop", "shop_v1"], capsys)
     query = photos / "dog" / "1.png"
-    mismatch = (f"Collection 'shop' at {database} holds embeddings of model {A} (run "
+    mismatch = (f"Collection 'shop_v1' at {database} holds embeddings of model {A} (run "
                 f"/runs/shop_v1), but the model at hand is {_fingerprint(retrained)} (run "
                 f"{retrained}): its scores would be meaningless. To switch to this model, index "
                 "it into a new collection while 'shop_v1' serves, point the alias the searches "
@@ -248,7 +253,7 @@ def test_the_shop_switches_to_a_retrained_model_without_loss(where, run_dir, ret
     # Retrained: searching or updating the served catalogue with B is refused, with the way.
     commands = _switch_commands(retrained, photos, uri, "shop", "shop_v1")
     _, err = _run(["search", uri, query, "--collection", "shop", "--run", retrained], capsys, 2)
-    assert err.startswith("keras-dml search: error: Collection 'shop' at ")
+    assert err.startswith("keras-dml search: error: Collection 'shop_v1' at ")
     assert f"the model at hand is {_fingerprint(retrained)} (run {retrained})" in err
     assert commands + " Or search anyway with --allow-mismatch" in err
     assert "allow_mismatch=True" not in err and err.count("\n") == 1

@@ -11,7 +11,9 @@ collection (Milvus would drop the collection behind it).
 
 `Index`, `Index.open` and `keras-dml index` / `search` take an alias wherever
 they take a collection name: they read, search and write the collection it
-points to.
+points to when they open it, and stay on that collection (whose model they
+hold) when the alias moves; a long-running service reopens it after the
+switch, with the new model.
 """
 
 import dataclasses

@@ -259,6 +259,9 @@ class MilvusStore:
 
     The collection is created at the first insert, when the dimension and the
     kinds of ids and labels are known; until then `record` lives in memory.
+    An alias (`keras_dml.index.collections`) stands for the collection it points
+    to when the store opens: `collection` is that collection's name, and the
+    store stays on it, with its model, when the alias moves to another one.
     """
 
     name = "milvus"
@@ -277,8 +280,19 @@ class MilvusStore:
                 self._server.stop()
             raise
         self.record = None
+        try:
+            self.collection = self._target(self.collection)
+        except BaseException:
+            self.close()
+            raise
 
     # -- the record ---------------------------------------------------------------------
+
+    def _target(self, name):
+        """The collection `name` stands for: the one an alias points to now, else `name`."""
+        if name not in self._call(self._client.list_aliases)["aliases"]:
+            return name
+        return self._call(self._client.describe_alias, name)["collection_name"]
 
     def exists(self):
         return self._call(self._client.has_collection, self.collection)
