@@ -23,6 +23,7 @@ import tensorflow as tf
 from keras_dml import export
 from keras_dml.data import Preprocessing, decode_image
 from keras_dml.export import layout, sidecar
+from keras_dml.index import model_fingerprint
 from keras_dml.layers import EmbeddingHead
 from keras_dml.losses import ProxyAnchor
 from keras_dml.models import DMLModel
@@ -276,6 +277,7 @@ def served(model, encoded, tmp_path_factory):
     return {
         "results": results, "expected": expected, "labels": labels, "workdir": workdir,
         "grpc_request": grpc_sent["request"], "run_info": run_info, "cli": cli_output,
+        "fingerprint": model_fingerprint(model),
         "decision_request": grpc_decision_sent["request"],
         "paths": {"bytes": emb_bytes, "images": emb_images, "retriever": retriever,
                   "decider": decider, "regallery": regallery},
@@ -411,6 +413,9 @@ def test_gallery_replaced_without_the_model_reuses_the_embedder_export(served):
     assert tf.make_ndarray(_response(served, "regallery_empty").outputs["match"]).shape == (0,)
     info = export.read_export_info(served["paths"]["regallery"])
     assert info["retrieval"]["embedder"] == str(served["paths"]["bytes"])
+    # the embedder's fingerprint carries over: the service checks it as the embedder's
+    assert info["model_fingerprint"] == export.read_export_info(
+        served["paths"]["bytes"])["model_fingerprint"]
     assert info["version"] == 2 and info["retrieval"]["threshold"] == MATCH_THRESHOLD
     assert info["inputs"]["image_bytes"]["preprocessing_in_graph"] is True
 
@@ -470,6 +475,7 @@ def test_sidecar_describes_the_export(served):
     assert info["outputs"]["embedding"]["shape"] == [None, DIM]
     assert info["outputs"]["embedding"]["dtype"] == "float32"
     assert info["embedding_dim"] == DIM
+    assert info["model_fingerprint"] == served["fingerprint"]
     assert Preprocessing.from_dict(info["preprocessing"]) == PREP
     # what the SavedModel does: the evaluation transform, no training flip or crop
     assert sorted(info["preprocessing"]) == ["channels", "image_size", "normalization",
@@ -592,6 +598,8 @@ def test_dmlmodel_export_leaves_out_proxies_and_optimizer(tmp_path, trained_dml)
     assert _checkpoint_shapes(path) == sorted(tuple(w.shape) for w in embedder.weights)
     info = export.read_export_info(path)
     assert info["saved_variables"]["count"] == len(embedder.weights)
+    # the fingerprint an index of the embedder's embeddings records
+    assert info["model_fingerprint"] == model_fingerprint(embedder) == model_fingerprint(model)
     loaded = tf.saved_model.load(path).signatures["serving_default"]
     np.testing.assert_allclose(loaded(images=tf.constant(x[:4]))["embedding"],
                                model.predict(x[:4], verbose=0), atol=1e-5, rtol=0)
@@ -928,3 +936,22 @@ def test_a_jax_trained_embedder_exports_a_saved_model_through_jax2tf(tmp_path):
     # embedder() keeps the model's input structure: one input, one tensor (not a list)
     served = loaded.serve(tf.constant(expected["x"]))
     np.testing.assert_allclose(served.numpy(), expected["embeddings"], atol=1e-6)
+
+
+def test_keras_dml_export_of_a_run_names_the_run_in_training_run(tmp_path):
+    """`keras-dml export RUN` fills the sidecar's `training_run` from the run folder; a
+    `--run-info` file's values win; a model outside a run keeps the file's dict (or None)."""
+    from keras_dml.cli.export import training_run
+
+    run = tmp_path / "runs" / "birds"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({
+        "config": {"dataset": "cub", "loss": "multi_similarity"}, "recall_after": {"1": 0.5}}))
+    assert training_run(str(run / "model.keras")) == {
+        "run": str(run), "dataset": "cub", "loss": "multi_similarity",
+        "recall_after": {"1": 0.5}}
+    (tmp_path / "info.json").write_text(json.dumps({"run": "elsewhere", "epochs": 3}))
+    assert training_run(str(run / "model.keras"), tmp_path / "info.json")["run"] == "elsewhere"
+    assert training_run(str(tmp_path / "m.keras")) is None
+    assert training_run(str(tmp_path / "m.keras"), tmp_path / "info.json") == {
+        "run": "elsewhere", "epochs": 3}

@@ -15,7 +15,8 @@ def add_command(commands):
         description="Export a saved .keras model for TF Serving: an embedder, or with "
         "--reference a retriever that searches a gallery in the graph. Given a keras-dml "
         "train run (runs/<run> or its model.keras), the base directory, input format and "
-        "preprocessing default to the run's own (its summary.json).")
+        "preprocessing default to the run's own (its summary.json), and the sidecar's "
+        "training_run names the run (its absolute path, dataset, loss and recall).")
     add_arguments(parser)
     parser.set_defaults(handler=run)
 
@@ -54,7 +55,8 @@ def add_arguments(parser):
     parser.add_argument("--no-verify", action="store_true",
                         help="skip reloading the export to check it")
     parser.add_argument("--run-info", default=None,
-                        help="JSON file describing the training run, stored in the sidecar")
+                        help="JSON file describing the training run, stored in the sidecar "
+                        "(for a keras-dml train run, with its path added as `run`)")
     return parser
 
 
@@ -71,10 +73,7 @@ def run(args):
                          f"export {args.model}{rest}")
 
     args = apply_run_defaults(args)
-    run_info = None
-    if args.run_info is not None:
-        with open(args.run_info) as f:
-            run_info = json.load(f)
+    run_info = training_run(args.model, args.run_info)
     try:
         sizes = tuple(int(s) for s in args.warmup_batch_sizes.split(","))
     except ValueError:
@@ -102,6 +101,30 @@ def run(args):
             "image batches.") from None
     print(f"SavedModel: {path}")
     return 0
+
+
+def training_run(model_path, run_info_path=None):
+    """The sidecar's `training_run`: the `--run-info` file's dict (or None), and for a
+    model inside a `keras-dml train` run folder its absolute path as `run` (unless the
+    file names one) and the summary's dataset, loss and recall after training."""
+    import os
+
+    from keras_dml.training.run_folder import SUMMARY
+
+    info = None
+    if run_info_path is not None:
+        with open(run_info_path) as f:
+            info = json.load(f)
+    run_dir = os.path.dirname(os.path.abspath(model_path))
+    summary_path = os.path.join(run_dir, SUMMARY)
+    if not os.path.isfile(summary_path) or not isinstance(info, (dict, type(None))):
+        return info
+    with open(summary_path) as f:
+        summary = json.load(f)
+    config = summary.get("config") or {}
+    recorded = {"run": run_dir, "dataset": config.get("dataset"), "loss": config.get("loss"),
+                "recall_after": summary.get("recall_after")}
+    return {**{k: v for k, v in recorded.items() if v is not None}, **(info or {})}
 
 
 def preprocessing_from_args(args):

@@ -137,9 +137,7 @@ def run_milvus(args):
 
     if args.images is None:
         raise ValueError("--uri stores image files: pass --images DIR|CSV.")
-    if args.output is not None or args.overwrite or args.backend != "exact":
-        raise ValueError("--output, --overwrite and --backend are for a saved index, not --uri "
-                         "(remove or rename the Milvus collection to start again).")
+    refuse_saved_index_flags(args)
     chunk_size = CHUNK_SIZE if args.chunk_size is None else args.chunk_size
     if chunk_size < 1:
         raise ValueError(f"--chunk-size must be at least 1, got {chunk_size}.")
@@ -223,6 +221,20 @@ def _everything_new(catalogue):
     from keras_dml.index.streaming import SyncReport
 
     return SyncReport(to_add=list(catalogue.ids), dry_run=True)
+
+
+def refuse_saved_index_flags(args):
+    """--output, --overwrite and --backend are for a saved index; --overwrite names how a
+    Milvus collection starts again."""
+    from keras_dml.index.milvus import DEFAULT_COLLECTION
+
+    if args.overwrite:
+        name = args.collection or DEFAULT_COLLECTION
+        raise ValueError(f"--overwrite is for a saved index (--output), not --uri: to start a "
+                         f"Milvus collection again, drop it first (keras-dml collections "
+                         f"{args.uri} drop {name} --yes) or index into a new --collection.")
+    if args.output is not None or args.backend != "exact":
+        raise ValueError("--output and --backend are for a saved index, not --uri.")
 
 
 def milvus_index(args, run, info):

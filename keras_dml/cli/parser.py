@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "keras_dml.cli.embed",
     "keras_dml.cli.index",
     "keras_dml.cli.search",
+    "keras_dml.cli.collections",
     "keras_dml.cli.calibrate",
     "keras_dml.cli.evaluate",
     "keras_dml.cli.verify",
@@ -162,6 +163,18 @@ def _warnings_as_lines(command):
         warnings.formatwarning = saved
 
 
+def _way_forward(error, args):
+    """The error's message; for a model other than the index's, the mismatch followed
+    by the commands that re-index with it (not the Python advice)."""
+    from keras_dml.index.provenance import ModelMismatchError
+
+    if not isinstance(error, ModelMismatchError):
+        return str(error)
+    from keras_dml.cli.collections import switch_advice
+
+    return switch_advice(error, args)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
@@ -181,7 +194,8 @@ def main(argv=None):
     except (ValueError, FileNotFoundError, FileExistsError, ConnectionError,
             RuntimeError) as error:  # keras_dml raises these with one-line messages
         command_parser = parser.command_parsers[args.command]
-        message = flag_words(_bad_image_hint(str(error), command_parser), command_parser)
+        message = flag_words(_bad_image_hint(_way_forward(error, args), command_parser),
+                             command_parser)
     except KeyboardInterrupt:
         message = "interrupted"
     print(f"keras-dml {args.command}: error: {message}", file=sys.stderr)

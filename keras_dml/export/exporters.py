@@ -10,7 +10,9 @@ from keras_dml.export.embed import gallery_embeddings as embedded_gallery
 from keras_dml.export.gallery import OUTPUT_DESCRIPTIONS, build_gallery, search_fn
 from keras_dml.export.inputs import serving_input
 from keras_dml.export.load import load_embedder_export, load_gallery_file, load_keras_model
+from keras_dml.export.sidecar import read_export_info
 from keras_dml.export.writer import write_export
+from keras_dml.models.fingerprint import model_fingerprint
 
 __all__ = ["export_embedder", "export_from_keras_file", "export_gallery", "export_retriever"]
 
@@ -32,7 +34,8 @@ def export_embedder(model, base_dir, version=None, input_format="image_bytes",
     only the variables the embedding reads are saved (no loss weights such as
     proxies, no optimizer state). Next to it: the warm-up file
     `assets.extra/tf_serving_warmup_requests` and the JSON sidecar
-    `keras_dml_export.json`. The version is written to a hidden staging
+    `keras_dml_export.json`, which records the model's `model_fingerprint` (the
+    one an index of its embeddings records). The version is written to a hidden staging
     directory, checked by reloading, and renamed into place only when complete.
 
     Args:
@@ -90,6 +93,7 @@ def export_embedder(model, base_dir, version=None, input_format="image_bytes",
         describe={"embedding": f"Embedding of each input image, {norm}."},
         run_info=run_info, version=version, overwrite=overwrite, warmup=warmup,
         warmup_batch_sizes=warmup_batch_sizes, warmup_inputs=warmup_inputs, verify=verify,
+        model_fingerprint=model_fingerprint(model),
     )
 
 
@@ -171,6 +175,7 @@ def export_retriever(model, base_dir, gallery_images=None, gallery_embeddings=No
         describe=OUTPUT_DESCRIPTIONS, run_info=run_info, version=version, overwrite=overwrite,
         warmup=warmup, warmup_batch_sizes=warmup_batch_sizes, warmup_inputs=warmup_inputs,
         verify=verify, sections={"retrieval": retrieval},
+        model_fingerprint=model_fingerprint(model),
     )
 
 
@@ -225,7 +230,7 @@ def export_gallery(embedder_dir, base_dir, gallery_embeddings, gallery_labels, k
     The route for replacing a retriever's gallery (and threshold) without the
     Keras model: the embedder SavedModel at `embedder_dir` (a version
     directory written by `export_embedder`) is loaded with TensorFlow and
-    reused as is, its signature and weights unchanged, and a new version of
+    reused as is, its signature, weights and `model_fingerprint` unchanged, and a new version of
     `base_dir` adds the gallery search (and decision) behind it. TF Serving
     picks up the new version while serving; the embedder export is untouched.
 
@@ -256,4 +261,5 @@ def export_gallery(embedder_dir, base_dir, gallery_embeddings, gallery_labels, k
         describe=OUTPUT_DESCRIPTIONS, run_info=run_info, version=version, overwrite=overwrite,
         warmup=warmup, warmup_batch_sizes=warmup_batch_sizes, verify=verify,
         sections={"retrieval": retrieval},
+        model_fingerprint=read_export_info(embedder_dir).get("model_fingerprint"),
     )

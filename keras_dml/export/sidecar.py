@@ -2,8 +2,9 @@
 
 It tells a client (or an operator) what the SavedModel expects and returns
 without loading it: input format and preprocessing, output names, dtypes and
-shapes, embedding size, retrieval gallery, warm-up, and the training run.
-TF Serving ignores the file.
+shapes, embedding size, the embedder's `model_fingerprint` (the one an index
+records in its provenance, so a service checks that both come from one model),
+retrieval gallery, warm-up, and the training run. TF Serving ignores the file.
 """
 
 import datetime
@@ -23,7 +24,7 @@ FORMAT = "keras_dml.export/1"
 
 
 def export_info(kind, version, serving_input, outputs, embedding_dim, run_info=None,
-                **sections):
+                model_fingerprint=None, **sections):
     """The sidecar dict.
 
     Args:
@@ -34,6 +35,8 @@ def export_info(kind, version, serving_input, outputs, embedding_dim, run_info=N
         embedding_dim: Embedding size d.
         run_info: Dict describing the training run (JSON values, NumPy
             scalars or arrays), or None.
+        model_fingerprint: `keras_dml.models.fingerprint.model_fingerprint` of
+            the exported embedder, or None.
         **sections: Further JSON-serialisable sections (e.g. `retrieval`).
 
     Raises:
@@ -53,6 +56,7 @@ def export_info(kind, version, serving_input, outputs, embedding_dim, run_info=N
         "inputs": {serving_input.name: serving_input.describe()},
         "outputs": outputs,
         "embedding_dim": embedding_dim,
+        "model_fingerprint": model_fingerprint,
         # what the SavedModel does (image_bytes) or wants done (images): the evaluation
         # transform, without the training augmentation (flip, crop)
         "preprocessing": None if preprocessing is None else preprocessing.evaluation_dict(),

@@ -23,7 +23,7 @@ tf = backend.require_tensorflow("keras_dml.export (SavedModel and TF Serving exp
 
 def write_export(base_dir, serve, serving_input, *, kind, describe, embedding_dim, run_info=None,
                  version=None, overwrite=False, warmup=True, warmup_batch_sizes=(1,),
-                 warmup_inputs=None, verify=True, sections=None):
+                 warmup_inputs=None, verify=True, sections=None, model_fingerprint=None):
     """Exports `serve` as `base_dir/<version>` and returns that directory.
 
     Args:
@@ -41,6 +41,7 @@ def write_export(base_dir, serve, serving_input, *, kind, describe, embedding_di
         verify: Reload the SavedModel and compare it with the in-process
             function on the warm-up batches before publishing. Defaults to True.
         sections: Extra sidecar sections.
+        model_fingerprint: The embedder's fingerprint, recorded in the sidecar.
     """
     # Argument errors first, before the slow tracing and writing.
     version = layout.resolve_version(base_dir, version, overwrite)
@@ -76,7 +77,7 @@ def write_export(base_dir, serve, serving_input, *, kind, describe, embedding_di
             }
         info = sidecar.export_info(
             kind, version, serving_input, outputs, embedding_dim,
-            run_info=run_info, **sections,
+            run_info=run_info, model_fingerprint=model_fingerprint, **sections,
         )
         sidecar.write_export_info(staging, info)
         if verify:

@@ -408,8 +408,10 @@ class Index:
                 that records no fingerprint warns that it cannot check.
         """
         fingerprint = model if isinstance(model, str) else provenance.model_fingerprint(model)
+        where = (f"Collection {self._store.collection!r} at {self._store.uri}"
+                 if self.backend == "milvus" else "The index")
         provenance.compare_models(self.provenance, {"model_fingerprint": fingerprint,
-                                                    "run": run}, allow_mismatch)
+                                                    "run": run}, allow_mismatch, where)
 
     def _queries(self, queries):
         queries = validation.embedding_array(queries, "queries")

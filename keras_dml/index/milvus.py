@@ -16,8 +16,9 @@ A collection holds one row per item:
 
 and, in its `keras_dml.record` property, the index's record (metric, id and
 label kinds, next id, metadata fields, index type and options, info and
-provenance). Scores leave the store as `Index` defines them: cosine
-similarity, inner product, or minus the squared Euclidean distance.
+provenance), and in `keras_dml.created` when it was created. Scores leave the
+store as `Index` defines them: cosine similarity, inner product, or minus the
+squared Euclidean distance.
 """
 
 import contextlib
@@ -26,6 +27,7 @@ import json
 import logging
 import os
 import threading
+import time
 from urllib.parse import urlparse
 
 import numpy as np
@@ -33,10 +35,12 @@ import numpy as np
 from keras_dml.hyperparameters import integer_at_least
 from keras_dml.index import storage
 
-__all__ = ["DEFAULT_COLLECTION", "METRICS", "MilvusStore", "TIMEOUT", "check_index_options",
-           "from_milvus_names", "is_lite", "metadata_path", "read_record", "search_options"]
+__all__ = ["CREATED", "DEFAULT_COLLECTION", "METRICS", "MilvusStore", "TIMEOUT", "call",
+           "check_database", "check_index_options", "connect", "from_milvus_names", "is_lite",
+           "metadata_path", "parse_record", "read_record", "release", "search_options"]
 
 RECORD = "keras_dml.record"
+CREATED = "keras_dml.created"  # property: seconds since the epoch when it was created
 FORMAT = "keras_dml.milvus/1"
 DEFAULT_COLLECTION = "keras_dml"
 METRICS = {"cosine": "COSINE", "dot": "IP", "euclidean": "L2"}
@@ -140,10 +144,7 @@ def from_milvus_names(index_type, stage, params, source="parameters"):
 
 def read_record(uri, collection, token=None, timeout=None):
     """The record of an existing keras_dml collection, or an error naming what is missing."""
-    if is_lite(uri) and not os.path.isdir(os.fspath(uri)):
-        raise FileNotFoundError(f"No Milvus Lite database at {uri}.")
-    if is_lite(uri) and os.path.isfile(os.path.join(os.fspath(uri), storage.CONFIG)):
-        raise ValueError(f"{uri} is an index saved by Index.save: read it with Index.load.")
+    check_database(uri)
     store = MilvusStore(uri, collection, token, TIMEOUT if timeout is None else timeout)
     try:
         if not store.exists():
@@ -152,6 +153,30 @@ def read_record(uri, collection, token=None, timeout=None):
         return store.read_record()
     finally:
         store.close()
+
+
+def check_database(uri):
+    """Refuses a Lite path that holds no database (rather than creating one there)."""
+    if is_lite(uri) and not os.path.isdir(os.fspath(uri)):
+        raise FileNotFoundError(f"No Milvus Lite database at {uri}.")
+    if is_lite(uri) and os.path.isfile(os.path.join(os.fspath(uri), storage.CONFIG)):
+        raise ValueError(f"{uri} is an index saved by Index.save: read it with Index.load.")
+
+
+def parse_record(properties, collection, uri):
+    """The keras_dml record among a collection's properties, or None when it has none
+    (a collection keras_dml did not make).
+
+    Raises:
+        ValueError: The record has another format.
+    """
+    if RECORD not in properties:
+        return None
+    record = json.loads(properties[RECORD])
+    if record.get("format") != FORMAT:
+        raise ValueError(f"Collection {collection!r} at {uri} has format "
+                         f"{record.get('format')!r}, expected {FORMAT!r}.")
+    return record
 
 
 def connect(uri, token=None, timeout=TIMEOUT):
@@ -274,6 +299,9 @@ class MilvusStore:
 
     The collection is created at the first insert, when the dimension and the
     kinds of ids and labels are known; until then `record` lives in memory.
+    An alias (`keras_dml.index.collections`) stands for the collection it points
+    to when the store opens: `collection` is that collection's name, and the
+    store stays on it, with its model, when the alias moves to another one.
     """
 
     name = "milvus"
@@ -292,8 +320,19 @@ class MilvusStore:
                 self._server.stop()
             raise
         self.record = None
+        try:
+            self.collection = self._target(self.collection)
+        except BaseException:
+            self.close()
+            raise
 
     # -- the record ---------------------------------------------------------------------
+
+    def _target(self, name):
+        """The collection `name` stands for: the one an alias points to now, else `name`."""
+        if name not in self._call(self._client.list_aliases)["aliases"]:
+            return name
+        return self._call(self._client.describe_alias, name)["collection_name"]
 
     def exists(self):
         return self._call(self._client.has_collection, self.collection)
@@ -306,13 +345,10 @@ class MilvusStore:
         not a keras_dml collection."""
         properties = self._call(self._client.describe_collection,
                                 self.collection).get("properties", {})
-        if RECORD not in properties:
+        record = parse_record(properties, self.collection, self.uri)
+        if record is None:
             raise ValueError(f"Collection {self.collection!r} at {self.uri} was not made by "
                              "keras_dml (it has no keras_dml record).")
-        record = json.loads(properties[RECORD])
-        if record.get("format") != FORMAT:
-            raise ValueError(f"Collection {self.collection!r} at {self.uri} has format "
-                             f"{record.get('format')!r}, expected {FORMAT!r}.")
         return record
 
     def load(self):
@@ -347,7 +383,7 @@ class MilvusStore:
             params[0]._configs["params"] = build
         record = json.dumps({"format": FORMAT, **self.record})
         self._call(client.create_collection, self.collection, schema=schema,
-                   index_params=params, properties={RECORD: record})
+                   index_params=params, properties={RECORD: record, CREATED: repr(time.time())})
 
     def _search_parameters(self, k):
         params = self._parameters("search")
@@ -513,13 +549,19 @@ class MilvusStore:
     def _call(self, method, *args, **kwargs):
         if self._client is None:
             raise RuntimeError(f"The index on {self.uri} is closed.")
-        try:
-            with _quiet():
-                return method(*args, **kwargs)
-        except Exception as error:
-            if type(error).__module__.startswith(("pymilvus", "grpc", "milvus_lite")):
-                raise _translate(error, self.uri, self.collection) from None
-            raise
+        return call(method, self.uri, self.collection, *args, **kwargs)
+
+
+def call(method, uri, collection, *args, **kwargs):
+    """`method(*args, **kwargs)` of a `MilvusClient`, with pymilvus' logs muted and its
+    errors raised as one-line keras_dml errors naming `uri` and `collection` (or None)."""
+    try:
+        with _quiet():
+            return method(*args, **kwargs)
+    except Exception as error:
+        if type(error).__module__.startswith(("pymilvus", "grpc", "milvus_lite")):
+            raise _translate(error, uri, collection) from None
+        raise
 
 
 def _translate(error, uri, collection):
@@ -528,7 +570,8 @@ def _translate(error, uri, collection):
         return ValueError(f"Milvus filter refused on collection {collection!r}: {message}")
     if any(word in message.lower() for word in ("parse", "expr", "token", "at column")):
         return ValueError(f"Milvus refused the filter expression: {message}")
-    return RuntimeError(f"Milvus at {uri} (collection {collection!r}): {message}")
+    where = "" if collection is None else f" (collection {collection!r})"
+    return RuntimeError(f"Milvus at {uri}{where}: {message}")
 
 
 def _plain(values):

@@ -4,50 +4,35 @@ Every saved index (`index.json`) and every Milvus collection records an
 `Index.provenance` dict: `model_fingerprint` (`model_fingerprint(model)`, or
 None), `preprocessing` (a `keras_dml.data.Preprocessing` as a dict, or None),
 `dim`, `metric` and, where known, `run` (the run directory). Searching with
-another model's embeddings is refused (`ModelMismatchError`) unless asked for.
+another model's embeddings is refused (`ModelMismatchError`) unless asked for;
+`compare_export` does the same for a SavedModel export, whose sidecar records
+the `model_fingerprint` of the embedder it serves.
 """
 
-import hashlib
 import warnings
 
-import numpy as np
+from keras_dml.models.fingerprint import model_fingerprint
 
-__all__ = ["ModelMismatchError", "check", "compare_models", "model_fingerprint"]
+__all__ = ["ModelMismatchError", "check", "compare_export", "compare_models",
+           "model_fingerprint"]
 
 FIELDS = ("model_fingerprint", "preprocessing", "dim", "metric", "run")
 
 
 class ModelMismatchError(ValueError):
-    """The model at hand is not the one whose embeddings the index holds."""
+    """The model at hand is not the one whose embeddings the index holds.
 
-
-def model_fingerprint(model):
-    """A short hash of a model's weights and layer structure, stable across processes.
-
-    The embedder of a `DMLModel` is hashed (its heads and proxies do not make
-    the embeddings). Two models with the same layer classes, weight shapes and
-    weight values have the same fingerprint, whatever their layers' names.
-
-    Examples:
-
-    >>> import keras
-    >>> a = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    >>> b = keras.models.clone_model(a); b.set_weights(a.get_weights())
-    >>> model_fingerprint(a) == model_fingerprint(b)
-    True
+    Attributes:
+        mismatch: The sentence naming both models (the message without its advice).
+        recorded: The index's provenance dict.
+        given: The provenance of the model at hand.
     """
-    if hasattr(model, "embedder"):
-        model = model.embedder()
-    digest = hashlib.sha256()
-    layers = getattr(model, "_flatten_layers", None)
-    classes = ([type(layer).__name__ for layer in layers(include_self=True)] if layers
-               else [type(model).__name__])
-    digest.update(",".join(classes).encode())
-    for weight in model.weights:
-        value = np.ascontiguousarray(np.asarray(weight))
-        digest.update(f"{value.dtype.str}{value.shape}".encode())
-        digest.update(value.tobytes())
-    return "sha256:" + digest.hexdigest()[:16]
+
+    def __init__(self, message, mismatch=None, recorded=None, given=None):
+        super().__init__(message)
+        self.mismatch = mismatch or message
+        self.recorded = dict(recorded or {})
+        self.given = dict(given or {})
 
 
 def check(provenance):
@@ -90,9 +75,47 @@ def compare_models(recorded, given, allow_mismatch=False, where="The index"):
         return
     if ours == theirs:
         return
-    message = (f"{where} holds embeddings of model {describe(recorded)}, but the model at hand "
-               f"is {describe(given)}: its scores would be meaningless. Rebuild the index "
-               "with this model, or pass allow_mismatch=True if you know they agree.")
+    mismatch = (f"{where} holds embeddings of model {describe(recorded)}, but the model at "
+                f"hand is {describe(given)}: its scores would be meaningless.")
+    message = (mismatch + " Build a new index with this model (on Milvus: a new collection, "
+               "then move your alias to it and drop the old one; see `keras-dml collections "
+               "--help`), or pass allow_mismatch=True if you know they agree.")
     if not allow_mismatch:
-        raise ModelMismatchError(message)
+        raise ModelMismatchError(message, mismatch, recorded, given)
     warnings.warn("allow_mismatch=True: " + message, stacklevel=3)
+
+
+def compare_export(info, recorded, allow_mismatch=False, where="The index"):
+    """Refuses (or with `allow_mismatch`, warns about) an export of another model.
+
+    A service that embeds with a SavedModel export and searches an index checks
+    them with this: the export's sidecar (`keras_dml.export.read_export_info`)
+    records `model_fingerprint`, the fingerprint of the embedder it serves, and
+    the index's provenance (`Index.provenance`, or a collection record's
+    `provenance`) the fingerprint of the model that made its embeddings.
+
+    Args:
+        info: The export's sidecar dict; its `training_run` `run`, if any, is
+            named in the message.
+        recorded: The index's provenance dict.
+        allow_mismatch: Warn instead of raising. Defaults to False.
+        where: What holds the embeddings, for the message.
+
+    Raises:
+        ModelMismatchError: The two fingerprints differ, naming both. An export
+            or index that records none warns that it cannot be checked.
+
+    Examples:
+
+    >>> compare_export({"model_fingerprint": "sha256:5b1f72f3efacdf8e"},
+    ...                {"model_fingerprint": "sha256:5b1f72f3efacdf8e"})
+    """
+    run = info.get("training_run")
+    given = {"model_fingerprint": info.get("model_fingerprint"),
+             "run": run.get("run") if isinstance(run, dict) else None}
+    if given["model_fingerprint"] is None and recorded.get("model_fingerprint") is not None:
+        warnings.warn("The export records no model fingerprint (exported before keras_dml "
+                      "recorded one): it cannot be checked against the embeddings of model "
+                      f"{describe(recorded)}; export the run again to record it.", stacklevel=2)
+        return
+    compare_models(recorded, given, allow_mismatch, where)

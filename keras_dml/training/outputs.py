@@ -133,4 +133,5 @@ def export_run(model, summary, config, input_shape, preprocessing):
     return export_embedder(
         model.embedder(), summary["export"]["base_dir"],
         input_format=summary["export"]["input_format"], preprocessing=preprocessing,
-        run_info=run_info(config, summary["recall_after"], input_shape, preprocessing))
+        run_info={"run": os.path.abspath(summary["run_dir"]),
+                  **run_info(config, summary["recall_after"], input_shape, preprocessing)})
