@@ -86,10 +86,12 @@ def sync(index, catalogue, embed_chunks, chunk_size=CHUNK_SIZE, update=False, pr
     del stored, listed
     if progress is not None:
         progress.total = len(missing)
+    from keras_dml.data.image_errors import skipped_sentence
+
     for chunk in embed_chunks(list(missing), chunk_size):
         problems = [f"{path} ({reason})" for path, reason in chunk.skipped]
-        for problem in problems:
-            print(f"keras_dml.index: skipped {problem}", file=log, flush=True)
+        for path, reason in chunk.skipped:
+            print(f"keras_dml.index: {skipped_sentence(path, reason)}", file=log, flush=True)
         report.unreadable.extend(problems)
         if len(chunk):
             ids = [catalogue.ids[missing[path]] for path in chunk.paths]

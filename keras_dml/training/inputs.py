@@ -9,6 +9,7 @@ import numpy as np
 
 from keras_dml import backbones, backend, data
 from keras_dml.backend.augmentation import training_call
+from keras_dml.data.image_errors import skipped_sentence
 from keras_dml.data.preprocessing import default_preprocessing
 from keras_dml.data.transforms import array_transform
 from keras_dml.training import distribute
@@ -121,15 +122,16 @@ def readable(split):
     with warnings.catch_warnings():  # its one-line count: each file is named below
         warnings.simplefilter("ignore", UserWarning)
         readable = data.verify_images(split)
-    for path, _ in readable.skipped[len(split.skipped):]:
-        print(f"keras_dml.data: skipping unreadable test image {path!r}", file=sys.stderr,
-              flush=True)
+    for path, reason in readable.skipped[len(split.skipped):]:
+        print(f"keras_dml.data: {skipped_sentence(path, reason)} (a test image)",
+              file=sys.stderr, flush=True)
     return readable
 
 
 def skipped_images(mark=None):
-    """Without `mark`: a mark (the `BadImageGuard`s made so far). With one: the image
-    files left out by `skip_bad_images` streams made since (none without TensorFlow)."""
+    """Without `mark`: a mark (the `BadImageGuard`s made so far). With one: the paths
+    of the image files left out by `skip_bad_images` streams made since (none without
+    TensorFlow)."""
     if not backend.tensorflow_installed():
         return 0 if mark is None else []
     from keras_dml.data import bad_images

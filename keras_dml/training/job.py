@@ -194,11 +194,23 @@ def _summary(job, recall, before, history, queries, references):
                    "preprocessing": None if preprocessing is None else preprocessing.to_dict()},
         "export_dir": None,
         "plots": [],
-        "skipped_images": inputs.skipped_images(job.skips_before) + [
-            f"test image {path!r}" for split in (queries, references) if split is not None
-            for path, reason in split.skipped if reason == "undecodable"],
+        **_skipped(job, queries, references),
         "verdict": run_verdict(before, after, chance_recall(queries, references)),
     }
+
+
+def _skipped(job, queries, references):
+    """The summary's `skipped_images` (the paths `skip_bad_images` left out, training
+    and test images, in the order met) and `skipped_reasons` (`{path: reason}`)."""
+    reasons = dict.fromkeys(inputs.skipped_images(job.skips_before), "cannot be decoded")
+    if reasons:  # the reason of each (missing or not decodable), looked at once more
+        from keras_dml.data.verify import unreadable_files
+
+        reasons.update(unreadable_files(list(reasons)))
+    for split in (queries, references):
+        reasons.update((path, reason) for path, reason in getattr(split, "skipped", ())
+                       if reason == "undecodable")
+    return {"skipped_images": list(reasons), "skipped_reasons": reasons}
 
 
 def _write_outputs(job, summary, recall, queries):

@@ -42,8 +42,9 @@ class ConsoleReport:
             print(f"SavedModel: {summary['export_dir']}")
         skipped = summary.get("skipped_images") or []
         if skipped:
-            print(f"skipped {len(skipped)} unreadable image(s) (summary.json lists them): "
-                  f"{'; '.join(skipped[:3])}{' ...' if len(skipped) > 3 else ''}")
+            print(f"left out {len(skipped)} unreadable image file(s) (--skip-bad-images; "
+                  f"summary.json lists them): {'; '.join(skipped[:3])}"
+                  f"{' ...' if len(skipped) > 3 else ''}")
         if summary.get("verdict"):
             print(f"WARNING: {summary['verdict']}.", flush=True)
 
