@@ -221,15 +221,16 @@ def _evaluation_words(config):
 
 def _skipped(job, queries, references):
     """The summary's `skipped_images` (the paths `skip_bad_images` left out, training
-    and test images, in the order met) and `skipped_reasons` (`{path: reason}`)."""
-    reasons = dict.fromkeys(inputs.skipped_images(job.skips_before), "cannot be decoded")
-    if reasons:  # the reason of each (missing or not decodable), looked at once more
+    and test images, in the order met) and `skipped_reasons` (`{path: reason}`, each
+    file looked at once more: "missing" or "cannot be decoded")."""
+    paths = inputs.skipped_images(job.skips_before) + [
+        path for split in (queries, references) if split is not None
+        for path, reason in split.skipped if reason == "undecodable"]
+    reasons = dict.fromkeys(paths, "cannot be decoded")
+    if reasons:
         from keras_dml.data.verify import unreadable_files
 
         reasons.update(unreadable_files(list(reasons)))
-    for split in (queries, references):
-        reasons.update((path, reason) for path, reason in getattr(split, "skipped", ())
-                       if reason == "undecodable")
     return {"skipped_images": list(reasons), "skipped_reasons": reasons}
 
 
