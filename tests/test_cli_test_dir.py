@@ -17,9 +17,10 @@ TINY = ["--epochs", "1", "--steps-per-epoch", "1", "--classes-per-batch", "2",
         "--samples-per-class", "2", "--image-size", "16", "--no-export", "--no-plots"]
 
 
-def _folder(root, classes, seed=0):
+def _folder(root, classes, seed=0, per_class=3):
+    """root/<class>/<image>.png, `per_class` images of each of `classes`."""
     for number, name in enumerate(classes):
-        for i in range(3):
+        for i in range(per_class):
             _png(root / name / f"{i}.png", (70 * number, 100, 220 - 70 * number), seed + i)
     return root
 
@@ -55,7 +56,7 @@ def test_a_run_without_evaluation_says_so(tmp_path, capsys):
 @pytest.mark.slow  # two tiny training runs
 def test_train_on_every_class_with_and_without_a_test_dir(tmp_path, capsys):
     data = _folder(tmp_path / "train", ["ant", "bee", "cow"])
-    test = _folder(tmp_path / "test", ["dog", "elk"], seed=20)
+    test = _folder(tmp_path / "test", ["dog", "elk"], seed=20, per_class=5)  # R@8: > 8
     args = ["train", "--data-dir", str(data), "--backbone", "convnet", *TINY,
             "--runs-dir", str(tmp_path / "runs")]
     assert cli.main(args + ["--test-classes", "0", "--run-name", "all"]) == 0
@@ -70,10 +71,10 @@ def test_train_on_every_class_with_and_without_a_test_dir(tmp_path, capsys):
 
     assert cli.main(args + ["--test-dir", str(test), "--run-name", "other"]) == 0
     out = capsys.readouterr().out
-    assert f"3 training classes (9 images), 2 test classes (6 images, --test-dir {test})" in out
+    assert f"3 training classes (9 images), 2 test classes (10 images, --test-dir {test})" in out
     assert "before training R@1" in out and "after training  R@1" in out
     summary = json.load(open(tmp_path / "runs" / "other" / "summary.json"))
-    assert str(test) in summary["evaluation"] and summary["recall_after"]["num_queries"] == 6
+    assert str(test) in summary["evaluation"] and summary["recall_after"]["num_queries"] == 10
     assert json.load(open(tmp_path / "runs" / "other" / "class_names.json")) == {
         "train": ["ant", "bee", "cow"], "test": ["dog", "elk"]}
 
@@ -103,7 +104,7 @@ def offline(tmp_path, monkeypatch):
 def test_the_offline_advice_names_only_flags_that_run(offline, tmp_path, capsys):
     import keras
 
-    data = _folder(tmp_path / "photos", ["ant", "bee", "cow", "dog"])
+    data = _folder(tmp_path / "photos", ["ant", "bee", "cow", "dog"], per_class=5)
     args = ["train", "--data-dir", str(data), "--test-classes", "2", *TINY,
             "--image-size", "32", "--runs-dir", str(tmp_path / "runs")]
     assert cli.main(args + ["--backbone", "MobileNetV3Small"]) == 2
