@@ -59,7 +59,7 @@ def test_a_skipped_file_reads_as_a_sentence(capsys):
         "  skipped /shop/b.jpg: not a decodable image"]
 
 
-def _commands(run_dir, shop, out):
+def _commands(run_dir, shop, out):  # noqa: F811
     return {
         "embed": ["embed", run_dir, shop, "--output", out / "e.npz"],
         "evaluate": ["evaluate", run_dir, "--images", shop, "--output", out / "eval",
@@ -71,7 +71,8 @@ def _commands(run_dir, shop, out):
 
 
 @pytest.mark.slow  # every command twice
-def test_every_command_stops_or_skips_the_same_way(run_dir, shop, tmp_path, capfd):
+def test_every_command_stops_or_skips_the_same_way(run_dir, shop, tmp_path,  # noqa: F811
+                                                   capfd):
     for skip in (False, True):
         out = tmp_path / ("skip" if skip else "strict")
         for what, argv in _commands(run_dir, shop, out).items():
@@ -106,8 +107,19 @@ def _run_cli(*argv, env_level=None):
                           capture_output=True, text=True, env=env, timeout=600)
 
 
+def test_python_m_keras_dml_cli_is_the_command_process():
+    # As the console script: TensorFlow loads later, quietly, with its log set
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "keras_dml.cli",
+                             "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "keras_dml.cli" in imported and not {"tensorflow", "keras"} & imported
+
+
 @pytest.mark.slow  # two fresh processes importing TensorFlow
-def test_tensorflow_log_lines_stay_off_the_terminal(run_dir, tmp_path):
+def test_tensorflow_log_lines_stay_off_the_terminal(run_dir, tmp_path):  # noqa: F811
     folder = tmp_path / "photos" / "cat"
     _png(folder / "0.png", CLASSES["cat"], 0)
     whole = _jpeg(1)
