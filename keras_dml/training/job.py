@@ -66,11 +66,12 @@ def run(config, report=None, resume=False):
         if report:
             report.start(job.config, job.splits, job.folder)
         recall, queries, references = _evaluator(job, report)
-        before = None if recall is None else recall.evaluate_now(job.model)
+        before = None  # without an evaluation (config.evaluates): no Recall@K at all
         if recall is not None:
+            before = recall.evaluate_now(job.model)
             recall.record_untrained(before)
-        if report and recall is not None:
-            report.metrics("before training", before)
+            if report:
+                report.metrics("before training", before)
         history = _fit(job, _callbacks(job, recall, backup), report)
         if report and recall is not None:
             report.metrics("after training", recall.full_results)
