@@ -11,9 +11,9 @@ TensorFlow-only submodules (`_TENSORFLOW_ONLY`: SavedModel / TF Serving export,
 `keras_dml.backend.TensorFlowRequiredError` naming it. `keras_dml.data` then
 holds the NumPy sampler and stream only (see its docstring).
 
-The one exception is the `keras-dml` command's own process: its `--help` answers
-without TensorFlow, and `keras_dml.cli` calls `import_all()` before a subcommand
-runs.
+The one exception is the `keras-dml` command's own process (the console script, or
+`python -m keras_dml.cli`): its `--help` answers without TensorFlow, and
+`keras_dml.cli` calls `import_all()` before a subcommand runs.
 """
 
 import importlib
@@ -108,6 +108,8 @@ if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
 
 # The file names of the console script (`keras-dml`, on Windows `keras-dml.exe`).
 _COMMAND_NAMES = ("keras-dml", "keras-dml.exe", "keras-dml-script.py")
+# The modules `python -m` runs as the command.
+_COMMAND_MODULES = ("keras_dml.cli", "keras_dml.cli.__main__")
 
 
 def import_all():
@@ -125,7 +127,11 @@ def import_all():
 
 def _in_command_line():
     argv = getattr(sys, "argv", None) or [""]
-    return os.path.basename(str(argv[0])) in _COMMAND_NAMES
+    if os.path.basename(str(argv[0])) in _COMMAND_NAMES:
+        return True
+    given = list(getattr(sys, "orig_argv", ()))  # `python -m keras_dml.cli ...`
+    return any(flag == "-m" and module in _COMMAND_MODULES
+               for flag, module in zip(given, given[1:]))
 
 
 def __getattr__(name):

@@ -208,7 +208,9 @@ def _keras_cache_first(name):
                 f"in its cache {folder} (~/.keras/models, or $KERAS_HOME/models) and "
                 f"could not download it ({reason}). Put that file there, or pass --weights "
                 f"PATH (a .weights.h5 or .keras file of {name}, or an earlier keras-dml "
-                "run), or --weights none to start from random weights."
+                "run), or train --backbone cnn3 or convnet, which start from random weights "
+                f"({name} from random weights falls to chance-level retrieval, so keras-dml "
+                "train refuses --weights none for it)."
             ) from None
 
     with _FETCH_LOCK:

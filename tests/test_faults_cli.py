@@ -58,10 +58,11 @@ def test_skip_bad_images_on_the_command_line(tmp_path, capfd):
     assert cli.main(args + ["--run-name", "strict"]) == 2
     assert "img_1.jpg" in capfd.readouterr().err
     assert cli.main(args + ["--run-name", "skipping", "--skip-bad-images"]) == 0
-    assert capfd.readouterr().err.count("skipping unreadable") == 1
+    assert capfd.readouterr().err.count("keras_dml.data: skipped ") == 1
     summary = json.load(open(tmp_path / "runs" / "skipping" / "summary.json"))
     assert np.isfinite(summary["loss_history"]).all()
-    assert len(summary["skipped_images"]) == 1 and "img_1.jpg" in summary["skipped_images"][0]
+    assert summary["skipped_images"] == [paths[1]]
+    assert summary["skipped_reasons"] == {paths[1]: "cannot be decoded"}
     # the bad batch came after epoch 1's backup: the failed run is kept, marked, resumable
     failed = json.load(open(tmp_path / "runs" / "strict" / "failed.json"))
     assert "img_1.jpg" in failed["error"] and "--resume" in failed["resume"]

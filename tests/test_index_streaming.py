@@ -84,7 +84,7 @@ def test_index_uri_searches_like_the_saved_index_and_updates(photos, run_dir, tm
     out, err = capsys.readouterr()
     assert code == 0 and _summary(out) == (
         "1", "8", "; 1 entries' files are gone (--update removes them)", "10")
-    assert re.search(r"skipped .*owl/bad.png \(cannot be decoded\)", err)
+    assert re.search(r"skipped .*owl/bad.png: not a decodable image", err)
     assert "function_node" not in err
     os.remove(photos / "owl" / "bad.png")
     out = _main(["index", run_dir, "--images", photos, "--uri", uri, "--update"], capsys)

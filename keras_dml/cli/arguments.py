@@ -83,14 +83,17 @@ def kept(values, embedded):
 
 
 def report_skipped(skipped):
-    """One closing line on stderr per file `--skip-bad-images` left out."""
+    """A closing count on stderr, then one line per file `--skip-bad-images` left out
+    (`skipped`: `[(path, reason)]`)."""
     import sys
 
+    from keras_dml.data.image_errors import skipped_sentence
+
     if skipped:
-        print(f"left out {len(skipped)} unreadable image files (--skip-bad-images):",
+        print(f"left out {len(skipped)} unreadable image file(s) (--skip-bad-images):",
               file=sys.stderr)
         for path, reason in skipped:
-            print(f"  {path} ({reason})", file=sys.stderr)
+            print(f"  {skipped_sentence(path, reason)}", file=sys.stderr)
 
 
 def capped_k(k, size, command, items="items in the index"):

@@ -91,8 +91,14 @@ def load_tensorflow():
     otherwise): TensorFlow turns them on by itself only on CPUs with AVX-512 VNNI /
     BF16 or AMX, and elsewhere its default kernels train and search more slowly
     (benchmarks/README.md). Without TensorFlow (Keras on JAX or PyTorch) keras_dml
-    alone is imported."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    alone is imported.
+
+    TensorFlow's C++ log (e.g. "E0000 ... jpeg_mem.cc:331] Premature end of JPEG
+    data" for a truncated file, which keras_dml reports in its own words) is kept
+    off the terminal: `TF_CPP_MIN_LOG_LEVEL` is set to 3 before TensorFlow loads,
+    unless it asks for that log (0 or 1)."""
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL") not in ("0", "1"):
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     if importlib.util.find_spec("tensorflow") is None:
         import keras_dml

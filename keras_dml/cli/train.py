@@ -31,7 +31,8 @@ _DESCRIPTION = (
     "Omniglot copy shipped with the package (under 2 minutes on a 2-core CPU). Your own "
     "images: --data-dir DIR with one folder of images per class, DIR/<class>/<image>, or a "
     "CSV file of path,label rows; half of the classes are held out for testing "
-    "(--test-classes)."
+    "(--test-classes; --test-classes 0 trains on every class, evaluated on --test-dir "
+    "or not at all)."
 )
 
 
@@ -88,7 +89,13 @@ def _add_data_arguments(data):
                       help="folder / csv without a given split: the classes held out for "
                       f"testing, a fraction in (0, 1) or a count (default "
                       f"{DEFAULT_TEST_CLASSES}; the same classes in every run, whatever "
-                      "--seed)")
+                      "--seed); 0: every class trains and the run measures no Recall@K, "
+                      "unless --test-dir gives the test images")
+    data.add_argument("--test-dir", default=None, metavar="DIR|CSV",
+                      help="evaluate on these images instead of held-out classes: a folder "
+                      "DIR/<class>/<image> or a CSV file path,label (its classes may differ "
+                      "from --data-dir's, each image searched among the others); every "
+                      "class of --data-dir then trains")
     data.add_argument("--image-size", type=int, default=None,
                       help="image side: in-memory datasets (omniglot, digits) are resized to "
                       "it (default: as stored, 28 / 8); image-file datasets are resized and "

@@ -6,7 +6,8 @@ import weakref
 import numpy as np
 
 from keras_dml import backend
-from keras_dml.data.image_errors import BadImageError, clear_data_error, clear_error  # noqa: F401
+from keras_dml.data.image_errors import (BadImageError, clear_data_error,  # noqa: F401
+                                         clear_error, skipped_sentence)
 
 __all__ = ["BadImageError", "BadImageGuard", "MAX_BAD_BATCHES_IN_A_ROW", "SKIP_HINT", "drop_bad",
            "guards_made", "only_x_y", "refill", "skipped_files"]
@@ -49,12 +50,14 @@ class BadImageGuard:
 
     Attributes:
         bad: `{source index: description}` of every bad file seen, in order.
+        paths: The source's file paths (given to the constructor), or None.
         skipped_batches: Training batches skipped (a class without a readable
             image in them).
     """
 
-    def __init__(self, describe, skip=False, limit=MAX_BAD_BATCHES_IN_A_ROW):
+    def __init__(self, describe, skip=False, limit=MAX_BAD_BATCHES_IN_A_ROW, paths=None):
         self.describe = describe
+        self.paths = paths
         self.skip = skip
         self.limit = limit
         self.skipped_batches = 0
@@ -82,9 +85,9 @@ class BadImageGuard:
                 f"keras_dml.data: cannot read or decode {names} (batch {int(batch_id)}). "
                 "Fix or remove the file (keras_dml.data.verify_images or `keras-dml verify "
                 f"DIR|CSV` lists every bad file in one pass){SKIP_HINT}.")
-        for i in new:
-            print(f"keras_dml.data: skipping unreadable {self.bad[i]} ({len(self.bad)} bad "
-                  "file(s) so far)", file=sys.stderr, flush=True)
+        for seen, i in enumerate(new, len(self.bad) - len(new) + 1):
+            print(f"keras_dml.data: {skipped_sentence(self.name(i))} ({seen} so far)",
+                  file=sys.stderr, flush=True)
         if bool(usable):
             self._in_a_row = 0
             return True
@@ -97,6 +100,10 @@ class BadImageGuard:
                 f"readable image ({len(self.bad)} bad files so far, e.g. {shown}); the data "
                 "looks broken, stopping.")
         return False
+
+    def name(self, index):
+        """The bad file at `index`: its path, or its description without paths."""
+        return self.describe(index) if self.paths is None else str(self.paths[index])
 
     def keep(self, batch_id, indices, ok, usable=True):
         """The graph side of `check`: a scalar bool tensor.
@@ -170,13 +177,14 @@ def guards_made():
 
 def skipped_files(since=0):
     """The bad files the `skip_bad_images=True` streams made after the mark `since`
-    (`guards_made()`) left out, as descriptions (`"image 24 '.../a.jpg'"`), each
-    once, in the order met."""
+    (`guards_made()`) left out, each once, in the order met: their paths (a stream
+    of another source: descriptions such as "element 3 of the tf.data.Dataset
+    source")."""
     seen = {}
     for ref in _GUARDS[since:]:
         guard = ref()
-        for description in (guard.bad.values() if guard is not None else ()):
-            seen.setdefault(description, None)
+        for index in (guard.bad if guard is not None else ()):
+            seen.setdefault(guard.name(index), None)
     return list(seen)
 
 

@@ -76,7 +76,8 @@ def evaluation_stream(data, preprocessing=None, batch_size=256, transform=None,
     batches = tf.data.Dataset.range(len(data.labels)).batch(batch_size).map(
         load, num_parallel_calls=tf.data.AUTOTUNE)
     if data.from_files:  # a bad file is an error naming it, when its batch is taken
-        stream = BadImageGuard(data.describe, skip=skip).stream(batches, every_batch=True)
+        guard = BadImageGuard(data.describe, skip=skip, paths=data.paths)
+        stream = guard.stream(batches, every_batch=True)
     else:
         stream = batches.map(only_x_y).prefetch(tf.data.AUTOTUNE)
     return record_preprocessing(steady(stream), preprocessing)

@@ -6,7 +6,18 @@ can recognise the error without importing the image-file streams.
 
 import sys
 
-__all__ = ["BadImageError", "clear_data_error", "clear_error"]
+__all__ = ["BadImageError", "clear_data_error", "clear_error", "skipped_sentence"]
+
+#: What each reason a file is left out for (`keras_dml.data.verify`, the dataset
+#: loaders) says in a sentence.
+_REASON_WORDS = {
+    "missing": "no such file",
+    "unreadable": "the file cannot be read",
+    "empty": "the file is empty",
+    "not an image": "not an image file",
+    "cannot be decoded": "not a decodable image",
+    "undecodable": "not a decodable image",
+}
 
 
 class BadImageError(ValueError):
@@ -30,3 +41,17 @@ def clear_error(error):
         return None
     # The assertion prints its message as data: within [...], its quotes escaped.
     return BadImageError(message[start:].splitlines()[0].rstrip("]").replace("\\'", "'"))
+
+
+def skipped_sentence(path, reason=None):
+    """The one way a file left out by `skip_bad_images` is named: `"skipped PATH:
+    WHY"` (`reason`, a short reason such as "missing", in words; without one, the
+    file "cannot be read or decoded").
+
+    Examples:
+
+    >>> skipped_sentence("/shop/a.jpg", "missing")
+    'skipped /shop/a.jpg: no such file'
+    """
+    why = "cannot be read or decoded" if reason is None else _REASON_WORDS.get(reason, reason)
+    return f"skipped {path}: {why}"

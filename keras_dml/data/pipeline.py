@@ -273,7 +273,7 @@ def batches_from_indices(data, indices, seed=None, map_fn=None, skip_bad_images=
     skip = skip_bad_images and data.from_files
     ds = indices.map(build, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if data.from_files:
-        ds = BadImageGuard(data.describe, skip=skip_bad_images).stream(ds)
+        ds = BadImageGuard(data.describe, skip=skip_bad_images, paths=data.paths).stream(ds)
     else:
         ds = ds.map(only_x_y).prefetch(tf.data.AUTOTUNE)
     return record_preprocessing(steady(ds), data.preprocessing)

@@ -43,8 +43,8 @@ def from_directory(root, test_classes=0.5, seed=0):
     Args:
         root: The folder.
         test_classes: Fraction of the classes in `(0, 1)`, or a number of
-            classes, held out for testing. Ignored for a given split. Defaults
-            to 0.5.
+            classes, held out for testing (0: none, `test` is empty). Ignored
+            for a given split. Defaults to 0.5.
         seed: Seed of the class shuffle: the same seed gives the same split.
             Defaults to 0.
 
@@ -106,8 +106,8 @@ def from_csv(path, test_classes=0.5, seed=0):
     Args:
         path: The CSV file.
         test_classes: Fraction of the classes in `(0, 1)`, or a number of
-            classes, held out for testing without a `split` column. Defaults
-            to 0.5.
+            classes, held out for testing without a `split` column (0: none,
+            `test` is empty). Defaults to 0.5.
         seed: Seed of the class shuffle. Defaults to 0.
 
     Returns:
@@ -405,8 +405,12 @@ def _splits(name, root, paths, classes, parts, test_classes, seed, order, what=N
 
 
 def _test_class_count(test_classes, class_names, what):
-    """How many classes to hold out: `test_classes` as a fraction or a count."""
+    """How many classes to hold out: `test_classes` as a fraction or a count (0: none,
+    every class trains)."""
     total = len(class_names)
+    if isinstance(test_classes, (int, np.integer)) and not isinstance(test_classes, bool) \
+            and test_classes == 0:
+        return 0
     if total < 2:
         raise ValueError(
             f"{what}: {total} class ({', '.join(class_names)}); a class-disjoint train / test "
@@ -419,6 +423,6 @@ def _test_class_count(test_classes, class_names, what):
         count = min(max(round(test_classes * total), 1), total - 1)
     if count is None or not 1 <= count < total:
         raise ValueError(f"test_classes must be a fraction in (0, 1) or a number of classes "
-                         f"from 1 to {total - 1} ({what} has {total} classes); got "
+                         f"from 0 to {total - 1} ({what} has {total} classes); got "
                          f"{test_classes!r}.")
     return count

@@ -163,10 +163,12 @@ def _add(index, catalogue, embed_chunks, missing, chunk_size, progress, log, rep
     each chunk."""
     if progress is not None:
         progress.total = len(missing)
+    from keras_dml.data.image_errors import skipped_sentence
+
     for chunk in embed_chunks(list(missing), chunk_size):
         problems = [f"{path} ({reason})" for path, reason in chunk.skipped]
-        for problem in problems:
-            print(f"keras_dml.index: skipped {problem}", file=log, flush=True)
+        for path, reason in chunk.skipped:
+            print(f"keras_dml.index: {skipped_sentence(path, reason)}", file=log, flush=True)
         report.unreadable.extend(problems)
         if len(chunk):
             rows = [missing[path] for path in chunk.paths]

@@ -61,6 +61,7 @@ class TrainConfig:
     dataset: str = "omniglot"
     data_dir: str = None
     test_classes: float = None
+    test_dir: str = None
     image_size: int = None
     classes_per_batch: int = None
     samples_per_class: int = None
@@ -105,6 +106,7 @@ class TrainConfig:
         if self.test_classes is not None and self.dataset not in OWN_DATASETS:
             raise ValueError(f"test_classes is for your own images (dataset folder or csv); "
                              f"{self.dataset} has its protocol split.")
+        self._test_images()
         design = BATCH_DESIGNS.get(self.dataset, DEFAULT_BATCH_DESIGN)
         if self.classes_per_batch is None:
             self.classes_per_batch = design[0]
@@ -151,6 +153,25 @@ class TrainConfig:
                                                           self.run_name):
             raise ValueError(f"run_name must be a plain folder name (letters, digits, "
                              f"'._+=-'), got {self.run_name!r}.")
+
+    @property
+    def evaluates(self):
+        """False when the run measures no retrieval (test_classes=0 and no test_dir)."""
+        return not (self.test_classes == 0 and self.test_dir is None)
+
+    def _test_images(self):
+        """test_dir: every class of data_dir trains (test_classes 0), the run is
+        evaluated on test_dir's images."""
+        if self.test_dir is None:
+            return
+        if self.dataset not in OWN_DATASETS:
+            raise ValueError(f"test_dir is for your own images (dataset folder or csv); "
+                             f"{self.dataset} has its protocol split.")
+        if self.test_classes not in (None, 0):
+            raise ValueError(f"test_dir={self.test_dir!r} holds the test images: every class "
+                             f"of data_dir trains, so test_classes must not be given (got "
+                             f"{self.test_classes!r}).")
+        self.test_classes = 0
 
     def _fine_tuning_defaults(self):
         """Weights, BatchNorm, crop: the defaults of a pretrained backbone, checked.

@@ -1,21 +1,36 @@
 """The run's data: the splits it evaluates, the transform of in-memory images, the
 training augmentation and the C x k training stream."""
 
+import dataclasses
+import os
 import sys
 import warnings
 
 import keras
 import numpy as np
 
-from keras_dml import backbones, backend, data
+from keras_dml import backbones, backend, data, datasets
 from keras_dml.backend.augmentation import training_call
+from keras_dml.data.image_errors import skipped_sentence
 from keras_dml.data.preprocessing import default_preprocessing
 from keras_dml.data.transforms import array_transform
 from keras_dml.training import distribute
 from keras_dml.training.config import FILE_IMAGE_SIZE
 
 __all__ = ["array_transform", "augmentation", "augmented", "evaluation_splits", "input_spec",
-           "readable", "skipped_images", "strategy_for", "training_batches"]
+           "readable", "skipped_images", "strategy_for", "training_batches", "with_test_dir"]
+
+
+def with_test_dir(splits, test_dir):
+    """`splits` evaluated on the images of `test_dir` (a folder of class folders or a
+    CSV path,label list, every class of it a test class) instead of its own test."""
+    load = datasets.from_csv if os.path.isfile(test_dir) else datasets.from_directory
+    given = load(test_dir, test_classes=0)
+    if len(given.test):
+        raise ValueError(f"test_dir={test_dir!r} gives its own split (train/ and test/ "
+                         "folders, or a split column): give the test images alone, "
+                         "DIR/<class>/<image> or a CSV file path,label.")
+    return dataclasses.replace(splits, test=given.train, query=None, gallery=None)
 
 
 def evaluation_splits(splits):
@@ -121,15 +136,16 @@ def readable(split):
     with warnings.catch_warnings():  # its one-line count: each file is named below
         warnings.simplefilter("ignore", UserWarning)
         readable = data.verify_images(split)
-    for path, _ in readable.skipped[len(split.skipped):]:
-        print(f"keras_dml.data: skipping unreadable test image {path!r}", file=sys.stderr,
-              flush=True)
+    for path, reason in readable.skipped[len(split.skipped):]:
+        print(f"keras_dml.data: {skipped_sentence(path, reason)} (a test image)",
+              file=sys.stderr, flush=True)
     return readable
 
 
 def skipped_images(mark=None):
-    """Without `mark`: a mark (the `BadImageGuard`s made so far). With one: the image
-    files left out by `skip_bad_images` streams made since (none without TensorFlow)."""
+    """Without `mark`: a mark (the `BadImageGuard`s made so far). With one: the paths
+    of the image files left out by `skip_bad_images` streams made since (none without
+    TensorFlow)."""
     if not backend.tensorflow_installed():
         return 0 if mark is None else []
     from keras_dml.data import bad_images

@@ -66,12 +66,14 @@ def run(config, report=None, resume=False):
         if report:
             report.start(job.config, job.splits, job.folder)
         recall, queries, references = _evaluator(job, report)
-        before = recall.evaluate_now(job.model)
-        recall.record_untrained(before)
-        if report:
-            report.metrics("before training", before)
+        before = None  # without an evaluation (config.evaluates): no Recall@K at all
+        if recall is not None:
+            before = recall.evaluate_now(job.model)
+            recall.record_untrained(before)
+            if report:
+                report.metrics("before training", before)
         history = _fit(job, _callbacks(job, recall, backup), report)
-        if report:
+        if report and recall is not None:
             report.metrics("after training", recall.full_results)
         summary = _summary(job, recall, before, getattr(backup, "history", None)
                            or history.history, queries, references)
@@ -97,6 +99,8 @@ def _prepare(config, resume):
     with job.clock.phase("load"):
         job.splits = datasets.load(config.dataset, data_dir=config.data_dir,
                                    **own_files_options(config.dataset, config.test_classes))
+        if config.test_dir is not None:
+            job.splits = inputs.with_test_dir(job.splits, config.test_dir)
         if config.rotated_classes:
             job.splits = dataclasses.replace(
                 job.splits, train=job.splits.train.with_rotated_classes())
@@ -123,7 +127,10 @@ def _prepare(config, resume):
 
 
 def _evaluator(job, report):
-    """(the run's `RunEvaluation`, its queries, its references or None)."""
+    """(the run's `RunEvaluation`, its queries, its references or None); all None when
+    the run measures no retrieval (`config.evaluates`)."""
+    if not job.config.evaluates:
+        return None, None, None
     queries, references = inputs.evaluation_splits(job.splits)
     if job.config.skip_bad_images:  # one decode pass: the figures and projector then agree
         queries, references = (inputs.readable(split) for split in (queries, references))
@@ -136,13 +143,16 @@ def _callbacks(job, recall, backup):
     """The evaluation, the CSV history, the epoch backup, TensorBoard where installed,
     and the backbone's step scale when the config asks for one."""
     config = job.config
-    callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(job.folder, "history.csv"),
-                                                   append=job.resume)]
+    callbacks = [] if recall is None else [recall]
+    callbacks.append(keras.callbacks.CSVLogger(os.path.join(job.folder, "history.csv"),
+                                               append=job.resume))
     callbacks += [] if backup is None else [backup]
     if outputs.have_tensorboard():
         callbacks.append(keras.callbacks.TensorBoard(_log_dir(job)))
-    callbacks.append(keras.callbacks.LambdaCallback(  # after `backup` has restored
-        on_train_begin=lambda logs=None: run_folder.restore_recall_history(recall, backup)))
+    if recall is not None:
+        callbacks.append(keras.callbacks.LambdaCallback(  # after `backup` has restored
+            on_train_begin=lambda logs=None: run_folder.restore_recall_history(recall,
+                                                                               backup)))
     if config.head_warmup_steps or config.backbone_lr_multiplier != 1.0:
         callbacks.append(BackboneStepScale(backbone_variables(job.model),
                                            config.backbone_lr_multiplier,
@@ -172,10 +182,10 @@ def _fit(job, callbacks, report):
 def _summary(job, recall, before, history, queries, references):
     """Saves the model; returns the run's summary (without its total time)."""
     config, clock, preprocessing = job.config, job.clock, job.preprocessing
-    evaluations = clock.phases["evaluation"]
-    train_seconds = (clock.phases["fit"]["seconds"]
-                     - config.epochs * evaluations["seconds"] / evaluations["count"])
-    after = recall.full_results
+    evaluations = clock.phases.get("evaluation")
+    train_seconds = clock.phases["fit"]["seconds"] - (
+        config.epochs * evaluations["seconds"] / evaluations["count"] if evaluations else 0)
+    after = None if recall is None else recall.full_results
     model_path = os.path.join(job.folder, "model.keras")
     with clock.phase("save"):
         job.model.save(model_path)
@@ -184,6 +194,7 @@ def _summary(job, recall, before, history, queries, references):
         "run_name": job.name,
         "run_dir": job.folder,
         "model": model_path,
+        "evaluation": _evaluation_words(config),
         "recall_before": before,
         "recall_after": after,
         "loss_history": [float(v) for v in history.get("loss", [])],
@@ -194,25 +205,50 @@ def _summary(job, recall, before, history, queries, references):
                    "preprocessing": None if preprocessing is None else preprocessing.to_dict()},
         "export_dir": None,
         "plots": [],
-        "skipped_images": inputs.skipped_images(job.skips_before) + [
-            f"test image {path!r}" for split in (queries, references) if split is not None
-            for path, reason in split.skipped if reason == "undecodable"],
-        "verdict": run_verdict(before, after, chance_recall(queries, references)),
+        **_skipped(job, queries, references),
+        "verdict": "" if recall is None else run_verdict(before, after,
+                                                         chance_recall(queries, references)),
     }
 
 
+def _evaluation_words(config):
+    """What the run's Recall@K is measured on, in words (summary.json's `evaluation`)."""
+    if not config.evaluates:
+        return "none (--test-classes 0 without --test-dir; every class trains)"
+    if config.test_dir is not None:
+        return f"the images of --test-dir {config.test_dir}, leave-one-out"
+    return "the held-out test split"
+
+
+def _skipped(job, queries, references):
+    """The summary's `skipped_images` (the paths `skip_bad_images` left out, training
+    and test images, in the order met) and `skipped_reasons` (`{path: reason}`, each
+    file looked at once more: "missing" or "cannot be decoded")."""
+    paths = inputs.skipped_images(job.skips_before) + [
+        path for split in (queries, references) if split is not None
+        for path, reason in split.skipped if reason == "undecodable"]
+    reasons = dict.fromkeys(paths, "cannot be decoded")
+    if reasons:
+        from keras_dml.data.verify import unreadable_files
+
+        reasons.update(unreadable_files(list(reasons)))
+    return {"skipped_images": list(reasons), "skipped_reasons": reasons}
+
+
 def _write_outputs(job, summary, recall, queries):
-    """The projector files, the figures and report (`config.plots`), the export
-    (`config.export`), each timed; their paths go into `summary`."""
+    """The projector files, the figures and report (`config.plots`) of the evaluated
+    images (none without an evaluation), the export (`config.export`), each timed;
+    their paths go into `summary`."""
     config, clock = job.config, job.clock
-    with clock.phase("projector"):  # the evaluation set, for TensorBoard's projector
-        summary["projector"] = outputs.write_run_projector(_log_dir(job), recall.embeddings,
-                                                           queries)
-    if config.plots and outputs.have_matplotlib():
-        with clock.phase("plots"):
-            summary["plots"], summary["report"] = outputs.write_figures(
-                job.folder, recall.history, queries, recall.embeddings,
-                config.steps_per_epoch, summary["recall_before"], summary["recall_after"])
+    if recall is not None:
+        with clock.phase("projector"):  # the evaluation set, for TensorBoard's projector
+            summary["projector"] = outputs.write_run_projector(_log_dir(job), recall.embeddings,
+                                                               queries)
+        if config.plots and outputs.have_matplotlib():
+            with clock.phase("plots"):
+                summary["plots"], summary["report"] = outputs.write_figures(
+                    job.folder, recall.history, queries, recall.embeddings,
+                    config.steps_per_epoch, summary["recall_before"], summary["recall_after"])
     if config.export and outputs.should_export(summary, config):
         with clock.phase("export"):
             summary["export_dir"] = outputs.export_run(job.model, summary, config,

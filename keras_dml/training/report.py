@@ -17,8 +17,14 @@ class ConsoleReport:
 
     def start(self, config, splits, run_dir):
         train, test = splits.train, evaluation_splits(splits)[0]
+        if not config.evaluates:
+            tested = ("no test images (--test-classes 0 without --test-dir): the run measures "
+                      "no Recall@K")
+        else:
+            source = "" if config.test_dir is None else f", --test-dir {config.test_dir}"
+            tested = f"{test.num_classes} test classes ({len(test)} images{source})"
         print(f"{config.dataset}: {train.num_classes} training classes ({len(train)} images), "
-              f"{test.num_classes} test classes ({len(test)} images)")
+              f"{tested}")
         width = "" if config.width is None else f" (width {config.width})"
         if config.weights != "none":
             width += f" from {config.weights}"
@@ -32,7 +38,10 @@ class ConsoleReport:
 
     def finish(self, summary):
         print()
-        print(metrics_table(summary["recall_before"], summary["recall_after"]))
+        if summary["recall_after"] is None:
+            print(f"evaluation: {summary['evaluation']}: no Recall@K before or after training")
+        else:
+            print(metrics_table(summary["recall_before"], summary["recall_after"]))
         minutes, seconds = divmod(round(summary["seconds"]), 60)
         print(f"time: {minutes} min {seconds:02d} s (training {summary['train_seconds']:.0f} s)")
         run_dir = summary["run_dir"]
@@ -42,8 +51,9 @@ class ConsoleReport:
             print(f"SavedModel: {summary['export_dir']}")
         skipped = summary.get("skipped_images") or []
         if skipped:
-            print(f"skipped {len(skipped)} unreadable image(s) (summary.json lists them): "
-                  f"{'; '.join(skipped[:3])}{' ...' if len(skipped) > 3 else ''}")
+            print(f"left out {len(skipped)} unreadable image file(s) (--skip-bad-images; "
+                  f"summary.json lists them): {'; '.join(skipped[:3])}"
+                  f"{' ...' if len(skipped) > 3 else ''}")
         if summary.get("verdict"):
             print(f"WARNING: {summary['verdict']}.", flush=True)
 

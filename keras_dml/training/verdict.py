@@ -15,7 +15,8 @@ def check_meaningful(config, splits):
 
     A Keras Applications backbone from random weights (its BatchNorm moving averages
     lag the weights for thousands of steps, and retrieval falls to chance, also with
-    `freeze_bn`); a test split of one class (every neighbour is right: Recall@K is 1);
+    `freeze_bn`); a test split of one class (every neighbour is right: Recall@K is 1;
+    a run without evaluation, `config.evaluates` False, has no test split);
     fewer training classes than a batch holds (named in the flags that fix it).
 
     Raises:
@@ -30,8 +31,10 @@ def check_meaningful(config, splits):
             "earlier run folder, or train backbone=cnn3 or convnet from scratch.")
     test = evaluation_splits(splits)[0]
     own = config.dataset in OWN_DATASETS
-    if test.num_classes < 2:
-        fix = (" hold out at least 2 classes (test_classes=2 or a larger fraction)" if own
+    if config.evaluates and test.num_classes < 2:
+        fix = (f" give test_dir images of at least 2 classes (it has {test.num_classes})"
+               if config.test_dir is not None else
+               " hold out at least 2 classes (test_classes=2 or a larger fraction)" if own
                else " use a dataset whose test split has several classes")
         raise ValueError(f"The test split has {test.num_classes} class: every retrieved image "
                          f"is of the query's class, so Recall@K would read 100 and mean "
