@@ -129,8 +129,10 @@ class Catalogue:
         return filters.milvus_expression(filters.parse(filter, fields))
 
     def search(self, vectors, k, expression=None):
-        """`(ids, scores, labels, metadata)` arrays of the k best items per vector."""
-        return self._store.search(np.asarray(vectors, np.float32), k, expression)
+        """`(ids, scores, labels, metadata)` arrays of the k best items per vector (all
+        of them when the catalogue holds fewer than k: the rest padded with score -inf)."""
+        # an expression, even empty, makes the store answer what it has rather than refuse
+        return self._store.search(np.asarray(vectors, np.float32), k, expression or "")
 
     def close(self):
         store = getattr(self, "_store", None)
