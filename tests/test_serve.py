@@ -3,14 +3,12 @@ micro-batcher, one-line 4xx answers to bad input, the token, the image route's r
 the model check at start and a moved alias."""
 
 import asyncio
-import io
 import json
 import os
 import shutil
 import struct
 import zlib
 
-import numpy as np
 import pytest
 
 from serve_fixtures import colour_photos, index, make_run

@@ -70,7 +70,8 @@ def service(tmp_path_factory):
     log = open(root / "serve.log", "w+")
     process = subprocess.Popen(
         [sys.executable, "-c", COMMAND, "serve", str(run), "--uri", str(uri), "--port",
-         str(port), "--max-batch", "8", "--threshold", "0.999"], env=env, stdout=log, stderr=subprocess.STDOUT)
+         str(port), "--max-batch", "8", "--threshold", "0.999"], env=env, stdout=log,
+        stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
