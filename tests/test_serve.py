@@ -9,6 +9,7 @@ import shutil
 import struct
 import zlib
 
+import numpy as np
 import pytest
 
 from serve_fixtures import colour_photos, index, make_run
@@ -275,7 +276,9 @@ def test_another_models_catalogue_is_refused_at_start_in_one_line(catalogue, tmp
     assert err.count("\n") == 1
     assert cli.main(["serve", str(other), "--uri", str(tmp_path / "none.db")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("keras-dml serve: error: ") and err.count("\n") == 1, err
+    assert err.startswith("keras-dml serve: error: No Milvus Lite database at ") and err.count(
+        "\n") == 1, err
+    assert not (tmp_path / "none.db").exists()  # nothing created
 
 
 def test_the_micro_batcher_batches_and_isolates_errors():
@@ -340,3 +343,34 @@ def test_a_moved_alias_is_followed_and_another_models_collection_waits_for_a_rel
             assert search().json()["collection"] == "retrained"
     finally:
         release(milvus, str(uri))
+
+
+@pytest.mark.slow
+@pytest.mark.requires("tensorflow")
+def test_the_exported_savedmodel_answers_as_the_run_and_needs_its_fingerprint(
+        catalogue, client, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from keras_dml import cli
+    from keras_dml.index.provenance import model_fingerprint
+    from keras_dml.index.runs import load_run
+    from keras_dml.serve import create_app
+
+    run, photos, uri = catalogue
+    assert cli.main(["export", str(run), str(tmp_path / "export")]) == 0
+    sidecar = tmp_path / "export" / "1" / "keras_dml_export.json"
+    info = json.loads(sidecar.read_text())
+    info.pop("model_fingerprint", None)
+    sidecar.write_text(json.dumps(info))
+    with pytest.raises(ValueError, match="records no model fingerprint"):
+        create_app(str(tmp_path / "export"), str(uri))
+    info["model_fingerprint"] = model_fingerprint(load_run(run).embedder)
+    sidecar.write_text(json.dumps(info))
+    data = (photos / "dog" / "2.png").read_bytes()
+    expected = _upload(client, data, k=5).json()
+    with TestClient(create_app(str(tmp_path / "export"), str(uri))) as exported:
+        answer = _upload(exported, data, k=5).json()
+    assert [r["id"] for r in answer["results"]] == [r["id"] for r in expected["results"]]
+    np.testing.assert_allclose([r["similarity"] for r in answer["results"]],
+                               [r["similarity"] for r in expected["results"]], atol=1e-4)
+    assert answer["model_fingerprint"] == expected["model_fingerprint"]

@@ -14,7 +14,8 @@ import time
 import numpy as np
 
 from keras_dml.index import filters
-from keras_dml.index.milvus import DEFAULT_COLLECTION, MilvusStore, TIMEOUT, connect, release
+from keras_dml.index.milvus import (DEFAULT_COLLECTION, TIMEOUT, MilvusStore, connect,
+                                    is_lite, release)
 
 __all__ = ["Catalogue", "check_fingerprints"]
 
@@ -50,6 +51,10 @@ class Catalogue:
         self.allow_mismatch, self.refresh_seconds = allow_mismatch, refresh_seconds
         self.not_ready = None
         self._lock = threading.Lock()
+        self._client = None
+        if is_lite(self.uri) and not os.path.isdir(self.uri):
+            raise FileNotFoundError(f"No Milvus Lite database at {self.uri}: give the --uri "
+                                    "that keras-dml index wrote to.")
         self._client = connect(self.uri, token, TIMEOUT)
         self._checked = 0.0
         try:
