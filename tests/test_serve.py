@@ -79,6 +79,13 @@ def test_threshold_filter_and_vector_queries(client, app, catalogue):
     assert matched[0]["match"] is True
     only_cats = _upload(client, data, k=3, filter=json.dumps({"label": "cat"})).json()
     assert {r["label"] for r in only_cats["results"]} == {"cat"}
+    plain = {r["id"]: r["similarity"] for r in _upload(client, data, k=9).json()["results"]}
+    reranked = _upload(client, data, k=4, rerank="k_reciprocal", threshold="0.99999").json()
+    for result in reranked["results"]:  # the order is the re-ranking's, the rest not
+        assert result["similarity"] == pytest.approx(plain[result["id"]], abs=1e-5)
+        assert result["match"] == (result["similarity"] >= 0.99999)
+    scores = [r["rerank_score"] for r in reranked["results"]]
+    assert scores == sorted(scores, reverse=True)
     vector = app.state.service.embedder.embed([data])[0]
     by_vector = client.post("/search", params={"k": 2}, json={"vector": vector.tolist()})
     assert by_vector.status_code == 200, by_vector.text
