@@ -381,3 +381,20 @@ def test_the_exported_savedmodel_answers_as_the_run_and_needs_its_fingerprint(
     np.testing.assert_allclose([r["similarity"] for r in answer["results"]],
                                [r["similarity"] for r in expected["results"]], atol=1e-4)
     assert answer["model_fingerprint"] == expected["model_fingerprint"]
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--port", "0"], "--port must be between 1 and 65535"),
+    (["--max-batch", "0"], "--max-batch must be at least 1"),
+    (["--max-upload-mb", "0"], "--max-upload-mb must be positive"),
+    (["--token-file", "EMPTY"], "is empty"),
+])
+def test_bad_serve_flags_are_one_line_errors(tmp_path, capsys, flags, words):
+    from keras_dml import cli
+
+    (tmp_path / "EMPTY").write_text("\n")
+    flags = [str(tmp_path / "EMPTY") if flag == "EMPTY" else flag for flag in flags]
+    assert cli.main(["serve", str(tmp_path), "--uri", str(tmp_path / "c.db"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-dml serve: error: ") and words in err, err
+    assert err.count("\n") == 1
