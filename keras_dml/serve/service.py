@@ -53,9 +53,23 @@ class Service:
                                    f"the model {self.embedder.source}", allow_mismatch,
                                    refresh_seconds)
         self.batcher = MicroBatcher(self._answer, max_batch, max_wait)
+        self._warm_up()
         self._reranking = {}  # collection -> keras_dml Index, opened on first use
         self._milvus_token = milvus_token
         self._reload_lock = threading.Lock()
+
+    def _warm_up(self):
+        """One forward pass and one search before the first request (tracing, first
+        calls), so that request is not the slow one."""
+        import io
+
+        from PIL import Image
+
+        encoded = io.BytesIO()
+        Image.new("RGB", (64, 64), (128, 128, 128)).save(encoded, "PNG")
+        results = self._answer([Query(image=encoded.getvalue(), k=1)])
+        if isinstance(results[0], Exception) and not isinstance(results[0], ValueError):
+            raise results[0]  # a broken model or an unreachable catalogue, not emptiness
 
     async def search(self, query):
         """`(ids, similarities, labels, metadata, rerank scores or None)` of one query
