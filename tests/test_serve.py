@@ -79,6 +79,11 @@ def test_threshold_filter_and_vector_queries(client, app, catalogue):
     assert matched[0]["match"] is True
     only_cats = _upload(client, data, k=3, filter=json.dumps({"label": "cat"})).json()
     assert {r["label"] for r in only_cats["results"]} == {"cat"}
+    as_text = _upload(client, data, k=3, filter='label == "cat"').json()  # search --filter's
+    assert [r["id"] for r in as_text["results"]] == [r["id"] for r in only_cats["results"]]
+    assert all(r["image_url"] == "/images/" + r["metadata"]["path"] for r in as_text["results"])
+    bad = _upload(client, data, k=3, filter="label === 3")
+    assert bad.status_code == 400 and bad.json()["detail"].startswith("bad filter:"), bad.text
     plain = {r["id"]: r["similarity"] for r in _upload(client, data, k=9).json()["results"]}
     reranked = _upload(client, data, k=4, rerank="k_reciprocal", threshold="0.99999").json()
     for result in reranked["results"]:  # the order is the re-ranking's, the rest not

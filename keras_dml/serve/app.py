@@ -150,9 +150,10 @@ def _add_search(app, service, guard):
               summary="the catalogue items most similar to a photo (or a vector)")
     async def search(request: Request,
                      k: str = QueryParam("10", description=f"results, 1 to {MAX_K}"),
-                     filter: str = QueryParam(None, description="a JSON filter, e.g. "
-                                              '{"label": ["cat", "dog"]} (keras_dml.index.'
-                                              "filters)"),
+                     filter: str = QueryParam(None, description="as keras-dml search "
+                                              "--filter, e.g. 'label == \"boots\" and price "
+                                              "< 20', or a JSON filter of keras_dml.index."
+                                              "filters"),
                      rerank: str = QueryParam(None, description="qe, dba or k_reciprocal, "
                                               "with options as qe:n=2,alpha=3"),
                      threshold: str = QueryParam(None, description="similarity at which a "
@@ -241,7 +242,7 @@ def _query(service, image, vector, params):
     filter_dict = expression = None
     if params["filter"]:
         try:
-            filter_dict = json.loads(params["filter"])
+            filter_dict = _filter(params["filter"])
             expression = service.catalogue.expression(filter_dict)
         except ValueError as error:
             raise HTTPException(400, f"bad filter: {_one_line(error)}") from None
@@ -254,6 +255,16 @@ def _query(service, image, vector, params):
         except ValueError as error:
             raise HTTPException(400, f"bad rerank: {_one_line(error)}") from None
     return Query(image, vector, k, expression, filter_dict, rerank)
+
+
+def _filter(text):
+    """A JSON filter (`keras_dml.index.filters`) or its text form, as `keras-dml search
+    --filter` takes it (`label == "boots" and price < 20`)."""
+    if text.lstrip().startswith("{"):
+        return json.loads(text)
+    from keras_dml.index.filter_expression import parse_expression
+
+    return parse_expression(text)
 
 
 def _vector(values, dim):
@@ -297,7 +308,7 @@ def _results(found, threshold, root):
                   bool(score >= threshold)}
         if reranked is not None:  # the order's score; matches stay the similarity's
             result["rerank_score"] = float(reranked[rank])
-        url = files.image_url(root, item_id)
+        url = files.image_url(root, item_id, meta)
         if url is not None:
             result["image_url"] = url
         results.append(result)

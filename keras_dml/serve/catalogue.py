@@ -79,9 +79,11 @@ class Catalogue:
 
     @property
     def root(self):
-        """The folder the catalogue's image ids are relative to, or None."""
-        record = self._store.record
-        return record.get("root") or record.get("info", {}).get("root")
+        """The folder the catalogue's image paths are relative to, or None: the
+        recorded catalogue's root (`info["catalogue"]`, or an older record's
+        `info["root"]`)."""
+        info = self._store.record.get("info") or {}
+        return (info.get("catalogue") or {}).get("root") or info.get("root")
 
     def _resolve(self):
         """The collection `name` stands for (itself unless it is an alias)."""

@@ -23,8 +23,11 @@ def image_file(root, relative):
     return path
 
 
-def image_url(root, item_id):
-    """`/images/<id>` for an item whose id names an image file under `root`, else None."""
-    if not isinstance(item_id, str) or image_file(root, item_id) is None:
+def image_url(root, item_id, metadata=None):
+    """`/images/<path>` for an item's image file under `root` (its metadata's "path",
+    else its id when that names a file there), else None."""
+    path = metadata.get("path") if isinstance(metadata, dict) else None
+    path = path if isinstance(path, str) else item_id
+    if not isinstance(path, str) or image_file(root, path) is None:
         return None
-    return "/images/" + quote(item_id)
+    return "/images/" + quote(path)
