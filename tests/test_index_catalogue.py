@@ -149,7 +149,7 @@ def test_index_images_search_prints_paths_and_calibrate(photos, run_dir, tmp_pat
     index = Index.load(tmp_path / "index")
     assert index.labels.tolist() == [""] + [c for c in CLASSES for _ in range(3)]
     assert index.metadata[:2] == [{"path": "loose.png"}, {"path": "cat/0.png"}]
-    assert index.info["root"] == str(photos) and index.info["id_layout"] == "relative_path"
+    assert index.info["catalogue"] == {"root": str(photos), "ids": "relative_path"}
 
     query = photos / "dog" / "1.png"
     out = _main(["search", tmp_path / "index", query, "--k", "3"], capsys)

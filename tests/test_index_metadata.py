@@ -203,7 +203,7 @@ def test_index_id_column_into_a_saved_index(shop, run_dir, tmp_path, capsys):  #
     index = Index.load(output)
     assert index.ids.tolist() == ["S-001", "S-002", "S-003", "S-004"]
     assert index.metadata == list_images(shop / "list.csv", "sku").metadata
-    assert index.info["id_layout"] == "column:sku" and index.metadata_fields == {
+    assert index.info["catalogue"]["ids"] == "column:sku" and index.metadata_fields == {
         "path": "string", "price": "number", "condition": "string"}
     code, out, err = _run(["search", output, shop / "dog" / "0.png", "--k", "1"], capsys)
     assert code == 0 and re.search(r"1\. dog/0.png\s+label dog", out), out + err
@@ -231,7 +231,7 @@ def test_index_uri_id_column_stores_skus_and_refuses_duplicates(shop, run_dir, t
         assert sorted(index.ids.tolist()) == ["S-001", "S-002", "S-003", "S-004"]
         stored = dict(zip(index.ids.tolist(), index.metadata))
         assert stored["S-002"] == {"path": "cat/1.png", "price": 12.5, "condition": None}
-        assert index.info["id_layout"] == "column:sku" and index.info["root"] == str(shop)
+        assert index.info["catalogue"] == {"root": str(shop), "ids": "column:sku"}
         cheap = index.search(index.get_embeddings(["S-001"]), k=4, filter={"price": {"<": 11}})
         assert sorted(cheap.ids[0].tolist()) == ["S-001", "S-003"]
 

@@ -1,20 +1,28 @@
 """`keras-dml index --uri`: a folder of images streamed into Milvus Lite in chunks, resumed
 after a kill, updated, and searched from the URI (a real Milvus Lite database, no mock)."""
 
+import contextlib
+import datetime
+import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 import keras
+import numpy as np
 import pytest
 
 from keras_dml import cli
 from keras_dml.index import Index
-from keras_dml.index.catalogue import list_images
+from keras_dml.index import safeguards
+from keras_dml.index.catalogue import Catalogue, list_images
+from keras_dml.index.streaming import sync
+from keras_dml.inference import Embedded
 from test_index_catalogue import CLASSES, _main, _png, run_dir  # noqa: F401 (fixture)
 
 pytest.importorskip("pymilvus")
@@ -161,22 +169,29 @@ def test_a_killed_indexing_run_resumes_without_duplicate_or_loss(run_dir, tmp_pa
     assert len(ids) == 600 and sorted(ids) == sorted(list_images(folder).ids)
 
 
-@pytest.mark.slow
-def test_the_same_commands_on_a_server_uri(photos, run_dir, tmp_path, capsys):  # noqa: F811
-    """`milvus-lite server` serves a database over Milvus' gRPC API: the http:// road of
-    `--uri` (the one a Milvus server or cluster takes), with a second client connected."""
-    import socket
-
+@contextlib.contextmanager
+def milvus_server(data_dir):
+    """`milvus-lite server` on a free loopback port, serving `data_dir`: yields its URI."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = subprocess.Popen([sys.executable, "-m", "milvus_lite", "server", "--data-dir",
-                               str(tmp_path / "served.db"), "--host", "127.0.0.1", "--port",
-                               str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+                               str(data_dir), "--host", "127.0.0.1", "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert "listening" in server.stdout.readline()
-        uri = f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.kill()
+        server.wait()
+        server.stdout.close()
+
+
+@pytest.mark.slow
+def test_the_same_commands_on_a_server_uri(photos, run_dir, tmp_path, capsys):  # noqa: F811
+    """`milvus-lite server` serves a database over Milvus' gRPC API: the http:// road of
+    `--uri` (the one a Milvus server or cluster takes), with a second client connected."""
+    with milvus_server(tmp_path / "served.db") as uri:
         out = _main(["index", run_dir, "--images", photos, "--uri", uri], capsys)
         assert _summary(out) == ("9", "0", "", "9")
         other = Index.open(uri)  # a second client while the CLI searches
@@ -184,6 +199,154 @@ def test_the_same_commands_on_a_server_uri(photos, run_dir, tmp_path, capsys):  
         assert re.search(r"^\s+1\. owl/1.png\s+label owl\s+score 1.0000", out, re.M)
         assert len(other) == 9
         other.close()
+
+
+# -- sync's safeguards, from Python (a Milvus Lite file in this process, no model) ---------
+
+def _catalogue(root, ids):
+    """A catalogue of `ids` below `root`, labelled by their first folder."""
+    root = str(root)
+    return Catalogue(root, [os.path.join(root, i) for i in ids], list(ids),
+                     [i.split("/")[0] for i in ids])
+
+
+def _vectors(paths, chunk_size):
+    """`embed_chunks` without a model: one arbitrary 4-d vector per path."""
+    for start in range(0, len(paths), chunk_size):
+        part = paths[start:start + chunk_size]
+        yield Embedded(np.random.default_rng(start).random((len(part), 4), np.float32),
+                       paths=part)
+
+
+def _nothing_embedded(paths, chunk_size):
+    assert not paths, f"embedded {paths}"
+    yield from ()
+
+
+def test_sync_refuses_another_root_or_layout_and_removals_over_the_bound(tmp_path):
+    ids = [f"{shelf}/{n}.png" for shelf in "abcdefghij" for n in range(2)]  # 10 classes x 2
+    root = tmp_path / "shop" / "catalogue"
+    index = Index("cosine", "milvus", uri=str(tmp_path / "items.db"))
+    try:
+        assert sync(index, _catalogue(root, ids), _vectors, 8).added == 20
+        assert index.info["catalogue"] == {"root": str(root), "ids": "relative_path"}
+
+        # A half-synced folder (1 class of 10): refused, nothing changed; a dry run shows it.
+        half = _catalogue(root, ids[:2])
+        with pytest.raises(ValueError, match=re.escape(
+                "update=True would remove 18 of the 20 items (90 %): their files are not "
+                f"among the 2 listed under {root}, and the bound is 2 (max_removals=10%). "
+                "Nothing was changed.")) as refused:
+            sync(index, half, _nothing_embedded, update=True)
+        assert "dry_run=True" in str(refused.value) and "max_removals=18" in str(refused.value)
+        assert len(index) == 20
+        dry = sync(index, half, _nothing_embedded, update=True, dry_run=True)
+        assert (dry.dry_run, dry.kept, dry.to_add, dry.to_remove) == (True, 2, [], ids[2:])
+        assert dry.refusal == str(refused.value) and len(index) == 20
+        allowed = sync(index, half, _nothing_embedded, update=True, dry_run=True,
+                       max_removals=18)
+        assert allowed.refusal is None and len(allowed.to_remove) == 18
+
+        # The same photos through the parent folder: other ids, refused (dry run too).
+        parent = _catalogue(root.parent, [f"catalogue/{i}" for i in ids])
+        for dry_run in (False, True):
+            with pytest.raises(ValueError, match=re.escape(
+                    f"The collection holds the catalogue of {root}, and these images are "
+                    f"listed from {root.parent}")):
+                sync(index, parent, _nothing_embedded, dry_run=dry_run)
+        by_sku = _catalogue(root, ids)
+        by_sku.id_layout = "column:sku"
+        with pytest.raises(ValueError, match="paths relative to the catalogue folder, but "
+                           "these images' ids are the CSV column 'sku'"):
+            sync(index, by_sku, _nothing_embedded)
+        assert len(index) == 20 and index.info["catalogue"]["root"] == str(root)
+
+        # Within the bound: the removed items are written first, to a new file only.
+        kept = _catalogue(root, ids[1:] + ["k/0.png"])
+        removals = tmp_path / "removals.jsonl"
+        report = sync(index, kept, _vectors, update=True, removals_file=str(removals))
+        assert (report.added, report.removed, report.removals_file) == (1, 1, str(removals))
+        assert [json.loads(line) for line in removals.read_text().splitlines()] == [
+            {"id": "a/0.png", "label": "a", "metadata": {"path": "a/0.png"},
+             "path": str(root / "a" / "0.png")}]
+        with pytest.raises(FileExistsError, match="never overwritten"):
+            sync(index, _catalogue(root, ids[2:]), _nothing_embedded, update=True,
+                 removals_file=str(removals))
+        assert len(index) == 20 and removals.read_text().count("\n") == 1
+
+        # A moved root with the same layout is re-recorded when asked; a parent is not.
+        moved = tmp_path / "mnt" / "catalogue"
+        with pytest.raises(ValueError, match="pass move_root=True"):
+            sync(index, _catalogue(moved, kept.ids), _nothing_embedded)
+        report = sync(index, _catalogue(moved, kept.ids), _nothing_embedded, move_root=True)
+        assert (report.kept, report.added) == (20, 0)
+        assert index.info["catalogue"] == {"root": str(moved), "ids": "relative_path"}
+        with pytest.raises(ValueError, match=re.escape(
+                f"Moving the catalogue root to {moved.parent} would leave 20 of the 20 items "
+                "(100 %) without a file")):
+            sync(index, _catalogue(moved.parent, [f"catalogue/{i}" for i in kept.ids]),
+                 _nothing_embedded, move_root=True)
+        assert index.info["catalogue"]["root"] == str(moved)
     finally:
-        server.kill()
-        server.wait()
+        index.close()
+
+
+def test_a_collection_that_recorded_only_its_root_is_checked_too(tmp_path):
+    index = Index("cosine", "milvus", uri=str(tmp_path / "items.db"),
+                  info={"images": str(tmp_path / "old"), "root": str(tmp_path / "old")})
+    try:
+        sync(index, _catalogue(tmp_path / "old", ["a/0.png"]), _vectors)
+        assert index.info == {"images": str(tmp_path / "old"), "catalogue": {
+            "root": str(tmp_path / "old"), "ids": "relative_path"}}
+        index.info = {"root": str(tmp_path / "old")}  # as recorded before the layout was
+        with pytest.raises(ValueError, match="holds the catalogue of .*old, and these "):
+            sync(index, _catalogue(tmp_path / "new", ["a/0.png"]), _nothing_embedded)
+    finally:
+        index.close()
+
+
+@pytest.mark.parametrize(("bound", "size", "most"), [
+    ("10%", 9, 1), ("10%", 20, 2), ("10%", 0, 0), ("0", 5, 0), (7, 5, 7), ("100%", 5, 5),
+    (" 25 % ", 10, 3), (None, 5, None)])
+def test_removal_bound(bound, size, most):
+    assert safeguards.removal_bound(bound, size) == most
+
+
+@pytest.mark.parametrize("bound", ["ten", "-1", "150%", "%", 0.1, "1.5"])
+def test_a_bad_removal_bound_is_named(bound):
+    with pytest.raises(ValueError, match=re.escape(f"max_removals must be a count of items "
+                                                   f"(e.g. 50) or a percentage of them (e.g. "
+                                                   f"10%, at most 100%), got {bound!r}.")):
+        safeguards.parse_max_removals(bound)
+
+
+def test_new_removals_files_never_reuse_a_name(tmp_path):
+    now = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    first = safeguards.new_removals_file(str(tmp_path), "shop", now)
+    assert first == str(tmp_path / "20300102T030405Z-shop.jsonl")
+    open(first, "w").close()
+    assert safeguards.new_removals_file(str(tmp_path), "shop", now) == str(
+        tmp_path / "20300102T030405Z-shop-2.jsonl")
+
+
+def test_waiting_for_a_lite_file_says_so_and_names_the_server_road(tmp_path, capsys):
+    from keras_dml.index.lite_process import LiteProcess
+
+    class Enough(Exception):
+        pass
+
+    looks = [True, True]
+
+    def locked(path):  # held for two looks; the third ends the test before a child starts
+        if looks:
+            return looks.pop()
+        raise Enough
+
+    with pytest.raises(Enough):
+        LiteProcess(tmp_path / "shop.db", locked)
+    err = capsys.readouterr().err
+    assert err == (f"keras_dml: {tmp_path / 'shop.db'} is open in another process; waiting up "
+                   "to 10 s for it. Milvus Lite opens a database in one process at a time: to "
+                   "search a catalogue while it is updated, serve it (milvus-lite server "
+                   f"--data-dir {tmp_path / 'shop.db'} --port 19530) and give every command "
+                   "--uri http://127.0.0.1:19530.\n")

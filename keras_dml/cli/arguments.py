@@ -38,6 +38,7 @@ def embedded_items(args, run):
 
     from keras_dml.index.catalogue import RELATIVE_PATH, list_images
     from keras_dml.index.runs import embed_split, load_split
+    from keras_dml.index.safeguards import layout_of
 
     info = {"run": os.path.abspath(run.run_dir)}
     if args.images is not None:
@@ -45,8 +46,7 @@ def embedded_items(args, run):
             raise ValueError("Pass either --images or --dataset/--data-dir, not both.")
         catalogue = list_images(args.images, getattr(args, "id_column", None))
         result = embed_catalogue(run, catalogue, skip_bad_images=args.skip_bad_images)
-        info.update(images=os.path.abspath(args.images), root=catalogue.root,
-                    id_layout=catalogue.id_layout)
+        info.update(images=os.path.abspath(args.images), catalogue=layout_of(catalogue))
         labels = result.labels if catalogue.labelled else None
         ids = None if catalogue.id_layout == RELATIVE_PATH else kept(catalogue.ids, result)
         return result.embeddings, labels, ids, kept(catalogue.metadata, result), info

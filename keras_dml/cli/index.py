@@ -40,9 +40,42 @@ def add_command(commands):
                         help="images embedded and stored per step (default 2048): bounds "
                         "the memory")
     milvus.add_argument("--update", action="store_true",
-                        help="also remove the entries whose files are gone")
+                        help="also remove the entries whose files are gone (at most "
+                        "--max-removals of them)")
+    _add_sync_arguments(parser)
     add_id_arguments(parser)
     parser.set_defaults(handler=run)
+
+
+def _add_sync_arguments(parser):
+    """The safety flags of a catalogue synced into Milvus (`keras_dml.index.streaming.sync`)."""
+    from keras_dml.index.safeguards import MAX_REMOVALS
+
+    group = parser.add_argument_group("catalogue safety (--uri)")
+    group.add_argument("--dry-run", action="store_true",
+                       help="print what the command would add and remove (counts and the "
+                       "first ids) and change nothing")
+    group.add_argument("--max-removals", default=MAX_REMOVALS, metavar="N|P%",
+                       type=_max_removals,
+                       help="the most items --update may remove: a count, or a percentage "
+                       "of the items (rounded up); more is refused and nothing changes "
+                       f"(default {MAX_REMOVALS}; 100%% allows any)")
+    group.add_argument("--move-root", action="store_true",
+                       help="the catalogue folder moved: record the new folder as the "
+                       "collection's root (the ids, paths relative to it, are kept; refused "
+                       "when more than --max-removals of them are not found there)")
+
+
+def _max_removals(text):
+    import argparse
+
+    from keras_dml.index.safeguards import parse_max_removals
+
+    try:
+        return parse_max_removals(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a count (e.g. 50) or a percentage (e.g. 10%)") from None
 
 
 def add_id_arguments(parser):
@@ -63,6 +96,9 @@ def run(args):
         return run_milvus(args)
     for flag in ("token", "collection", "chunk_size"):
         if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag.replace('_', '-')} applies to a Milvus index: pass --uri.")
+    for flag in ("dry_run", "move_root"):
+        if getattr(args, flag):
             raise ValueError(f"--{flag.replace('_', '-')} applies to a Milvus index: pass --uri.")
     if args.update:
         raise ValueError("--update applies to a Milvus index (--uri); a saved index is rebuilt "
@@ -88,8 +124,10 @@ def run_milvus(args):
     import os
 
     from keras_dml.index.catalogue import list_images
+    from keras_dml.index.milvus import DEFAULT_COLLECTION
     from keras_dml.index.records import check_metadata_fields
     from keras_dml.index.runs import embed_chunks, load_run
+    from keras_dml.index.safeguards import new_removals_file
     from keras_dml.index.streaming import CHUNK_SIZE, sync
     from keras_dml.inference import Progress
 
@@ -103,17 +141,31 @@ def run_milvus(args):
         raise ValueError(f"--chunk-size must be at least 1, got {chunk_size}.")
     run = load_run(args.run)
     catalogue = list_images(args.images, args.id_column)
-    index = milvus_index(args, run, {"images": os.path.abspath(args.images),
-                                     "root": catalogue.root, "id_layout": catalogue.id_layout})
+    if args.dry_run and _no_lite_file(args.uri):
+        return _print_dry_run(args, _everything_new(catalogue))
+    index = milvus_index(args, run, None)  # the record changes only once sync has checked
+    removals = new_removals_file(os.path.join(args.run, "index_removals"),
+                                 args.collection or DEFAULT_COLLECTION)
     progress = Progress(None)
     try:  # the catalogue's columns against the collection's fields, before any embedding
         check_metadata_fields({"metadata_fields": index.metadata_fields}, catalogue.metadata)
         chunks = functools.partial(embed_chunks, run, skip_bad_images=args.skip_bad_images,
                                    progress=progress)
-        report = sync(index, catalogue, chunks, chunk_size, args.update, progress)
+        report = sync(index, catalogue, chunks, chunk_size, args.update, progress,
+                      dry_run=args.dry_run, max_removals=args.max_removals,
+                      move_root=args.move_root, removals_file=removals)
+        if not args.dry_run:
+            index.info = {**index.info, "images": os.path.abspath(args.images)}
     finally:
         progress.close()
         index.close()  # a Lite file's serving process stops, and the file is free again
+    if args.dry_run:
+        return _print_dry_run(args, report)
+    _print_report(args, report, progress)
+    return 0
+
+
+def _print_report(args, report, progress):
     where = args.uri + (f" (collection {args.collection})" if args.collection else "")
     gone = (f", removed {report.removed} whose files are gone" if report.removed else
             f"; {report.gone} entries' files are gone (--update removes them)" if report.gone
@@ -122,11 +174,51 @@ def run_milvus(args):
     total = report.added + report.kept + report.gone
     print(f"index: {where}: added {report.added} images{rate}, {report.kept} already there"
           f"{gone}; {total} items")
+    if report.removals_file:
+        print(f"index: the removed items are listed in {report.removals_file} (one JSON "
+              "line each: id, label, metadata, path), to put them back")
     if report.unreadable:
         print(f"keras-dml index: {len(report.unreadable)} files could not be read (above) and "
               "are not in the index (--skip-bad-images); fix them and run the same command "
               "again to add them.")
+
+
+#: Ids a dry run prints of what it would add, and of what it would remove.
+SHOWN_IDS = 10
+
+
+def _print_dry_run(args, report):
+    """What the command would do; nothing was changed."""
+    where = args.uri + (f" (collection {args.collection})" if args.collection else "")
+    gone = (f", would remove {len(report.to_remove)} whose files are gone" if report.to_remove
+            else f"; {report.gone} entries' files are gone (--update would remove them)"
+            if report.gone else "")
+    print(f"index (dry run): {where}: would add {len(report.to_add)} images, {report.kept} "
+          f"already there{gone}; nothing was changed")
+    for verb, ids in (("add", report.to_add), ("remove", report.to_remove)):
+        if ids:
+            more = f" (and {len(ids) - SHOWN_IDS} more)" if len(ids) > SHOWN_IDS else ""
+            print(f"  would {verb}: {', '.join(ids[:SHOWN_IDS])}{more}")
+    if report.refusal:
+        from keras_dml.cli.parser import build_parser, flag_words
+
+        refusal = flag_words(report.refusal, build_parser().command_parsers["index"])
+        print(f"  without --dry-run the command is refused: {refusal}")
     return 0
+
+
+def _no_lite_file(uri):
+    import os
+
+    from keras_dml.index.milvus import is_lite
+
+    return is_lite(uri) and not os.path.exists(os.fspath(uri))
+
+
+def _everything_new(catalogue):
+    from keras_dml.index.streaming import SyncReport
+
+    return SyncReport(to_add=list(catalogue.ids), dry_run=True)
 
 
 def milvus_index(args, run, info):

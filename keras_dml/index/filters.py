@@ -2,13 +2,17 @@
 
 A filter is a dict from a field to a condition; an item passes when it meets
 every condition. Fields: `"id"`, `"label"`, `"added"` (when the item was
-added: seconds since the epoch, or a `datetime`), `"metadata"` (the whole
-metadata value) and any key of dict metadata (e.g. `"year"`). A condition is
+added: seconds since the epoch, a `datetime`, or an ISO 8601 date or time
+such as `"2026-11-01"` or `"2026-11-01T08:30+01:00"`, UTC where it names no
+zone), `"metadata"` (the whole metadata value) and any key of dict metadata
+(e.g. `"year"`). A condition is
 a value (equality), a list, tuple or set (membership), or a dict of operators
 `"=="`, `"!="`, `"<"`, `"<="`, `">"`, `">="`, `"in"`, `"not in"`. An item
 without the field, or whose value does not compare with the condition's,
 does not pass. On the `"milvus"` backend a string is also accepted: Milvus'
 own boolean expression over the fields `id`, `label`, `added` and `metadata`.
+`keras_dml.index.filter_expression` reads the same filters written as text
+(`'label == "cat" and year >= 2020'`), as `keras-dml search --filter` takes them.
 
 Examples:
 
@@ -40,17 +44,22 @@ class Condition:
     value: object
 
 
-def parse(filter, known=()):
+def parse(filter, known=(), kinds=None):
     """A dict filter as a list of `Condition`s.
 
     Args:
         filter: The dict described in the module docstring.
         known: Metadata keys the index holds; a field outside them and
             `COLUMNS` is refused (a typo would otherwise match nothing).
+        kinds: `{"id": kind, "label": kind}`, each `"int"`, `"str"` or None
+            (unknown): values of another kind are refused (they would match
+            nothing). Defaults to None: not checked.
 
     Raises:
-        ValueError: Not a dict, an unknown field or operator, or a value that
-            is neither a number, a string nor a boolean.
+        ValueError: Not a dict, an unknown field or operator, a value that is
+            neither a number, a string nor a boolean, an id or label of
+            another kind than the index's, or a time added that is not a
+            number, a datetime or an ISO 8601 string.
     """
     if not isinstance(filter, dict) or not filter:
         raise ValueError(f"filter must be a non-empty dict such as {{'label': ['cat']}}, got "
@@ -68,7 +77,9 @@ def parse(filter, known=()):
             if op not in OPERATORS and op not in MEMBERSHIP:
                 raise ValueError(f"filter field {field!r}: unknown operator {op!r}; use one of "
                                  f"{sorted(OPERATORS) + list(MEMBERSHIP)}.")
-            conditions.append(Condition(field, op, _value(field, op, value)))
+            value = _value(field, op, value)
+            _check_kind(field, value, (kinds or {}).get(field))
+            conditions.append(Condition(field, op, value))
     return conditions
 
 
@@ -89,10 +100,42 @@ def _scalar(field, value):
         return value.timestamp()
     if isinstance(value, np.generic):
         value = value.item()
+    if field == "added":
+        return _seconds(value)
     if isinstance(value, (bool, int, float, str)):
         return value
     raise ValueError(f"filter field {field!r}: values must be numbers, strings, booleans or "
                      f"datetimes, got {value!r}.")
+
+
+def _seconds(value):
+    """A time added as seconds since the epoch: a number, or an ISO 8601 string."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            moment = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=datetime.timezone.utc)
+            return moment.timestamp()
+    raise ValueError(f"filter field 'added': a time is seconds since the epoch, a datetime or "
+                     f"an ISO 8601 date or time such as '2026-11-01', got {value!r}.")
+
+
+def _check_kind(field, value, kind):
+    """Refuses ids or labels of another kind (`"int"` or `"str"`) than the index holds."""
+    if kind is None:
+        return
+    for v in value if isinstance(value, list) else [value]:
+        wanted = isinstance(v, str) if kind == "str" else (
+            isinstance(v, int) and not isinstance(v, bool))
+        if not wanted:
+            name = "strings" if kind == "str" else "integers"
+            raise ValueError(f"filter field {field!r}: the index's {field}s are {name}, got "
+                             f"{v!r}.")
 
 
 def item_value(field, item):
@@ -143,8 +186,8 @@ def _comparable(a, b):
 
 
 def milvus_expression(conditions):
-    """The Milvus boolean expression of `conditions` (metadata lives under the
-    JSON field `metadata["v"]`)."""
+    """The Milvus boolean expression of `conditions` (metadata fields as the store
+    keeps them: `keras_dml.index.milvus.metadata_path`)."""
     return " and ".join(f"({_milvus_condition(c)})" for c in conditions)
 
 
@@ -161,8 +204,8 @@ def _milvus_condition(condition):
 
 
 def _milvus_field(field):
+    from keras_dml.index.milvus import metadata_path
+
     if field in ("id", "label", "added"):
         return field
-    if field == "metadata":
-        return 'metadata["v"]'
-    return f'metadata["v"][{json.dumps(field)}]'
+    return metadata_path(None if field == "metadata" else field)

@@ -7,7 +7,6 @@ exact or faiss search) or `keras_dml.index.milvus.MilvusStore` (a Milvus
 collection in a Lite file or on a server).
 """
 
-import dataclasses
 import time
 
 import numpy as np
@@ -15,6 +14,7 @@ import numpy as np
 from keras_dml import hyperparameters, validation
 from keras_dml.index import filters, provenance, records, storage
 from keras_dml.index.memory import MemoryStore
+from keras_dml.index.results import SearchResult
 
 __all__ = ["Index", "METRICS", "SearchResult"]
 
@@ -22,25 +22,6 @@ METRICS = validation.SEARCH_METRICS
 UNKNOWN_INT = -1
 UNKNOWN_STRING = ""
 DEFAULT_URI = "keras_dml.db"  # the Milvus Lite file of backend="milvus" without a uri
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchResult:
-    """The k nearest gallery items of each query, best first.
-
-    Attributes:
-        ids: `(queries, k)` item ids (int64, or str for string ids).
-        scores: float32 `(queries, k)` similarities, higher is closer (cosine
-            similarity, inner product, or minus the squared Euclidean distance),
-            on every backend.
-        labels: `(queries, k)` labels (int64, or str for string labels).
-        metadata: `queries` lists of k metadata values (None where none was given).
-    """
-
-    ids: np.ndarray
-    scores: np.ndarray
-    labels: np.ndarray
-    metadata: list
 
 
 class Index:
@@ -336,7 +317,9 @@ class Index:
                 capped at the number of passing items. Defaults to None.
             rerank: Re-rank the top candidates (`keras_dml.index.rerank`): `"qe"`,
                 `"dba"`, `"k_reciprocal"`, with options as `"qe:n=2,alpha=3"`, or a
-                re-ranker object. Defaults to None: the plain search.
+                re-ranker object; `scores` are then the re-ranker's and
+                `similarities` the items' similarities to the queries. Defaults
+                to None: the plain search.
 
         Ties between equal scores go to the item added first on the in-memory
         backends (copies of one vector score alike); Milvus orders them its own way.
@@ -372,7 +355,9 @@ class Index:
                 raise ValueError("A filter string is a Milvus expression, for backend='milvus'; "
                                  "in memory write it as a dict, e.g. {'label': ['cat']}.")
             return filter
-        conditions = filters.parse(filter, self._record["metadata_fields"])
+        record = self._record
+        conditions = filters.parse(filter, record["metadata_fields"],
+                                   {"id": record["id_kind"], "label": record["label_kind"]})
         if self.backend == "milvus":
             return filters.milvus_expression(conditions)
         return conditions

@@ -25,13 +25,18 @@ import subprocess
 import sys
 import time
 
-__all__ = ["CHILD_ENV", "LiteProcess"]
+__all__ = ["CHILD_ENV", "LiteProcess", "WAITING"]
 
 #: Seconds the child may take to open the database and report its port.
 START_TIMEOUT = 60.0
 #: Seconds to wait for a database another process is closing (e.g. the child of a
 #: killed command, still flushing) before calling it open elsewhere.
 LOCK_WAIT = 10.0
+#: The line printed when the database is open in another process, before waiting.
+WAITING = ("keras_dml: {path} is open in another process; waiting up to {seconds:.0f} s for "
+           "it. Milvus Lite opens a database in one process at a time: to search a catalogue "
+           "while it is updated, serve it (milvus-lite server --data-dir {path} --port 19530) "
+           "and give every command --uri http://127.0.0.1:19530.")
 #: Seconds the child may take to flush and close on `stop()` before it is killed.
 STOP_TIMEOUT = 60.0
 #: The child's memory settings. Milvus Lite holds inserted rows in a MemTable (Arrow
@@ -68,6 +73,9 @@ class LiteProcess:
     def __init__(self, path, locked):
         self.path = os.path.abspath(path)
         deadline = time.monotonic() + LOCK_WAIT
+        if locked(self.path):
+            print(WAITING.format(path=self.path, seconds=LOCK_WAIT), file=sys.stderr,
+                  flush=True)
         while locked(self.path) and time.monotonic() < deadline:
             time.sleep(0.2)
         self._child = subprocess.Popen(

@@ -34,7 +34,7 @@ from keras_dml.hyperparameters import integer_at_least
 from keras_dml.index import storage
 
 __all__ = ["DEFAULT_COLLECTION", "METRICS", "MilvusStore", "TIMEOUT", "check_index_options",
-           "is_lite", "read_record", "search_options"]
+           "is_lite", "metadata_path", "read_record", "search_options"]
 
 RECORD = "keras_dml.record"
 FORMAT = "keras_dml.milvus/1"
@@ -69,6 +69,14 @@ def _quiet():
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
+
+
+def metadata_path(key=None):
+    """The Milvus JSON path of an item's metadata as `MilvusStore.insert` stores it
+    (`{"v": metadata}`), or of one key of dict metadata: the one place filters
+    learn the stored form."""
+    path = 'metadata["v"]'
+    return path if key is None else f"{path}[{json.dumps(key)}]"
 
 
 def is_lite(uri):
@@ -185,8 +193,9 @@ def _lite_error(path, error):
     if _locked(path):
         return RuntimeError(
             f"{path} is open in another process: Milvus Lite lets one process open a database "
-            "at a time. Close it there (Index.close(), or let that process end), or use a "
-            "Milvus server for several processes.")
+            "at a time. Close it there (Index.close(), or let that process end), or serve it "
+            f"to several processes: milvus-lite server --data-dir {path} --port 19530, and "
+            "--uri http://127.0.0.1:19530.")
     return RuntimeError(f"Cannot open the Milvus Lite database {path}: {_message(error)}")
 
 

@@ -4,6 +4,7 @@ one chunk of queries' candidates at a time."""
 
 import numpy as np
 
+from keras_dml import ops
 from keras_dml.evaluation.rerank import (  # noqa: F401 (public here)
     DBA, METHODS, AlphaQE, KReciprocal, check, expand, get, k_reciprocal_distances,
     without_self)
@@ -34,6 +35,17 @@ class IndexGallery:
                           ).reshape(ids.shape)
         return labels, [[self.found[i][1] for i in row] for row in ids.tolist()]
 
+    def similarities(self, queries, ids):
+        """float32 similarities (as `Index` scores them) of `queries` (q, d) to the
+        items `ids` (q, k)."""
+        vectors = self.embeddings(ids).astype(np.float32)
+        if self.metric == "cosine":
+            queries = ops.unit_rows(queries)
+            vectors = ops.unit_rows(vectors.reshape(-1, vectors.shape[-1])).reshape(vectors.shape)
+        if self.metric == "euclidean":
+            return -np.sum(np.square(queries[:, None] - vectors), axis=-1, dtype=np.float32)
+        return np.einsum("qd,qkd->qk", queries, vectors).astype(np.float32)
+
     def embeddings(self, ids):
         shape = np.shape(ids)
         return self.index.get_embeddings(np.reshape(ids, -1)).reshape(*shape, -1)
@@ -47,13 +59,22 @@ class IndexGallery:
 
 def rerank_search(index, queries, k, filter, rerank):
     """`Index.search(queries, k, filter, rerank=rerank)`: the re-ranked ids, scores,
-    labels and metadata of a `SearchResult`."""
+    labels, metadata and similarities of a `SearchResult`."""
     reranker = get(rerank)
+    if filter is not None:
+        probe = index.search(queries[:1], 1, filter)
+        if not probe.ids.shape[1]:  # no item passes: (Q, 0) results, as a plain search's
+            shape = (len(queries), 0)
+            return (np.zeros(shape, probe.ids.dtype), np.zeros(shape, np.float32),
+                    np.zeros(shape, probe.labels.dtype), [[] for _ in queries],
+                    np.zeros(shape, np.float32))
     size = len(index)
     parts = []
     for start in range(0, len(queries), _CHUNK):
         gallery = IndexGallery(index, size, filter)  # one chunk's found items at a time
-        ids, scores = reranker.rerank(gallery, queries[start:start + _CHUNK], k, None)
-        parts.append((ids, scores, *gallery.describe(ids)))
+        chunk = queries[start:start + _CHUNK]
+        ids, scores = reranker.rerank(gallery, chunk, k, None)
+        parts.append((ids, scores, *gallery.describe(ids), gallery.similarities(chunk, ids)))
     return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-            np.concatenate([p[2] for p in parts]), [row for p in parts for row in p[3]])
+            np.concatenate([p[2] for p in parts]), [row for p in parts for row in p[3]],
+            np.concatenate([p[4] for p in parts]))
