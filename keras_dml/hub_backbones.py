@@ -22,13 +22,12 @@ import os
 
 import keras
 
-__all__ = ["DEFAULT_POOLING", "HUB_PREFIX", "POOLINGS", "HubPresetError", "Tower", "backbone",
-           "is_hub", "preset_of", "tower"]
+from keras_dml.backbone_families import HUB_POOLINGS as POOLINGS
+from keras_dml.backbone_families import HUB_PREFIX, is_hub
 
-HUB_PREFIX = "hub:"
-#: Token poolings: `keras_dml.layers.TOKEN_POOLINGS` and "head", a tower's own pooling
-#: (SigLIP's attention-pooling head).
-POOLINGS = ("cls", "mean", "gem", "head")
+__all__ = ["DEFAULT_POOLING", "HUB_PREFIX", "POOLINGS", "HubPresetError", "Tower", "backbone",
+           "import_keras_hub_for", "is_hub", "preset_of", "tower"]
+
 #: The pooling used when none is given: the class token where the tower has one (the
 #: DINO and ViT retrieval papers' choice), SigLIP's own head where it has none.
 DEFAULT_POOLING = "cls"
@@ -36,11 +35,6 @@ DEFAULT_POOLING = "cls"
 
 class HubPresetError(FileNotFoundError):
     """A KerasHub preset that cannot be loaded here (not downloadable, not a folder)."""
-
-
-def is_hub(name):
-    """True for a backbone name of the form "hub:PRESET"."""
-    return isinstance(name, str) and name.startswith(HUB_PREFIX)
 
 
 def preset_of(name):
@@ -78,21 +72,44 @@ def _keras_hub():
     return keras_hub
 
 
+def import_keras_hub_for(keras_path):
+    """Imports KerasHub when the `.keras` file at `keras_path` holds its layers, so that
+    `keras.saving.load_model` finds their registered classes.
+
+    Raises:
+        ImportError: The file needs KerasHub and it is not installed.
+    """
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(keras_path) as archive:
+            needs = b'"keras_hub' in archive.read("config.json")
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return  # not a readable .keras archive: Keras' own error says so
+    if needs:
+        try:
+            _keras_hub()
+        except ImportError:
+            raise ImportError(f"{keras_path} holds a KerasHub backbone: pip install "
+                              "\"keras_dml[hub]\" to load it.") from None
+
+
 def _load_preset(preset, load_weights, overrides):
-    """`keras_hub.models.Backbone.from_preset`, with a one-line error offline."""
+    """`keras_hub.models.Backbone.from_preset` and the preset's `ImageConverter`, with a
+    one-line error offline."""
     keras_hub = _keras_hub()
     local = os.path.isdir(os.path.expanduser(preset))
     path = os.path.expanduser(preset) if local else preset
     try:
-        network = keras_hub.models.Backbone.from_preset(path, load_weights=load_weights,
-                                                        **overrides)
+        network = _backbone_from_preset(keras_hub, path, load_weights, overrides)
         converter = keras_hub.layers.ImageConverter.from_preset(path)
+    except _OptionError as error:
+        raise ValueError(f"hub:{preset}: {error}") from None
     except Exception as error:  # noqa: BLE001 (KerasHub raises many kinds offline)
         if local:
             raise ValueError(f"hub:{preset}: not a KerasHub preset folder ({error}).") \
                 from None
-        cache = os.path.join(os.path.expanduser(os.environ.get("KAGGLEHUB_CACHE",
-                                                                "~/.cache/kagglehub")))
+        cache = os.path.expanduser(os.environ.get("KAGGLEHUB_CACHE", "~/.cache/kagglehub"))
         raise HubPresetError(
             f"hub:{preset}: KerasHub could not load this preset ({type(error).__name__}: "
             f"{str(error).splitlines()[0][:160]}). Offline, download it on a machine that "
@@ -102,6 +119,22 @@ def _load_preset(preset, load_weights, overrides):
         raise ValueError(f"hub:{preset}: the preset has no image converter, so its "
                          "preprocessing is unknown (is it a vision preset?).")
     return network, converter
+
+
+class _OptionError(Exception):
+    """An override the preset's backbone does not take."""
+
+
+def _backbone_from_preset(keras_hub, path, load_weights, overrides):
+    try:
+        return keras_hub.models.Backbone.from_preset(path, load_weights=load_weights,
+                                                     **overrides)
+    except TypeError:
+        if not overrides:
+            raise
+        network = keras_hub.models.Backbone.from_preset(path, load_weights=False)
+        raise _OptionError(f"{type(network).__name__} has no {' or '.join(overrides)} "
+                           "(DINOv2 and DINOv3 towers have drop_path_rate).") from None
 
 
 def tower(network):
@@ -163,6 +196,9 @@ def backbone(name, input_shape, pooling=None, weights=None, drop_path_rate=None)
     if pooling == "head" and found.head is None:
         raise ValueError(f"pooling='head': {found.family} has no pooling head of its own; "
                          f"use one of {POOLINGS[:3]}.")
+    for variable in found.network.weights:  # DINO's masked-patch token: unused on images
+        if variable.path.endswith("mask_token"):
+            variable.trainable = False
     inputs = keras.Input(shape=tuple(input_shape), name="images")
     pixels = converter(inputs)
     if pooling == "head":

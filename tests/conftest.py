@@ -77,6 +77,7 @@ EXTRAS = {
     "milvus_lite": "keras_dml[milvus]",
     "selenium": "keras_dml[browser]",
     "tensorflow": "keras_dml[tensorflow]",
+    "keras_hub": "keras_dml[hub]",
 }
 
 

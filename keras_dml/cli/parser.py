@@ -41,6 +41,7 @@ EXTRAS = {
     "milvus_lite": "milvus",
     "torch": "torch",
     "pytorch_metric_learning": "peers",
+    "keras_hub": "hub",
 }
 
 

@@ -7,6 +7,7 @@ from keras_dml.training.config import (
     BACKBONES,
     CROPS,
     DEFAULT_WIDTHS,
+    HUB_POOLINGS,
     BATCH_DESIGNS,
     DATASETS,
     DEFAULT_BATCH_DESIGN,
@@ -105,15 +106,25 @@ def _add_model_arguments(model):
     """The network and its loss."""
     model.add_argument("--backbone", default=default("backbone"), type=_backbone,
                        metavar="NAME",
-                       help=f"{', '.join(BACKBONES)}, in any case (default %(default)s); "
-                       "the Keras Applications take raw pixels (their own preprocess_input "
-                       "runs inside the model)")
-    model.add_argument("--weights", default=None, metavar="imagenet|none|PATH",
+                       help=f"{', '.join(BACKBONES)}, in any case (default %(default)s), or "
+                       "hub:PRESET, a KerasHub DINOv2, DINOv3, ViT, CLIP or SigLIP vision "
+                       "tower (a KerasHub preset name, hf://..., kaggle://... or a local "
+                       "preset folder; pip install \"keras_dml[hub]\"); the Keras "
+                       "Applications and KerasHub towers take raw pixels (their own "
+                       "preprocessing runs inside the model)")
+    model.add_argument("--weights", default=None, metavar="imagenet|preset|none|PATH",
                        help="start the backbone from ImageNet (Keras' download or its cache "
-                       "~/.keras/models), from random weights, or from PATH: a .weights.h5 "
+                       "~/.keras/models), from a hub:PRESET's own weights (preset), from "
+                       "random weights, or from PATH: a .weights.h5 "
                        "or .keras file of the backbone, or an earlier run folder (warm "
                        "start, also the head when its size matches); default: imagenet for "
-                       f"{', '.join(APPLICATIONS[:2])}, ... , none for cnn3 and convnet")
+                       f"{', '.join(APPLICATIONS[:2])}, ... , preset for hub:PRESET, none "
+                       "for cnn3 and convnet")
+    model.add_argument("--token-pooling", default=None, choices=HUB_POOLINGS,
+                       help="hub:PRESET: how the tower's tokens become one vector: cls (the "
+                       "class token), mean or gem (of the patch tokens), head (SigLIP's own "
+                       "attention pooling); default: cls, head for SigLIP (no class token), "
+                       "as the DINO and SigLIP papers read their features")
     widths = ", ".join(f"{name} {width}" for name, width in DEFAULT_WIDTHS.items())
     model.add_argument("--width", type=int, default=None,
                        help=f"filters per convolution of cnn3, of convnet's first stage "
@@ -189,6 +200,9 @@ def _add_fine_tuning_arguments(tune):
                       default=default("backbone_lr_multiplier"),
                       help="the backbone's learning rate relative to --learning-rate "
                       "(default %(default)s)")
+    tune.add_argument("--drop-path-rate", type=float, default=default("drop_path_rate"),
+                      help="hub:PRESET DINOv2 / DINOv3: stochastic depth while training "
+                      "(a rate in [0, 1); default: the preset's own, KerasHub's default 0)")
     tune.add_argument("--augment-crop", choices=CROPS, default=None,
                       help="image files: the training crop, random (of the image resized to "
                       "--image-size x 256/224) or random_resized (8-100 %% of the image, "

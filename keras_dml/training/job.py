@@ -111,7 +111,7 @@ def _prepare(config, resume):
         compile_model(job.model, config, job.splits.train.num_classes)
     if not run_folder.is_chief():
         job.config = dataclasses.replace(config, export=False, plots=False)
-    pixel_max = 255.0 if backbones.is_application(config.backbone) else 1.0
+    pixel_max = 255.0 if backbones.takes_raw_pixels(config.backbone) else 1.0
     job.transform = None if job.preprocessing else inputs.array_transform(
         job.splits.train, job.input_shape, pixel_max)
     job.skips_before = inputs.skipped_images()  # the run's skipped files: the ones from here
