@@ -26,7 +26,7 @@ from keras_dml.backbone_families import HUB_POOLINGS as POOLINGS
 from keras_dml.backbone_families import HUB_PREFIX, is_hub
 
 __all__ = ["DEFAULT_POOLING", "HUB_PREFIX", "POOLINGS", "HubPresetError", "Tower", "backbone",
-           "import_keras_hub_for", "is_hub", "preset_of", "tower"]
+           "embedder", "import_keras_hub_for", "is_hub", "preset_of", "tower"]
 
 #: The pooling used when none is given: the class token where the tower has one (the
 #: DINO and ViT retrieval papers' choice), SigLIP's own head where it has none.
@@ -164,7 +164,7 @@ def backbone(name, input_shape, pooling=None, weights=None, drop_path_rate=None)
     Args:
         name: "hub:PRESET" (see the module docstring).
         input_shape: (height, width, 3) of the images the model takes; the preset's
-            converter resizes them to the tower's own size.
+            converter resizes them to the tower's own size. None: that size.
         pooling: One of `POOLINGS`. Defaults to "cls", or "head" for SigLIP (no
             class token).
         weights: None or "preset" (the preset's weights) or "none" (the preset's
@@ -180,7 +180,7 @@ def backbone(name, input_shape, pooling=None, weights=None, drop_path_rate=None)
         ValueError: A bad pooling, input shape or preset.
     """
     preset = preset_of(name)
-    if len(input_shape) != 3 or input_shape[-1] != 3:
+    if input_shape is not None and (len(input_shape) != 3 or input_shape[-1] != 3):
         raise ValueError(f"hub:{preset} takes colour images (height, width, 3), got input "
                          f"shape {tuple(input_shape)}.")
     if weights not in (None, "preset", "none"):
@@ -189,6 +189,8 @@ def backbone(name, input_shape, pooling=None, weights=None, drop_path_rate=None)
                          "--backbone).")
     overrides = {} if drop_path_rate is None else {"drop_path_rate": float(drop_path_rate)}
     network, converter = _load_preset(preset, weights != "none", overrides)
+    if input_shape is None:
+        input_shape = (*(int(side) for side in converter.image_size), 3)
     found = tower(network)
     pooling = pooling or ("head" if found.prefix_tokens == 0 else DEFAULT_POOLING)
     if pooling not in POOLINGS:
@@ -216,3 +218,12 @@ def _call(network, pixels):
     if isinstance(network.input, dict):
         return network({next(iter(network.input)): pixels})
     return network(pixels)
+
+
+def embedder(name, pooling=None):
+    """A "hub:PRESET" backbone as a zero-shot embedder: raw pixels in [0, 255] at the
+    preset's own image size to its pooled features, L2-normalised (the preset's
+    weights; `pooling` as for `backbone`)."""
+    network = backbone(name, None, pooling=pooling)
+    vectors = keras.layers.UnitNormalization(name="l2_normalize")(network.output)
+    return keras.Model(network.input, vectors, name=f"{network.name}_zero_shot")

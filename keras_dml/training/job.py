@@ -1,8 +1,8 @@
 """`run`: the main job behind `keras-dml train`, as a few named steps.
 
 Prepare (the run folder's name, the data, the model, the training stream), evaluate the
-untrained model, fit, save and summarise, then write the projector files, the figures
-and the export.
+untrained model (a pretrained KerasHub backbone: its zero-shot features), fit, save and
+summarise, then write the projector files, the figures and the export.
 """
 
 import contextlib
@@ -66,7 +66,7 @@ def run(config, report=None, resume=False):
         if report:
             report.start(job.config, job.splits, job.folder)
         recall, queries, references = _evaluator(job, report)
-        before = recall.evaluate_now(job.model)
+        before = recall.evaluate_now(_untrained(job))
         recall.record_untrained(before)
         if report:
             report.metrics("before training", before)
@@ -120,6 +120,19 @@ def _prepare(config, resume):
         inputs.augmented(job.transform, config, job.input_shape))
     run_folder.make_run_directory(folder, replace)
     return job
+
+
+def _untrained(job):
+    """What the "before training" row measures: the model, or for a KerasHub backbone
+    from its preset's weights its pooled features L2-normalised (the zero-shot
+    baseline, as `keras-dml evaluate --backbone` measures it), not those features
+    through the new, random embedding head."""
+    config = job.config
+    if job.resume or not backbones.is_hub(config.backbone) or config.weights != "preset":
+        return job.model
+    features = job.model.get_layer("embedding").input
+    return keras.Model(job.model.input, keras.layers.UnitNormalization()(features),
+                       name="zero_shot")
 
 
 def _evaluator(job, report):
