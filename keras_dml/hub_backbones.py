@@ -126,15 +126,13 @@ class _OptionError(Exception):
 
 
 def _backbone_from_preset(keras_hub, path, load_weights, overrides):
-    try:
-        return keras_hub.models.Backbone.from_preset(path, load_weights=load_weights,
-                                                     **overrides)
-    except TypeError:
-        if not overrides:
-            raise
-        network = keras_hub.models.Backbone.from_preset(path, load_weights=False)
-        raise _OptionError(f"{type(network).__name__} has no {' or '.join(overrides)} "
-                           "(DINOv2 and DINOv3 towers have drop_path_rate).") from None
+    network = keras_hub.models.Backbone.from_preset(path, load_weights=load_weights,
+                                                    **overrides)
+    ignored = [key for key in overrides if key not in network.get_config()]
+    if ignored:
+        raise _OptionError(f"{type(network).__name__} has no {' or '.join(ignored)} "
+                           "(DINOv2 and DINOv3 towers have drop_path_rate).")
+    return network
 
 
 def tower(network):
@@ -198,9 +196,7 @@ def backbone(name, input_shape, pooling=None, weights=None, drop_path_rate=None)
     if pooling == "head" and found.head is None:
         raise ValueError(f"pooling='head': {found.family} has no pooling head of its own; "
                          f"use one of {POOLINGS[:3]}.")
-    for variable in found.network.weights:  # DINO's masked-patch token: unused on images
-        if variable.path.endswith("mask_token"):
-            variable.trainable = False
+    _freeze_untrainable(found.network)
     inputs = keras.Input(shape=tuple(input_shape), name="images")
     pixels = converter(inputs)
     if pooling == "head":
@@ -211,6 +207,20 @@ def backbone(name, input_shape, pooling=None, weights=None, drop_path_rate=None)
         vectors = TokenPooling(pooling, found.prefix_tokens, name="token_pooling")(
             _call(found.network, pixels))
     return keras.Model(inputs, vectors, name=f"hub_{found.family.lower()}")
+
+
+#: Variables of a tower that keras_dml does not train: DINO's masked-patch token (no
+#: gradient from whole images), and DINOv2's position embeddings at the input size,
+#: which KerasHub saves through a resize to the preset's size and back (or, when
+#: their summed change is negative, not at all), so that a trained copy would not
+#: be the one saved.
+FROZEN_VARIABLES = ("mask_token", "interpolated_position_embeddings")
+
+
+def _freeze_untrainable(network):
+    for variable in network.weights:
+        if variable.path.rsplit("/", 1)[-1] in FROZEN_VARIABLES:
+            variable.trainable = False
 
 
 def _call(network, pixels):
