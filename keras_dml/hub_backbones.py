@@ -19,6 +19,7 @@ KerasHub with `pip install "keras_dml[hub]"`.
 import dataclasses
 import importlib.util
 import os
+import re
 
 import keras
 
@@ -26,7 +27,8 @@ from keras_dml.backbone_families import HUB_POOLINGS as POOLINGS
 from keras_dml.backbone_families import HUB_PREFIX, is_hub
 
 __all__ = ["DEFAULT_POOLING", "HUB_PREFIX", "POOLINGS", "HubPresetError", "Tower", "backbone",
-           "embedder", "import_keras_hub_for", "is_hub", "preset_of", "tower"]
+           "embedder", "from_network", "import_keras_hub_for", "is_hub", "layer_decay_scales",
+           "preset_of", "tower"]
 
 #: The pooling used when none is given: the class token where the tower has one (the
 #: DINO and ViT retrieval papers' choice), SigLIP's own head where it has none.
@@ -187,6 +189,17 @@ def backbone(name, input_shape, pooling=None, weights=None, drop_path_rate=None)
                          "--backbone).")
     overrides = {} if drop_path_rate is None else {"drop_path_rate": float(drop_path_rate)}
     network, converter = _load_preset(preset, weights != "none", overrides)
+    return from_network(network, converter, input_shape, pooling)
+
+
+def from_network(network, converter, input_shape=None, pooling=None):
+    """`backbone` of a KerasHub backbone and image converter already built.
+
+    Args:
+        network: A KerasHub DINOv2, DINOv3, ViT, CLIP or SigLIP backbone.
+        converter: Its `keras_hub.layers.ImageConverter`.
+        input_shape, pooling: As for `backbone`.
+    """
     if input_shape is None:
         input_shape = (*(int(side) for side in converter.image_size), 3)
     found = tower(network)
@@ -237,3 +250,37 @@ def embedder(name, pooling=None):
     network = backbone(name, None, pooling=pooling)
     vectors = keras.layers.UnitNormalization(name="l2_normalize")(network.output)
     return keras.Model(network.input, vectors, name=f"{network.name}_zero_shot")
+
+
+_BLOCK = re.compile(r"(?:layers|transformer_block|encoder_block)_(\d+)/")
+_BELOW_BLOCKS = ("embedding", "cls_token", "class_token", "register_tokens", "pre_layer_norm")
+
+
+def layer_decay_scales(variables, decay):
+    """Layer-wise learning-rate decay, as the BEiT and MAE fine-tuning recipes use it:
+    per variable of a KerasHub tower, `decay ** (depth from the top)`.
+
+    The encoder blocks are numbered from the top: the last block's variables get
+    `decay`, the one below `decay ** 2`, ...; the patch, position and class
+    embeddings (below the first block) `decay ** (blocks + 1)`; whatever comes after
+    the blocks (the final norm, a pooling head, keras_dml's pooling) 1.
+
+    Raises:
+        ValueError: No variable belongs to an encoder block.
+    """
+    decay = float(decay)
+    blocks = [_BLOCK.search(variable.path) for variable in variables]
+    numbers = sorted({int(found.group(1)) for found in blocks if found})
+    if not numbers:
+        raise ValueError("layer decay: no variable belongs to a transformer encoder block "
+                         "(it applies to hub:PRESET towers).")
+    depth = {number: len(numbers) - rank for rank, number in enumerate(numbers)}
+    scales = []
+    for variable, found in zip(variables, blocks):
+        if found:
+            scales.append(decay ** depth[int(found.group(1))])
+        elif any(word in variable.path for word in _BELOW_BLOCKS):
+            scales.append(decay ** (len(numbers) + 1))
+        else:
+            scales.append(1.0)
+    return scales

@@ -226,7 +226,7 @@ def _recall_at_1(text, title):
 @pytest.mark.shared_data
 def test_train_evaluate_index_export_from_a_local_preset(presets, birds, tmp_path, capsys):
     out = _cli(["train", "--data-dir", birds, "--backbone", f"hub:{presets['dinov2']}",
-                "--token-pooling", "cls", "--image-size", SIZE, "--epochs", 1,
+                "--token-pooling", "cls", "--layer-decay", 0.7, "--image-size", SIZE, "--epochs", 1,
                 "--steps-per-epoch", 2, "--classes-per-batch", 2, "--samples-per-class", 2,
                 "--embedding-dim", 8, "--no-plots", "--no-export", "--run-name", "hub",
                 "--runs-dir", tmp_path / "runs"], capsys)
@@ -268,3 +268,47 @@ def test_zero_shot_index_is_searched_with_the_recorded_backbone(presets, birds, 
                      str(birds)])
     assert code == 2
     assert "pass --output DIR" in capsys.readouterr().err
+
+
+def test_layer_decay_scales_each_block_from_the_top(presets):
+    model = backbones.get(f"hub:{presets['dinov2']}", (SIZE, SIZE, 3))
+    variables = model.trainable_weights
+    scales = dict(zip((v.path for v in variables),
+                      hub_backbones.layer_decay_scales(variables, 0.5)))
+    assert {scale for path, scale in scales.items() if "/layers_1/" in path} == {0.5}
+    assert {scale for path, scale in scales.items() if "/layers_0/" in path} == {0.25}
+    assert {scale for path, scale in scales.items() if "embeddings/" in path} == {0.125}
+    assert {scale for path, scale in scales.items() if "backbone_layernorm/" in path} == {1.0}
+    with pytest.raises(ValueError, match="no variable belongs to a transformer"):
+        hub_backbones.layer_decay_scales(variables[:2], 0.5)
+
+
+def test_step_scale_scales_each_variables_update():
+    from keras_dml.callbacks import BackboneStepScale
+
+    def trained(callbacks):
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((2,))
+        low = keras.layers.Dense(2, use_bias=False, name="low")(inputs)
+        model = keras.Model(inputs, keras.layers.Dense(1, use_bias=False, name="top")(low))
+        start = [keras.ops.convert_to_numpy(v) for v in model.weights]
+        model.compile(keras.optimizers.Adam(0.1), "mse")
+        model.fit(np.ones((4, 2)), np.full((4, 1), 5.0), epochs=1, verbose=0,
+                  callbacks=callbacks(model))
+        return [keras.ops.convert_to_numpy(v) - s for v, s in zip(model.weights, start)]
+
+    plain = trained(lambda model: [])
+    scaled = trained(lambda model: [BackboneStepScale(model.weights, scales=[0.25, 1.0])])
+    np.testing.assert_allclose(scaled[0], 0.25 * plain[0], rtol=1e-5)  # Adam: the step
+    np.testing.assert_allclose(scaled[1], plain[1], rtol=1e-5)
+    with pytest.raises(ValueError, match="one per variable"):
+        BackboneStepScale([], scales=[1.0])
+
+
+def test_layer_decay_is_a_hub_option():
+    assert TrainConfig(backbone="hub:d", dataset="folder", data_dir="x",
+                       layer_decay=0.65).layer_decay == 0.65
+    with pytest.raises(ValueError, match=r"layer_decay must be in \(0, 1\]"):
+        TrainConfig(backbone="hub:d", dataset="folder", data_dir="x", layer_decay=0)
+    with pytest.raises(ValueError, match="layer_decay applies to a hub:PRESET"):
+        TrainConfig(backbone="cnn3", layer_decay=0.7)

@@ -200,6 +200,11 @@ def _add_fine_tuning_arguments(tune):
                       default=default("backbone_lr_multiplier"),
                       help="the backbone's learning rate relative to --learning-rate "
                       "(default %(default)s)")
+    tune.add_argument("--layer-decay", type=float, default=default("layer_decay"),
+                      help="hub:PRESET: layer-wise learning-rate decay, each transformer "
+                      "block's rate times this per block below the top one (the embeddings "
+                      "below them all), in (0, 1] (default %(default)s: none; the BEiT and "
+                      "MAE fine-tuning recipes use 0.65-0.75, docs: Which backbone)")
     tune.add_argument("--drop-path-rate", type=float, default=default("drop_path_rate"),
                       help="hub:PRESET DINOv2 / DINOv3: stochastic depth while training "
                       "(a rate in [0, 1); default: the preset's own, KerasHub's default 0)")

@@ -105,6 +105,7 @@ class TrainConfig:
     backbone_lr_multiplier: float = 1.0
     token_pooling: str = None
     drop_path_rate: float = None
+    layer_decay: float = 1.0
     augment_crop: str = None
     mixed_precision: bool = False
 
@@ -199,8 +200,15 @@ class TrainConfig:
             raise ValueError(f"backbone_lr_multiplier must be >= 0, got {multiplier!r}.")
 
     def _hub_options(self, hub):
-        """`token_pooling` and `drop_path_rate`, which only a hub:PRESET backbone has."""
+        """`token_pooling`, `drop_path_rate` and `layer_decay`, which only a hub:PRESET
+        backbone has."""
+        decay = self.layer_decay
+        if not (isinstance(decay, (int, float)) and 0 < decay <= 1):
+            raise ValueError(f"layer_decay must be in (0, 1], got {decay!r}.")
         if not hub:
+            if decay != 1:
+                raise ValueError(f"layer_decay applies to a hub:PRESET backbone (transformer "
+                                 f"blocks), not {self.backbone}.")
             for field in ("token_pooling", "drop_path_rate"):
                 if getattr(self, field) is not None:
                     raise ValueError(f"{field} applies to a hub:PRESET backbone, not "

@@ -12,7 +12,7 @@ import time
 
 import keras
 
-from keras_dml import backbones, datasets
+from keras_dml import backbones, datasets, hub_backbones
 from keras_dml.callbacks import BackboneStepScale
 from keras_dml.data.image_errors import clear_data_error
 from keras_dml.training import inputs, outputs, run_folder
@@ -147,7 +147,8 @@ def _evaluator(job, report):
 
 def _callbacks(job, recall, backup):
     """The evaluation, the CSV history, the epoch backup, TensorBoard where installed,
-    and the backbone's step scale when the config asks for one."""
+    and the backbone's step scale (warm-up, multiplier, layer decay) when the config
+    asks for one."""
     config = job.config
     callbacks = [recall, keras.callbacks.CSVLogger(os.path.join(job.folder, "history.csv"),
                                                    append=job.resume)]
@@ -156,10 +157,13 @@ def _callbacks(job, recall, backup):
         callbacks.append(keras.callbacks.TensorBoard(_log_dir(job)))
     callbacks.append(keras.callbacks.LambdaCallback(  # after `backup` has restored
         on_train_begin=lambda logs=None: run_folder.restore_recall_history(recall, backup)))
-    if config.head_warmup_steps or config.backbone_lr_multiplier != 1.0:
-        callbacks.append(BackboneStepScale(backbone_variables(job.model),
-                                           config.backbone_lr_multiplier,
-                                           config.head_warmup_steps))
+    if config.head_warmup_steps or config.backbone_lr_multiplier != 1.0 or \
+            config.layer_decay != 1.0:
+        variables = backbone_variables(job.model)
+        scales = None if config.layer_decay == 1.0 else hub_backbones.layer_decay_scales(
+            variables, config.layer_decay)
+        callbacks.append(BackboneStepScale(variables, config.backbone_lr_multiplier,
+                                           config.head_warmup_steps, scales=scales))
     return callbacks
 
 
