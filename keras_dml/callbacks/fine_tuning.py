@@ -68,7 +68,15 @@ class BackboneStepScale(keras.callbacks.Callback):
             raise ValueError(f"BackboneStepScale scales each step: compile with "
                              f"steps_per_execution=1, not {steps}.")
 
+    def _synced(self):
+        """On JAX the trainer holds the variables' values between steps: puts them back
+        into the model's variables (the trainer reads them again before its next step)."""
+        sync = getattr(self.model, "jax_state_sync", None)
+        if sync is not None:
+            sync()
+
     def on_train_batch_begin(self, batch, logs=None):
+        self._synced()
         step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
         self._factor = self.factor(step)
         self._origin = None if self._factor == 1.0 and self.scales is None else [
@@ -77,6 +85,7 @@ class BackboneStepScale(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self._origin is None:
             return
+        self._synced()
         scales = self.scales or [1.0] * len(self.variables)
         for variable, origin, scale in zip(self.variables, self._origin, scales):
             factor = self._factor * scale

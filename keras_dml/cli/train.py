@@ -124,7 +124,8 @@ def _add_model_arguments(model):
                        help="hub:PRESET: how the tower's tokens become one vector: cls (the "
                        "class token), mean or gem (of the patch tokens), head (SigLIP's own "
                        "attention pooling); default: cls, head for SigLIP (no class token), "
-                       "as the DINO and SigLIP papers read their features")
+                       "as DINO's nearest-neighbour evaluation and SigLIP's image embedding "
+                       "read them")
     widths = ", ".join(f"{name} {width}" for name, width in DEFAULT_WIDTHS.items())
     model.add_argument("--width", type=int, default=None,
                        help=f"filters per convolution of cnn3, of convnet's first stage "
