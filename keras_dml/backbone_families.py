@@ -8,7 +8,8 @@ it as `keras_dml.backbones.FAMILIES`.
 
 import dataclasses
 
-__all__ = ["BACKBONE_ALIASES", "FAMILIES", "Family", "backbone_name"]
+__all__ = ["BACKBONE_ALIASES", "FAMILIES", "Family", "HUB_POOLINGS", "HUB_PREFIX",
+           "backbone_name", "is_hub"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,21 +49,35 @@ FAMILIES = {
     "MobileNetV3Large": Family("mobilenet_v3", _INSIDE, 224),
 }
 
+#: The prefix of a KerasHub backbone's name, "hub:PRESET" (`keras_dml.hub_backbones`).
+HUB_PREFIX = "hub:"
+#: How a KerasHub tower's tokens become one vector: the class token, the mean or GeM of
+#: the patch tokens, or the tower's own pooling head (SigLIP's attention pooling).
+HUB_POOLINGS = ("cls", "mean", "gem", "head")
+
 #: Other spellings of a backbone's name; any case of a name is accepted too.
 BACKBONE_ALIASES = {"resnet50": "ResNet50"}
 
 
+def is_hub(name):
+    """True for a KerasHub backbone name, "hub:PRESET"."""
+    return isinstance(name, str) and name.startswith(HUB_PREFIX)
+
+
 def backbone_name(name):
     """`name` as `keras_dml.backbones.BACKBONES` spells it, for any case
-    ("mobilenetv3small"), or "resnet50" for ResNet50.
+    ("mobilenetv3small"), or "resnet50" for ResNet50; a KerasHub "hub:PRESET" as
+    it is.
 
     Raises:
         ValueError: naming `name` and the backbones, when it is none of them.
     """
+    if is_hub(name) and len(name) > len(HUB_PREFIX):
+        return name
     names = ("cnn3", "convnet") + tuple(FAMILIES)
     known = {n.lower(): n for n in names}
     known.update(BACKBONE_ALIASES)
     if not isinstance(name, str) or name.lower() not in known:
         raise ValueError(f"Unknown backbone {name!r}: expected one of {list(names)} "
-                         "(any case).")
+                         "(any case) or hub:PRESET (a KerasHub preset).")
     return known[name.lower()]

@@ -22,13 +22,14 @@ import warnings
 
 import keras
 
-from keras_dml.backbone_families import FAMILIES, Family, backbone_name  # noqa: F401
+from keras_dml import hub_backbones
+from keras_dml.backbone_families import FAMILIES, Family, backbone_name, is_hub  # noqa: F401
 from keras_dml.hyperparameters import integer_at_least
 from keras_dml.layers import FusedBatchNormalization, ShiftedConv2D, TiledMaxPooling2D
 
 __all__ = ["BACKBONES", "FAMILIES", "Family", "RESNET50_LEVELS", "WeightsUnavailableError",
            "application", "cnn3", "convnet", "copy_layer_weights", "get", "is_application",
-           "load_source", "load_weights", "multi_level_embedder"]
+           "is_hub", "load_source", "load_weights", "multi_level_embedder", "takes_raw_pixels"]
 
 
 SCRATCH = ("cnn3", "convnet")
@@ -38,6 +39,12 @@ BACKBONES = SCRATCH + tuple(FAMILIES)
 def is_application(name):
     """True for a Keras Applications family (pretrained weights, preprocessing inside)."""
     return backbone_name(name) in FAMILIES
+
+
+def takes_raw_pixels(name):
+    """True for a backbone taking pixels in [0, 255] (its preprocessing inside the
+    model): the Keras Applications and the KerasHub "hub:PRESET" backbones."""
+    return is_hub(name) or is_application(name)
 
 
 def convnet(input_shape, widths=(32, 64, 128), name="convnet"):
@@ -78,12 +85,15 @@ def cnn3(input_shape, filters=64, blocks=3, name="cnn3"):
     return keras.Model(inputs, keras.layers.Flatten(name="flatten")(x), name=name)
 
 
-def get(name, input_shape, weights=None, width=None, source=None):
-    """A backbone by name: a feature-map (or, for cnn3, feature-vector) model.
+def get(name, input_shape, weights=None, width=None, source=None, pooling=None,
+        drop_path_rate=None):
+    """A backbone by name: a feature-map (or, for cnn3 and KerasHub, feature-vector) model.
 
     Args:
         name: "cnn3", "convnet" or a `FAMILIES` name, in any case ("resnet50" is
-            ResNet50).
+            ResNet50), or "hub:PRESET", a KerasHub vision tower
+            (`keras_dml.hub_backbones.backbone`: weights "preset" (default), "none"
+            or a path as below).
         input_shape: (height, width, channels) of its input.
         weights: None or "none" (random initialisation), "imagenet" (Applications
             families: Keras' download, or its cache `~/.keras/models`), or a path:
@@ -94,6 +104,8 @@ def get(name, input_shape, weights=None, width=None, source=None):
             stage (default 32, doubled per stage); the Applications have no width.
         source: `load_source(weights)` when the caller has it already (to read the
             saved head of the same file too). Defaults to None: loaded here.
+        pooling, drop_path_rate: of a "hub:PRESET" backbone (see
+            `keras_dml.hub_backbones.backbone`); None for the others.
 
     Returns:
         A `keras.Model` from raw pixels (in [0, 255] for the Applications) to features.
@@ -104,6 +116,11 @@ def get(name, input_shape, weights=None, width=None, source=None):
             downloadable (`WeightsUnavailableError`, saying where to put them).
     """
     name = backbone_name(name)
+    if is_hub(name):
+        return _hub(name, input_shape, weights, source, pooling, drop_path_rate)
+    if pooling is not None or drop_path_rate is not None:
+        raise ValueError(f"pooling and drop_path_rate apply to hub:PRESET backbones, not "
+                         f"{name}.")
     weights = None if weights in (None, "none") else os.fspath(weights)
     if source is None and weights not in (None, "imagenet"):
         source = load_source(weights)  # fail fast, before building
@@ -124,6 +141,20 @@ def get(name, input_shape, weights=None, width=None, source=None):
             backbone = cnn3(input_shape) if width is None else cnn3(input_shape,
                                                                      filters=width)
     if weights not in (None, "imagenet"):
+        load_weights(backbone, weights, source=source)
+    return backbone
+
+
+def _hub(name, input_shape, weights, source, pooling, drop_path_rate):
+    """A KerasHub backbone: the preset's weights, random ones, or a path's (warm start)."""
+    weights = "preset" if weights is None else os.fspath(weights)
+    path = weights not in ("preset", "none")
+    if path and source is None:
+        source = load_source(weights)  # fail fast, before building
+    backbone = hub_backbones.backbone(name, input_shape, pooling=pooling,
+                                      weights="none" if path else weights,
+                                      drop_path_rate=drop_path_rate)
+    if path:
         load_weights(backbone, weights, source=source)
     return backbone
 
@@ -241,6 +272,7 @@ def load_source(path):
     import keras_dml.layers  # noqa: F401 (registers the layers the file may hold)
     import keras_dml.models  # noqa: F401
 
+    hub_backbones.import_keras_hub_for(path)
     try:
         return keras.saving.load_model(path, compile=False)
     except Exception as error:  # noqa: BLE001 (a file of another Keras or package)

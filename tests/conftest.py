@@ -33,6 +33,7 @@ BACKEND_NEUTRAL = (
     "test_batch_norm.py",
     "test_convolution.py",
     "test_data_arrays.py",
+    "test_hub_backbones.py",
     "test_own_images_backends.py",
     "test_pooling.py",
     "test_without_tensorflow.py",
@@ -80,6 +81,7 @@ EXTRAS = {
     "uvicorn": "keras_dml[serve]",
     "multipart": "keras_dml[serve]",
     "tensorflow": "keras_dml[tensorflow]",
+    "keras_hub": "keras_dml[hub]",
 }
 
 

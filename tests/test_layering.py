@@ -142,7 +142,7 @@ def test_the_top_level_holds_only_the_core():
     on_floors = {name for floor in setup_cfg_floors() for name in floor}
     assert modules <= on_floors, modules - on_floors
     assert modules == {"ops", "validation", "hyperparameters", "weighting", "pair_designs",
-                       "backbone_families", "backbones"}
+                       "backbone_families", "backbones", "hub_backbones"}
 
 
 #: Modules that declare no `__all__`: `python -m keras_dml.cli` runs this script, which

@@ -32,18 +32,29 @@ class BackboneStepScale(keras.callbacks.Callback):
     the schedule. The backbone's gradients are still computed during the warm-up,
     and the optimizer's moments see them.
 
+    `scales` gives each variable a scale of its own on top of the factor: layer-wise
+    learning-rate decay (`keras_dml.hub_backbones.layer_decay_scales`), the top
+    block at 1, each one below it times the decay.
+
     Args:
         variables: the backbone's trainable variables.
         multiplier: the backbone's learning rate relative to the optimizer's, >= 0.
             Defaults to 1.0.
         warmup_steps: steps with a frozen backbone first. Defaults to 0.
+        scales: one scale >= 0 per variable, or None (all 1). Defaults to None.
     """
 
-    def __init__(self, variables, multiplier=1.0, warmup_steps=0):
+    def __init__(self, variables, multiplier=1.0, warmup_steps=0, scales=None):
         super().__init__()
         self.variables = list(variables)
         self.multiplier = hyperparameters.non_negative("multiplier", multiplier)
         self.warmup_steps = hyperparameters.integer_at_least("warmup_steps", warmup_steps, 0)
+        if scales is not None:
+            scales = [hyperparameters.non_negative("scales", scale) for scale in scales]
+            if len(scales) != len(self.variables):
+                raise ValueError(f"scales: {len(scales)} for {len(self.variables)} "
+                                 "variables; give one per variable.")
+        self.scales = scales
         self._origin = None
         self._factor = 1.0
 
@@ -57,19 +68,30 @@ class BackboneStepScale(keras.callbacks.Callback):
             raise ValueError(f"BackboneStepScale scales each step: compile with "
                              f"steps_per_execution=1, not {steps}.")
 
+    def _synced(self):
+        """On JAX the trainer holds the variables' values between steps: puts them back
+        into the model's variables (the trainer reads them again before its next step)."""
+        sync = getattr(self.model, "jax_state_sync", None)
+        if sync is not None:
+            sync()
+
     def on_train_batch_begin(self, batch, logs=None):
+        self._synced()
         step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
         self._factor = self.factor(step)
-        self._origin = None if self._factor == 1.0 else [
+        self._origin = None if self._factor == 1.0 and self.scales is None else [
             keras.ops.copy(keras.ops.convert_to_tensor(v)) for v in self.variables]
 
     def on_train_batch_end(self, batch, logs=None):
         if self._origin is None:
             return
-        for variable, origin in zip(self.variables, self._origin):
-            if self._factor == 0.0:
+        self._synced()
+        scales = self.scales or [1.0] * len(self.variables)
+        for variable, origin, scale in zip(self.variables, self._origin, scales):
+            factor = self._factor * scale
+            if factor == 0.0:
                 variable.assign(origin)
-            else:
-                variable.assign(origin + self._factor * (keras.ops.convert_to_tensor(variable)
-                                                          - origin))
+            elif factor != 1.0:
+                variable.assign(origin + factor * (keras.ops.convert_to_tensor(variable)
+                                                   - origin))
         self._origin = None

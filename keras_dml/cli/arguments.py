@@ -1,7 +1,8 @@
 """Arguments and steps shared by several `keras-dml` commands (index, calibrate, embed)."""
 
-__all__ = ["add_data_arguments", "add_skip_argument", "capped_k", "embed_catalogue", "embedded",
-           "embedded_items", "kept", "report_skipped"]
+__all__ = ["add_data_arguments", "add_run_or_backbone", "add_skip_argument", "capped_k",
+           "embed_catalogue", "embedded", "embedded_items", "kept", "report_skipped",
+           "run_or_backbone"]
 
 
 def add_data_arguments(parser):
@@ -15,6 +16,30 @@ def add_data_arguments(parser):
                         help="test (default: held-out classes), train, query or gallery")
     parser.add_argument("--data-dir", default=None, help="local dataset folder")
     add_skip_argument(parser)
+
+
+def add_run_or_backbone(parser, run_help):
+    """Adds the RUN positional and --backbone hub:PRESET, the zero-shot alternative to a
+    run (read the chosen one with `run_or_backbone`)."""
+    parser.add_argument("run", nargs="?", default=None, help=run_help)
+    parser.add_argument("--backbone", default=None, metavar="hub:PRESET",
+                        help="instead of a run: a pretrained KerasHub backbone without "
+                        "training (a preset name, hf://..., kaggle://... or a local preset "
+                        "folder), its L2-normalised pooled features as the embedding: the "
+                        "zero-shot baseline")
+
+
+def run_or_backbone(args):
+    """RUN or --backbone, exactly one of them given (a "hub:PRESET" for the backbone)."""
+    from keras_dml.backbone_families import is_hub
+
+    if (args.run is None) == (args.backbone is None):
+        raise ValueError("Pass a run folder (RUN) or --backbone hub:PRESET, not "
+                         f"{'both' if args.run else 'neither'}.")
+    if args.backbone is not None and not is_hub(args.backbone):
+        raise ValueError(f"--backbone takes a KerasHub backbone hub:PRESET, got "
+                         f"{args.backbone!r}; a trained model is given as RUN.")
+    return args.run or args.backbone
 
 
 def add_skip_argument(parser):
@@ -40,7 +65,7 @@ def embedded_items(args, run):
     from keras_dml.index.runs import embed_split, load_split
     from keras_dml.index.safeguards import layout_of
 
-    info = {"run": os.path.abspath(run.run_dir)}
+    info = {"run": run.source}
     if args.images is not None:
         if args.dataset is not None or args.data_dir is not None:
             raise ValueError("Pass either --images or --dataset/--data-dir, not both.")

@@ -15,13 +15,17 @@ _DESCRIPTION = (
     "per_class.csv (each class's size and metrics, lowest Recall@1 first) and report.html "
     "(worst queries, weakest classes, confused pairs) under --output (default "
     "RUN/evaluations/<date>-<time>). --rerank measures re-rankings beside the exact ranking, "
-    "one row each; per_class.csv and the report's failures follow the first method given.")
+    "one row each; per_class.csv and the report's failures follow the first method given. "
+    "With --backbone hub:PRESET instead of RUN: the pretrained backbone's zero-shot "
+    "retrieval (default --output evaluations/<date>-<time>).")
 
 
 def add_command(commands):
     """Adds `evaluate` to the `keras-dml` sub-parsers."""
     parser = commands.add_parser("evaluate", help=HELP, description=_DESCRIPTION)
-    parser.add_argument("run", help="run folder (runs/<run>) or a .keras model file")
+    from keras_dml.cli.arguments import add_run_or_backbone
+
+    add_run_or_backbone(parser, "run folder (runs/<run>) or a .keras model file")
     data = parser.add_argument_group("data (one of)")
     data.add_argument("--dataset", default=None,
                       help="dataset name (default: the run's training dataset)")
@@ -71,7 +75,7 @@ def _ks(text):
 def _output_folder(args, run):
     import time
 
-    folder = args.output or os.path.join(run.run_dir, "evaluations",
+    folder = args.output or os.path.join(run.run_dir or os.curdir, "evaluations",
                                          time.strftime("%Y%m%d-%H%M%S"))
     if os.path.exists(folder) and os.listdir(folder) and not args.overwrite:
         raise FileExistsError(f"{folder} exists and is not empty; pass --overwrite or "
@@ -85,6 +89,7 @@ def run(args):
     import json
 
     from keras_dml.cli import evaluation_data
+    from keras_dml.cli.arguments import run_or_backbone
     from keras_dml.cli.evaluation_table import measure, rankings, table
     from keras_dml.index.runs import load_run
 
@@ -95,7 +100,11 @@ def run(args):
         raise ValueError("Pass --query and --gallery together.")
     if len(sources) > 1:
         raise ValueError(f"Pass one data source, got --{' and --'.join(sources)}.")
-    model = load_run(args.run)
+    source = run_or_backbone(args)
+    if args.backbone is not None and not sources:
+        raise ValueError("--backbone has no training data of its own: pass --images, "
+                         "--query and --gallery, or --dataset.")
+    model = load_run(source)
     folder = _output_folder(args, model)
     data = evaluation_data.load(args, model)
     print(f"evaluating {data.description}", flush=True)

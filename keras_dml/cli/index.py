@@ -1,6 +1,11 @@
 """`keras-dml index`: a searchable index of a run's embeddings, saved or on Milvus."""
 
-from keras_dml.cli.arguments import add_data_arguments, embedded_items
+from keras_dml.cli.arguments import (
+    add_data_arguments,
+    add_run_or_backbone,
+    embedded_items,
+    run_or_backbone,
+)
 
 __all__ = ["add_command", "run"]
 
@@ -18,7 +23,7 @@ def add_command(commands):
         "http(s) URI), embedded and stored in chunks: memory stays bounded by --chunk-size, "
         "a killed run continues where it stopped when run again, and --update also removes "
         "the entries whose files are gone.")
-    parser.add_argument("run", help="run directory (runs/<run>, holds model.keras)")
+    add_run_or_backbone(parser, "run directory (runs/<run>, holds model.keras)")
     add_data_arguments(parser)
     parser.add_argument("--output", default=None,
                         help="index directory (default: <run>/index)")
@@ -110,7 +115,10 @@ def run(args):
     from keras_dml.index import Index
     from keras_dml.index.runs import load_run, run_provenance
 
-    run = load_run(args.run)
+    if args.backbone is not None and args.output is None:
+        raise ValueError("--backbone: pass --output DIR for the index (there is no run "
+                         "folder to keep it in).")
+    run = load_run(run_or_backbone(args))
     output = args.output or os.path.join(args.run, "index")
     if os.path.exists(output) and not args.overwrite:
         raise FileExistsError(f"{output} exists; pass --overwrite to replace it.")
@@ -141,12 +149,12 @@ def run_milvus(args):
     chunk_size = CHUNK_SIZE if args.chunk_size is None else args.chunk_size
     if chunk_size < 1:
         raise ValueError(f"--chunk-size must be at least 1, got {chunk_size}.")
-    run = load_run(args.run)
+    run = load_run(run_or_backbone(args))
     catalogue = list_images(args.images, args.id_column)
     if args.dry_run and _no_lite_file(args.uri):
         return _print_dry_run(args, _everything_new(catalogue))
     index = milvus_index(args, run, None)  # the record changes only once sync has checked
-    removals = new_removals_file(os.path.join(args.run, "index_removals"),
+    removals = new_removals_file(os.path.join(run.run_dir or os.curdir, "index_removals"),
                                  args.collection or DEFAULT_COLLECTION)
     progress = Progress(None)
     try:  # the catalogue's columns against the collection's fields, before any embedding

@@ -46,6 +46,7 @@ EXTRAS = {
     "fastapi": "serve",
     "uvicorn": "serve",
     "multipart": "serve",
+    "keras_hub": "hub",
 }
 
 

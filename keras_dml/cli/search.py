@@ -235,7 +235,10 @@ def _load_run(run_dir, location, given):
 
     from keras_dml.index.runs import load_run
 
-    if given is None and not os.path.isfile(os.path.join(run_dir, "model.keras")):
+    from keras_dml.backbone_families import is_hub
+
+    if given is None and not is_hub(run_dir) and not os.path.isfile(
+            os.path.join(run_dir, "model.keras")):
         raise FileNotFoundError(
             f"{location} points to the run {run_dir}, which holds no model.keras (moved or "
             "deleted?): pass --run with the run's new folder.")

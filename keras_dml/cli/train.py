@@ -7,6 +7,7 @@ from keras_dml.training.config import (
     BACKBONES,
     CROPS,
     DEFAULT_WIDTHS,
+    HUB_POOLINGS,
     BATCH_DESIGNS,
     DATASETS,
     DEFAULT_BATCH_DESIGN,
@@ -112,15 +113,26 @@ def _add_model_arguments(model):
     """The network and its loss."""
     model.add_argument("--backbone", default=default("backbone"), type=_backbone,
                        metavar="NAME",
-                       help=f"{', '.join(BACKBONES)}, in any case (default %(default)s); "
-                       "the Keras Applications take raw pixels (their own preprocess_input "
-                       "runs inside the model)")
-    model.add_argument("--weights", default=None, metavar="imagenet|none|PATH",
+                       help=f"{', '.join(BACKBONES)}, in any case (default %(default)s), or "
+                       "hub:PRESET, a KerasHub DINOv2, DINOv3, ViT, CLIP or SigLIP vision "
+                       "tower (a KerasHub preset name, hf://..., kaggle://... or a local "
+                       "preset folder; pip install \"keras_dml[hub]\"); the Keras "
+                       "Applications and KerasHub towers take raw pixels (their own "
+                       "preprocessing runs inside the model)")
+    model.add_argument("--weights", default=None, metavar="imagenet|preset|none|PATH",
                        help="start the backbone from ImageNet (Keras' download or its cache "
-                       "~/.keras/models), from random weights, or from PATH: a .weights.h5 "
+                       "~/.keras/models), from a hub:PRESET's own weights (preset), from "
+                       "random weights, or from PATH: a .weights.h5 "
                        "or .keras file of the backbone, or an earlier run folder (warm "
                        "start, also the head when its size matches); default: imagenet for "
-                       f"{', '.join(APPLICATIONS[:2])}, ... , none for cnn3 and convnet")
+                       f"{', '.join(APPLICATIONS[:2])}, ... , preset for hub:PRESET, none "
+                       "for cnn3 and convnet")
+    model.add_argument("--token-pooling", default=None, choices=HUB_POOLINGS,
+                       help="hub:PRESET: how the tower's tokens become one vector: cls (the "
+                       "class token), mean or gem (of the patch tokens), head (SigLIP's own "
+                       "attention pooling); default: cls, head for SigLIP (no class token), "
+                       "as DINO's nearest-neighbour evaluation and SigLIP's image embedding "
+                       "read them")
     widths = ", ".join(f"{name} {width}" for name, width in DEFAULT_WIDTHS.items())
     model.add_argument("--width", type=int, default=None,
                        help=f"filters per convolution of cnn3, of convnet's first stage "
@@ -196,6 +208,14 @@ def _add_fine_tuning_arguments(tune):
                       default=default("backbone_lr_multiplier"),
                       help="the backbone's learning rate relative to --learning-rate "
                       "(default %(default)s)")
+    tune.add_argument("--layer-decay", type=float, default=default("layer_decay"),
+                      help="hub:PRESET: layer-wise learning-rate decay, each transformer "
+                      "block's rate times this per block below the top one (the embeddings "
+                      "below them all), in (0, 1] (default %(default)s: none; the BEiT and "
+                      "MAE fine-tuning recipes use 0.65-0.75, docs: Which backbone)")
+    tune.add_argument("--drop-path-rate", type=float, default=default("drop_path_rate"),
+                      help="hub:PRESET DINOv2 / DINOv3: stochastic depth while training "
+                      "(a rate in [0, 1); default: the preset's own, KerasHub's default 0)")
     tune.add_argument("--augment-crop", choices=CROPS, default=None,
                       help="image files: the training crop, random (of the image resized to "
                       "--image-size x 256/224) or random_resized (8-100 %% of the image, "

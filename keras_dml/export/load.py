@@ -13,10 +13,12 @@ GALLERY_SOURCES = ("embeddings", "images", "paths")
 def load_keras_model(keras_path):
     """Loads a `.keras` model with keras_dml's classes registered, without compiling.
 
-    Keras' `safe_mode` stays on: loading never runs code stored in the file.
+    Keras' `safe_mode` stays on: loading never runs code stored in the file. A model
+    holding a KerasHub backbone imports KerasHub first.
 
     Raises:
         ValueError: The path does not exist or is not a `.keras` file.
+        ImportError: The model holds a KerasHub backbone and KerasHub is missing.
     """
     keras_path = os.fspath(keras_path)
     if not keras_path.endswith(".keras"):
@@ -27,7 +29,9 @@ def load_keras_model(keras_path):
     import keras_dml.layers  # noqa: F401
     import keras_dml.losses  # noqa: F401
     import keras_dml.models  # noqa: F401
+    from keras_dml.hub_backbones import import_keras_hub_for
 
+    import_keras_hub_for(keras_path)
     return keras.saving.load_model(keras_path, compile=False)
 
 

@@ -1,7 +1,9 @@
 """A `keras-dml train` run as the source of an index: its embedder, data and image inputs.
 
 A run directory holds `model.keras` and `summary.json` (the training
-configuration and export settings). Image files are prepared for its embedder
+configuration and export settings). A pretrained backbone without training,
+"hub:PRESET", is a run too (`backbone_run`): its L2-normalised pooled features
+are the embedding, the zero-shot baseline. Image files are prepared for its embedder
 by `preprocessing(run)`: for runs on image-file datasets the evaluation
 transform the model (or the run's summary) records; for runs on in-memory
 datasets (digits, Omniglot) a resize to the model input and a scale to [0, 1].
@@ -11,7 +13,8 @@ import dataclasses
 import json
 import os
 
-__all__ = ["ARRAY_DATASETS", "SPLITS", "Run", "batches_of", "embed_chunks", "embed_files",
+__all__ = ["ARRAY_DATASETS", "SPLITS", "Run", "backbone_run", "batches_of", "embed_chunks",
+           "embed_files",
            "embed_split", "embedded_chunks", "load_run", "load_split", "preprocessing",
            "run_provenance", "split_batches"]
 
@@ -23,15 +26,23 @@ ARRAY_DATASETS = ("digits", "omniglot")  # held in memory: their runs take float
 
 @dataclasses.dataclass
 class Run:
-    """A loaded run: `run_dir`, `embedder` (Keras model), `config` (dict),
-    `input_shape` (H, W, C) and `export` (the summary's export settings:
-    `input_format`, `preprocessing`; empty when not recorded)."""
+    """A loaded run: `run_dir` (None for a backbone without training), `embedder`
+    (Keras model), `config` (dict), `input_shape` (H, W, C) and `export` (the
+    summary's export settings: `input_format`, `preprocessing`; empty when not
+    recorded)."""
 
     run_dir: str
     embedder: object
     config: dict
     input_shape: tuple
     export: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def source(self):
+        """What made the embedder: the run folder's absolute path, or for a backbone
+        without training its "hub:PRESET" name (`load_run` loads either)."""
+        return self.config["backbone"] if self.run_dir is None else os.path.abspath(
+            self.run_dir)
 
     @property
     def dataset(self):
@@ -47,13 +58,17 @@ class Run:
 
 def load_run(run_dir):
     """Loads `run_dir/model.keras` (its embedder) and `run_dir/summary.json`; `run_dir`
-    may also be a `.keras` file (with the `summary.json` of its folder, if any).
+    may also be a `.keras` file (with the `summary.json` of its folder, if any), or
+    "hub:PRESET" (`backbone_run`).
 
     Raises:
         FileNotFoundError: Not a run directory.
     """
+    from keras_dml.backbone_families import is_hub
     from keras_dml.export.load import load_keras_model
 
+    if is_hub(run_dir):
+        return backbone_run(run_dir)
     run_dir = os.fspath(run_dir)
     model_path = os.path.join(run_dir, "model.keras")
     if run_dir.endswith(".keras") and os.path.isfile(run_dir):  # a model file: its folder
@@ -70,6 +85,29 @@ def load_run(run_dir):
     embedder = model.embedder() if hasattr(model, "embedder") else model
     shape = tuple(int(d) for d in embedder.inputs[0].shape[1:])
     return Run(run_dir, embedder, summary.get("config", {}), shape, summary.get("export") or {})
+
+
+def backbone_run(name):
+    """A `Run` of a pretrained "hub:PRESET" backbone without training: its zero-shot
+    embedder (`keras_dml.hub_backbones.embedder`: the preset's weights and image size,
+    the family's default pooling, L2-normalised), fed image files as `keras-dml train`
+    evaluates them (resized to 256/224 x the size, centre-cropped, raw pixels).
+
+    A local preset folder is named by its absolute path (`config["backbone"]`), so an
+    index records a name that loads the same embedder from anywhere.
+    """
+    from keras_dml.backbone_families import HUB_PREFIX
+    from keras_dml.data.preprocessing import default_preprocessing
+    from keras_dml.hub_backbones import embedder, preset_of
+
+    preset = preset_of(name)
+    if os.path.isdir(os.path.expanduser(preset)):
+        name = HUB_PREFIX + os.path.abspath(os.path.expanduser(preset))
+    model = embedder(name)
+    shape = tuple(int(d) for d in model.inputs[0].shape[1:])
+    prepared = default_preprocessing(shape[0], normalization="none", crop="random")
+    return Run(None, model, {"backbone": name}, shape,
+               {"input_format": "image_bytes", "preprocessing": prepared.to_dict()})
 
 
 def split_batches(run, dataset=None, split="test", data_dir=None, batch_size=256):
@@ -107,7 +145,7 @@ def load_split(run, dataset=None, split="test", data_dir=None):
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}.")
     name = dataset or run.dataset
     if not name:
-        raise ValueError(f"{run.run_dir} records no dataset: pass --dataset.")
+        raise ValueError(f"{run.source} records no dataset: pass --dataset.")
     from keras_dml.training.config import own_files_options
 
     test_classes = run.config.get("test_classes") if name == run.dataset else None
@@ -140,12 +178,11 @@ def preprocessing(run):
 
 def run_provenance(run):
     """The `Index.provenance` of embeddings made by `run`'s embedder from image files:
-    its `model_fingerprint`, its `preprocessing` and the run directory."""
+    its `model_fingerprint`, its `preprocessing` and the run directory (`Run.source`)."""
     from keras_dml.index.provenance import model_fingerprint
 
     return {"model_fingerprint": model_fingerprint(run.embedder),
-            "preprocessing": preprocessing(run).to_dict(),
-            "run": os.path.abspath(run.run_dir)}
+            "preprocessing": preprocessing(run).to_dict(), "run": run.source}
 
 
 def embed_split(run, split, batch_size=256, skip_bad_images=False, progress=True):

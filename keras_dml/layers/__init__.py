@@ -3,6 +3,7 @@
 `embedding` (the heads: `EmbeddingHead`, `MultiLevelEmbedding`, `L2Normalize`),
 `pooling` (`GeneralizedMeanPooling`, `TiledMaxPooling2D`), `batch_norm`
 (`FusedBatchNormalization`, `freeze_batch_norm`), `convolution` (`ShiftedConv2D`),
+`tokens` (`TokenPooling`, a transformer's tokens to one vector),
 `preprocessing` (`BackbonePreprocessing`), `proxies` (`Proxies`, the proxy losses'
 weights), `momentum` (`MomentumEncoder`, a MoCo key encoder) and `regularizers`
 (`LpNorm`). Every layer is registered with Keras as `keras_dml>ClassName`, so `.keras`
@@ -17,6 +18,7 @@ from keras_dml.layers.pooling import GeneralizedMeanPooling, TiledMaxPooling2D
 from keras_dml.layers.preprocessing import BackbonePreprocessing
 from keras_dml.layers.proxies import Proxies, kaiming_normal
 from keras_dml.layers.regularizers import LpNorm
+from keras_dml.layers.tokens import TokenPooling
 
 __all__ = [
     "BackbonePreprocessing",
@@ -30,6 +32,7 @@ __all__ = [
     "Proxies",
     "ShiftedConv2D",
     "TiledMaxPooling2D",
+    "TokenPooling",
     "freeze_batch_norm",
     "kaiming_normal",
 ]

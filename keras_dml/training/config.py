@@ -9,7 +9,12 @@ import json
 import math
 import re
 
-from keras_dml.backbone_families import BACKBONE_ALIASES, backbone_name  # noqa: F401
+from keras_dml.backbone_families import (  # noqa: F401
+    BACKBONE_ALIASES,
+    HUB_POOLINGS,
+    backbone_name,
+    is_hub,
+)
 from keras_dml.hyperparameters import below_one, integer_at_least
 
 __all__ = ["TrainConfig", "default", "own_files_options"]
@@ -99,6 +104,9 @@ class TrainConfig:
     freeze_bn: bool = None
     head_warmup_steps: int = 0
     backbone_lr_multiplier: float = 1.0
+    token_pooling: str = None
+    drop_path_rate: float = None
+    layer_decay: float = 1.0
     augment_crop: str = None
     mixed_precision: bool = False
 
@@ -177,18 +185,25 @@ class TrainConfig:
         """Weights, BatchNorm, crop: the defaults of a pretrained backbone, checked.
 
         An Applications backbone starts from ImageNet (what fine-tuning wants; where
-        Keras cannot download them the error says how to work offline), freezes
-        its BatchNorm statistics when pretrained (the papers' protocol) and trains
-        on random resized crops (the Proxy Anchor code's augmentation).
+        Keras cannot download them the error says how to work offline), a KerasHub
+        one from its preset's weights; either freezes its BatchNorm statistics when
+        pretrained (the papers' protocol) and trains on random resized crops (the
+        Proxy Anchor code's augmentation).
         """
-        pretrainable = self.backbone in APPLICATIONS
+        hub = is_hub(self.backbone)
+        pretrainable = hub or self.backbone in APPLICATIONS
         if self.weights is None:
-            self.weights = "imagenet" if pretrainable else "none"
+            self.weights = "preset" if hub else "imagenet" if pretrainable else "none"
         if not isinstance(self.weights, str) or not self.weights:
-            raise ValueError(f"weights must be 'imagenet', 'none' or a path, got "
+            raise ValueError(f"weights must be 'imagenet', 'preset', 'none' or a path, got "
                              f"{self.weights!r}.")
-        if self.weights.lower() in ("imagenet", "none"):
+        if self.weights.lower() in ("imagenet", "preset", "none"):
             self.weights = self.weights.lower()
+        if self.weights in ("imagenet", "preset") and (self.weights == "preset") != hub:
+            raise ValueError(f"weights={self.weights} does not apply to {self.backbone}: "
+                             "a hub:PRESET backbone starts from its preset's weights "
+                             "(preset), a Keras Applications one from imagenet.")
+        self._hub_options(hub)
         if self.weights == "imagenet" and not pretrainable:
             raise ValueError(f"{self.backbone} has no ImageNet weights: use --weights none "
                              f"or PATH, or a backbone of {list(APPLICATIONS)}.")
@@ -204,6 +219,28 @@ class TrainConfig:
         if not (isinstance(multiplier, (int, float)) and math.isfinite(multiplier)
                 and multiplier >= 0):
             raise ValueError(f"backbone_lr_multiplier must be >= 0, got {multiplier!r}.")
+
+    def _hub_options(self, hub):
+        """`token_pooling`, `drop_path_rate` and `layer_decay`, which only a hub:PRESET
+        backbone has."""
+        decay = self.layer_decay
+        if not (isinstance(decay, (int, float)) and 0 < decay <= 1):
+            raise ValueError(f"layer_decay must be in (0, 1], got {decay!r}.")
+        if not hub:
+            if decay != 1:
+                raise ValueError(f"layer_decay applies to a hub:PRESET backbone (transformer "
+                                 f"blocks), not {self.backbone}.")
+            for field in ("token_pooling", "drop_path_rate"):
+                if getattr(self, field) is not None:
+                    raise ValueError(f"{field} applies to a hub:PRESET backbone, not "
+                                     f"{self.backbone}.")
+            return
+        if self.token_pooling is not None and self.token_pooling not in HUB_POOLINGS:
+            raise ValueError(f"token_pooling must be one of {HUB_POOLINGS}, got "
+                             f"{self.token_pooling!r}.")
+        rate = self.drop_path_rate
+        if rate is not None and not (isinstance(rate, (int, float)) and 0 <= rate < 1):
+            raise ValueError(f"drop_path_rate must be in [0, 1), got {rate!r}.")
 
     @classmethod
     def from_args(cls, args):

@@ -66,8 +66,8 @@ def input_spec(split, image_size, backbone="cnn3", crop="random"):
     """(input shape, Preprocessing or None) for a split held in memory or in files.
 
     Image files are resized to 256/224 x the image size (the papers' 256 for 224)
-    and cropped; a Keras Applications `backbone` gets pixels in [0, 255] (its own
-    preprocessing runs inside the model), the others [0, 1]."""
+    and cropped; a Keras Applications or KerasHub `backbone` gets pixels in [0, 255]
+    (its own preprocessing runs inside the model), the others [0, 1]."""
     if split.images is not None:
         shape = np.asarray(split.images).shape[1:]
         if len(shape) == 2:
@@ -77,7 +77,7 @@ def input_spec(split, image_size, backbone="cnn3", crop="random"):
         return shape, None
     preprocessing = default_preprocessing(
         image_size or FILE_IMAGE_SIZE, crop=crop,
-        normalization="none" if backbones.is_application(backbone) else "unit")
+        normalization="none" if backbones.takes_raw_pixels(backbone) else "unit")
     return (preprocessing.image_size, preprocessing.image_size, preprocessing.channels), \
         preprocessing
 

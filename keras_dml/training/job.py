@@ -1,8 +1,8 @@
 """`run`: the main job behind `keras-dml train`, as a few named steps.
 
 Prepare (the run folder's name, the data, the model, the training stream), evaluate the
-untrained model, fit, save and summarise, then write the projector files, the figures
-and the export.
+untrained model (a pretrained KerasHub backbone: its zero-shot features), fit, save and
+summarise, then write the projector files, the figures and the export.
 """
 
 import contextlib
@@ -12,7 +12,7 @@ import time
 
 import keras
 
-from keras_dml import backbones, datasets
+from keras_dml import backbones, datasets, hub_backbones
 from keras_dml.callbacks import BackboneStepScale
 from keras_dml.data.image_errors import clear_data_error
 from keras_dml.training import inputs, outputs, run_folder
@@ -68,7 +68,7 @@ def run(config, report=None, resume=False):
         recall, queries, references = _evaluator(job, report)
         before = None  # without an evaluation (config.evaluates): no Recall@K at all
         if recall is not None:
-            before = recall.evaluate_now(job.model)
+            before = recall.evaluate_now(_untrained(job))
             recall.record_untrained(before)
             if report:
                 report.metrics("before training", before)
@@ -115,7 +115,7 @@ def _prepare(config, resume):
         compile_model(job.model, config, job.splits.train.num_classes)
     if not run_folder.is_chief():
         job.config = dataclasses.replace(config, export=False, plots=False)
-    pixel_max = 255.0 if backbones.is_application(config.backbone) else 1.0
+    pixel_max = 255.0 if backbones.takes_raw_pixels(config.backbone) else 1.0
     job.transform = None if job.preprocessing else inputs.array_transform(
         job.splits.train, job.input_shape, pixel_max)
     job.skips_before = inputs.skipped_images()  # the run's skipped files: the ones from here
@@ -124,6 +124,19 @@ def _prepare(config, resume):
         inputs.augmented(job.transform, config, job.input_shape))
     run_folder.make_run_directory(folder, replace)
     return job
+
+
+def _untrained(job):
+    """What the "before training" row measures: the model, or for a KerasHub backbone
+    from its preset's weights its pooled features L2-normalised (the zero-shot
+    baseline, as `keras-dml evaluate --backbone` measures it), not those features
+    through the new, random embedding head."""
+    config = job.config
+    if job.resume or not backbones.is_hub(config.backbone) or config.weights != "preset":
+        return job.model
+    features = job.model.get_layer("embedding").input
+    return keras.Model(job.model.input, keras.layers.UnitNormalization()(features),
+                       name="zero_shot")
 
 
 def _evaluator(job, report):
@@ -141,7 +154,8 @@ def _evaluator(job, report):
 
 def _callbacks(job, recall, backup):
     """The evaluation, the CSV history, the epoch backup, TensorBoard where installed,
-    and the backbone's step scale when the config asks for one."""
+    and the backbone's step scale (warm-up, multiplier, layer decay) when the config
+    asks for one."""
     config = job.config
     callbacks = [] if recall is None else [recall]
     callbacks.append(keras.callbacks.CSVLogger(os.path.join(job.folder, "history.csv"),
@@ -153,10 +167,13 @@ def _callbacks(job, recall, backup):
         callbacks.append(keras.callbacks.LambdaCallback(  # after `backup` has restored
             on_train_begin=lambda logs=None: run_folder.restore_recall_history(recall,
                                                                                backup)))
-    if config.head_warmup_steps or config.backbone_lr_multiplier != 1.0:
-        callbacks.append(BackboneStepScale(backbone_variables(job.model),
-                                           config.backbone_lr_multiplier,
-                                           config.head_warmup_steps))
+    if config.head_warmup_steps or config.backbone_lr_multiplier != 1.0 or \
+            config.layer_decay != 1.0:
+        variables = backbone_variables(job.model)
+        scales = None if config.layer_decay == 1.0 else hub_backbones.layer_decay_scales(
+            variables, config.layer_decay)
+        callbacks.append(BackboneStepScale(variables, config.backbone_lr_multiplier,
+                                           config.head_warmup_steps, scales=scales))
     return callbacks
 
 

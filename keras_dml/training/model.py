@@ -67,13 +67,17 @@ def build_model(config, input_shape, weights=None):
     """
     keras.utils.set_random_seed(config.seed)
     weights = config.weights if weights is None else weights
-    source = None if weights in ("none", "imagenet") else backbones.load_source(weights)
+    source = None if weights in ("none", "imagenet", "preset") else \
+        backbones.load_source(weights)
+    hub = {"pooling": config.token_pooling, "drop_path_rate": config.drop_path_rate} \
+        if backbones.is_hub(config.backbone) else {}
     backbone = backbones.get(config.backbone, input_shape, weights=weights,
-                             width=config.width, source=source)
+                             width=config.width, source=source, **hub)
     if config.freeze_bn:
         freeze_batch_norm(backbone)
     embeddings = EmbeddingHead(config.embedding_dim, name="embedding")(backbone.output)
-    model = DMLModel(backbone.input, embeddings, name=f"{config.backbone}_embedder")
+    stem = backbone.name if hub else config.backbone  # a preset path is no model name
+    model = DMLModel(backbone.input, embeddings, name=f"{stem}_embedder")
     if source is not None:
         _warm_start_head(model, source, weights)
     return model

@@ -85,7 +85,7 @@ def can_export(run_dir):
 
 
 def run_info(config, after, input_shape, preprocessing):
-    pixels = "[0, 255]" if backbones.is_application(config.backbone) else "[0, 1]"
+    pixels = "[0, 255]" if backbones.takes_raw_pixels(config.backbone) else "[0, 1]"
     return {"dataset": config.dataset, "loss": config.loss, "recall_after": after,
             "input": f"float32 images in {pixels} of shape " + str(tuple(input_shape))
             if preprocessing is None else "encoded images"}
