@@ -23,7 +23,8 @@ def test_profile_of_the_own_images_step_finds_every_part(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.profile_own_images", "--data-dir", str(photos),
          "--image-size", "32", "--classes-per-batch", "2", "--samples-per-class", "2",
-         "--steps", "2", "--warmup", "1", "--rounds", "1", "--json", str(out)], capture_output=True, text=True, timeout=900,
+         "--steps", "2", "--warmup", "1", "--rounds", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=900,
         env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert result.returncode == 0, result.stderr[-2000:]
     info = json.loads(out.read_text())
