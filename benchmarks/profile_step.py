@@ -97,8 +97,11 @@ class Annotations:
         return wrapped
 
     def install(self, stream):
-        stream.sampler.numpy_batch = self.wrap("sampler", stream.sampler.numpy_batch)
-        stream.map_fn = self.wrap("augmentation", stream.map_fn)
+        """Wraps what `stream` has of a sampler and a map (a replay of batches has neither)."""
+        if getattr(stream, "sampler", None) is not None:
+            stream.sampler.numpy_batch = self.wrap("sampler", stream.sampler.numpy_batch)
+        if getattr(stream, "map_fn", None) is not None:
+            stream.map_fn = self.wrap("augmentation", stream.map_fn)
 
 
 def main_job(before=False, seed=0):

@@ -29,6 +29,7 @@ BACKEND_NEUTRAL = (
     "test_backend_index.py",
     "test_backend_models.py",
     "test_backend_pair_losses.py",
+    "test_backend_resume.py",
     "test_backend_softmax_losses.py",
     "test_batch_norm.py",
     "test_convolution.py",

@@ -2,7 +2,8 @@
 
 Each backup is a folder `epoch-<n>/` (the model's weights with its optimizer
 and loss-owned weights such as proxies, and `state.json`: the epoch, the
-position of the batch stream, the history, a fingerprint of the model). It is
+position of the batch stream, the states of the model's random seed generators,
+the history, a fingerprint of the model). It works alike on every Keras backend. It is
 written under a temporary name and renamed into place only when complete
 (`os.replace` is atomic), then the older backups are removed; so a SIGKILL at
 any moment leaves the previous complete backup or the new one, never a
@@ -36,6 +37,24 @@ def _fingerprint(model):
     auto-named layers vary from process to process; `load_weights` matches by
     structure)."""
     return [[list(v.shape), str(v.dtype)] for v in model.weights]
+
+
+def _seed_states(model):
+    """The model's variables outside its weights: the states of its random seed
+    generators (its layers', its loss's and miner's), which `save_weights` leaves out."""
+    weights = {id(v) for v in model.weights}
+    return [v for v in model.variables if id(v) not in weights]
+
+
+def _stream_position(stream):
+    """The position of a keras_dml stream, or None (tf.data's module only for tf.data)."""
+    from keras_dml.data.arrays import ClassBalancedPyDataset
+
+    if isinstance(stream, ClassBalancedPyDataset):
+        return stream.position
+    from keras_dml.data.pipeline import stream_position
+
+    return stream_position(stream)
 
 
 def _fsync_dir(path):
@@ -92,10 +111,11 @@ class TrainingBackup(keras.callbacks.Callback):
     A drop-in for `keras.callbacks.BackupAndRestore` with three guarantees:
 
     - Exact: with `stream=` the dataset from `keras_dml.data.class_balanced_batches`
-      (with a `seed`), the stream restarts at the batch after the last one
-      trained, so on CPU a killed and resumed run reproduces the uninterrupted
-      loss trajectory exactly (the sampler is step-indexed; the model, the
-      optimizer and the loss-owned weights come from the backup).
+      or a `keras_dml.data.ClassBalancedPyDataset` (with a `seed`), the stream
+      restarts at the batch after the last one trained, so on CPU a killed and
+      resumed run reproduces the uninterrupted loss trajectory exactly, on every
+      Keras backend (the sampler is step-indexed; the model, the optimizer, the
+      loss-owned weights and the seed generators' states come from the backup).
     - Crash-safe: a backup is renamed into place only once complete; SIGKILL
       at any moment leaves a usable backup (see the module docstring).
     - Loud: a backup that is corrupt, from a model with other weights, or from
@@ -108,8 +128,8 @@ class TrainingBackup(keras.callbacks.Callback):
     Args:
         backup_dir: Folder of the backups (created).
         stream: The training dataset returned by `class_balanced_batches` (or
-            `design_batches`). Defaults to `None`: the data restarts from its
-            beginning on resume (a warning says so).
+            `design_batches`), or a `ClassBalancedPyDataset`. Defaults to `None`:
+            the data restarts from its beginning on resume (a warning says so).
         keep: Complete backups kept (the newest ones). Defaults to 1.
         delete_on_end: Remove `backup_dir` when `fit` ends normally. Defaults
             to False (a finished run can be continued with more epochs).
@@ -126,14 +146,13 @@ class TrainingBackup(keras.callbacks.Callback):
             raise ValueError("TrainingBackup needs a backup_dir.")
         keep = hyperparameters.integer_at_least("keep", keep, 1, strict=True)
         self.backup_dir = str(backup_dir)
-        if stream is not None:  # tf.data's: this module imports without TensorFlow
-            from keras_dml.data.pipeline import stream_position
-        self.position = None if stream is None else stream_position(stream)
+        self.position = None if stream is None else _stream_position(stream)
         if stream is not None and self.position is None:
             raise ValueError(
                 "TrainingBackup(stream=...) takes the dataset returned by "
                 "keras_dml.data.class_balanced_batches (before any further .map or "
-                "other transformation), whose batches are step-indexed.")
+                "other transformation) or a keras_dml.data.ClassBalancedPyDataset, "
+                "whose batches are step-indexed.")
         if self.position is not None and not self.position.replayable:
             warnings.warn("TrainingBackup: this stream is steered while training (hard "
                           "negative class mining) and cannot be replayed; a resume "
@@ -165,6 +184,7 @@ class TrainingBackup(keras.callbacks.Callback):
                 f"backup {weights!r} is corrupt and cannot be loaded "
                 f"({type(error).__name__}: {error}). Delete {folder!r} to start over."
             ) from None
+        self._restore_seeds(state, folder)
         self.model._initial_epoch = int(state["epoch"])
         self.history = {k: list(v) for k, v in state.get("history", {}).items()}
         if self.position is not None:
@@ -199,6 +219,18 @@ class TrainingBackup(keras.callbacks.Callback):
                     f"backup {folder!r} was made with the stream {stream}, but the stream "
                     f"passed now has {now}: a resume would see other batches.")
 
+    def _restore_seeds(self, state, folder):
+        if "seeds" not in state:  # a backup written before seed states were saved
+            return
+        saved, variables = state["seeds"], _seed_states(self.model)
+        if len(saved) != len(variables):
+            raise BackupError(
+                f"backup {folder!r} holds {len(saved)} random seed states, this model has "
+                f"{len(variables)}: it was made by another model. Use another backup_dir "
+                "or delete this one.")
+        for variable, value in zip(variables, saved):
+            variable.assign(np.asarray(value, dtype=variable.dtype))
+
     def _clean_partial(self):
         if not os.path.isdir(self.backup_dir):
             return
@@ -230,6 +262,8 @@ class TrainingBackup(keras.callbacks.Callback):
             "seed": self.position.seed, "batch_size": self.position.batch_size}
         state = {"format": FORMAT, "epoch": int(epoch), "position": int(self._epoch_start),
                  "stream": stream, "history": self.history,
+                 "seeds": [keras.ops.convert_to_numpy(v).tolist()
+                           for v in _seed_states(self.model)],
                  "fingerprint": _fingerprint(self.model)}
         _write_file(os.path.join(partial, "state.json"), json.dumps(state))
         _fsync_dir(partial)

@@ -1,5 +1,7 @@
 """`ClassBalancedPyDataset`: the C x k stream of in-memory arrays as NumPy batches."""
 
+import inspect
+
 import keras
 import numpy as np
 
@@ -8,7 +10,28 @@ from keras_dml.data.labels import label_ids
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.hyperparameters import integer_at_least
 
-__all__ = ["ClassBalancedPyDataset"]
+__all__ = ["ArrayStreamPosition", "ClassBalancedPyDataset"]
+
+
+class ArrayStreamPosition:
+    """Where a `ClassBalancedPyDataset` starts: the stream's index of its batch 0.
+
+    The NumPy twin of `keras_dml.data.StreamPosition` (same attributes), which
+    `keras_dml.callbacks.TrainingBackup` saves and sets on resume.
+
+    Attributes:
+        start: The stream's index of batch 0 (settable before iteration begins).
+        seed: The stream's seed (`None`: not reproducible).
+        batch_size: C * k, recorded to match a backup with its stream.
+        replayable: True: the batches depend on the seed and the step only.
+    """
+
+    replayable = True
+
+    def __init__(self, start, seed, batch_size):
+        self.start = integer_at_least("start_step", start, 0)
+        self.seed = seed
+        self.batch_size = batch_size
 
 
 class ClassBalancedPyDataset(keras.utils.PyDataset):
@@ -32,8 +55,11 @@ class ClassBalancedPyDataset(keras.utils.PyDataset):
             samples (see `ClassBalancedSampler`). Defaults to `"replace"`.
         seed: The index stream's seed. Defaults to `None` (not reproducible).
         map_fn: Optional `map_fn(x, y) -> (x, y)` applied to each NumPy batch
-            (e.g. scaling images to float32). Defaults to None.
-        start_step: The stream's index of batch 0 (resuming a run). Defaults to 0.
+            (e.g. scaling images to float32); one with a third parameter is
+            called `map_fn(x, y, step)` with the batch's stream index, to seed
+            its randomness by step (so a resumed run replays it). Defaults to None.
+        start_step: The stream's index of batch 0 (resuming a run; `position`
+            holds it). Defaults to 0.
         **kwargs: `keras.utils.PyDataset`'s `workers`, `use_multiprocessing` and
             `max_queue_size`.
 
@@ -60,7 +86,17 @@ class ClassBalancedPyDataset(keras.utils.PyDataset):
                                             small_classes=small_classes, seed=seed)
         self.seed = seed
         self.map_fn = map_fn
-        self.start_step = integer_at_least("start_step", start_step, 0)
+        self._map_takes_step = map_fn is not None and _positional_parameters(map_fn) >= 3
+        self.position = ArrayStreamPosition(start_step, seed, self.sampler.batch_size)
+
+    @property
+    def start_step(self):
+        """The stream's index of batch 0 (`position.start`)."""
+        return self.position.start
+
+    @start_step.setter
+    def start_step(self, value):
+        self.position.start = integer_at_least("start_step", value, 0)
 
     @property
     def num_batches(self):
@@ -73,8 +109,22 @@ class ClassBalancedPyDataset(keras.utils.PyDataset):
         return self.sampler.batch_size
 
     def __getitem__(self, index):
-        indices = self.sampler.numpy_batch(self.start_step + int(index))
+        step = self.position.start + int(index)
+        indices = self.sampler.numpy_batch(step)
         x, y = self.x[indices], self.labels[indices]
-        if self.map_fn is not None:
+        if self._map_takes_step:
+            x, y = self.map_fn(x, y, step)
+        elif self.map_fn is not None:
             x, y = self.map_fn(x, y)
         return x, y
+
+
+def _positional_parameters(function):
+    """How many positional arguments `function` takes (a large number for `*args`)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature
+        return 2
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return 2  # cannot tell: called as (x, y)
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters)

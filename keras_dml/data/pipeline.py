@@ -5,6 +5,7 @@ import weakref
 import numpy as np
 
 from keras_dml import backend, hyperparameters
+from keras_dml.data.arrays import ClassBalancedPyDataset
 from keras_dml.data.bad_images import BadImageGuard, only_x_y, refill
 from keras_dml.data.options import steady
 from keras_dml.data.sampler import ClassBalancedSampler
@@ -161,8 +162,11 @@ _POSITIONS = weakref.WeakKeyDictionary()
 @hyperparameters.renamed_keywords(dataset="data")
 def stream_position(data):
     """The `StreamPosition` of `data`, a dataset made by `class_balanced_batches`
-    (or the other keras_dml samplers), or `None` for any other value.
+    (or the other keras_dml samplers), the `ArrayStreamPosition` of a
+    `ClassBalancedPyDataset`, or `None` for any other value.
     `dataset=` is the deprecated name of `data=`."""
+    if isinstance(data, ClassBalancedPyDataset):
+        return data.position
     try:
         return _POSITIONS.get(data)
     except TypeError:

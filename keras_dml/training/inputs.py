@@ -83,18 +83,22 @@ def input_spec(split, image_size, backbone="cnn3", crop="random"):
 
 
 def augmented(transform, config, input_shape):
-    """The training batches' map: `transform`, then the configured augmentation."""
+    """The training batches' map `map_fn(x, y, step=None)`: `transform`, then the
+    configured augmentation (off TensorFlow seeded by the batch's `step` when given)."""
     augment = augmentation(config.augment_shift, config.augment_rotation, config.augment_scale,
                            input_shape[0], config.seed)
     if augment is None:
         return transform
-    augment_batch = (lambda x: augment(x, training=True)) if backend.is_tensorflow() else \
-        training_call(augment)  # NumPy batches: jitted on JAX
+    if backend.is_tensorflow():
+        def augment_batch(x, step):
+            return augment(x, training=True)
+    else:  # NumPy batches (jitted on JAX), seeded by their step: a resume replays them
+        augment_batch = training_call(augment)
 
-    def map_fn(x, y):
+    def map_fn(x, y, step=None):
         if transform is not None:
             x, y = transform(x, y)
-        return augment_batch(x), y
+        return augment_batch(x, step), y
 
     return map_fn
 

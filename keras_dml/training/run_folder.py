@@ -122,17 +122,10 @@ def failure_kept_or_removed(run_dir, resume):
 
 
 def backup_callback(run_dir, batches, resume):
-    """Backs up every epoch to `<run>/backup` (atomic, see `keras_dml.callbacks.backup`); None
-    off TensorFlow (the backup records the tf.data stream's position)."""
-    if not backend.is_tensorflow():
-        if resume:
-            raise ValueError(f"--resume needs the TensorFlow backend (KERAS_BACKEND="
-                             f"tensorflow); this process runs Keras on {backend.name()}.")
-        print(f"epoch backups skipped: --resume needs the TensorFlow backend (Keras runs on "
-              f"{backend.name()} here)", flush=True)
-        return None
+    """Backs up every epoch to `<run>/backup` (atomic, exact on every backend, see
+    `keras_dml.callbacks.backup`)."""
     backup_dir = os.path.join(run_dir, "backup")
-    if distribute.cluster_workers() > 1:
+    if backend.is_tensorflow() and distribute.cluster_workers() > 1:
         return distribute.BackupAndRestore(backup_dir, stream=batches, double_checkpoint=True,
                                            delete_checkpoint=False)
     if resume:
