@@ -218,8 +218,11 @@ def _cli(argv, capsys):
 
 
 def _recall_at_1(text, title):
-    line = next(line for line in text.splitlines() if line.startswith(title))
-    return float(line.split()[len(title.split()) + 1])
+    """The R@1 column of `title`'s row in evaluate's table (headed by "ranking")."""
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("ranking")).split()
+    row = next(line for line in lines if line.startswith(title)).split()
+    return float(row[len(title.split()) + header.index("R@1") - 1])
 
 
 @pytest.mark.slow  # a few training steps, then evaluate, index, search, export: ~1 min
