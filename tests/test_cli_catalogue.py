@@ -95,7 +95,7 @@ def test_a_half_synced_folder_is_refused_and_removals_are_kept(store, photos, ru
         assert (f"index: the removed items are listed in {path} (one JSON line each: id, "
                 "label, metadata, path), to put them back") in out
         assert [json.loads(line) for line in open(path)] == [
-            {"id": "cat/0.png", "label": "cat", "metadata": "cat/0.png",
+            {"id": "cat/0.png", "label": "cat", "metadata": {"path": "cat/0.png"},
              "path": str(photos / "cat" / "0.png")}]
         assert _count(uri) == 8
 
