@@ -76,6 +76,9 @@ EXTRAS = {
     "pymilvus": "keras_dml[milvus]",
     "milvus_lite": "keras_dml[milvus]",
     "selenium": "keras_dml[browser]",
+    "fastapi": "keras_dml[serve]",
+    "uvicorn": "keras_dml[serve]",
+    "multipart": "keras_dml[serve]",
     "tensorflow": "keras_dml[tensorflow]",
 }
 

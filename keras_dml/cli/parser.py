@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "keras_dml.cli.calibrate",
     "keras_dml.cli.evaluate",
     "keras_dml.cli.verify",
+    "keras_dml.cli.serve",
 )
 
 # Optional dependencies -> the extra that installs them (setup.cfg).
@@ -41,6 +42,9 @@ EXTRAS = {
     "milvus_lite": "milvus",
     "torch": "torch",
     "pytorch_metric_learning": "peers",
+    "fastapi": "serve",
+    "uvicorn": "serve",
+    "multipart": "serve",
 }
 
 
@@ -171,7 +175,8 @@ def main(argv=None):
             args = _with_recipe(parser, argv, args)
             if args is None:
                 return 0
-        load_tensorflow()
+        if not getattr(args, "light_imports", False):  # serve imports what it uses
+            load_tensorflow()
         with _warnings_as_lines(args.command):
             return args.handler(args)
     except ModuleNotFoundError as error:

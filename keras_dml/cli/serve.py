@@ -1,0 +1,82 @@
+"""`keras-dml serve`: the visual-search service over a catalogue on Milvus."""
+
+import os
+
+__all__ = ["TOKEN_ENV", "MILVUS_TOKEN_ENV", "add_command", "run"]
+
+TOKEN_ENV = "KERAS_DML_SERVE_TOKEN"  # the service's token, when set
+MILVUS_TOKEN_ENV = "KERAS_DML_MILVUS_TOKEN"  # the Milvus server's token, when set
+
+
+def add_command(commands):
+    """Adds `serve` to the `keras-dml` sub-parsers."""
+    parser = commands.add_parser(
+        "serve", help="serve visual search over a catalogue (web page and JSON API)",
+        description="Serve POST /search (a photo in, the most similar catalogue items out), "
+        "a search page at /, catalogue images, health checks and the OpenAPI page /docs. "
+        "The model must be the one that built the catalogue (its fingerprint is checked). "
+        f"Tokens come from the environment, never the command line: {TOKEN_ENV} (asked of "
+        f"clients as 'Authorization: Bearer TOKEN') and {MILVUS_TOKEN_ENV} (the Milvus "
+        "server's).")
+    parser.add_argument("model", metavar="RUN|SAVEDMODEL",
+                        help="the run that built the catalogue, its .keras file, or its "
+                        "SavedModel export (keras-dml export)")
+    parser.add_argument("--uri", required=True,
+                        help="Milvus URI of the catalogue (a Lite .db folder or http(s)://)")
+    parser.add_argument("--collection", default=None, metavar="NAME|ALIAS",
+                        help="collection or alias (default: keras_dml's); a moved alias is "
+                        "followed without a restart")
+    parser.add_argument("--token-file", default=None,
+                        help=f"read the service's token from this file instead of {TOKEN_ENV}")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument("--max-batch", type=int, default=32,
+                        help="requests embedded in one forward pass at most (default 32)")
+    parser.add_argument("--max-upload-mb", type=float, default=10.0,
+                        help="largest image file accepted, in MB (default 10)")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="similarity at which a result matches (default: the run's "
+                        "calibrated threshold where it has one)")
+    parser.add_argument("--allow-mismatch", action="store_true",
+                        help="serve even when the model is not the one that built the "
+                        "catalogue (its scores are then meaningless)")
+    parser.set_defaults(handler=run, light_imports=True)
+
+
+def _token(args):
+    if args.token_file is None:
+        return os.environ.get(TOKEN_ENV) or None
+    with open(args.token_file) as f:
+        token = f.read().strip()
+    if not token:
+        raise ValueError(f"--token-file {args.token_file} is empty.")
+    return token
+
+
+def run(args):
+    """Loads the model, checks it against the catalogue and serves until interrupted."""
+    import uvicorn
+
+    from keras_dml.serve.app import create_app
+    from keras_dml.serve.uploads import ImageLimits
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if not 1 <= args.port <= 65535:
+        raise ValueError(f"--port must be between 1 and 65535, got {args.port}.")
+    if args.max_batch < 1:
+        raise ValueError(f"--max-batch must be at least 1, got {args.max_batch}.")
+    if args.max_upload_mb <= 0:
+        raise ValueError(f"--max-upload-mb must be positive, got {args.max_upload_mb}.")
+    token = _token(args)
+    app = create_app(args.model, args.uri, args.collection, token=token,
+                     milvus_token=os.environ.get(MILVUS_TOKEN_ENV) or None,
+                     max_batch=args.max_batch, threshold=args.threshold,
+                     limits=ImageLimits(max_bytes=int(args.max_upload_mb * 1024 * 1024)),
+                     allow_mismatch=args.allow_mismatch)
+    service = app.state.service
+    print(f"serve: {service.embedder.source} on collection {service.catalogue.collection} at "
+          f"{args.uri}: http://{args.host}:{args.port}/ (token {'on' if token else 'off'})",
+          flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0

@@ -1,0 +1,133 @@
+"""What the web routes call: the model, the catalogue and the batched search.
+
+Each request is a `Query` (an encoded image or a vector, with its k and filter);
+queries that arrive together are embedded in one forward pass, and those that
+share k and filter are searched in one Milvus call.
+"""
+
+import dataclasses
+import os
+import threading
+
+import numpy as np
+
+from keras_dml.serve.batcher import MicroBatcher
+from keras_dml.serve.catalogue import Catalogue
+from keras_dml.serve.embedders import DecodeError, Embedder, load_embedder
+from keras_dml.serve.uploads import UploadError
+
+__all__ = ["Query", "Service"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    """One search: `image` (encoded bytes) or `vector`, `k`, a dict `filter` and its
+    Milvus `expression`, and a `rerank` method (or None)."""
+
+    image: object = None
+    vector: object = None
+    k: int = 10
+    expression: object = None
+    filter: object = None
+    rerank: object = None
+
+
+class Service:
+    """The served model (`embedder`) and `catalogue`, and `search(query)` through a
+    `MicroBatcher` of up to `max_batch` queries.
+
+    Args:
+        model: An `Embedder`, or a path for `load_embedder` (a SavedModel export, a
+            run or a `.keras` file); a path can be reloaded (`reload`).
+        uri, collection, milvus_token: The Milvus catalogue (collection or alias).
+        allow_mismatch: Serve even when the catalogue's model fingerprint differs.
+        refresh_seconds: How often an alias is resolved again.
+        max_batch, max_wait: The batcher's bounds (queries, seconds).
+    """
+
+    def __init__(self, model, uri, collection=None, milvus_token=None, allow_mismatch=False,
+                 refresh_seconds=2.0, max_batch=32, max_wait=0.005):
+        self.model_path = None if isinstance(model, Embedder) else os.fspath(model)
+        self.embedder = model if isinstance(model, Embedder) else load_embedder(model)
+        self.catalogue = Catalogue(uri, collection, milvus_token, self.embedder.fingerprint,
+                                   f"the model {self.embedder.source}", allow_mismatch,
+                                   refresh_seconds)
+        self.batcher = MicroBatcher(self._answer, max_batch, max_wait)
+        self._reranking = {}  # collection -> keras_dml Index, opened on first use
+        self._milvus_token = milvus_token
+        self._reload_lock = threading.Lock()
+
+    async def search(self, query):
+        """`(ids, scores, labels, metadata)` of one query (each a row of k)."""
+        return await self.batcher.submit(query)
+
+    def _answer(self, queries):
+        """One result (or exception) per query: images embedded in one pass, then one
+        Milvus search per distinct (k, expression); a re-ranked query on its own."""
+        embedder = self.embedder
+        images = [i for i, q in enumerate(queries) if q.image is not None]
+        vectors = [q.vector for q in queries]
+        results = [None] * len(queries)
+        if images:
+            for i, vector in zip(images, embedder.embed([queries[i].image for i in images])):
+                if isinstance(vector, DecodeError):
+                    results[i] = UploadError(str(vector))
+                else:
+                    vectors[i] = vector
+        groups = {}
+        for i, query in enumerate(queries):
+            if results[i] is not None:
+                continue
+            if query.rerank is not None:
+                try:
+                    results[i] = self.rerank_search(vectors[i], query.k, query.filter,
+                                                    query.rerank)
+                except Exception as error:
+                    results[i] = error
+            else:
+                groups.setdefault((query.k, query.expression), []).append(i)
+        for (k, expression), members in groups.items():
+            try:
+                ids, scores, labels, metadata = self.catalogue.search(
+                    np.stack([vectors[i] for i in members]), k, expression)
+            except Exception as error:  # every query of the group gets it
+                for i in members:
+                    results[i] = error
+                continue
+            for row, i in enumerate(members):
+                results[i] = (ids[row], scores[row], labels[row], metadata[row])
+        return results
+
+    def rerank_search(self, vector, k, filter, rerank):
+        """A re-ranked search (`keras_dml.index.Index.search(..., rerank=)`), which
+        opens the collection as a keras_dml `Index` on first use (TensorFlow / JAX
+        load then)."""
+        from keras_dml.index import Index
+
+        name = self.catalogue.collection
+        if name not in self._reranking:
+            self._reranking[name] = Index.open(self.catalogue.uri, name, self._milvus_token)
+        result = self._reranking[name].search(np.asarray(vector, np.float32)[None], k,
+                                              filter=filter, rerank=rerank)
+        return result.ids[0], result.scores[0], result.labels[0], result.metadata[0]
+
+    def reload(self):
+        """Loads the model from its path again and checks it against the catalogue;
+        returns None when ready, else why not.
+
+        Raises:
+            ValueError: The model was given as an object, not a path.
+        """
+        if self.model_path is None:
+            raise ValueError("the service was given a model object, not a path: restart it.")
+        with self._reload_lock:
+            embedder = load_embedder(self.model_path)
+            reason = self.catalogue.reload(embedder.fingerprint, f"the model {embedder.source}")
+            self.embedder = embedder
+            return reason
+
+    def close(self):
+        for index in self._reranking.values():
+            index.close()
+        self._reranking.clear()
+        self.catalogue.close()
