@@ -96,16 +96,17 @@ def _cli(*args):
 
 def _timed(command, log, timeout=None):
     """Runs ``command`` from the repository root, its output in ``log``; the seconds."""
+    command = [str(part) for part in command]
     start = time.perf_counter()
     with open(log, "a") as out:
-        out.write(f"$ {' '.join(map(str, command))}\n")
+        out.write(f"$ {' '.join(command)}\n")
         out.flush()
         done = subprocess.run(command, cwd=ROOT, env=_environment(), stdout=out,
                               stderr=subprocess.STDOUT, timeout=timeout)
     if done.returncode:
         with open(log) as out:
             tail = out.read()[-3000:]
-        raise RuntimeError(f"{' '.join(map(str, command))} failed ({done.returncode}):\n{tail}")
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{tail}")
     return time.perf_counter() - start
 
 
@@ -149,32 +150,33 @@ def start_milvus(data_dir, log):
     return process, f"http://127.0.0.1:{port}"
 
 
-def flush(uri, collection):
-    """Seals the collection's new rows into a segment (``MilvusClient.flush``); the seconds.
+COUNT = """
+import sys
+from pymilvus import MilvusClient
 
-    milvus-lite keeps rows written since the last flush in memory and scans them in
-    Python on every search, which at 100,000 rows costs seconds a search.
+uri, collection, flush = sys.argv[1:]
+client = MilvusClient(uri)
+if flush == "flush":
+    client.flush(collection)
+print(client.query(collection, filter="", output_fields=["count(*)"])[0]["count(*)"])
+"""
+
+
+def collection_count(uri, collection, flush=False):
+    """The collection's rows, asked by pymilvus in a process of its own (after a
+    ``flush`` if asked): a pymilvus connection left idle in this process gets its
+    keep-alive pings refused by ``milvus-lite server`` (GOAWAY too_many_pings).
+
+    ``flush`` seals the rows written since the last one into a segment: milvus-lite
+    keeps them in memory and scans them in Python on every search, which at 100,000
+    rows costs seconds a search.
     """
-    from pymilvus import MilvusClient
-
-    start = time.perf_counter()
-    client = MilvusClient(uri)
-    try:
-        client.flush(collection)
-    finally:
-        client.close()
-    return time.perf_counter() - start
-
-
-def collection_count(uri, collection):
-    """The collection's rows, through pymilvus."""
-    from pymilvus import MilvusClient
-
-    client = MilvusClient(uri)
-    try:
-        return client.query(collection, filter="", output_fields=["count(*)"])[0]["count(*)"]
-    finally:
-        client.close()
+    done = subprocess.run([sys.executable, "-c", COUNT, uri, collection,
+                           "flush" if flush else "count"], capture_output=True, text=True,
+                          timeout=900)
+    if done.returncode:
+        raise RuntimeError(f"counting {collection} at {uri} failed: {done.stderr[-2000:]}")
+    return int(done.stdout.split()[-1])
 
 
 class Service:
@@ -232,6 +234,13 @@ class Service:
                                 files={"image": (os.path.basename(path), f.read())})
         answer.raise_for_status()
         return answer.json()
+
+    def batches(self):
+        """The service's count of forward passes by batch size (``GET /stats``)."""
+        import httpx
+
+        answer = httpx.get(f"{self.url}/stats", timeout=30)
+        return {int(size): count for size, count in answer.json()["batches"].items()}
 
     def stop(self):
         if hasattr(self, "_stop"):
@@ -322,6 +331,7 @@ def run_level(service, clients, seconds, queries, args, out, log, updater=None):
                "--max-requests", args.max_requests, "--latencies-out", out, "--k", args.k,
                "--only-summary", "--loglevel", "WARNING", "--stop-timeout", "30"]
     begin = time.time() + args.warmup
+    batches_before = service.batches()
     with open(log, "a") as output:
         output.write(f"$ {' '.join(map(str, command))}\n")
         output.flush()
@@ -341,7 +351,11 @@ def run_level(service, clients, seconds, queries, args, out, log, updater=None):
     with open(out) as f:
         measured = json.load(f)
     summary = summarize(measured, service.rss_between(begin, time.time()))
-    summary.update(system="keras-dml serve", clients=clients)
+    batches = {size: count - batches_before.get(size, 0)
+               for size, count in service.batches().items()}
+    runs = sum(batches.values())
+    summary.update(system="keras-dml serve", clients=clients, mean_batch=round(
+        sum(size * count for size, count in batches.items()) / runs, 2) if runs else None)
     return summary
 
 
@@ -360,8 +374,9 @@ def measure(args, setup, log):
         setup["steps"]["index"] = _timed(_cli("index", setup["run"], "--images",
                                               setup["images"], "--uri", uri, "--collection",
                                               COLLECTION), log)
-        setup["steps"]["flush"] = flush(uri, COLLECTION)
-        setup["collection_count"] = collection_count(uri, COLLECTION)
+        start = time.perf_counter()
+        setup["collection_count"] = collection_count(uri, COLLECTION, flush=True)
+        setup["steps"]["flush"] = time.perf_counter() - start
         runs.append(run_floor(setup, uri, queries, args,
                               os.path.join(args.output, "floor.json"), log))
         model = setup["savedmodel"] if args.serve_model == "export" else setup["run"]

@@ -3,8 +3,8 @@
 Loads ``examples/serve_glue.py`` (a SavedModel and a pymilvus client, no keras_dml), runs
 its ``search`` on the query photos one after another, unmeasured for ``--warmup`` seconds
 (and at least 10 requests), then for ``--duration`` seconds or ``--max-requests``
-requests, and writes the latencies and its own resident memory (sampled each second) to
-``--out`` (JSON).
+requests, and writes the latencies, its own resident memory (sampled each second) and
+the median time of its two halves (the SavedModel, the Milvus search) to ``--out`` (JSON).
 
     python -m benchmarks.serve_load_floor SAVEDMODEL URI COLLECTION queries.txt --out floor.json
 """
@@ -15,6 +15,7 @@ import json
 import os
 import time
 
+import numpy as np
 import psutil
 
 __all__ = ["load_glue", "measure"]
@@ -62,6 +63,24 @@ def measure(search, queries, warmup, duration, max_requests, k):
             - len(latencies), "rss_mb": rss}
 
 
+def components(glue, queries, k, count=30):
+    """Median milliseconds of the glue's two halves over ``count`` queries: the
+    SavedModel (decode, preprocessing, forward pass) and the Milvus search."""
+    import tensorflow as tf
+
+    embed, search = [], []
+    for image in (queries * count)[:count]:
+        start = time.perf_counter()
+        vector = glue.embed(image_bytes=tf.constant([image]))["embedding"][0].numpy().tolist()
+        middle = time.perf_counter()
+        glue.client.search(glue.collection, data=[vector], limit=k, anns_field="vector",
+                           output_fields=["label", "metadata"])
+        search.append((time.perf_counter() - middle) * 1000)
+        embed.append((middle - start) * 1000)
+    return {"savedmodel_ms": round(float(np.median(embed)), 2),
+            "milvus_search_ms": round(float(np.median(search)), 2)}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for name in ("savedmodel", "uri", "collection", "queries"):
@@ -78,7 +97,7 @@ def main(argv=None):
     with open(args.queries) as f:
         queries = [open(line.strip(), "rb").read() for line in f if line.strip()]
     result = measure(glue.search, queries, args.warmup, args.duration, args.max_requests, args.k)
-    result["ready_s"] = ready_s
+    result.update(ready_s=ready_s, components=components(glue, queries, args.k))
     with open(args.out, "w") as f:
         json.dump(result, f)
 

@@ -2,10 +2,11 @@
 
 Each user uploads a query photo (multipart field ``image``), waits for the answer and
 sends the next one at once, so N users keep N requests in flight. An answer counts as
-an error unless it is a 200 whose JSON holds ``k`` results. Latencies of the requests
-that end in the first ``--warmup`` seconds are left out; the run stops by itself after
-``--max-requests`` measured requests or locust's ``--run-time``, whichever comes first,
-and writes what it measured to ``--latencies-out`` (JSON).
+an error unless it is a 200 whose JSON holds ``k`` results (its ``took_ms``, the time the
+service counts, is kept). The requests sent in the first ``--warmup`` seconds are left
+out; the run stops by itself after ``--max-requests`` measured requests or locust's
+``--run-time``, whichever comes first, and writes what it measured to
+``--latencies-out`` (JSON).
 
     locust -f benchmarks/serve_load_locustfile.py --headless -u 8 -r 8 --run-time 70s \\
         --host http://127.0.0.1:8000 --queries queries.txt --warmup 10 \\
@@ -21,7 +22,7 @@ from locust import FastHttpUser, events, task
 __all__ = ["SearchUser"]
 
 BOUNDARY = "keras-dml-load-boundary"
-_state = {"bodies": [], "latencies": [], "errors": 0, "messages": [], "warm": 0,
+_state = {"bodies": [], "latencies": [], "took": [], "errors": 0, "messages": [], "warm": 0,
           "start": None, "first": None, "last": None, "written": False}
 
 
@@ -56,10 +57,11 @@ def _start(environment, **_):
 def _record(response_time, exception, context, **_):
     options = context["environment"].parsed_options
     now = time.perf_counter()
-    if now - _state["start"] < options.warmup:
+    sent = now - response_time / 1000
+    if sent - _state["start"] < options.warmup:
         _state["warm"] += 1
         return
-    _state["first"] = _state["first"] or now - response_time / 1000
+    _state["first"] = _state["first"] or sent
     _state["last"] = now
     _state["latencies"].append(response_time)
     if exception is not None:
@@ -75,7 +77,8 @@ def _write(environment, **_):
     if _state["written"] or not environment.parsed_options.latencies_out:
         return
     _state["written"] = True
-    measured = {"latencies_ms": _state["latencies"], "errors": _state["errors"],
+    measured = {"latencies_ms": _state["latencies"], "took_ms": _state["took"],
+                "errors": _state["errors"],
                 "error_messages": _state["messages"], "warmup_requests": _state["warm"],
                 "window_s": (_state["last"] - _state["first"]) if _state["last"] else 0.0}
     with open(environment.parsed_options.latencies_out, "w") as f:
@@ -102,6 +105,10 @@ class SearchUser(FastHttpUser):
                               context={"environment": self.environment}) as response:
             if response.status_code != 200:
                 response.failure(f"HTTP {response.status_code}: {response.text[:200]}")
-            elif len(response.json().get("results", [])) != options.k:
-                response.failure(f"{len(response.json().get('results', []))} results, "
+                return
+            answer = response.json()
+            if len(answer.get("results", [])) != options.k:
+                response.failure(f"{len(answer.get('results', []))} results, "
                                  f"expected {options.k}")
+            elif time.perf_counter() - _state["start"] >= options.warmup + answer["took_ms"] / 1000:
+                _state["took"].append(answer["took_ms"])

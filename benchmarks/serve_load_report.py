@@ -19,7 +19,8 @@ def memory(samples):
 
 def summarize(measured, rss):
     """Requests, requests/s, latency percentiles (ms), errors and memory of one run;
-    ``measured`` holds ``latencies_ms``, ``window_s``, ``errors``."""
+    ``measured`` holds ``latencies_ms``, ``window_s``, ``errors``, and may hold the
+    service's own ``took_ms`` and the glue's ``components``."""
     latencies = np.asarray(measured["latencies_ms"], dtype=np.float64)
     window = measured["window_s"]
     summary = {"requests": int(latencies.size), "seconds": round(window, 1),
@@ -32,6 +33,10 @@ def summarize(measured, rss):
         summary.update(p50_ms=round(float(p50), 1), p95_ms=round(float(p95), 1),
                        p99_ms=round(float(p99), 1),
                        mean_ms=round(float(latencies.mean()), 1))
+    if measured.get("took_ms"):
+        summary["service_p50_ms"] = round(float(np.median(measured["took_ms"])), 1)
+    if measured.get("components"):
+        summary["components"] = measured["components"]
     return summary
 
 
@@ -77,8 +82,8 @@ def _cell(value):
 def markdown(report):
     """The runs as a markdown table, then the targets and the update under load."""
     lines = ["| system | clients | seconds | requests | req/s | p50 ms | p95 ms | p99 ms "
-             "| errors | RSS MB first -> last (max), slope |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| errors | in service p50 ms | mean batch | RSS MB first -> last (max), slope |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for run in report["runs"]:
         m = run["memory"]
         rss = (f"{m['first_mb']:.0f} -> {m['last_mb']:.0f} ({m['max_mb']:.0f}), "
@@ -86,7 +91,13 @@ def markdown(report):
         lines.append(f"| {run['system']} | {run['clients']} | {run['seconds']} | "
                      f"{run['requests']} | {run['requests_per_s']} | {_cell(run.get('p50_ms'))} "
                      f"| {_cell(run.get('p95_ms'))} | {_cell(run.get('p99_ms'))} | "
-                     f"{run['errors']} | {rss} |")
+                     f"{run['errors']} | {_cell(run.get('service_p50_ms'))} | "
+                     f"{_cell(run.get('mean_batch'))} | {rss} |")
+    parts = [run["components"] for run in report["runs"] if run.get("components")]
+    if parts:
+        lines += ["", f"The glue script's halves (medians): SavedModel (decode, preprocessing, "
+                  f"forward pass) {parts[0]['savedmodel_ms']} ms, Milvus search "
+                  f"{parts[0]['milvus_search_ms']} ms."]
     lines += ["", "| target | measured | met |", "| --- | --- | --- |"]
     lines += [f"| {row['target']} | {row['measured']} | {'yes' if row['met'] else 'NO'} |"
               for row in report["targets"]]

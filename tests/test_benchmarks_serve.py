@@ -86,7 +86,7 @@ def test_report_decides_the_targets_from_the_figures():
     assert rows == {"0 errors": False, "1 client": False}
     table = markdown({"runs": [floor, one, eight], "targets": targets([floor, one, eight]),
                       "update": None, "steps": {"index": 2.0}, "collection_count": 9})
-    assert "| keras-dml serve | 8 | 1.0 | 250 | 250.0 | 30.0 | 30.0 | 30.0 | 0 |" in table
+    assert "| keras-dml serve | 8 | 1.0 | 250 | 250.0 | 30.0 | 30.0 | 30.0 | 0 | - | - |" in table
     assert "| memory flat" in table and "| NO |" in table
 
 
@@ -118,8 +118,9 @@ def test_serve_load_quick_measures_every_level_and_the_update(run_dir, tmp_path)
     seconds each, `index --update` during the 8-client run; every figure present."""
     from benchmarks import serve_load
 
-    report = serve_load.main(["--quick", "--source", CUB_IMAGES, "--workdir", tmp_path,
-                              "--run", run_dir])
+    report = serve_load.main([str(a) for a in ("--quick", "--source", CUB_IMAGES, "--workdir",
+                                               tmp_path, "--run", run_dir, "--serve-model",
+                                               "run")])
     runs = {(run["system"], run["clients"]): run for run in report["runs"]}
     assert sorted(runs) == [("glue script", 1), ("keras-dml serve", 1), ("keras-dml serve", 8),
                             ("keras-dml serve", 32)]
@@ -127,6 +128,7 @@ def test_serve_load_quick_measures_every_level_and_the_update(run_dir, tmp_path)
         assert run["requests"] > 0 and run["errors"] == 0, run
         assert run["p50_ms"] <= run["p95_ms"] <= run["p99_ms"] and run["memory"]["samples"]
     update = report["update"]
+    assert "error" not in update, update["error"]
     assert update["count_before"] == report["collection_count"] == 300, update
     assert update["count_after"] == 300 + update["added"] == 305
     assert update["found"] == update["checked"] == 5 and update["count_removed"] == 300
