@@ -47,6 +47,7 @@ COLLECTION = "bench_catalogue"
 
 
 def parse_args(argv=None):
+    """The command line, with ``--quick``'s defaults filled in."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", required=True,
                         help="photos in class folders (SOURCE/<class>/<image>)")
@@ -402,6 +403,7 @@ def measure(args, setup, log):
 
 
 def main(argv=None):
+    """Runs every step and level; writes and returns the report."""
     args = parse_args(argv)
     os.makedirs(args.output, exist_ok=True)
     log = os.path.join(args.output, "serve_load.log")

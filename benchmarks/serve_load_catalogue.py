@@ -94,6 +94,7 @@ def build(source, out, count, size=112):
 
 
 def main(argv=None):
+    """Builds the catalogue the command line asks for."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", help="photos in class folders, SOURCE/<class>/<image>")
     parser.add_argument("out", help="catalogue folder (written as OUT/<class>/<image>)")

@@ -82,6 +82,7 @@ def components(glue, queries, k, count=30):
 
 
 def main(argv=None):
+    """Loads the glue, measures it and writes the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for name in ("savedmodel", "uri", "collection", "queries"):
         parser.add_argument(name)
