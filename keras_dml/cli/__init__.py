@@ -7,7 +7,8 @@ which adds its subcommand to the `argparse` sub-parsers with
 `set_defaults(handler=run)`; `run(args)` does the work (importing keras_dml's
 TensorFlow modules inside) and returns the exit code. List the module in
 `parser.COMMAND_MODULES`; `parser.main` imports TensorFlow quietly before `run` is
-called. Arguments shared by several commands live in `arguments`.
+called, except for a command that sets `light_imports=True` (`serve`, which imports
+only what its model needs). Arguments shared by several commands live in `arguments`.
 
 Nothing else in keras_dml imports this package.
 """

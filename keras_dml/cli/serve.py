@@ -1,6 +1,7 @@
 """`keras-dml serve`: the visual-search service over a catalogue on Milvus."""
 
 import os
+import sys
 
 __all__ = ["TOKEN_ENV", "MILVUS_TOKEN_ENV", "add_command", "run"]
 
@@ -54,6 +55,21 @@ def _token(args):
     return token
 
 
+def _import_tensorflow_quietly():
+    """TensorFlow decodes the uploads (in a SavedModel's graph, or by the run's
+    preprocessing): imported first, without its start-up log lines."""
+    import importlib.util
+
+    from keras_dml.cli.parser import _quiet_stderr
+
+    if importlib.util.find_spec("tensorflow") is not None:
+        with _quiet_stderr():
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()  # device start-up logs (cuInit) while quiet
+        tf.get_logger().setLevel("ERROR")
+
+
 def run(args):
     """Loads the model, checks it against the catalogue and serves until interrupted."""
     import uvicorn
@@ -69,12 +85,17 @@ def run(args):
     if args.max_upload_mb <= 0:
         raise ValueError(f"--max-upload-mb must be positive, got {args.max_upload_mb}.")
     token = _token(args)
+    _import_tensorflow_quietly()
     app = create_app(args.model, args.uri, args.collection, token=token,
                      milvus_token=os.environ.get(MILVUS_TOKEN_ENV) or None,
                      max_batch=args.max_batch, threshold=args.threshold,
                      limits=ImageLimits(max_bytes=int(args.max_upload_mb * 1024 * 1024)),
                      allow_mismatch=args.allow_mismatch)
     service = app.state.service
+    if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"keras-dml serve: warning: listening on {args.host} without a token: anyone who "
+              f"reaches it can search and read the catalogue's images (set {TOKEN_ENV}).",
+              file=sys.stderr)
     print(f"serve: {service.embedder.source} on collection {service.catalogue.collection} at "
           f"{args.uri}: http://{args.host}:{args.port}/ (token {'on' if token else 'off'})",
           flush=True)

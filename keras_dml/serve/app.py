@@ -286,15 +286,17 @@ def _plain(value):
 
 
 def _results(found, threshold, root):
-    ids, scores, labels, metadata = found
+    ids, scores, labels, metadata, reranked = found
     results = []
-    for item_id, score, label, meta in zip(ids, scores, labels, metadata):
+    for rank, (item_id, score, label, meta) in enumerate(zip(ids, scores, labels, metadata)):
         if not np.isfinite(score):  # padding: fewer items passed the filter
             continue
         item_id = _plain(item_id)
         result = {"id": item_id, "label": _plain(label), "similarity": float(score),
                   "metadata": meta, "match": None if threshold is None else
                   bool(score >= threshold)}
+        if reranked is not None:  # the order's score; matches stay the similarity's
+            result["rerank_score"] = float(reranked[rank])
         url = files.image_url(root, item_id)
         if url is not None:
             result["image_url"] = url

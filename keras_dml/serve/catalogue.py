@@ -14,7 +14,8 @@ import time
 import numpy as np
 
 from keras_dml.index import filters
-from keras_dml.index.milvus import DEFAULT_COLLECTION, MilvusStore, TIMEOUT, connect, release
+from keras_dml.index.milvus import (DEFAULT_COLLECTION, TIMEOUT, MilvusStore, connect,
+                                    is_lite, release)
 
 __all__ = ["Catalogue", "check_fingerprints"]
 
@@ -50,6 +51,10 @@ class Catalogue:
         self.allow_mismatch, self.refresh_seconds = allow_mismatch, refresh_seconds
         self.not_ready = None
         self._lock = threading.Lock()
+        self._client = None
+        if is_lite(self.uri) and not os.path.isdir(self.uri):
+            raise FileNotFoundError(f"No Milvus Lite database at {self.uri}: give the --uri "
+                                    "that keras-dml index wrote to.")
         self._client = connect(self.uri, token, TIMEOUT)
         self._checked = 0.0
         try:
@@ -129,8 +134,10 @@ class Catalogue:
         return filters.milvus_expression(filters.parse(filter, fields))
 
     def search(self, vectors, k, expression=None):
-        """`(ids, scores, labels, metadata)` arrays of the k best items per vector."""
-        return self._store.search(np.asarray(vectors, np.float32), k, expression)
+        """`(ids, scores, labels, metadata)` arrays of the k best items per vector (all
+        of them when the catalogue holds fewer than k: the rest padded with score -inf)."""
+        # an expression, even empty, makes the store answer what it has rather than refuse
+        return self._store.search(np.asarray(vectors, np.float32), k, expression or "")
 
     def close(self):
         store = getattr(self, "_store", None)

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-__all__ = ["DecodeError", "Embedder", "load_embedder"]
+__all__ = ["DecodeError", "Embedder", "calibrated_threshold", "load_embedder"]
 
 SIDECAR = "keras_dml_export.json"  # keras_dml.export.layout.SIDECAR_NAME
 

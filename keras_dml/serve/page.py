@@ -23,7 +23,9 @@ PAGE = """<!doctype html>
   #status.error { color: #b00020; }
   #results { display: grid; grid-template-columns: repeat(auto-fill, minmax(170px, 1fr));
              gap: 1rem; }
-  .card { border: 1px solid #ddd; border-radius: 6px; padding: .5rem; font-size: .85rem; }
+  * { box-sizing: border-box; }
+  .card { border: 1px solid #ddd; border-radius: 6px; padding: .5rem; font-size: .85rem;
+          min-width: 0; overflow-wrap: anywhere; }
   .card img { width: 100%; height: 150px; object-fit: contain; background: #f3f3f3; }
   .match { color: #0a7a2f; font-weight: 600; }
   .nomatch { color: #888; }

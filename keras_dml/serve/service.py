@@ -53,12 +53,27 @@ class Service:
                                    f"the model {self.embedder.source}", allow_mismatch,
                                    refresh_seconds)
         self.batcher = MicroBatcher(self._answer, max_batch, max_wait)
+        self._warm_up()
         self._reranking = {}  # collection -> keras_dml Index, opened on first use
         self._milvus_token = milvus_token
         self._reload_lock = threading.Lock()
 
+    def _warm_up(self):
+        """One forward pass and one search before the first request (tracing, first
+        calls), so that request is not the slow one."""
+        import io
+
+        from PIL import Image
+
+        encoded = io.BytesIO()
+        Image.new("RGB", (64, 64), (128, 128, 128)).save(encoded, "PNG")
+        results = self._answer([Query(image=encoded.getvalue(), k=1)])
+        if isinstance(results[0], Exception) and not isinstance(results[0], ValueError):
+            raise results[0]  # a broken model or an unreachable catalogue, not emptiness
+
     async def search(self, query):
-        """`(ids, scores, labels, metadata)` of one query (each a row of k)."""
+        """`(ids, similarities, labels, metadata, rerank scores or None)` of one query
+        (each a row of k)."""
         return await self.batcher.submit(query)
 
     def _answer(self, queries):
@@ -95,21 +110,30 @@ class Service:
                     results[i] = error
                 continue
             for row, i in enumerate(members):
-                results[i] = (ids[row], scores[row], labels[row], metadata[row])
+                results[i] = (ids[row], scores[row], labels[row], metadata[row], None)
         return results
 
     def rerank_search(self, vector, k, filter, rerank):
-        """A re-ranked search (`keras_dml.index.Index.search(..., rerank=)`), which
-        opens the collection as a keras_dml `Index` on first use (TensorFlow / JAX
-        load then)."""
+        """A re-ranked search (`keras_dml.index.Index.search(..., rerank=)`):
+        `(ids, similarities, labels, metadata, rerank scores)`, the similarities
+        the query's to each item as the catalogue's metric scores it (matches are
+        decided on them). The collection opens as a keras_dml `Index` on first use
+        (TensorFlow / JAX load then)."""
         from keras_dml.index import Index
 
         name = self.catalogue.collection
         if name not in self._reranking:
             self._reranking[name] = Index.open(self.catalogue.uri, name, self._milvus_token)
-        result = self._reranking[name].search(np.asarray(vector, np.float32)[None], k,
-                                              filter=filter, rerank=rerank)
-        return result.ids[0], result.scores[0], result.labels[0], result.metadata[0]
+        index = self._reranking[name]
+        vector = np.asarray(vector, np.float32)
+        result = index.search(vector[None], k, filter=filter, rerank=rerank)
+        found = result.scores[0] > -np.inf
+        similarities = np.full(len(found), -np.inf, np.float32)
+        if found.any():
+            similarities[found] = _similarities(
+                vector, index.get_embeddings(result.ids[0][found]), index.metric)
+        return (result.ids[0], similarities, result.labels[0], result.metadata[0],
+                result.scores[0])
 
     def reload(self):
         """Loads the model from its path again and checks it against the catalogue;
@@ -131,3 +155,13 @@ class Service:
             index.close()
         self._reranking.clear()
         self.catalogue.close()
+
+
+def _similarities(query, items, metric):
+    """The scores of `items` (rows) for `query` as `Index` defines them per metric."""
+    if metric == "cosine":
+        query = query / max(np.linalg.norm(query), 1e-12)
+        items = items / np.maximum(np.linalg.norm(items, axis=1, keepdims=True), 1e-12)
+    if metric == "euclidean":
+        return -np.sum((items - query) ** 2, axis=1)
+    return items @ query

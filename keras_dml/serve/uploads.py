@@ -53,8 +53,8 @@ def check_image(data, limits=ImageLimits()):
             with Image.open(io.BytesIO(data)) as image:
                 width, height, format = image.width, image.height, image.format
         except Image.DecompressionBombError:
-            raise UploadError("the image's dimensions are past the limit (a decompression "
-                              "bomb?).", 413) from None
+            raise UploadError(f"the image's header claims more than {limits.max_pixels} "
+                              "pixels, past the limit (a decompression bomb?).", 413) from None
         except Exception:  # Pillow raises UnidentifiedImageError, SyntaxError, struct.error...
             raise UploadError("the uploaded file is not an image (JPEG, PNG, GIF, BMP or "
                               "WebP) or its header is damaged.") from None
