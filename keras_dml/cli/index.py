@@ -166,6 +166,8 @@ def run_milvus(args):
                       move_root=args.move_root, removals_file=removals)
         if not args.dry_run:
             index.info = {**index.info, "images": os.path.abspath(args.images)}
+            if report.added or report.removed:
+                index.flush()  # searches of the new rows take Milvus' fast path
     finally:
         progress.close()
         index.close()  # a Lite file's serving process stops, and the file is free again

@@ -153,6 +153,11 @@ class Index:
         """Releases the store (a Milvus Lite file: so another process can open it)."""
         self._store.close()
 
+    def flush(self):
+        """Seals what was written to a Milvus collection (searches then take Milvus' fast
+        path); nothing to do in memory."""
+        getattr(self._store, "flush", lambda: None)()
+
     def __enter__(self):
         return self
 
