@@ -6,9 +6,6 @@ import json
 import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -19,7 +16,8 @@ from keras_dml.index import Index, ModelMismatchError, model_fingerprint
 from keras_dml.index.catalogue import list_images
 from keras_dml.index.collections import Collections
 from keras_dml.index.provenance import compare_export
-from test_index_catalogue import CLASSES, _png, run_dir  # noqa: F401 (fixture)
+from test_index_catalogue import run_dir  # noqa: F401 (fixture)
+from test_index_streaming import milvus_server, photos  # noqa: F401 (fixture)
 
 pytest.importorskip("pymilvus")
 pytest.importorskip("milvus_lite")
@@ -147,7 +145,7 @@ def test_drop_refuses_what_would_surprise_and_drops_only_with_yes(database, caps
     assert not os.path.exists(database[:-3] + "x.db")  # looked at, not created
 
 
-def test_the_stale_model_refusals_name_the_commands_of_the_switch(database, retrained, photos,
+def test_the_stale_model_refusals_name_the_commands_of_the_switch(database, retrained, photos,  # noqa: F811
                                                                   capsys):
     _run(["collections", database, "alias", "shop", "shop_v1"], capsys)
     query = photos / "dog" / "1.png"
@@ -199,17 +197,7 @@ def retrained(run_dir, tmp_path_factory):  # noqa: F811
     return root
 
 
-@pytest.fixture()
-def photos(tmp_path):
-    """root/<class>/<image>.png, 3 classes x 3."""
-    root = tmp_path / "photos"
-    for number, (name, colour) in enumerate(CLASSES.items()):
-        for i in range(3):
-            _png(root / name / f"{i}.png", colour, 10 * number + i)
-    return root
-
-
-def _switch_commands(run, photos, uri, alias, old):
+def _switch_commands(run, photos, uri, alias, old):  # noqa: F811
     return (f"keras-dml index {run} --images {photos} --uri {uri} --collection NEW; "
             f"keras-dml collections {uri} alias {alias} NEW; "
             f"keras-dml collections {uri} drop {old} --yes.")
@@ -218,25 +206,14 @@ def _switch_commands(run, photos, uri, alias, old):
 @pytest.fixture()
 def server(tmp_path):
     """A `milvus-lite server` on a free loopback port: its http:// URI."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "milvus_lite", "server", "--data-dir",
-                                str(tmp_path / "served.db"), "--host", "127.0.0.1", "--port",
-                                str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
-    try:
-        assert "listening" in process.stdout.readline()
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.kill()
-        process.wait()
+    with milvus_server(tmp_path / "served.db") as uri:
+        yield uri
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("where", ["lite", "server"])
 def test_the_shop_switches_to_a_retrained_model_without_loss(where, run_dir, retrained,  # noqa: F811
-                                                             photos, tmp_path, capsys, request):
+                                                             photos, tmp_path, capsys, request):  # noqa: F811
     """Index run A into shop_v1 behind the alias shop; the retrained run B is refused with
     the commands of the switch; B goes into shop_v2 while shop_v1 serves; the alias moves;
     shop_v1 is dropped; every photo is there once, searched with B."""
