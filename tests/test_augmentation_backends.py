@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from keras_dml import backend, data
+from keras_dml import backend, data, datasets
 from keras_dml.data import AffineJitter
+from keras_dml.training import inputs
 from keras_dml.training import job as training_job
-from keras_dml.training.config import TrainConfig
+from keras_dml.training.config import TrainConfig, own_files_options
 
-CLASSES, PER_CLASS, STEPS = 4, 3, 3
-FLAGS = [{"augment_shift": 2.0}, {"augment_rotation": 20.0}, {"augment_scale": 0.3}]
+CLASSES, PER_CLASS, STEPS = 4, 3, 2
 JITTER = {"augment_shift": 2.0, "augment_rotation": 20.0, "augment_scale": 0.3}
 
 pytestmark = pytest.mark.requires("tensorflow")  # tf.data decodes the image files
@@ -34,14 +34,30 @@ def photos(tmp_path_factory):
     return str(root)
 
 
+def _config(tmp_path, **settings):
+    return TrainConfig(**{"image_size": 16, "width": 4, "embedding_dim": 8,
+                          "classes_per_batch": 2, "samples_per_class": 2, "epochs": 1,
+                          "steps_per_epoch": STEPS, "runs_dir": str(tmp_path / "runs"),
+                          "export": False, "plots": False, **settings})
+
+
+def _stream(config):
+    """The training stream of `config`, made as `keras-dml train` makes it (without
+    its model: `_job` builds that too)."""
+    splits = datasets.load(config.dataset, data_dir=config.data_dir,
+                           **own_files_options(config.dataset, config.test_classes))
+    shape, preprocessing = inputs.input_spec(splits.train, config.image_size,
+                                             config.backbone, config.augment_crop)
+    transform = None if preprocessing else inputs.array_transform(splits.train, shape)
+    return splits.train, preprocessing, inputs.training_batches(
+        inputs.strategy_for(config.strategy), splits.train, config, preprocessing,
+        inputs.augmented(transform, config, shape))
+
+
 def _job(tmp_path, **settings):
-    """The prepared run of `settings` (its data, model and training stream), as
-    `keras-dml train` prepares it."""
-    config = TrainConfig(**{"image_size": 16, "width": 4, "embedding_dim": 8,
-                            "classes_per_batch": 2, "samples_per_class": 2, "epochs": 1,
-                            "steps_per_epoch": STEPS, "runs_dir": str(tmp_path / "runs"),
-                            "export": False, "plots": False, **settings})
-    return training_job._prepare(config, resume=False)
+    """The batches of the prepared run of `settings`: those `keras-dml train` feeds its
+    model."""
+    return training_job._prepare(_config(tmp_path, **settings), resume=False).batches
 
 
 def _images(batches, start=0):
@@ -53,51 +69,47 @@ def _images(batches, start=0):
     return np.stack([x for x, _ in batches.take(STEPS).as_numpy_iterator()])
 
 
-def _files(photos, tmp_path, **settings):
-    return _images(_job(tmp_path, dataset="folder", data_dir=photos, **settings).batches)
+def test_file_batches_are_jittered_when_asked_reproducibly_from_any_start(photos, tmp_path):
+    assert inputs.augmented(None, _config(tmp_path)) is None  # no flag: the stream as it is
+    split, preprocessing, stream = _stream(_config(tmp_path, dataset="folder",
+                                                   data_dir=photos, **JITTER))
+    jittered = _images(stream)
+    assert jittered.shape == (STEPS, 4, 16, 16, 3)
+    plain = data.class_balanced_batches(split, 2, 2, seed=0, preprocessing=preprocessing,
+                                        num_replicas=1)
+    assert np.abs(jittered - _images(plain)).mean() > 0.02  # of pixels in [0, 1]
+    later = _images(stream, start=1)  # a resumed stream: batch 1 comes first
+    np.testing.assert_array_equal(later[0], jittered[1])
 
 
-@pytest.fixture(scope="module")
-def plain(photos, tmp_path_factory):
-    """The file batches without any flag (cnn3: random crops of the resized images)."""
-    return _files(photos, tmp_path_factory.mktemp("plain"))
+@pytest.mark.slow  # a model and a stream each
+@pytest.mark.parametrize("flag", [{"augment_shift": 2.0}, {"augment_rotation": 20.0},
+                                  {"augment_scale": 0.3}, {"augment_crop": "random_resized"}],
+                         ids=lambda flag: next(iter(flag)))
+def test_each_flag_changes_the_file_batches_fed_to_the_model(flag, photos, tmp_path):
+    plain = _images(_job(tmp_path / "plain", dataset="folder", data_dir=photos))
+    changed = _images(_job(tmp_path / "flag", dataset="folder", data_dir=photos, **flag))
+    assert np.abs(changed - plain).mean() > 0.02
 
 
-
-@pytest.mark.parametrize("flag", FLAGS, ids=lambda flag: next(iter(flag)))
-def test_each_flag_jitters_the_file_batches_fed_to_the_model(flag, photos, plain, tmp_path):
-    jittered = _files(photos, tmp_path, **flag)
-    assert jittered.shape == plain.shape == (STEPS, 4, 16, 16, 3)
-    assert np.abs(jittered - plain).mean() > 0.02  # of pixels in [0, 1]
-
-
-def test_without_a_flag_the_file_batches_are_the_plain_stream(photos, plain, tmp_path):
-    job = _job(tmp_path, dataset="folder", data_dir=photos, augment_crop="random_resized")
-    assert np.abs(_images(job.batches) - plain).mean() > 0.02  # the crop flag applies
-    unjittered = data.class_balanced_batches(job.splits.train, 2, 2, seed=0,
-                                             preprocessing=job.preprocessing, num_replicas=1)
-    np.testing.assert_array_equal(_images(job.batches), _images(unjittered))
+@pytest.mark.slow  # three streams
+def test_jittered_file_batches_repeat_with_the_seed_only(photos, tmp_path):
+    first, again, other = (_images(_stream(_config(
+        tmp_path, dataset="folder", data_dir=photos, seed=seed, **JITTER))[2])
+        for seed in (0, 0, 1))
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
 
 
-def test_jittered_file_batches_repeat_with_the_seed_and_from_a_later_start(photos, tmp_path):
-    first = _job(tmp_path / "a", dataset="folder", data_dir=photos, **JITTER).batches
-    whole = _images(first)
-    again = _files(photos, tmp_path / "b", **JITTER)
-    np.testing.assert_array_equal(whole, again)
-    other = _files(photos, tmp_path / "c", seed=1, **JITTER)
-    assert not np.array_equal(whole, other)
-    later = _images(first, start=1)  # a resumed stream: batch 1 comes first
-    np.testing.assert_array_equal(later[:-1], whole[1:])
-
-
+@pytest.mark.slow  # three runs' models and streams
 def test_in_memory_batches_are_jittered_reproducibly_from_any_start(tmp_path):
-    plain = _images(_job(tmp_path / "plain", dataset="digits", image_size=None).batches)
-    stream = _job(tmp_path / "a", dataset="digits", image_size=None, **JITTER).batches
+    plain = _images(_job(tmp_path / "plain", dataset="digits", image_size=None))
+    stream = _job(tmp_path / "a", dataset="digits", image_size=None, **JITTER)
     jittered = _images(stream)
     assert np.abs(jittered - plain).mean() > 0.02
-    again = _images(_job(tmp_path / "b", dataset="digits", image_size=None, **JITTER).batches)
+    again = _images(_job(tmp_path / "b", dataset="digits", image_size=None, **JITTER))
     np.testing.assert_array_equal(jittered, again)
-    np.testing.assert_array_equal(_images(stream, start=1)[:-1], jittered[1:])
+    np.testing.assert_array_equal(_images(stream, start=1)[0], jittered[1])
 
 
 def _blob(size=15):

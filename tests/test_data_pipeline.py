@@ -237,18 +237,17 @@ def test_jittered_batches_repeat_with_the_seed_in_the_parallel_map():
     from keras_dml.data import AffineJitter
 
     x, y = load_digits_train()
-    x = x.astype("float32")[..., None]
+    x = x.astype("float32").reshape(len(x), 8, 8, 1)
 
     def batches(seed, start_step=0):
         jitter = AffineJitter(shift=1.0, rotation=15.0, scale=0.2, seed=seed)
         stream = class_balanced_batches((x, y), 4, 4, seed=0, start_step=start_step,
                                         map_fn=lambda a, b, step: (jitter(a, step), b))
-        return np.stack([xb for xb, _ in stream.take(8).as_numpy_iterator()])
+        return np.stack([xb for xb, _ in stream.take(6).as_numpy_iterator()])
 
     first = batches(seed=3)
     np.testing.assert_array_equal(first, batches(seed=3))
-    np.testing.assert_array_equal(batches(seed=3, start_step=2), np.concatenate(
-        [first[2:], batches(seed=3, start_step=8)[:2]]))
+    np.testing.assert_array_equal(batches(seed=3, start_step=2)[:4], first[2:])
     assert not np.array_equal(first, batches(seed=4))  # the same images, other draws
 
 

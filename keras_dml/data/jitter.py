@@ -81,6 +81,9 @@ class AffineJitter:
         """The batch `images` `(B, H, W, C)` jittered, float32, of the same type (a
         `tf.Tensor` or a NumPy array); `step` (the batch's index in its stream) keys
         the draws."""
+        if len(images.shape) != 4:
+            raise ValueError(f"AffineJitter takes a batch of images (B, H, W, C), got shape "
+                             f"{tuple(images.shape)}.")
         if isinstance(images, np.ndarray):
             return self.numpy_batch(images, step)
         return self.tensorflow_batch(images, step)
@@ -104,8 +107,8 @@ class AffineJitter:
         draws = np.random.default_rng([self._stream_seed, int(step)]).uniform(
             -1.0, 1.0, (len(images), 4))
         rows = self.transforms(draws, images.shape[1], images.shape[2], np)
-        return keras.ops.convert_to_numpy(self._keras_transform(images,
-                                                                rows.astype(np.float32)))
+        transform = _keras_affine_transform(backend.name())
+        return keras.ops.convert_to_numpy(transform(images, rows.astype(np.float32)))
 
     def transforms(self, draws, height, width, xp):
         """The projective transforms `(B, 8)` (TensorFlow's convention: output pixel
@@ -126,14 +129,18 @@ class AffineJitter:
     def _stream_seed(self):
         return int(np.random.SeedSequence([int(self.seed), _STREAM_TAG]).generate_state(1)[0])
 
-    @functools.cached_property
-    def _keras_transform(self):
-        def transform(images, rows):
-            return keras.ops.image.affine_transform(images, rows, interpolation="bilinear",
-                                                    fill_mode="constant", fill_value=0.0)
 
-        if backend.name() != "jax":
-            return transform
-        import jax
+@functools.cache
+def _keras_affine_transform(backend_name):
+    """Keras' `affine_transform` (bilinear, filled with 0) of the running backend, as one
+    program compiled per input shape on JAX (op by op it is many times slower)."""
 
-        return jax.jit(transform)
+    def transform(images, rows):
+        return keras.ops.image.affine_transform(images, rows, interpolation="bilinear",
+                                                fill_mode="constant", fill_value=0.0)
+
+    if backend_name != "jax":
+        return transform
+    import jax
+
+    return jax.jit(transform)
