@@ -10,6 +10,7 @@ import numpy as np
 
 from keras_dml import backend
 from keras_dml.backend.lazy_tensorflow import LazyTensorFlow
+from keras_dml.hyperparameters import below_one, integer_at_least, non_negative
 
 __all__ = ["AffineJitter"]
 
@@ -61,16 +62,10 @@ class AffineJitter:
     seed: int = 0
 
     def __post_init__(self):
-        for field in ("shift", "rotation", "scale"):
-            value = getattr(self, field)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"AffineJitter: {field} must be >= 0, got {value!r}.")
-        if self.scale >= 1:
-            raise ValueError(f"AffineJitter: scale must be below 1 (a zoom factor "
-                             f"1 - scale > 0), got {self.scale!r}.")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) \
-                or self.seed < 0:
-            raise ValueError(f"AffineJitter: seed must be an integer >= 0, got {self.seed!r}.")
+        non_negative("AffineJitter: shift", self.shift)
+        non_negative("AffineJitter: rotation", self.rotation)
+        below_one("AffineJitter: scale", self.scale)
+        integer_at_least("AffineJitter: seed", self.seed, 0, strict=True)
 
     @property
     def active(self):
