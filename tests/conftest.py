@@ -22,6 +22,7 @@ BACKEND = keras.backend.backend()
 #: The test modules that run on every backend (tests/<name>); CI runs them under
 #: KERAS_BACKEND=jax and =torch besides the TensorFlow run of the whole suite.
 BACKEND_NEUTRAL = (
+    "test_augmentation_backends.py",
     "test_backend_augmentation.py",
     "test_backend_contract.py",
     "test_backend_engine.py",

@@ -221,6 +221,36 @@ def test_map_fn_applies_per_batch():
     assert float(tf.reduce_min(xb)) == 7.0
 
 
+def test_a_map_fn_with_a_step_parameter_gets_each_batch_step():
+    x, y = load_digits_train()
+
+    def steps(a, b, step):
+        return a * 0 + tf.cast(step, a.dtype), b
+
+    ds = class_balanced_batches((x, y), 2, 2, seed=0, map_fn=steps, start_step=5)
+    assert [float(xb.max()) for xb, _ in ds.take(4).as_numpy_iterator()] == [5, 6, 7, 8]
+
+
+def test_jittered_batches_repeat_with_the_seed_in_the_parallel_map():
+    """tf.data maps batches in parallel threads: `AffineJitter` keyed on (seed, step)
+    gives the same batches run after run, from any start step."""
+    from keras_dml.data import AffineJitter
+
+    x, y = load_digits_train()
+    x = x.astype("float32").reshape(len(x), 8, 8, 1)
+
+    def batches(seed, start_step=0):
+        jitter = AffineJitter(shift=1.0, rotation=15.0, scale=0.2, seed=seed)
+        stream = class_balanced_batches((x, y), 4, 4, seed=0, start_step=start_step,
+                                        map_fn=lambda a, b, step: (jitter(a, step), b))
+        return np.stack([xb for xb, _ in stream.take(6).as_numpy_iterator()])
+
+    first = batches(seed=3)
+    np.testing.assert_array_equal(first, batches(seed=3))
+    np.testing.assert_array_equal(batches(seed=3, start_step=2)[:4], first[2:])
+    assert not np.array_equal(first, batches(seed=4))  # the same images, other draws
+
+
 @pytest.mark.slow
 def test_mirrored_strategy_each_replica_gets_whole_classes():
     script = textwrap.dedent("""

@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from keras_dml import data
+from keras_dml.data.distributed import replica_slices
 from keras_dml.training import distribute
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -128,7 +129,7 @@ def test_each_pipeline_reads_its_replicas_share_of_the_single_process_batch(mirr
     expected = next(iter(data.class_balanced_batches((x, y), 8, 3, seed=5)))
     pieces = []
     for pipeline in range(2):
-        start, stop, count = data.distributed.replica_slices(24, 4, pipeline, 2)
+        start, stop, count = replica_slices(24, 4, pipeline, 2)
         assert count == 2
         pieces.append(np.arange(24)[start:stop])
     assert np.array_equal(np.concatenate(pieces), np.arange(24))

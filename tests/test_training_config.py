@@ -35,6 +35,9 @@ def test_an_applications_backbone_defaults_to_the_papers_fine_tuning():
     (["--head-warmup-steps", "-1"], "--head-warmup-steps must be an integer >= 0"),
     (["--backbone-lr-multiplier", "-0.5"], "--backbone-lr-multiplier must be >= 0"),
     (["--augment-crop", "centre"], "invalid choice: 'centre'"),
+    (["--augment-crop", "random_resized"],
+     "--augment-crop='random_resized' crops image files; omniglot is held in memory"),
+    (["--augment-scale", "1"], "--augment-scale must be below 1"),
 ])
 def test_bad_fine_tuning_options_are_clear_errors(args, message, tmp_path, capsys):
     try:

@@ -9,7 +9,7 @@ Submodules: `gradients` (the engine's VJP through its matrix; plain autodiff for
 tests), `primitives` (scatters, sorts, gathers, shapes, XLA, control dependencies,
 run-time assertions), `layers` (the kernels of the fused batch norm and the one-channel
 convolution), `trainer` (`DMLModel`'s steps of the running backend), `augmentation`
-(the training augmentation off TensorFlow), `lazy_tensorflow` (TensorFlow imported on
+(a random Keras layer on NumPy batches, seeded by step), `lazy_tensorflow` (TensorFlow imported on
 first use). One folder per backend, with the same file names in each: `tensorflow/`,
 `jax/` and `torch/` hold `trainer.py` (the train step) and `layers.py` (the layers'
 kernels); `tensorflow/row_blocks.py` holds the `tf.TensorArray` blocks of

@@ -1,5 +1,5 @@
-"""A random Keras layer (the training augmentation) applied to NumPy batches off TensorFlow,
-as one compiled program where the backend has one."""
+"""A random Keras layer applied to NumPy batches off TensorFlow (a `map_fn(x, y, step)` of
+`ClassBalancedPyDataset`), as one compiled program where the backend has one."""
 
 import keras
 import numpy as np

@@ -7,7 +7,9 @@ image preprocessing.
 The index sampler (`ClassBalancedSampler`) and the NumPy stream of in-memory
 arrays (`ClassBalancedPyDataset`) run on every Keras backend without
 TensorFlow; `Preprocessing` imports without it (a saved model's config holds
-one) but transforms images in TensorFlow ops. The tf.data pipelines are
+one) but transforms images in TensorFlow ops. `AffineJitter` (the training
+shift, rotation and zoom) jitters tf.data batches in TensorFlow ops and NumPy
+batches in Keras' ops of the running backend. The tf.data pipelines are
 TensorFlow's: where it is not installed, using one of their names (or an image
 operation of `Preprocessing`) raises a one-line
 `keras_dml.backend.TensorFlowRequiredError`.
@@ -18,6 +20,7 @@ import typing
 
 from keras_dml import backend
 from keras_dml.data.arrays import ClassBalancedPyDataset
+from keras_dml.data.jitter import AffineJitter
 from keras_dml.data.preprocessing import Preprocessing, decode_image, register_normalization
 from keras_dml.data.sampler import ClassBalancedSampler
 
@@ -72,6 +75,7 @@ def __dir__():
 
 
 __all__ = [
+    "AffineJitter",
     "ClassBalancedPyDataset",
     "ClassBalancedSampler",
     "GroupDesign",

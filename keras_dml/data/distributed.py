@@ -74,8 +74,10 @@ def distributed_class_balanced_batches(strategy, data, classes_per_batch,
         seed: Integer seed shared by all workers (required: without it the workers
             would draw different global batches).
         small_classes, preprocessing, training, map_fn: As for
-            `class_balanced_batches`. Augmentation is seeded per worker batch, so
-            augmented pixels differ from a single-process run; indices do not.
+            `class_balanced_batches`. Augmentation is seeded per replica batch, so
+            augmented pixels differ from a single-process run; indices do not. A
+            `map_fn(x, y, step)` gets `step * replicas + replica`, an id of its own
+            for each replica's share of a step.
         start_step: Global step of the first batch. Defaults to 0.
 
     Returns:
@@ -102,9 +104,12 @@ def distributed_class_balanced_batches(strategy, data, classes_per_batch,
                                              context.input_pipeline_id,
                                              context.num_input_pipelines)
 
+        first = context.input_pipeline_id * pieces  # this pipeline's first replica
+
         def shares(step):  # this pipeline's per-replica batches of global step `step`
             share = tf.reshape(sampler.batch(step)[start:stop], [pieces, -1])
-            return step * pieces + tf.range(pieces, dtype=tf.int64), share
+            replicas = first + tf.range(pieces, dtype=tf.int64)
+            return step * context.num_replicas_in_sync + replicas, share
 
         indices = position.steps().map(shares, num_parallel_calls=tf.data.AUTOTUNE,
                                        deterministic=True).unbatch()

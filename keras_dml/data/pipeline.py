@@ -5,7 +5,7 @@ import weakref
 import numpy as np
 
 from keras_dml import backend, hyperparameters
-from keras_dml.data.arrays import ClassBalancedPyDataset
+from keras_dml.data.arrays import ClassBalancedPyDataset, _positional_parameters
 from keras_dml.data.bad_images import BadImageGuard, only_x_y, refill
 from keras_dml.data.options import steady
 from keras_dml.data.sampler import ClassBalancedSampler
@@ -73,7 +73,10 @@ def class_balanced_batches(data, classes_per_batch, samples_per_class, *,
             (defaults to none).
         training: `preprocessing.train` (random crop + flip) when True, else
             `preprocessing.eval`. Defaults to True.
-        map_fn: Optional `map_fn(x, y) -> (x, y)` applied per batch in TF ops.
+        map_fn: Optional `map_fn(x, y) -> (x, y)` applied per batch in TF ops; one
+            with a third parameter is called `map_fn(x, y, step)` with the batch's
+            stream index (an int64 scalar tensor), to key its random draws by step
+            (`keras_dml.data.AffineJitter` does), as `ClassBalancedPyDataset` does.
         num_replicas: Replicas the global batch is split over. Defaults to
             `None`: the current `tf.distribute` strategy's
             `num_replicas_in_sync`.
@@ -256,7 +259,8 @@ def batches_from_indices(data, indices, seed=None, map_fn=None, skip_bad_images=
         indices: `tf.data.Dataset` of `(batch_id, indices)`: scalar int64 and
             `(batch_size,)` int64.
         seed: Augmentation seed. Defaults to `None`.
-        map_fn: Optional per-batch `map_fn(x, y) -> (x, y)`.
+        map_fn: Optional per-batch `map_fn(x, y) -> (x, y)`, or `map_fn(x, y, batch_id)`
+            (see `class_balanced_batches`).
         skip_bad_images: See `class_balanced_batches`. Defaults to False.
     """
     labels = tf.constant(data.labels.astype(np.int32))
@@ -270,11 +274,14 @@ def batches_from_indices(data, indices, seed=None, map_fn=None, skip_bad_images=
         y = tf.gather(labels, indices)
         if skip:
             x, usable = refill(x, y, ok)
-        if map_fn is not None:
+        if map_takes_step:
+            x, y = map_fn(x, y, batch_id)
+        elif map_fn is not None:
             x, y = map_fn(x, y)
         return (batch_id, indices, ok) + ((usable,) if skip else ()) + (x, y)
 
     skip = skip_bad_images and data.from_files
+    map_takes_step = map_fn is not None and _positional_parameters(map_fn) >= 3
     ds = indices.map(build, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if data.from_files:
         ds = BadImageGuard(data.describe, skip=skip_bad_images, paths=data.paths).stream(ds)

@@ -145,6 +145,9 @@ class TrainConfig:
             value = getattr(self, field)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{field} must be >= 0, got {value!r}.")
+        if self.augment_scale >= 1:
+            raise ValueError(f"augment_scale must be below 1 (the zoom factor 1 - scale "
+                             f"must stay above 0), got {self.augment_scale!r}.")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}.")
         given_backbone = self.backbone
@@ -209,11 +212,16 @@ class TrainConfig:
                              f"or PATH, or a backbone of {list(APPLICATIONS)}.")
         if self.freeze_bn is None:
             self.freeze_bn = self.weights != "none"
+        default_crop = "random_resized" if pretrainable else "random"
         if self.augment_crop is None:
-            self.augment_crop = "random_resized" if pretrainable else "random"
+            self.augment_crop = default_crop
         if self.augment_crop not in CROPS:
             raise ValueError(f"augment_crop must be one of {CROPS}, got "
                              f"{self.augment_crop!r}.")
+        if self.augment_crop != default_crop and self.dataset in IN_MEMORY_DATASETS:
+            raise ValueError(f"augment_crop={self.augment_crop!r} crops image files; "
+                             f"{self.dataset} is held in memory (its batches are jittered by "
+                             "augment_shift, augment_rotation and augment_scale).")
         integer_at_least("head_warmup_steps", self.head_warmup_steps, 0, strict=True)
         multiplier = self.backbone_lr_multiplier
         if not (isinstance(multiplier, (int, float)) and math.isfinite(multiplier)

@@ -10,8 +10,8 @@ import keras
 import numpy as np
 
 from keras_dml import backbones, backend, data, datasets
-from keras_dml.backend.augmentation import training_call
 from keras_dml.data.image_errors import skipped_sentence
+from keras_dml.data.jitter import AffineJitter
 from keras_dml.data.preprocessing import default_preprocessing
 from keras_dml.data.transforms import array_transform
 from keras_dml.training import distribute
@@ -41,10 +41,14 @@ def evaluation_splits(splits):
 
 
 def augmentation(shift=0.0, rotation=0.0, scale=0.0, image_size=None, seed=0):
-    """A per-image random affine jitter of training batches, or None when all are 0.
+    """The jitter of `keras_dml.data.AffineJitter` as Keras layers (a `keras.Sequential`
+    to put in a model of your own), or None when all are 0.
 
     shift: translation up to this many pixels (of `image_size`); rotation: up to this
-    many degrees; scale: zoom up to this fraction. Empty space is filled with 0.
+    many degrees; scale: zoom up to this fraction. Empty space is filled with 0. The
+    layers draw from a seed state that advances call by call (in a tf.data parallel map
+    not reproducibly); `keras-dml train` jitters its batches with `AffineJitter`, whose
+    draws depend on the seed and the batch's step alone.
     """
     if not (shift or rotation or scale):
         return None
@@ -82,23 +86,26 @@ def input_spec(split, image_size, backbone="cnn3", crop="random"):
         preprocessing
 
 
-def augmented(transform, config, input_shape):
-    """The training batches' map `map_fn(x, y, step=None)`: `transform`, then the
-    configured augmentation (off TensorFlow seeded by the batch's `step` when given)."""
-    augment = augmentation(config.augment_shift, config.augment_rotation, config.augment_scale,
-                           input_shape[0], config.seed)
-    if augment is None:
-        return transform
-    if backend.is_tensorflow():
-        def augment_batch(x, step):
-            return augment(x, training=True)
-    else:  # NumPy batches (jitted on JAX), seeded by their step: a resume replays them
-        augment_batch = training_call(augment)
+def augmented(transform, config, input_shape=None):
+    """The training batches' map: `transform`, then the configured `AffineJitter`
+    (`augment_shift`, `augment_rotation`, `augment_scale`), as `map_fn(x, y, step)`.
 
-    def map_fn(x, y, step=None):
+    The same map serves every stream `training_batches` makes: in tf.data (image files
+    on any backend, in-memory arrays on TensorFlow) and on the NumPy batches of
+    in-memory arrays off TensorFlow. The jitter of batch `step` depends on the seed
+    and `step` alone, so a run is reproducible and a resumed run draws what an
+    uninterrupted one did. `input_shape` is not needed (the jitter reads each batch's
+    size); it is accepted for existing callers.
+    """
+    jitter = AffineJitter(config.augment_shift, config.augment_rotation,
+                          config.augment_scale, seed=config.seed)
+    if not jitter.active:
+        return transform
+
+    def map_fn(x, y, step):
         if transform is not None:
             x, y = transform(x, y)
-        return augment_batch(x, step), y
+        return jitter(x, step), y
 
     return map_fn
 
@@ -129,7 +136,7 @@ def training_batches(strategy, split, config, preprocessing, map_fn):
     backend.require_tensorflow("training on image files (TensorFlow's decoders)")
     return data.class_balanced_batches(
         split, config.classes_per_batch, config.samples_per_class, seed=config.seed,
-        preprocessing=preprocessing, num_replicas=1, **options)
+        preprocessing=preprocessing, map_fn=map_fn, num_replicas=1, **options)
 
 
 def readable(split):
