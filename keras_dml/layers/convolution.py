@@ -9,9 +9,10 @@ bias add on JAX; on TensorFlow (oneDNN) the weight gradient becomes one matrix p
 of the taps with the upstream gradient. The arithmetic is in
 `keras_dml.backend.layers.one_channel_convolution`. Inputs with more channels are
 faster in the backends' kernels. On PyTorch a channels-last convolution with "valid"
-padding, or "same" padding at stride 1 with odd kernel sizes, runs PyTorch's kernel on a channels-first view of the input, the
-bias added by the kernel (`keras_dml.backend.torch.layers.conv_channels_last`), where
-Keras' path copies the input twice and adds the bias in a pass of its own.
+padding, or "same" padding at stride 1 with odd kernel sizes, runs PyTorch's kernel on
+a channels-first view of the input, the bias added by the kernel
+(`keras_dml.backend.torch.layers.conv_channels_last`), where Keras' path copies the
+input twice and adds the bias in a pass of its own.
 """
 
 import keras

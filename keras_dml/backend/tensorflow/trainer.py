@@ -195,10 +195,24 @@ def _first_local_value(value):
 def inference_function(model):
     """`model(x, training=False)` as a `tf.function`; build it once, embed many times.
 
+    The first call traces it for batches of any size (the batch dimension None), so the
+    short last batch of a pass, or a batch that lost its unreadable files, runs the same
+    graph instead of tracing another.
+
     A `functools.partial`, not a lambda: TensorFlow counts retracing per Python code
     object, so every lambda made here would share one count, and the query and gallery
     functions of a few evaluations would warn of "excessive retracing"."""
-    return tf.function(functools.partial(_inference, model), reduce_retracing=True)
+    function = tf.function(functools.partial(_inference, model), reduce_retracing=True)
+    traced = []
+
+    def embed(x):
+        x = tf.nest.map_structure(tf.convert_to_tensor, x)
+        if not traced:
+            traced.append(function.get_concrete_function(tf.nest.map_structure(
+                lambda t: tf.TensorSpec([None, *t.shape[1:]], t.dtype), x)))
+        return function(x)
+
+    return embed
 
 
 def _inference(model, x):
