@@ -91,7 +91,7 @@ def inference_function(model):
         padded = keras.tree.map_structure(lambda a: _padded_rows(a, largest[0]), x)
         out = forward([v.value for v in model.trainable_variables],
                       [v.value for v in model.non_trainable_variables], padded)
-        return out if rows == largest[0] else out[:rows]
+        return out if rows == largest[0] else keras.tree.map_structure(lambda o: o[:rows], out)
 
     return embed
 

@@ -208,11 +208,17 @@ def inference_function(model):
     def embed(x):
         x = tf.nest.map_structure(tf.convert_to_tensor, x)
         if not traced:
-            traced.append(function.get_concrete_function(tf.nest.map_structure(
-                lambda t: tf.TensorSpec([None, *t.shape[1:]], t.dtype), x)))
+            traced.append(function.get_concrete_function(tf.nest.map_structure(_any_rows, x)))
         return function(x)
 
     return embed
+
+
+def _any_rows(value):
+    """The spec of `value` with any number of rows (a dense tensor of rank >= 1)."""
+    if isinstance(value, tf.Tensor) and value.shape.rank:
+        return tf.TensorSpec([None, *value.shape[1:]], value.dtype)
+    return tf.type_spec_from_value(value)
 
 
 def _inference(model, x):
