@@ -35,7 +35,7 @@ from benchmarks import processes
 NETWORKS = {"cnn3": ("cnn3", 64), "MobileNetV3Small": ("MobileNetV3Small", 128)}
 PARTS = ("files", "pipeline", "forward", "predict")
 BACKENDS = ("tensorflow", "jax", "torch")
-QUICK = {"images": 24, "batch_size": 8, "repeats": 1, "warmup": 1, "image_size": 32,
+QUICK = {"images": 24, "batch_size": 8, "repeats": 1, "warmup": 0, "image_size": 32,
          "networks": ("cnn3",)}
 
 
