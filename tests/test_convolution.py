@@ -31,12 +31,17 @@ def _value_and_gradients(layer, x):
     ({"filters": 2, "kernel_size": 3, "padding": "same", "activation": "relu"}, 1),
     ({"filters": 2, "kernel_size": 3, "padding": "same"}, 3),  # Keras' path: 3 channels
     ({"filters": 2, "kernel_size": 3, "strides": 2}, 1),  # Keras' path: stride 2
+    ({"filters": 2, "kernel_size": 3, "strides": 2, "padding": "same"}, 3),  # Keras' everywhere
+    ({"filters": 2, "kernel_size": 2, "dilation_rate": 2, "padding": "same"}, 3),
 ])
 def test_values_and_gradients_are_keras_conv2d(options, channels):
     x = np.random.default_rng(0).normal(size=(3, 7, 8, channels)).astype("float32")
     ours, theirs = _pair(options, x.shape)[::-1]
     shifted = keras.backend.backend() != "torch" and channels == 1 and "strides" not in options
     assert ours._shifted(keras.ops.convert_to_tensor(x)) == shifted
+    padded_alike = options.get("padding") != "same" or (  # PyTorch pads without a copy
+        "strides" not in options and options["kernel_size"] != (2, 3))
+    assert ours._channels_last_view() == (keras.backend.backend() == "torch" and padded_alike)
     value, gradients = _value_and_gradients(ours, x)
     expected_value, expected_gradients = _value_and_gradients(theirs, x)
     assert value.shape == expected_value.shape

@@ -10,6 +10,7 @@ without a gather.
 import jax
 import jax.numpy as jnp
 import keras
+import numpy as np
 
 from keras_dml.backend.trainer import backend_inputs
 
@@ -67,7 +68,13 @@ def _apply(model, gradients, trainable, optimizer_variables, non_trainable):
 def inference_function(model):
     """`model(x, training=False)`, jitted once for a Keras layer (the variables' current
     values are read at every call), else `model` called as it is. TensorFlow tensors (a
-    tf.data stream's batches) are fed as NumPy arrays."""
+    tf.data stream's batches) are fed as NumPy arrays.
+
+    A batch smaller than the largest one compiled so far (the last of a pass, or one
+    that lost its unreadable files) is padded with zeros to that size and the padding's
+    rows dropped from the result: one compilation serves the whole pass, where each
+    new batch size would compile the model again. Keras' layers embed each row on its
+    own in inference, so the padding changes no other row."""
     if not isinstance(model, keras.Layer):
         return lambda x: model(backend_inputs(x), training=False)
 
@@ -75,8 +82,24 @@ def inference_function(model):
     def forward(trainable, non_trainable, x):
         return model.stateless_call(trainable, non_trainable, x, training=False)[0]
 
+    largest = [0]
+
     def embed(x):
-        return forward([v.value for v in model.trainable_variables],
-                       [v.value for v in model.non_trainable_variables], backend_inputs(x))
+        x = backend_inputs(x)
+        rows = len(keras.tree.flatten(x)[0])
+        largest[0] = max(largest[0], rows)
+        padded = keras.tree.map_structure(lambda a: _padded_rows(a, largest[0]), x)
+        out = forward([v.value for v in model.trainable_variables],
+                      [v.value for v in model.non_trainable_variables], padded)
+        return out if rows == largest[0] else keras.tree.map_structure(lambda o: o[:rows], out)
 
     return embed
+
+
+def _padded_rows(array, rows):
+    """`array` with zero rows appended up to `rows` rows (on the host: NumPy's pad,
+    where `jnp.pad` would compile a program of its own for each new shape)."""
+    missing = rows - array.shape[0]
+    if not missing:
+        return array
+    return np.pad(np.asarray(array), [(0, missing)] + [(0, 0)] * (array.ndim - 1))

@@ -195,10 +195,30 @@ def _first_local_value(value):
 def inference_function(model):
     """`model(x, training=False)` as a `tf.function`; build it once, embed many times.
 
+    The first call traces it for batches of any size (the batch dimension None), so the
+    short last batch of a pass, or a batch that lost its unreadable files, runs the same
+    graph instead of tracing another.
+
     A `functools.partial`, not a lambda: TensorFlow counts retracing per Python code
     object, so every lambda made here would share one count, and the query and gallery
     functions of a few evaluations would warn of "excessive retracing"."""
-    return tf.function(functools.partial(_inference, model), reduce_retracing=True)
+    function = tf.function(functools.partial(_inference, model), reduce_retracing=True)
+    traced = []
+
+    def embed(x):
+        x = tf.nest.map_structure(tf.convert_to_tensor, x)
+        if not traced:
+            traced.append(function.get_concrete_function(tf.nest.map_structure(_any_rows, x)))
+        return function(x)
+
+    return embed
+
+
+def _any_rows(value):
+    """The spec of `value` with any number of rows (a dense tensor of rank >= 1)."""
+    if isinstance(value, tf.Tensor) and value.shape.rank:
+        return tf.TensorSpec([None, *value.shape[1:]], value.dtype)
+    return tf.type_spec_from_value(value)
 
 
 def _inference(model, x):

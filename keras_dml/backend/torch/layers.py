@@ -1,17 +1,30 @@
-"""PyTorch's kernels for `keras_dml.backend.layers` and `TiledMaxPooling2D`: max pooling
-and batch normalisation on channels-first views of channels-last batches.
+"""PyTorch's kernels for `keras_dml.backend.layers`, `TiledMaxPooling2D` and
+`ShiftedConv2D`: convolution, max pooling and batch normalisation on channels-first
+views of channels-last batches.
 
 Keras' PyTorch backend copies a channels-last batch into channels-first memory before
-`max_pool2d` (and hands on a permuted, non-contiguous result). PyTorch pools a
-channels-first view of channels-last memory with its channels-last kernel, without
-either copy. Its native batch norm reads such a view the same way, in two passes
-(Keras' PyTorch path takes E[x^2] - E[x]^2).
+`max_pool2d` (and hands on a permuted, non-contiguous result), and before `conv2d`
+copies it twice (to channels-first, then to PyTorch's channels-last memory format)
+and adds the bias in a pass of its own. PyTorch pools and convolves a channels-first
+view of channels-last memory with its channels-last kernels, without these copies,
+the bias added by the convolution. Its native batch norm reads such a view the same
+way, in two passes (Keras' PyTorch path takes E[x^2] - E[x]^2).
 """
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["fused_batch_norm", "max_pool_channels_last"]
+__all__ = ["conv_channels_last", "fused_batch_norm", "max_pool_channels_last"]
+
+
+def conv_channels_last(inputs, kernel, bias, strides, padding, dilation_rate, groups=1):
+    """`inputs` (N, H, W, C) convolved with a Keras `kernel` (kh, kw, C / groups, F) and
+    `bias` (F,) or None: the values of Keras' `conv` plus the bias, for "valid" padding or
+    "same" padding at stride 1 (PyTorch pads "same" as Keras: the odd pixel after)."""
+    outputs = F.conv2d(inputs.permute(0, 3, 1, 2), kernel.permute(3, 2, 0, 1), bias,
+                       stride=tuple(strides), padding=padding,
+                       dilation=tuple(dilation_rate), groups=groups)
+    return outputs.permute(0, 2, 3, 1)
 
 
 def max_pool_channels_last(inputs, pool_size, strides):
