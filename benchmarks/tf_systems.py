@@ -167,8 +167,12 @@ def omniglot_evaluate(batch_size=1024, limit=None):
 
 def sampler_epoch(classes_per_batch=90, samples_per_class=2, samples=59_551, classes=11_318):
     """One epoch of C x k index batches from `ClassBalancedSampler` on SOP-sized labels,
-    drawn the way `class_balanced_batches` draws them (a `tf.data` map over steps)."""
+    drawn the way `class_balanced_batches` draws them (`pipeline.sampler_steps` from a
+    `StreamPosition`, with keras_dml's tf.data options)."""
     import warnings
+
+    from keras_dml.data.options import steady
+    from keras_dml.data.pipeline import StreamPosition, sampler_steps
 
     labels = data.sop_sized_labels(samples, classes)
     with warnings.catch_warnings():  # classes smaller than k are topped up with repeats
@@ -177,11 +181,10 @@ def sampler_epoch(classes_per_batch=90, samples_per_class=2, samples=59_551, cla
                                                       samples_per_class, seed=0)
     batches = samples // (classes_per_batch * samples_per_class)
 
-    stream = tf.data.Dataset.range(batches).map(sampler.batch,
-                                                num_parallel_calls=tf.data.AUTOTUNE)
+    stream = steady(sampler_steps(sampler, StreamPosition(0)).take(batches))
 
     def step():
         return list(stream.as_numpy_iterator())
 
     drawn = step()
-    return step, {"batches": len(drawn), "batch_size": len(drawn[0])}
+    return step, {"batches": len(drawn), "batch_size": len(drawn[0][1])}
