@@ -58,11 +58,15 @@ def own_images_train(data_dir, image_size=64, steps=20, classes_per_batch=None,
                   * job.config.samples_per_class}
 
 
-def own_images_embed(data_dir, image_size=64, batch_size=64, backbone="cnn3"):
-    """One embedding pass over `data_dir`'s test photos by the run's embedder."""
+def own_images_embed(data_dir, image_size=64, batch_size=64, classes_per_batch=None,
+                     samples_per_class=None, backbone="cnn3"):
+    """One embedding pass over `data_dir`'s test photos by the run's embedder (the run
+    built with C x k as given: a folder of few classes needs a smaller C)."""
     from keras_dml.inference import embed
 
-    job = own_images_job(os.fspath(data_dir), image_size, backbone=backbone, weights="none")
+    job = own_images_job(os.fspath(data_dir), image_size, classes_per_batch=classes_per_batch,
+                         samples_per_class=samples_per_class, backbone=backbone,
+                         weights="none")
     paths = [str(p) for p in job.splits.test.paths]
     embedder = job.model.embedder()
 

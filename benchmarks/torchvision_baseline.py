@@ -76,14 +76,13 @@ def systems(task, photos, args):
     """{name: (factory, kwargs)} of `task` ("train" or "embed") for the PyTorch baseline
     and keras_dml on each of `args.backends`."""
     resize = round(args.image_size * 256 / 224)  # keras-dml train's resize (checked below)
-    common = {"data_dir": photos, "image_size": args.image_size}
+    design = {"classes_per_batch": args.classes_per_batch,
+              "samples_per_class": args.samples_per_class}
+    ours = {"data_dir": photos, "image_size": args.image_size, **design}
     peer = {"data_dir": photos, "resize": resize, "crop": args.image_size,
             "num_workers": args.num_workers}
-    ours = common
     if task == "train":
-        design = {"classes_per_batch": args.classes_per_batch,
-                  "samples_per_class": args.samples_per_class, "steps": args.steps}
-        ours, peer = {**common, **design}, {**peer, **design}
+        ours, peer = {**ours, "steps": args.steps}, {**peer, **design, "steps": args.steps}
     found = {BASELINE: (f"benchmarks.torchvision_systems:torchvision_{task}", peer)}
     for backend in args.backends:
         found[NAMES[backend]] = (f"benchmarks.on_{backend}:own_images_{task}", ours)
