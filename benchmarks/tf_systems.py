@@ -165,10 +165,13 @@ def omniglot_evaluate(batch_size=1024, limit=None):
     return step, {key: float(value) for key, value in step().items()}
 
 
-def sampler_epoch(classes_per_batch=90, samples_per_class=2, samples=59_551, classes=11_318):
+def sampler_epoch(classes_per_batch=90, samples_per_class=2, samples=59_551, classes=11_318,
+                  per_batch=False):
     """One epoch of C x k index batches from `ClassBalancedSampler` on SOP-sized labels,
     drawn the way `class_balanced_batches` draws them (`pipeline.sampler_steps` from a
-    `StreamPosition`, with keras_dml's tf.data options)."""
+    `StreamPosition`, with keras_dml's tf.data options). `per_batch`: drawn instead as
+    the stream drew them before `sampler_steps`, `sampler.batch(step)` in a parallel map
+    over the steps (every batch sorting all the classes again)."""
     import warnings
 
     from keras_dml.data.options import steady
@@ -181,7 +184,11 @@ def sampler_epoch(classes_per_batch=90, samples_per_class=2, samples=59_551, cla
                                                       samples_per_class, seed=0)
     batches = samples // (classes_per_batch * samples_per_class)
 
-    stream = steady(sampler_steps(sampler, StreamPosition(0)).take(batches))
+    position = StreamPosition(0)
+    steps = position.steps().map(lambda step: (step, sampler.batch(step)),
+                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True) \
+        if per_batch else sampler_steps(sampler, position)
+    stream = steady(steps.take(batches))
 
     def step():
         return list(stream.as_numpy_iterator())

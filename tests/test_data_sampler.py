@@ -96,6 +96,17 @@ def test_an_epoch_at_once_is_its_batches_and_the_stream_starts_anywhere():
                                   [sampler.numpy_batch(step) for step in steps])
 
 
+def test_the_sampler_benchmark_draws_the_same_batches_either_way():
+    from benchmarks import tf_systems
+
+    (epoch_step, facts), (batch_step, _) = (
+        tf_systems.sampler_epoch(samples=600, classes=120, per_batch=per_batch)
+        for per_batch in (False, True))
+    assert facts == {"batches": 3, "batch_size": 180}
+    for (step, indices), (same_step, same) in zip(epoch_step(), batch_step()):
+        assert step == same_step and (indices == same).all()
+
+
 def test_class_and_sample_frequencies_even_out():
     labels = _labels(num_classes=23, low=3, high=9)
     sampler = ClassBalancedSampler(labels, 5, 3, seed=4)
