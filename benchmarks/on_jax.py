@@ -1,9 +1,12 @@
-"""keras_dml's systems on Keras' JAX backend (`benchmarks.keras_systems`), for the worker."""
+"""keras_dml's systems on Keras' JAX backend (`benchmarks.keras_systems`,
+`benchmarks.own_images_systems`), for the worker."""
 
 import os
 
 os.environ["KERAS_BACKEND"] = "jax"
 
 from benchmarks.keras_systems import loss_step, main_job_step, nearest_neighbors  # noqa: E402
+from benchmarks.own_images_systems import own_images_embed, own_images_train  # noqa: E402
 
-__all__ = ["loss_step", "main_job_step", "nearest_neighbors"]
+__all__ = ["loss_step", "main_job_step", "nearest_neighbors", "own_images_embed",
+           "own_images_train"]

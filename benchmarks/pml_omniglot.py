@@ -97,12 +97,13 @@ def _variants():
     }
 
 
-def build_cnn(dim=DIM, filters=64, blocks=3, size=protocol.SIZE):
-    """The protocol's CNN in PyTorch, initialised like Keras' defaults."""
+def build_cnn(dim=DIM, filters=64, blocks=3, size=protocol.SIZE, channels=1):
+    """The protocol's CNN in PyTorch, initialised like Keras' defaults (`channels`: of
+    its input images)."""
     import torch
     from torch import nn
 
-    layers, channels = [], 1
+    layers = []
     for _ in range(blocks):
         layers += [nn.Conv2d(channels, filters, 3, padding=1),
                    nn.BatchNorm2d(filters, eps=1e-3, momentum=0.01), nn.ReLU(), nn.MaxPool2d(2)]

@@ -90,13 +90,13 @@ class BuildError(RuntimeError):
 
 class Worker:
     """A `benchmarks.worker` process running one system (`factory` None: none yet, see
-    `build`)."""
+    `build`), under `python` (default: this interpreter)."""
 
-    def __init__(self, factory, kwargs, threads, device="cpu", root=ROOT):
+    def __init__(self, factory, kwargs, threads, device="cpu", root=ROOT, python=None):
         spec = [] if factory is None else [json.dumps({"factory": factory, "kwargs": kwargs})]
         self.log = tempfile.TemporaryFile("w+")  # a pipe could fill and block the worker
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.worker", *spec], cwd=root,
+            [python or sys.executable, "-m", "benchmarks.worker", *spec], cwd=root,
             env=thread_env(threads, device, root), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.log, text=True)
         self.facts = None
@@ -178,10 +178,12 @@ class Pool:
 
     `failures` holds the systems of the last `build` that failed to build, {name: the
     exception's line}: the case runs without them (e.g. `torch.compile` cannot trace a
-    loss), where a worker that died would stop the run."""
+    loss), where a worker that died would stop the run. `pythons`: {name: interpreter}
+    for systems that run under another Python than this one (another environment)."""
 
-    def __init__(self, threads, device="cpu"):
+    def __init__(self, threads, device="cpu", pythons=None):
         self.threads, self.device, self.workers, self.failures = threads, device, {}, {}
+        self.pythons = pythons or {}
 
     def build(self, systems):
         """{name: worker} with each system's unit built in its name's worker (started on
@@ -189,7 +191,8 @@ class Pool:
         started = {}
         for name, (factory, kwargs) in systems.items():
             if name not in self.workers:
-                self.workers[name] = Worker(None, None, self.threads, self.device).wait_ready()
+                self.workers[name] = Worker(None, None, self.threads, self.device,
+                                            python=self.pythons.get(name)).wait_ready()
             started[name] = self.workers[name].start_build(factory, kwargs)
         workers, self.failures = {}, {}
         try:

@@ -4,8 +4,10 @@ the backend, and the step itself (forward, backward, loss, optimizer).
     KERAS_BACKEND=jax python -m benchmarks.profile_own_images --data-dir photos/ --steps 20
 
 The run is `keras-dml train --data-dir DIR --image-size 64` (cnn3, the default C x k,
-the training stream `keras-dml train` builds on this backend), measured in four parts
-on the same batches, one after the other in one process:
+the training stream `keras-dml train` builds on this backend; `--backbone
+MobileNetV3Small --image-size 128`: that Keras Applications network with random weights,
+as `--weights none` trains it), measured in four parts on the same batches, one after
+the other in one process:
 
 - file pipeline: the tf.data stream alone (read, decode, resize, crop and flip), its
   batches pulled as fast as it delivers them (its own parallel reads and prefetch);
@@ -14,9 +16,9 @@ on the same batches, one after the other in one process:
 - step on batches in memory: `fit` on the same decoded batches held as NumPy arrays,
   split into its parts by the backend's own profiler (`benchmarks.profile_step`);
 - step from files: `fit` on the file stream, as `keras-dml train` runs it;
-- plain-Keras twin: the same network in Keras' own layers with a softmax head
-  (`benchmarks.training_step.plain_model`), `fit` on the same batches in memory: what
-  Keras alone costs on this backend.
+- plain-Keras twin: the same network in Keras' own layers (an Applications network as
+  Keras builds it) with a softmax head (`benchmarks.training_step.plain_model`), `fit`
+  on the same batches in memory: what Keras alone costs on this backend.
 
 Each step figure is the median over `--rounds` interleaved rounds of the time from the
 end of a `fit`'s first step to the end of its last (each synchronised by reading the
@@ -28,6 +30,7 @@ hide; the pipeline's own time says whether it could be hidden at all on these co
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -62,14 +65,30 @@ class MemoryBatches(keras.utils.PyDataset):
         return self.batches[index % len(self.batches)]
 
 
+@dataclasses.dataclass
+class OwnImagesJob:
+    """What `keras-dml train --data-dir DIR` builds: the compiled model, its training
+    stream, the config, the model's input shape, the training classes, the image files'
+    `Preprocessing` (its `eval` is what `keras-dml embed` and `index` apply) and the
+    splits."""
+
+    model: object
+    stream: object
+    config: TrainConfig
+    input_shape: tuple
+    num_classes: int
+    preprocessing: object
+    splits: object
+
+
 def own_images_job(data_dir, image_size, seed=0, classes_per_batch=None,
-                   samples_per_class=None):
-    """(model, file stream, config, input shape, classes): `keras-dml train --data-dir DIR
-    --image-size N`'s compiled model and its training stream, as the run builds them on
-    this backend (C and k: the run's defaults unless given)."""
+                   samples_per_class=None, **options):
+    """The `OwnImagesJob` of `keras-dml train --data-dir DIR --image-size N`, built as the
+    run builds it on this backend (C and k: the run's defaults unless given; `options`:
+    other `TrainConfig` fields, e.g. `backbone`, `weights`, `loss`)."""
     config = TrainConfig(dataset=detect_dataset(data_dir), data_dir=data_dir,
                          image_size=image_size, seed=seed, classes_per_batch=classes_per_batch,
-                         samples_per_class=samples_per_class)
+                         samples_per_class=samples_per_class, **options)
     splits = datasets.load(config.dataset, data_dir=data_dir,
                            **own_files_options(config.dataset, config.test_classes))
     input_shape, preprocessing = inputs.input_spec(splits.train, config.image_size,
@@ -81,7 +100,8 @@ def own_images_job(data_dir, image_size, seed=0, classes_per_batch=None,
         compile_model(model, config, splits.train.num_classes)
     stream = inputs.training_batches(strategy, splits.train, config, preprocessing,
                                      inputs.augmented(None, config, input_shape))
-    return model, stream, config, input_shape, splits.train.num_classes
+    return OwnImagesJob(model, stream, config, input_shape, splits.train.num_classes,
+                        preprocessing, splits)
 
 
 def _per_batch(function, items):
@@ -119,11 +139,15 @@ def _timed_fit(model, stream, steps):
     return clock.seconds_per_step()
 
 
-def measure(data_dir, image_size, steps, warmup, rounds, trace_dir, batch=(None, None)):
+def measure(data_dir, image_size, steps, warmup, rounds, trace_dir, batch=(None, None),
+            backbone="cnn3", profile=True):
     """The parts (module docstring), in ms per batch; the step ones as the median of
-    `rounds` interleaved rounds. `batch`: (C, k), None for the run's defaults."""
-    model, stream, config, input_shape, num_classes = own_images_job(
-        data_dir, image_size, classes_per_batch=batch[0], samples_per_class=batch[1])
+    `rounds` interleaved rounds. `batch`: (C, k), None for the run's defaults;
+    `backbone`: "cnn3" or a Keras Applications name, with random weights; `profile`:
+    False leaves the profiler's split out."""
+    job = own_images_job(data_dir, image_size, classes_per_batch=batch[0],
+                         samples_per_class=batch[1], backbone=backbone, weights="none")
+    model, stream, config = job.model, job.stream, job.config
     iterator = iter(stream)
     for _ in range(warmup):
         next(iterator)
@@ -132,7 +156,8 @@ def measure(data_dir, image_size, steps, warmup, rounds, trace_dir, batch=(None,
     pipeline = (time.perf_counter() - started) / steps
     handover, numpy = hand_over(decoded)
     memory = MemoryBatches(numpy)
-    plain = plain_model(input_shape, num_classes, config.width, config.embedding_dim)
+    plain = plain_model(job.input_shape, job.num_classes, config.width, config.embedding_dim,
+                        config.backbone)
     systems = {"step in memory": (model, memory), "step from files": (model, stream),
                "plain Keras step in memory": (plain, memory)}
     times = {name: [] for name in systems}
@@ -141,8 +166,11 @@ def measure(data_dir, image_size, steps, warmup, rounds, trace_dir, batch=(None,
             seconds = _timed_fit(fitted, batches, steps)
             if round_index:
                 times[name].append(seconds)
-    wall, totals, extra = PROFILERS[keras.backend.backend()](model, memory, steps, trace_dir)
-    split = report(wall, totals, steps)
+    if profile:
+        wall, totals, extra = PROFILERS[keras.backend.backend()](model, memory, steps, trace_dir)
+        extra = {"split of the step in memory (profiler)": report(wall, totals, steps), **extra}
+    else:
+        extra = {}
     ms = lambda s: round(1e3 * s, 1)  # noqa: E731
     ratio = lambda a, b: round(float(np.median(np.divide(times[a], times[b]))), 2)  # noqa: E731
     return {"file pipeline": ms(pipeline),
@@ -152,7 +180,7 @@ def measure(data_dir, image_size, steps, warmup, rounds, trace_dir, batch=(None,
             "keras_dml / plain Keras, in memory": ratio("step in memory",
                                                         "plain Keras step in memory"),
             "rounds": {name: [ms(v) for v in values] for name, values in times.items()},
-            "split of the step in memory (profiler)": split, **extra}
+            **extra}
 
 
 def main(argv=None):
@@ -160,6 +188,11 @@ def main(argv=None):
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", required=True, help="root/<class>/<image> folder")
     parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument("--backbone", default="cnn3",
+                        help="cnn3 (default) or a Keras Applications name, e.g. "
+                             "MobileNetV3Small (random weights)")
+    parser.add_argument("--no-profile", action="store_true",
+                        help="leave out the profiler's split of the step")
     parser.add_argument("--steps", type=int, default=20, help="steps per measurement")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3,
@@ -173,11 +206,13 @@ def main(argv=None):
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as trace_dir:
         info = measure(args.data_dir, args.image_size, args.steps, args.warmup, args.rounds,
-                       trace_dir, (args.classes_per_batch, args.samples_per_class))
+                       trace_dir, (args.classes_per_batch, args.samples_per_class),
+                       args.backbone, not args.no_profile)
     info = {"backend": keras.backend.backend(), "cpu": cpu_model(),
             "command": " ".join(["python -m benchmarks.profile_own_images",
                                  *(sys.argv[1:] if argv is None else argv)]),
-            "logical_cpus": os.cpu_count(), "image_size": args.image_size,
+            "logical_cpus": os.cpu_count(), "backbone": args.backbone,
+            "image_size": args.image_size,
             "steps": args.steps, "load_average": [round(v, 2) for v in load + os.getloadavg()],
             **info}
     print(json.dumps(info, indent=2))

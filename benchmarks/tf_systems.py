@@ -165,10 +165,17 @@ def omniglot_evaluate(batch_size=1024, limit=None):
     return step, {key: float(value) for key, value in step().items()}
 
 
-def sampler_epoch(classes_per_batch=90, samples_per_class=2, samples=59_551, classes=11_318):
+def sampler_epoch(classes_per_batch=90, samples_per_class=2, samples=59_551, classes=11_318,
+                  per_batch=False):
     """One epoch of C x k index batches from `ClassBalancedSampler` on SOP-sized labels,
-    drawn the way `class_balanced_batches` draws them (a `tf.data` map over steps)."""
+    drawn the way `class_balanced_batches` draws them (`pipeline.sampler_steps` from a
+    `StreamPosition`, with keras_dml's tf.data options). `per_batch`: drawn instead as
+    the stream drew them before `sampler_steps`, `sampler.batch(step)` in a parallel map
+    over the steps (every batch sorting all the classes again)."""
     import warnings
+
+    from keras_dml.data.options import steady
+    from keras_dml.data.pipeline import StreamPosition, sampler_steps
 
     labels = data.sop_sized_labels(samples, classes)
     with warnings.catch_warnings():  # classes smaller than k are topped up with repeats
@@ -177,11 +184,14 @@ def sampler_epoch(classes_per_batch=90, samples_per_class=2, samples=59_551, cla
                                                       samples_per_class, seed=0)
     batches = samples // (classes_per_batch * samples_per_class)
 
-    stream = tf.data.Dataset.range(batches).map(sampler.batch,
-                                                num_parallel_calls=tf.data.AUTOTUNE)
+    position = StreamPosition(0)
+    steps = position.steps().map(lambda step: (step, sampler.batch(step)),
+                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True) \
+        if per_batch else sampler_steps(sampler, position)
+    stream = steady(steps.take(batches))
 
     def step():
         return list(stream.as_numpy_iterator())
 
     drawn = step()
-    return step, {"batches": len(drawn), "batch_size": len(drawn[0])}
+    return step, {"batches": len(drawn), "batch_size": len(drawn[0][1])}

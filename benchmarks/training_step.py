@@ -52,16 +52,27 @@ class _StepClock(keras.callbacks.Callback):
         return (self.last - self.started) / self.batches
 
 
-def plain_model(input_shape, classes, width, embedding_dim):
-    """The main job's network with stock Keras layers and a softmax head."""
-    inputs = keras.Input(shape=input_shape)
-    x = inputs
-    for _ in range(3):
-        x = keras.layers.Conv2D(width, 3, padding="same")(x)
-        x = keras.layers.BatchNormalization()(x)
-        x = keras.layers.ReLU()(x)
-        x = keras.layers.MaxPooling2D()(x)
-    x = keras.layers.Dense(embedding_dim)(keras.layers.Flatten()(x))
+def plain_model(input_shape, classes, width, embedding_dim, backbone="cnn3"):
+    """The main job's network with stock Keras layers and a softmax head.
+
+    `backbone` a Keras Applications name instead of "cnn3": that network as Keras builds
+    it (random weights, its own preprocessing inside), globally average-pooled, then the
+    same dense embedding and softmax head (`width` unused)."""
+    if backbone == "cnn3":
+        inputs = keras.Input(shape=input_shape)
+        x = inputs
+        for _ in range(3):
+            x = keras.layers.Conv2D(width, 3, padding="same")(x)
+            x = keras.layers.BatchNormalization()(x)
+            x = keras.layers.ReLU()(x)
+            x = keras.layers.MaxPooling2D()(x)
+        features = keras.layers.Flatten()(x)
+    else:
+        network = getattr(keras.applications, backbone)(include_top=False, weights=None,
+                                                        input_shape=tuple(input_shape))
+        inputs = network.input
+        features = keras.layers.GlobalAveragePooling2D()(network.output)
+    x = keras.layers.Dense(embedding_dim)(features)
     outputs = keras.layers.Dense(classes, activation="softmax")(x)
     model = keras.Model(inputs, outputs, name="plain")
     model.compile(optimizer=keras.optimizers.Adam(1e-3),

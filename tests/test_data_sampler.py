@@ -74,6 +74,39 @@ def test_batch_t_is_a_pure_function_of_seed_and_t():
     np.testing.assert_array_equal(b.batch(3).numpy(), first[3])
 
 
+def test_an_epoch_at_once_is_its_batches_and_the_stream_starts_anywhere():
+    labels = _labels(num_classes=23, low=1, high=9)  # classes smaller than k: replaced
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sampler = ClassBalancedSampler(labels, 5, 3, seed=5)
+    per_epoch = sampler.batches_per_epoch
+    for epoch in (0, 3):
+        rows = sampler.numpy_epoch(epoch)
+        assert rows.shape == (per_epoch, 15) and rows.dtype == np.int64
+        np.testing.assert_array_equal(
+            rows, [sampler.numpy_batch(epoch * per_epoch + i) for i in range(per_epoch)])
+        np.testing.assert_array_equal(sampler.epoch(epoch).numpy(), rows)
+    from keras_dml.data.pipeline import StreamPosition, sampler_steps
+
+    position = StreamPosition(start=per_epoch + 2)  # mid-epoch: the stream skips to it
+    drawn = list(sampler_steps(sampler, position).take(2 * per_epoch).as_numpy_iterator())
+    steps = np.arange(per_epoch + 2, 3 * per_epoch + 2)
+    np.testing.assert_array_equal([step for step, _ in drawn], steps)
+    np.testing.assert_array_equal([batch for _, batch in drawn],
+                                  [sampler.numpy_batch(step) for step in steps])
+
+
+def test_the_sampler_benchmark_draws_the_same_batches_either_way():
+    from benchmarks import tf_systems
+
+    (epoch_step, facts), (batch_step, _) = (
+        tf_systems.sampler_epoch(samples=600, classes=120, per_batch=per_batch)
+        for per_batch in (False, True))
+    assert facts == {"batches": 3, "batch_size": 180}
+    for (step, indices), (same_step, same) in zip(epoch_step(), batch_step()):
+        assert step == same_step and (indices == same).all()
+
+
 def test_class_and_sample_frequencies_even_out():
     labels = _labels(num_classes=23, low=3, high=9)
     sampler = ClassBalancedSampler(labels, 5, 3, seed=4)

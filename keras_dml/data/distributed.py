@@ -17,7 +17,7 @@ import weakref
 import numpy as np
 
 from keras_dml import backend, hyperparameters
-from keras_dml.data.pipeline import StreamPosition, batches_from_indices
+from keras_dml.data.pipeline import StreamPosition, batches_from_indices, sampler_steps
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.inputs import SAMPLES, as_data
 from keras_dml.data.sources import make_source
@@ -106,13 +106,12 @@ def distributed_class_balanced_batches(strategy, data, classes_per_batch,
 
         first = context.input_pipeline_id * pieces  # this pipeline's first replica
 
-        def shares(step):  # this pipeline's per-replica batches of global step `step`
-            share = tf.reshape(sampler.batch(step)[start:stop], [pieces, -1])
+        def shares(step, batch):  # this pipeline's per-replica batches of global step `step`
+            share = tf.reshape(batch[start:stop], [pieces, -1])
             replicas = first + tf.range(pieces, dtype=tf.int64)
             return step * context.num_replicas_in_sync + replicas, share
 
-        indices = position.steps().map(shares, num_parallel_calls=tf.data.AUTOTUNE,
-                                       deterministic=True).unbatch()
+        indices = sampler_steps(sampler, position).map(shares).unbatch()
         # Distinct augmentation seeds per pipeline.
         worker_seed = int(np.random.SeedSequence([seed, context.input_pipeline_id])
                           .generate_state(1)[0] % (2 ** 31))

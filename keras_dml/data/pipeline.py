@@ -14,7 +14,7 @@ from keras_dml.data.inputs import SAMPLES, as_data
 from keras_dml.data.sources import make_source
 
 __all__ = ["StreamPosition", "batches_from_indices", "batches_from_sampler", "batches_from_stream",
-           "class_balanced_batches", "stream_position"]
+           "class_balanced_batches", "sampler_steps", "stream_position"]
 
 tf = backend.require_tensorflow("keras_dml.data.class_balanced_batches (tf.data)")
 
@@ -151,12 +151,15 @@ class StreamPosition:
     def start(self, value):
         self._start.assign(int(value))
 
+    def first_step(self):
+        """`start` as an int64 tensor, read when the pipeline runs (inside tf.data)."""
+        return self._start.read_value()
+
     def steps(self):
         """An infinite dataset of the step indices `start, start + 1, ...`, with
         `start` read as the iterator delivers its elements (so setting `start`
         before iteration begins moves the stream)."""
-        return tf.data.Dataset.counter(dtype=tf.int64).map(
-            lambda n: n + self._start.read_value())
+        return tf.data.Dataset.counter(dtype=tf.int64).map(lambda n: n + self.first_step())
 
 
 _POSITIONS = weakref.WeakKeyDictionary()
@@ -189,12 +192,32 @@ def batches_from_stream(data, sampler, seed=None, map_fn=None, start_step=0,
         skip_bad_images: See `class_balanced_batches`. Defaults to False.
     """
     position = StreamPosition(start_step, seed, sampler.batch_size)
-    indices = position.steps().map(lambda step: (step, sampler.batch(step)),
-                                   num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    indices = sampler_steps(sampler, position)
     ds = batches_from_indices(data, indices, seed=seed, map_fn=map_fn,
                               skip_bad_images=skip_bad_images)
     _POSITIONS[ds] = position
     return ds
+
+
+def sampler_steps(sampler, position):
+    """The infinite dataset of `(step, sampler.batch(step))` for the steps of `position`
+    (`start`, `start + 1`, ...; `start` read as iteration starts), drawn a whole epoch
+    at a time (`sampler.epoch`): the classes and their samples are sorted once per
+    epoch, not once per batch.
+
+    Args:
+        sampler: A `ClassBalancedSampler`.
+        position: The stream's `StreamPosition`.
+    """
+    per_epoch = sampler.batches_per_epoch
+
+    def epoch_batches(number):  # the `number`-th epoch from the one holding `start`
+        epoch = position.first_step() // per_epoch + number
+        steps = epoch * per_epoch + tf.range(per_epoch, dtype=tf.int64)
+        return steps, sampler.epoch(epoch)
+
+    return (tf.data.Dataset.counter(dtype=tf.int64).map(epoch_batches).unbatch()
+            .filter(lambda step, _: step >= position.first_step()))
 
 
 def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,

@@ -6,7 +6,9 @@ same arithmetic is written once and runs in TF ops (`batch`: a `tf.data`
 pipeline draws it with no Python in the loop, as a Python generator in
 `tf.data` slows every later training step: see benchmarks/README.md) or in
 NumPy (`numpy_batch`: no TensorFlow needed), which give the same batches. A
-resumed run regenerates batch `t` in O(1). Memory is O(number of samples):
+resumed run regenerates batch `t` in O(1); the `tf.data` stream draws a whole
+epoch at once (`epoch`: the same batches for one sort of the classes instead of
+one per batch). Memory is O(number of samples):
 one flat array of every class's members, no per-class datasets, so SOP's
 11,318 classes cost no more than its 59,551 indices.
 """
@@ -66,6 +68,8 @@ class ClassBalancedSampler:
     (8,)
     >>> sampler.batch(7).shape  # batch 7 in TF ops (usable in tf.data)  # doctest: +SKIP
     TensorShape([8])
+    >>> sampler.numpy_epoch(2).shape  # the batches_per_epoch batches of epoch 2
+    (3, 8)
     """
 
     def __init__(self, labels, classes_per_batch, samples_per_class,
@@ -124,6 +128,13 @@ class ClassBalancedSampler:
         """The `C * k` sample indices of batch `step` (int64, class-major), in TF ops."""
         return self._batch(_tensorflow_ops(), step)
 
+    def epoch(self, epoch):
+        """Every batch of `epoch` at once, in TF ops: int64 `(batches_per_epoch, C * k)`,
+        row `i` being `batch(epoch * batches_per_epoch + i)`. One sort of the classes and
+        one of their samples serve the whole epoch (`batch` sorts the classes again for
+        each batch)."""
+        return self._epoch(_tensorflow_ops(), epoch)
+
     def classes_at(self, epoch, positions):
         """Class indices at `positions` of the random order of `epoch`, in TF ops."""
         return self._classes_at(_tensorflow_ops(), epoch, positions)
@@ -144,6 +155,10 @@ class ClassBalancedSampler:
     def numpy_batch(self, step):
         """`batch(step)` computed in NumPy: the same int64 indices."""
         return self._batch(_NUMPY_OPS, step)
+
+    def numpy_epoch(self, epoch):
+        """`epoch(epoch)` computed in NumPy: the same int64 indices."""
+        return self._epoch(_NUMPY_OPS, epoch)
 
     def numpy_classes_at(self, epoch, positions):
         """`classes_at` computed in NumPy."""
@@ -169,11 +184,22 @@ class ClassBalancedSampler:
         per_epoch = self.batches_per_epoch
         epoch, index = step // per_epoch, step % per_epoch
         positions = index * self.classes_per_batch + xp.arange(self.classes_per_batch)
+        return self._at_positions(xp, epoch, positions)
+
+    def _epoch(self, xp, epoch):
+        positions = xp.arange(self.batches_per_epoch * self.classes_per_batch)
+        return xp.reshape(self._at_positions(xp, epoch, positions),
+                          [self.batches_per_epoch, self.batch_size])
+
+    def _at_positions(self, xp, epoch, positions):
+        """The samples of the classes at `positions` (< batches_per_epoch * C) of epoch
+        `epoch`'s order, class-major: each class's k samples depend on the class and the
+        epoch only, so any set of positions gives the same samples per class."""
         # The last batch of an epoch is completed with the epoch's first classes.
         extra = positions >= self.num_classes
         positions = xp.where(extra, positions - self.num_classes, positions)
         classes = self._classes_at(xp, epoch, positions)
-        appearance = xp.arange(self.classes_per_batch) * 0 + epoch
+        appearance = positions * 0 + xp.int64(epoch)
         return self._samples_of(xp, classes, appearance, extra)
 
     def _classes_at(self, xp, epoch, positions):
