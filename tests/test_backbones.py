@@ -190,6 +190,8 @@ def test_a_run_folder_warm_starts_cnn3(tmp_path):
 
 @pytest.mark.shared_data
 @pytest.mark.slow
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="the SavedModel export traces the model in TensorFlow")
 def test_exported_saved_model_takes_image_bytes_and_agrees_with_the_embedder(tmp_path):
     from conftest import SHARED_DATASETS
 
