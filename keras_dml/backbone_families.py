@@ -9,7 +9,7 @@ it as `keras_dml.backbones.FAMILIES`.
 import dataclasses
 
 __all__ = ["BACKBONE_ALIASES", "FAMILIES", "Family", "HUB_POOLINGS", "HUB_PREFIX",
-           "backbone_name", "is_hub"]
+           "backbone_name", "is_hub", "pretrained_name"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +62,19 @@ BACKBONE_ALIASES = {"resnet50": "ResNet50"}
 def is_hub(name):
     """True for a KerasHub backbone name, "hub:PRESET"."""
     return isinstance(name, str) and name.startswith(HUB_PREFIX)
+
+
+def pretrained_name(name):
+    """`name` as a pretrained backbone's name: a "hub:PRESET" as it is, a Keras
+    Applications family as `FAMILIES` spells it (any case); None for anything else
+    (a run folder, cnn3, convnet)."""
+    if is_hub(name):
+        return name if len(name) > len(HUB_PREFIX) else None
+    if not isinstance(name, str):
+        return None
+    known = {family.lower(): family for family in FAMILIES}
+    known.update(BACKBONE_ALIASES)
+    return known.get(name.lower())
 
 
 def backbone_name(name):

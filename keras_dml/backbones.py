@@ -29,7 +29,8 @@ from keras_dml.layers import FusedBatchNormalization, ShiftedConv2D, TiledMaxPoo
 
 __all__ = ["BACKBONES", "FAMILIES", "Family", "RESNET50_LEVELS", "WeightsUnavailableError",
            "application", "cnn3", "convnet", "copy_layer_weights", "get", "is_application",
-           "is_hub", "load_source", "load_weights", "multi_level_embedder", "takes_raw_pixels"]
+           "is_hub", "load_source", "load_weights", "multi_level_embedder", "takes_raw_pixels",
+           "zero_shot_embedder"]
 
 
 SCRATCH = ("cnn3", "convnet")
@@ -188,8 +189,61 @@ def application(name, input_shape, imagenet=False):
     return keras.Model(inputs, network(pixels), name=name.lower())
 
 
+def zero_shot_embedder(name):
+    """A pretrained backbone without training, as an embedder: raw pixels in [0, 255]
+    at the backbone's own image size to its pooled features, L2-normalised.
+
+    Args:
+        name: "hub:PRESET" (`keras_dml.hub_backbones.embedder`: the preset's weights,
+            image size and default pooling) or a Keras Applications family (any case;
+            its ImageNet weights from Keras' cache `~/.keras/models` or download, at
+            its `Family.default_size`, the average of its feature map).
+
+    Raises:
+        ValueError: A backbone without pretrained weights (cnn3, convnet) or unknown.
+        WeightsUnavailableError: The ImageNet weights are neither cached nor
+            downloadable.
+        keras_dml.hub_backbones.HubPresetError: The preset cannot be loaded here.
+    """
+    name = backbone_name(name)
+    if is_hub(name):
+        return hub_backbones.embedder(name)
+    if name not in FAMILIES:
+        raise ValueError(f"{name} has no pretrained weights to measure without training: "
+                         f"give hub:PRESET or one of {list(FAMILIES)}.")
+    size = FAMILIES[name].default_size
+    try:
+        network = application(name, (size, size, 3), imagenet=True)
+    except WeightsUnavailableError as error:
+        raise WeightsUnavailableError(error.missing,
+                                      ZERO_SHOT_REMEDY.format(name=name)) from None
+    vectors = keras.layers.GlobalAveragePooling2D(name="average_pool")(network.output)
+    vectors = keras.layers.UnitNormalization(name="l2_normalize")(vectors)
+    return keras.Model(network.input, vectors, name=f"{name.lower()}_zero_shot")
+
+
 class WeightsUnavailableError(FileNotFoundError):
-    """ImageNet weights neither in Keras' cache nor downloadable (offline)."""
+    """ImageNet weights neither in Keras' cache nor downloadable (offline).
+
+    Attributes:
+        missing: The sentence naming the file, Keras' cache folder and the download
+            that failed; the message adds what to do instead.
+    """
+
+    def __init__(self, missing, remedy=""):
+        super().__init__(f"{missing} {remedy}".strip())
+        self.missing = missing
+
+
+#: What to do without ImageNet weights when training (the message of `get`).
+TRAINING_REMEDY = (
+    "Put that file there, or pass --weights PATH (a .weights.h5 or .keras file of {name}, or "
+    "an earlier keras-dml run), or train --backbone cnn3 or convnet, which start from random "
+    "weights ({name} from random weights falls to chance-level retrieval, so keras-dml train "
+    "refuses --weights none for it).")
+#: What to do without ImageNet weights for a zero-shot baseline (`zero_shot_embedder`).
+ZERO_SHOT_REMEDY = ("Put that file there, or evaluate a trained run (RUN) instead of "
+                    "--backbone {name}.")
 
 
 def keras_cache_folder(cache_subdir="models", cache_dir=None):
@@ -237,12 +291,8 @@ def _keras_cache_first(name):
             raise WeightsUnavailableError(
                 f"ImageNet weights for {name} are not available: Keras looked for {fname} "
                 f"in its cache {folder} (~/.keras/models, or $KERAS_HOME/models) and "
-                f"could not download it ({reason}). Put that file there, or pass --weights "
-                f"PATH (a .weights.h5 or .keras file of {name}, or an earlier keras-dml "
-                "run), or train --backbone cnn3 or convnet, which start from random weights "
-                f"({name} from random weights falls to chance-level retrieval, so keras-dml "
-                "train refuses --weights none for it)."
-            ) from None
+                f"could not download it from {origin} ({reason}).",
+                TRAINING_REMEDY.format(name=name)) from None
 
     with _FETCH_LOCK:
         file_utils.get_file = get_file

@@ -210,6 +210,7 @@ def from_network(network, converter, input_shape=None, pooling=None):
         raise ValueError(f"pooling='head': {found.family} has no pooling head of its own; "
                          f"use one of {POOLINGS[:3]}.")
     _freeze_untrainable(found.network)
+    _replace_drop_paths(found.network)
     inputs = keras.Input(shape=tuple(input_shape), name="images")
     pixels = converter(inputs)
     if pooling == "head":
@@ -236,11 +237,45 @@ def _freeze_untrainable(network):
             variable.trainable = False
 
 
+def _replace_drop_paths(network):
+    """Gives each block of a DINOv2 / DINOv3 tower keras_dml's `DropPath` at the rate
+    of KerasHub's own drop-path layer, which cannot train: its noise shape is fixed
+    when the block is built (without a batch size in a functional model), its draws
+    are unseeded (refused in a compiled JAX step), and it scales each sample by its
+    uniform draw plus the keep probability, never dropping the branch.
+
+    The tower's config then records a rate of 0, so that a saved model reloads
+    without KerasHub's layer (which fails when called without `training=False`):
+    drop path acts only in training, a run's summary records its rate, and
+    keras_dml trains only towers built from their preset, which get `DropPath` again.
+    """
+    from keras_dml.layers import DropPath
+
+    replaced = False
+    for layer in network._flatten_layers(include_self=False):  # noqa: SLF001 (no public walk)
+        found = getattr(layer, "drop_path", None)
+        if type(found).__name__.endswith("DropPath") and not isinstance(found, DropPath):
+            layer._tracker.unlock()  # noqa: SLF001 (a built block takes no new sub-layer)
+            try:
+                layer.drop_path = DropPath(found.rate, name=found.name)
+            finally:
+                layer._tracker.lock()  # noqa: SLF001
+            replaced = True
+    if replaced:
+        network.drop_path_rate = 0.0
+
+
 def _call(network, pixels):
-    """Calls a KerasHub model on images, as a dict where its input is one."""
+    """Calls a KerasHub model on images, as a dict where its input is one.
+
+    The call records `training=False`, which a training step's `training=True`
+    overrides: otherwise the image converter's resizing layer (whose `training`
+    defaults to True) would run the tower in training mode (drop path, dropout)
+    whenever the model is called without `training`.
+    """
     if isinstance(network.input, dict):
-        return network({next(iter(network.input)): pixels})
-    return network(pixels)
+        return network({next(iter(network.input)): pixels}, training=False)
+    return network(pixels, training=False)
 
 
 def embedder(name, pooling=None):

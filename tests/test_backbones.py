@@ -190,6 +190,8 @@ def test_a_run_folder_warm_starts_cnn3(tmp_path):
 
 @pytest.mark.shared_data
 @pytest.mark.slow
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="the SavedModel export traces the model in TensorFlow")
 def test_exported_saved_model_takes_image_bytes_and_agrees_with_the_embedder(tmp_path):
     from conftest import SHARED_DATASETS
 
@@ -220,3 +222,60 @@ def test_exported_saved_model_takes_image_bytes_and_agrees_with_the_embedder(tmp
     expected = keras.ops.convert_to_numpy(model.embedder()(images))
     assert float(images.numpy().max()) > 1.5  # raw pixels: the model normalises inside
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+
+
+# -- the zero-shot baseline of an Applications family: keras-dml evaluate / index --backbone
+
+
+def _cli(argv, capsys):
+    from keras_dml import cli
+
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def test_zero_shot_without_imagenet_weights_suggests_what_works(offline_keras_home, tmp_path,
+                                                                capsys):
+    from keras_dml import cli
+    from serve_fixtures import colour_photos
+
+    photos = colour_photos(tmp_path / "photos")
+    assert cli.main(["evaluate", "--backbone", "mobilenetv3small", "--images",
+                     str(photos)]) == 2
+    message = capsys.readouterr().err.strip()
+    assert "\n" not in message
+    assert "weights_mobilenet_v3_small_224_1.0_float_no_top_v2.h5" in message
+    assert os.path.join(str(offline_keras_home), "models") in message
+    assert "https://" in message  # where Keras downloads it from
+    assert "Put that file there, or evaluate a trained run (RUN)" in message
+    assert "--weights" not in message  # evaluate has no --weights
+    assert cli.main(["index", "--backbone", "cnn3", "--images", str(photos), "--output",
+                     str(tmp_path / "index")]) == 2
+    assert "--backbone takes a pretrained backbone, hub:PRESET or one of ResNet50" in \
+        capsys.readouterr().err
+
+
+@pytest.mark.slow  # MobileNetV3Small at 224 x 224 embeds 9 photos four times: ~15 s
+def test_zero_shot_evaluate_index_and_search_with_imagenet_weights_from_the_cache(
+        offline_keras_home, tmp_path, capsys):
+    import json
+
+    from serve_fixtures import colour_photos
+
+    _keras_imagenet_file(offline_keras_home / "models")
+    photos = colour_photos(tmp_path / "photos")
+    out = _cli(["evaluate", "--backbone", "mobilenetv3small", "--images", photos,
+                "--no-report", "--output", tmp_path / "evaluation"], capsys)
+    assert "9 images from" in out and "exact ranking" in out
+    metrics = json.loads((tmp_path / "evaluation" / "metrics.json").read_text())
+    assert metrics["results"][0]["metrics"]["num_queries"] == 9
+    out = _cli(["index", "--backbone", "MobileNetV3Small", "--images", photos, "--output",
+                tmp_path / "index"], capsys)
+    assert "9 items, dimension 576" in out  # MobileNetV3Small's last feature map
+    provenance = json.loads((tmp_path / "index" / "index.json").read_text())["provenance"]
+    assert provenance["run"] == "MobileNetV3Small" and provenance["model_fingerprint"]
+    # search reloads the recorded backbone (its fingerprint checked) from the same cache
+    found = _cli(["search", tmp_path / "index", photos / "owl" / "1.png", "--k", 1], capsys)
+    assert os.path.join("owl", "1.png") in found and "score 1.0000" in found

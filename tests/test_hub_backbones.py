@@ -131,13 +131,28 @@ def test_weights_none_random_and_a_run_path_warm_starts(presets, tmp_path):
                                keras.ops.convert_to_numpy(pretrained(x)), atol=1e-5)
 
 
-@pytest.mark.slow  # ~4 s
-def test_drop_path_rate_is_for_dino_towers(presets):
-    model = backbones.get(f"hub:{presets['dinov2']}", (SIZE, SIZE, 3), drop_path_rate=0.2)
+@pytest.mark.slow  # ~10 s
+@pytest.mark.parametrize("family", ["dinov2", "dinov3"])
+def test_drop_path_rate_trains_dino_towers(presets, family, tmp_path):
+    from keras_dml.layers import DropPath
+
+    model = backbones.get(f"hub:{presets[family]}", (SIZE, SIZE, 3), drop_path_rate=0.2)
     tower = next(layer for layer in model.layers if isinstance(layer, keras.Model))
-    assert tower.get_config()["drop_path_rate"] == 0.2
-    with pytest.raises(ValueError, match="ViTBackbone has no drop_path_rate"):
-        backbones.get(f"hub:{presets['vit']}", (SIZE, SIZE, 3), drop_path_rate=0.2)
+    rates = [block.drop_path.rate for block in tower._flatten_layers()
+             if isinstance(getattr(block, "drop_path", None), DropPath)]
+    # DINOv2: the rate in every block; DINOv3: rising from 0 (no drop path) to the rate
+    assert rates == [0.2, 0.2] if family == "dinov2" else rates == [pytest.approx(0.2)]
+    assert tower.get_config()["drop_path_rate"] == 0.0  # the saved model: inference only
+    x = _pixels(4, SIZE)
+    trained = keras.Model(model.input, keras.layers.Dense(2)(model.output))
+    trained.compile(keras.optimizers.Adam(0.01), "mse")
+    trained.fit(x, np.ones((4, 2)), epochs=1, verbose=0)  # a compiled step on each backend
+    y = keras.ops.convert_to_numpy(trained(x))
+    loaded = _saved_and_loaded(trained, str(tmp_path))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(x)), y, atol=1e-5)
+    if family == "dinov2":
+        with pytest.raises(ValueError, match="ViTBackbone has no drop_path_rate"):
+            backbones.get(f"hub:{presets['vit']}", (SIZE, SIZE, 3), drop_path_rate=0.2)
 
 
 def test_a_preset_that_cannot_download_fails_in_one_line(monkeypatch):
@@ -225,15 +240,31 @@ def _recall_at_1(text, title):
     return float(row[len(title.split()) + header.index("R@1") - 1])
 
 
+@pytest.fixture(scope="module")
+def hub_run(presets, birds, tmp_path_factory):
+    """`(run folder, train's printed output)`: `keras-dml train` from the local DINOv2
+    preset on the birds, a few steps."""
+    import contextlib
+    import io
+
+    runs = tmp_path_factory.mktemp("hub_runs")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = cli.main([str(a) for a in [
+            "train", "--data-dir", birds, "--backbone", f"hub:{presets['dinov2']}",
+            "--token-pooling", "cls", "--layer-decay", 0.7, "--image-size", SIZE,
+            "--epochs", 1, "--steps-per-epoch", 2, "--classes-per-batch", 2,
+            "--samples-per-class", 2, "--embedding-dim", 8, "--no-plots", "--no-export",
+            "--run-name", "hub", "--runs-dir", runs]])
+    assert code == 0, printed.getvalue()
+    return runs / "hub", printed.getvalue()
+
+
 @pytest.mark.slow  # a few training steps, then evaluate, index, search, export: ~1 min
 @pytest.mark.shared_data
-def test_train_evaluate_index_export_from_a_local_preset(presets, birds, tmp_path, capsys):
-    out = _cli(["train", "--data-dir", birds, "--backbone", f"hub:{presets['dinov2']}",
-                "--token-pooling", "cls", "--layer-decay", 0.7, "--image-size", SIZE, "--epochs", 1,
-                "--steps-per-epoch", 2, "--classes-per-batch", 2, "--samples-per-class", 2,
-                "--embedding-dim", 8, "--no-plots", "--no-export", "--run-name", "hub",
-                "--runs-dir", tmp_path / "runs"], capsys)
-    run = tmp_path / "runs" / "hub"
+def test_train_evaluate_index_export_from_a_local_preset(presets, birds, hub_run, tmp_path,
+                                                          capsys):
+    run, out = hub_run
     summary = json.loads((run / "summary.json").read_text())
     assert summary["config"]["token_pooling"] == "cls"  # the default, as evaluate uses
     assert summary["export"]["preprocessing"]["normalization"] == "none"  # raw pixels
@@ -253,6 +284,50 @@ def test_train_evaluate_index_export_from_a_local_preset(presets, birds, tmp_pat
     if keras.backend.backend() == "tensorflow":
         exported = _cli(["export", run, tmp_path / "export"], capsys)
         assert os.path.isdir(tmp_path / "export" / "1"), exported
+
+
+@pytest.mark.slow  # indexes 36 photos into Milvus Lite, then searches: ~30 s
+@pytest.mark.shared_data
+@pytest.mark.requires("fastapi", "multipart", "pymilvus", "milvus_lite")
+def test_keras_dml_serve_searches_with_a_hub_run_its_export_and_the_zero_shot_backbone(
+        presets, hub_run, birds, tmp_path):
+    # no capsys: the Milvus Lite server started here outlives the test's captured streams
+    from fastapi.testclient import TestClient
+
+    from keras_dml.serve import create_app
+    from serve_fixtures import index
+
+    run, _ = hub_run
+    uri = tmp_path / "catalogue.db"
+    index(run, birds, uri)
+    zero_shot = f"hub:{presets['siglip']}"  # a catalogue of the zero-shot baseline
+    assert cli.main(["index", "--backbone", zero_shot, "--images", str(birds), "--uri",
+                     str(uri), "--collection", "zero_shot"]) == 0
+    species = sorted(birds.iterdir())[1]
+    photo = sorted(species.iterdir())[2]
+    served = [(run, None)]
+    if keras.backend.backend() == "tensorflow":  # the SavedModel export is TensorFlow's
+        assert cli.main(["export", str(run), str(tmp_path / "export")]) == 0
+        served.append((tmp_path / "export", None))
+    served.append((zero_shot, "zero_shot"))
+    answers = []
+    for model, collection in served:
+        app = create_app(str(model), str(uri), collection, max_wait_ms=20)
+        with TestClient(app) as client:
+            answer = client.post("/search", files={"image": (photo.name, photo.read_bytes())},
+                                 params={"k": 3})
+        assert answer.status_code == 200, answer.text
+        answers.append(answer.json())
+        first = answers[-1]["results"][0]
+        assert first["id"] == os.path.join(species.name, photo.name), model
+        assert first["label"] == species.name
+        assert first["similarity"] == pytest.approx(1.0, abs=1e-3)
+    if len(answers) == 3:  # the export answers as the run
+        assert [r["id"] for r in answers[1]["results"]] == \
+            [r["id"] for r in answers[0]["results"]]
+        np.testing.assert_allclose([r["similarity"] for r in answers[1]["results"]],
+                                   [r["similarity"] for r in answers[0]["results"]],
+                                   atol=1e-3)
 
 
 @pytest.mark.slow  # embeds 36 photos twice with a tiny tower: ~20 s

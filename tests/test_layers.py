@@ -54,3 +54,23 @@ def test_l2_normalize_keeps_zero_vectors_finite():
 def test_embedding_head_dim_must_be_a_positive_integer(dim):
     with pytest.raises(ValueError, match="dim must be a positive integer"):
         EmbeddingHead(dim)
+
+
+def test_drop_path_drops_whole_samples_while_training_only():
+    from keras_dml.layers import DropPath
+
+    layer = DropPath(0.5, seed=1)
+    x = np.ones((400, 3, 2), "float32")
+    y = keras.ops.convert_to_numpy(layer(x, training=True))
+    per_sample = y.reshape(400, -1)
+    kept = per_sample[:, 0] > 0
+    assert set(np.unique(per_sample)) == {0.0, 2.0}  # dropped, or kept and scaled by 1/0.5
+    assert np.all(per_sample == per_sample[:, :1])  # a whole sample at a time
+    assert 0.4 < kept.mean() < 0.6
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer(x)), x)
+    again = keras.ops.convert_to_numpy(layer(x, training=True))
+    assert not np.array_equal(again, y)  # new draws each call
+    restored = DropPath.from_config(layer.get_config())
+    assert restored.rate == 0.5 and restored.seed == 1
+    with pytest.raises(ValueError, match=r"rate must be in \[0, 1\)"):
+        DropPath(1.0)

@@ -1,8 +1,8 @@
 """Arguments and steps shared by several `keras-dml` commands (index, calibrate, embed)."""
 
 __all__ = ["add_data_arguments", "add_run_or_backbone", "add_skip_argument", "capped_k",
-           "embed_catalogue", "embedded", "embedded_items", "kept", "report_skipped",
-           "run_or_backbone"]
+           "embed_catalogue", "embedded", "embedded_items", "kept", "load_run_or_backbone",
+           "report_skipped"]
 
 
 def add_data_arguments(parser):
@@ -19,27 +19,37 @@ def add_data_arguments(parser):
 
 
 def add_run_or_backbone(parser, run_help):
-    """Adds the RUN positional and --backbone hub:PRESET, the zero-shot alternative to a
-    run (read the chosen one with `run_or_backbone`)."""
+    """Adds the RUN positional and --backbone NAME, the zero-shot alternative to a run
+    (load the chosen one with `load_run_or_backbone`)."""
     parser.add_argument("run", nargs="?", default=None, help=run_help)
-    parser.add_argument("--backbone", default=None, metavar="hub:PRESET",
-                        help="instead of a run: a pretrained KerasHub backbone without "
-                        "training (a preset name, hf://..., kaggle://... or a local preset "
-                        "folder), its L2-normalised pooled features as the embedding: the "
-                        "zero-shot baseline")
+    parser.add_argument("--backbone", default=None, metavar="NAME",
+                        help="instead of a run: a pretrained backbone without training, "
+                        "its L2-normalised pooled features as the embedding (the zero-shot "
+                        "baseline): hub:PRESET (a KerasHub preset name, hf://..., "
+                        "kaggle://... or a local preset folder) or a Keras Applications "
+                        "name (ResNet50, MobileNetV3Small, ...: ImageNet weights from "
+                        "Keras' cache ~/.keras/models, or downloaded)")
 
 
-def run_or_backbone(args):
-    """RUN or --backbone, exactly one of them given (a "hub:PRESET" for the backbone)."""
-    from keras_dml.backbone_families import is_hub
+def load_run_or_backbone(args):
+    """The `keras_dml.index.runs.Run` of RUN or of --backbone, exactly one of them given.
+
+    Raises:
+        ValueError: Both or neither given, or a --backbone without pretrained weights.
+    """
+    from keras_dml.backbone_families import FAMILIES, pretrained_name
+    from keras_dml.index.runs import backbone_run, load_run
 
     if (args.run is None) == (args.backbone is None):
-        raise ValueError("Pass a run folder (RUN) or --backbone hub:PRESET, not "
+        raise ValueError("Pass a run folder (RUN) or --backbone NAME, not "
                          f"{'both' if args.run else 'neither'}.")
-    if args.backbone is not None and not is_hub(args.backbone):
-        raise ValueError(f"--backbone takes a KerasHub backbone hub:PRESET, got "
-                         f"{args.backbone!r}; a trained model is given as RUN.")
-    return args.run or args.backbone
+    if args.backbone is None:
+        return load_run(args.run)
+    if pretrained_name(args.backbone) is None:
+        raise ValueError(f"--backbone takes a pretrained backbone, hub:PRESET or one of "
+                         f"{', '.join(FAMILIES)}; got {args.backbone!r} (a trained model is "
+                         "given as RUN).")
+    return backbone_run(args.backbone)
 
 
 def add_skip_argument(parser):

@@ -16,8 +16,9 @@ _DESCRIPTION = (
     "(worst queries, weakest classes, confused pairs) under --output (default "
     "RUN/evaluations/<date>-<time>). --rerank measures re-rankings beside the exact ranking, "
     "one row each; per_class.csv and the report's failures follow the first method given. "
-    "With --backbone hub:PRESET instead of RUN: the pretrained backbone's zero-shot "
-    "retrieval (default --output evaluations/<date>-<time>).")
+    "With --backbone NAME instead of RUN (hub:PRESET or a Keras Applications name such as "
+    "ResNet50): the pretrained backbone's zero-shot retrieval (default --output "
+    "evaluations/<date>-<time>).")
 
 
 def add_command(commands):
@@ -89,9 +90,8 @@ def run(args):
     import json
 
     from keras_dml.cli import evaluation_data
-    from keras_dml.cli.arguments import run_or_backbone
+    from keras_dml.cli.arguments import load_run_or_backbone
     from keras_dml.cli.evaluation_table import measure, rankings, table
-    from keras_dml.index.runs import load_run
 
     ks = _ks(args.ks)
     chosen = rankings(args.rerank)
@@ -100,11 +100,10 @@ def run(args):
         raise ValueError("Pass --query and --gallery together.")
     if len(sources) > 1:
         raise ValueError(f"Pass one data source, got --{' and --'.join(sources)}.")
-    source = run_or_backbone(args)
     if args.backbone is not None and not sources:
         raise ValueError("--backbone has no training data of its own: pass --images, "
                          "--query and --gallery, or --dataset.")
-    model = load_run(source)
+    model = load_run_or_backbone(args)
     folder = _output_folder(args, model)
     data = evaluation_data.load(args, model)
     print(f"evaluating {data.description}", flush=True)

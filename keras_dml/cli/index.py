@@ -4,7 +4,7 @@ from keras_dml.cli.arguments import (
     add_data_arguments,
     add_run_or_backbone,
     embedded_items,
-    run_or_backbone,
+    load_run_or_backbone,
 )
 
 __all__ = ["add_command", "run"]
@@ -113,12 +113,12 @@ def run(args):
         raise ValueError("--update applies to a Milvus index (--uri); a saved index is rebuilt "
                          "with --overwrite.")
     from keras_dml.index import Index
-    from keras_dml.index.runs import load_run, run_provenance
+    from keras_dml.index.runs import run_provenance
 
     if args.backbone is not None and args.output is None:
         raise ValueError("--backbone: pass --output DIR for the index (there is no run "
                          "folder to keep it in).")
-    run = load_run(run_or_backbone(args))
+    run = load_run_or_backbone(args)
     output = args.output or os.path.join(args.run, "index")
     if os.path.exists(output) and not args.overwrite:
         raise FileExistsError(f"{output} exists; pass --overwrite to replace it.")
@@ -138,7 +138,7 @@ def run_milvus(args):
     from keras_dml.index.catalogue import list_images
     from keras_dml.index.milvus import DEFAULT_COLLECTION
     from keras_dml.index.records import check_metadata_fields
-    from keras_dml.index.runs import embed_chunks, load_run
+    from keras_dml.index.runs import embed_chunks
     from keras_dml.index.safeguards import new_removals_file
     from keras_dml.index.streaming import CHUNK_SIZE, sync
     from keras_dml.inference import Progress
@@ -149,7 +149,7 @@ def run_milvus(args):
     chunk_size = CHUNK_SIZE if args.chunk_size is None else args.chunk_size
     if chunk_size < 1:
         raise ValueError(f"--chunk-size must be at least 1, got {chunk_size}.")
-    run = load_run(run_or_backbone(args))
+    run = load_run_or_backbone(args)
     catalogue = list_images(args.images, args.id_column)
     if args.dry_run and _no_lite_file(args.uri):
         return _print_dry_run(args, _everything_new(catalogue))

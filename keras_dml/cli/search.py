@@ -233,11 +233,10 @@ def _load_run(run_dir, location, given):
     """`load_run(run_dir)`; a missing recorded run says the index points there."""
     import os
 
+    from keras_dml.backbone_families import pretrained_name
     from keras_dml.index.runs import load_run
 
-    from keras_dml.backbone_families import is_hub
-
-    if given is None and not is_hub(run_dir) and not os.path.isfile(
+    if given is None and not pretrained_name(run_dir) and not os.path.isfile(
             os.path.join(run_dir, "model.keras")):
         raise FileNotFoundError(
             f"{location} points to the run {run_dir}, which holds no model.keras (moved or "

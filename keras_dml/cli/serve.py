@@ -19,9 +19,11 @@ def add_command(commands):
         f"Tokens come from the environment, never the command line: {TOKEN_ENV} (asked of "
         f"clients as 'Authorization: Bearer TOKEN') and {MILVUS_TOKEN_ENV} (the Milvus "
         "server's).")
-    parser.add_argument("model", metavar="RUN|SAVEDMODEL",
+    parser.add_argument("model", metavar="RUN|SAVEDMODEL|BACKBONE",
                         help="the run that built the catalogue, its .keras file, or its "
-                        "SavedModel export (keras-dml export)")
+                        "SavedModel export (keras-dml export); or the pretrained backbone "
+                        "(hub:PRESET or a Keras Applications name) of a catalogue "
+                        "indexed with keras-dml index --backbone")
     parser.add_argument("--uri", required=True,
                         help="Milvus URI of the catalogue (a Lite .db folder or http(s)://)")
     parser.add_argument("--collection", default=None, metavar="NAME|ALIAS",

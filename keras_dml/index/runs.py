@@ -2,11 +2,12 @@
 
 A run directory holds `model.keras` and `summary.json` (the training
 configuration and export settings). A pretrained backbone without training,
-"hub:PRESET", is a run too (`backbone_run`): its L2-normalised pooled features
-are the embedding, the zero-shot baseline. Image files are prepared for its embedder
-by `preprocessing(run)`: for runs on image-file datasets the evaluation
-transform the model (or the run's summary) records; for runs on in-memory
-datasets (digits, Omniglot) a resize to the model input and a scale to [0, 1].
+"hub:PRESET" or a Keras Applications family, is a run too (`backbone_run`): its
+L2-normalised pooled features are the embedding, the zero-shot baseline. Image
+files are prepared for its embedder by `preprocessing(run)`: for runs on
+image-file datasets the evaluation transform the model (or the run's summary)
+records; for runs on in-memory datasets (digits, Omniglot) a resize to the model
+input and a scale to [0, 1].
 """
 
 import dataclasses
@@ -40,7 +41,7 @@ class Run:
     @property
     def source(self):
         """What made the embedder: the run folder's absolute path, or for a backbone
-        without training its "hub:PRESET" name (`load_run` loads either)."""
+        without training its name (`load_run` loads either)."""
         return self.config["backbone"] if self.run_dir is None else os.path.abspath(
             self.run_dir)
 
@@ -59,17 +60,18 @@ class Run:
 def load_run(run_dir):
     """Loads `run_dir/model.keras` (its embedder) and `run_dir/summary.json`; `run_dir`
     may also be a `.keras` file (with the `summary.json` of its folder, if any), or
-    "hub:PRESET" (`backbone_run`).
+    the name of a pretrained backbone (`backbone_run`): "hub:PRESET", or a Keras
+    Applications family where no file or folder has that name.
 
     Raises:
         FileNotFoundError: Not a run directory.
     """
-    from keras_dml.backbone_families import is_hub
+    from keras_dml.backbone_families import pretrained_name
     from keras_dml.export.load import load_keras_model
 
-    if is_hub(run_dir):
-        return backbone_run(run_dir)
     run_dir = os.fspath(run_dir)
+    if pretrained_name(run_dir) and not os.path.exists(run_dir):
+        return backbone_run(run_dir)
     model_path = os.path.join(run_dir, "model.keras")
     if run_dir.endswith(".keras") and os.path.isfile(run_dir):  # a model file: its folder
         model_path, run_dir = run_dir, os.path.dirname(os.path.abspath(run_dir))
@@ -88,22 +90,31 @@ def load_run(run_dir):
 
 
 def backbone_run(name):
-    """A `Run` of a pretrained "hub:PRESET" backbone without training: its zero-shot
-    embedder (`keras_dml.hub_backbones.embedder`: the preset's weights and image size,
-    the family's default pooling, L2-normalised), fed image files as `keras-dml train`
-    evaluates them (resized to 256/224 x the size, centre-cropped, raw pixels).
+    """A `Run` of a pretrained backbone without training, "hub:PRESET" or a Keras
+    Applications family: its zero-shot embedder (`keras_dml.backbones.zero_shot_embedder`:
+    the pretrained weights at the backbone's own image size, pooled, L2-normalised),
+    fed image files as `keras-dml train` evaluates them (resized to 256/224 x the size,
+    centre-cropped, raw pixels).
 
-    A local preset folder is named by its absolute path (`config["backbone"]`), so an
-    index records a name that loads the same embedder from anywhere.
+    The name is recorded (`config["backbone"]`) so that it loads the same embedder
+    from anywhere: a local preset folder by its absolute path, an Applications family
+    as `keras_dml.backbones.FAMILIES` spells it.
+
+    Raises:
+        ValueError: `name` is not a pretrained backbone.
     """
-    from keras_dml.backbone_families import HUB_PREFIX
+    from keras_dml.backbone_families import HUB_PREFIX, is_hub, pretrained_name
+    from keras_dml.backbones import zero_shot_embedder
     from keras_dml.data.preprocessing import default_preprocessing
-    from keras_dml.hub_backbones import embedder, preset_of
+    from keras_dml.hub_backbones import preset_of
 
-    preset = preset_of(name)
-    if os.path.isdir(os.path.expanduser(preset)):
-        name = HUB_PREFIX + os.path.abspath(os.path.expanduser(preset))
-    model = embedder(name)
+    if pretrained_name(name) is None:
+        raise ValueError(f"{name!r} is not a pretrained backbone: give hub:PRESET or a Keras "
+                         "Applications name such as ResNet50.")
+    name = pretrained_name(name)
+    if is_hub(name) and os.path.isdir(os.path.expanduser(preset_of(name))):
+        name = HUB_PREFIX + os.path.abspath(os.path.expanduser(preset_of(name)))
+    model = zero_shot_embedder(name)
     shape = tuple(int(d) for d in model.inputs[0].shape[1:])
     prepared = default_preprocessing(shape[0], normalization="none", crop="random")
     return Run(None, model, {"backbone": name}, shape,

@@ -3,7 +3,8 @@
 `embedding` (the heads: `EmbeddingHead`, `MultiLevelEmbedding`, `L2Normalize`),
 `pooling` (`GeneralizedMeanPooling`, `TiledMaxPooling2D`), `batch_norm`
 (`FusedBatchNormalization`, `freeze_batch_norm`), `convolution` (`ShiftedConv2D`),
-`tokens` (`TokenPooling`, a transformer's tokens to one vector),
+`tokens` (`TokenPooling`, a transformer's tokens to one vector), `stochastic_depth`
+(`DropPath`, a transformer block's residual branch dropped per sample),
 `preprocessing` (`BackbonePreprocessing`), `proxies` (`Proxies`, the proxy losses'
 weights), `momentum` (`MomentumEncoder`, a MoCo key encoder) and `regularizers`
 (`LpNorm`). Every layer is registered with Keras as `keras_dml>ClassName`, so `.keras`
@@ -18,10 +19,12 @@ from keras_dml.layers.pooling import GeneralizedMeanPooling, TiledMaxPooling2D
 from keras_dml.layers.preprocessing import BackbonePreprocessing
 from keras_dml.layers.proxies import Proxies, kaiming_normal
 from keras_dml.layers.regularizers import LpNorm
+from keras_dml.layers.stochastic_depth import DropPath
 from keras_dml.layers.tokens import TokenPooling
 
 __all__ = [
     "BackbonePreprocessing",
+    "DropPath",
     "EmbeddingHead",
     "FusedBatchNormalization",
     "GeneralizedMeanPooling",

@@ -52,8 +52,9 @@ def create_app(model, uri, collection=None, token=None, milvus_token=None, max_b
     """The service's FastAPI app, its model loaded and checked against the catalogue.
 
     Args:
-        model: A SavedModel export, a run directory or a `.keras` file (or a
-            `keras_dml.serve.embedders.Embedder`).
+        model: A SavedModel export, a run directory, a `.keras` file or a pretrained
+            backbone's name (`keras_dml.serve.embedders.load_embedder`), or a
+            `keras_dml.serve.embedders.Embedder`.
         uri: The Milvus URI (a Lite `.db` folder or `http(s)://`).
         collection: Collection or alias; defaults to keras_dml's collection name.
         token: The service's token (None: no token asked).

@@ -24,8 +24,9 @@ class DecodeError(ValueError):
 @dataclasses.dataclass
 class Embedder:
     """`embed(list of encoded images) -> list of float32 vectors or DecodeError`, one per
-    image; `fingerprint` (None when the model records none), `source` (a path) and
-    `kind` ("savedmodel" or "run"); `run_dir` for a run."""
+    image; `fingerprint` (None when the model records none), `source` (a path, or a
+    pretrained backbone's name) and `kind` ("savedmodel" or "run"); `run_dir` for a
+    run (None for a pretrained backbone)."""
 
     embed: object
     fingerprint: object
@@ -36,20 +37,27 @@ class Embedder:
 
 def load_embedder(path):
     """The `Embedder` at `path`: an export version directory (with the keras_dml sidecar),
-    an export base directory (its newest version), a run directory or a `.keras` file.
+    an export base directory (its newest version), a run directory or a `.keras` file;
+    or the name of a pretrained backbone without training ("hub:PRESET" or a Keras
+    Applications family, as `keras-dml index --backbone` records it).
 
     Raises:
         FileNotFoundError: Nothing of these at `path`.
         ValueError: An export that is not an `image_bytes` embedder.
     """
+    from keras_dml.backbone_families import pretrained_name
+
     path = os.fspath(path)
+    if pretrained_name(path) and not os.path.exists(path):
+        return _run(path)
     version = _export_version(path)
     if version is not None:
         return _savedmodel(version)
     if path.endswith(".keras") or os.path.isfile(os.path.join(path, "model.keras")):
         return _run(path)
-    raise FileNotFoundError(f"{path} is neither a SavedModel export (keras-dml export) nor a "
-                            "run (a folder with model.keras, or a .keras file).")
+    raise FileNotFoundError(f"{path} is neither a SavedModel export (keras-dml export), a "
+                            "run (a folder with model.keras, or a .keras file) nor a "
+                            "pretrained backbone (hub:PRESET or a Keras Applications name).")
 
 
 def _export_version(path):
@@ -113,8 +121,7 @@ def _run(path):
                 prepared[i] = np.asarray(vectors[row], np.float32)
         return prepared
 
-    return Embedder(embed_bytes, model_fingerprint(model), os.path.abspath(run.run_dir), "run",
-                    run.run_dir)
+    return Embedder(embed_bytes, model_fingerprint(model), run.source, "run", run.run_dir)
 
 
 def calibrated_threshold(run_dir):

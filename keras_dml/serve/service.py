@@ -38,7 +38,8 @@ class Service:
 
     Args:
         model: An `Embedder`, or a path for `load_embedder` (a SavedModel export, a
-            run or a `.keras` file); a path can be reloaded (`reload`).
+            run or a `.keras` file, or a pretrained backbone's name); a path can be
+            reloaded (`reload`).
         uri, collection, milvus_token: The Milvus catalogue (collection or alias).
         allow_mismatch: Serve even when the catalogue's model fingerprint differs.
         refresh_seconds: How often an alias is resolved again.
