@@ -216,8 +216,11 @@ def sampler_steps(sampler, position):
         steps = epoch * per_epoch + tf.range(per_epoch, dtype=tf.int64)
         return steps, sampler.epoch(epoch)
 
+    # unbatch and filter hide the counter's endlessness from tf.data: state it again, so
+    # that evaluation refuses this stream as infinite (inference.finite_dataset).
     return (tf.data.Dataset.counter(dtype=tf.int64).map(epoch_batches).unbatch()
-            .filter(lambda step, _: step >= position.first_step()))
+            .filter(lambda step, _: step >= position.first_step())
+            .apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY)))
 
 
 def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
