@@ -42,6 +42,18 @@ PACKAGES = ("tensorflow", "keras", "jax", "torch", "pytorch-metric-learning", "f
             "numpy")
 
 
+def command_line(module, argv=None):
+    """The command that reproduces a run: `python -m MODULE` and its arguments (`argv`,
+    else the process's own)."""
+    return " ".join(["python -m " + module, *map(str, sys.argv[1:] if argv is None else argv)])
+
+
+def write_json(path, info):
+    """Writes a benchmark's `info` to `path` (its `--json`), indented."""
+    with open(path, "w") as f:
+        json.dump(info, f, indent=2)
+
+
 def cpu_model():
     """The CPU's model name (/proc/cpuinfo) and its widest vector instructions ("AMD EPYC,
     AVX-512": a VM may name only the family, and TensorFlow's oneDNN and PyTorch pick their
@@ -461,8 +473,7 @@ def main(argv=None):
                          f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}); "
                          "run with --device cpu")
     info = {**machine(args.threads), "mode": chosen, "device": args.device,
-            "command": "python -m benchmarks " + " ".join(argv if argv is not None
-                                                          else sys.argv[1:])}
+            "command": command_line("benchmarks", argv)}
     name = "backends" if args.backends else "benchmarks"
     stem = os.path.join(args.out, name if args.device == "cpu" else f"{name}-gpu")
     os.makedirs(args.out, exist_ok=True)

@@ -24,13 +24,13 @@ The table gives images per second and the ratio to TensorFlow's, with the load a
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 
 from benchmarks import processes
+from benchmarks.__main__ import command_line, write_json
 
 NETWORKS = {"cnn3": ("cnn3", 64), "MobileNetV3Small": ("MobileNetV3Small", 128)}
 PARTS = ("files", "pipeline", "forward", "predict")
@@ -219,13 +219,11 @@ def main(argv=None):
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     table = measure(args.data_dir, settings.pop("networks"), args.parts,
                     threads=args.threads, **settings)
-    info = {"command": " ".join(["python -m benchmarks.embed_throughput",
-                                 *(sys.argv[1:] if argv is None else argv)]),
+    info = {"command": command_line("benchmarks.embed_throughput", argv),
             "started": started, "threads": args.threads, **settings, "figures": table}
     print(markdown(table))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(info, f, indent=2)
+        write_json(args.json, info)
     return 0
 
 

@@ -40,7 +40,7 @@ import time
 import keras
 import numpy as np
 
-from benchmarks.__main__ import cpu_model
+from benchmarks.__main__ import command_line, cpu_model, write_json
 from benchmarks.profile_step import PROFILERS, report
 from benchmarks.training_step import _StepClock, plain_model
 from keras_dml import datasets
@@ -209,16 +209,14 @@ def main(argv=None):
                        trace_dir, (args.classes_per_batch, args.samples_per_class),
                        args.backbone, not args.no_profile)
     info = {"backend": keras.backend.backend(), "cpu": cpu_model(),
-            "command": " ".join(["python -m benchmarks.profile_own_images",
-                                 *(sys.argv[1:] if argv is None else argv)]),
+            "command": command_line("benchmarks.profile_own_images", argv),
             "logical_cpus": os.cpu_count(), "backbone": args.backbone,
             "image_size": args.image_size,
             "steps": args.steps, "load_average": [round(v, 2) for v in load + os.getloadavg()],
             **info}
     print(json.dumps(info, indent=2))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(info, f, indent=2)
+        write_json(args.json, info)
     return 0
 
 

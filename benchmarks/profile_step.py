@@ -45,7 +45,7 @@ import time
 
 import keras
 
-from benchmarks.__main__ import cpu_model
+from benchmarks.__main__ import cpu_model, write_json
 from keras_dml import data, datasets, training
 from keras_dml.training.config import TrainConfig
 
@@ -338,8 +338,7 @@ def main(argv=None):
     for key in extra:
         print(f"  {key}: {extra[key]}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(info, f, indent=2)
+        write_json(args.json, info)
     return 0
 
 

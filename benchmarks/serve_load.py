@@ -37,6 +37,7 @@ import numpy as np
 import psutil
 
 from benchmarks import serve_load_catalogue as catalogue
+from benchmarks.__main__ import command_line
 from benchmarks.serve_load_report import markdown, summarize, targets
 
 __all__ = ["Service", "main", "parse_args"]
@@ -407,8 +408,7 @@ def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.output, exist_ok=True)
     log = os.path.join(args.output, "serve_load.log")
-    report = {"command": "python -m benchmarks.serve_load " + " ".join(
-        sys.argv[1:] if argv is None else map(str, argv)),
+    report = {"command": command_line("benchmarks.serve_load", argv),
         "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": _machine()}
     setup = prepare(args, log)
     runs, update = measure(args, setup, log)

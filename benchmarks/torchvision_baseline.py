@@ -32,14 +32,13 @@ interpreter (an environment where torchvision imports beside its torch).
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
 
 from benchmarks import processes
-from benchmarks.__main__ import cpu_model
+from benchmarks.__main__ import command_line, cpu_model, write_json
 
 BACKENDS = ("tensorflow", "jax", "torch")
 BASELINE = "PyTorch: torchvision + PML"
@@ -191,15 +190,13 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as folder:
         photos = photo_folder(args.data_dir, folder, args.classes, args.images_per_class)
         found = measure(photos, args)
-    info = {"command": " ".join(["python -m benchmarks.torchvision_baseline",
-                                 *(sys.argv[1:] if argv is None else argv)]),
+    info = {"command": command_line("benchmarks.torchvision_baseline", argv),
             "cpu": cpu_model(), "logical_cpus": os.cpu_count(), "threads": args.threads,
             "load_average": [round(v, 2) for v in load + os.getloadavg()], **found}
     print(table(found))
     print(f"load average {info['load_average'][0]} at start, {info['load_average'][3]} at end")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(info, f, indent=2)
+        write_json(args.json, info)
     return 0
 
 

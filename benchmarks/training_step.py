@@ -25,7 +25,6 @@ with their range, the CPU model and the load average.
 """
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -34,7 +33,7 @@ import time
 
 import keras
 
-from benchmarks.__main__ import cpu_model
+from benchmarks.__main__ import cpu_model, write_json
 from keras_dml import data, datasets, training
 from keras_dml.training.config import TrainConfig
 
@@ -168,8 +167,7 @@ def main(argv=None):
         print(f"  {name:18s} {median:7.1f} ms [{q1}-{q3}]   x plain {ratio:.2f} "
               f"[{low:.2f}-{high:.2f}]")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(info, f, indent=2)
+        write_json(args.json, info)
     return 0
 
 
