@@ -38,6 +38,7 @@ def photos(tmp_path_factory):
 
 
 def small_model():
+    keras.utils.set_random_seed(0)
     inputs = keras.Input((32, 32, 3))
     x = keras.layers.Conv2D(4, 3, strides=2, activation="relu")(inputs)
     x = keras.layers.GlobalAveragePooling2D()(x)
@@ -90,7 +91,9 @@ def test_unrecorded_preprocessing_is_named_and_is_keras_dml_trains(trained):
                       r"centre crop 32"):
         assumed = Index.from_model(plain, splits.test, verbose=0).embeddings
     recorded = Index.from_model(model.embedder(), splits.test, verbose=0).embeddings
-    assert np.abs(assumed - recorded).max() > 1e-3  # resize 37, not the model's 40
+    # resize 37, not the model's 40: a difference on the embeddings' own scale (an
+    # untrained head's outputs can be as small as 1e-4)
+    assert np.abs(assumed - recorded).max() > 0.01 * np.abs(recorded).max()
     with pytest.warns(UserWarning, match=r"prepared as resize to 64 x 64.*trained on resize "
                       r"to 40 x 40"):
         evaluation.embed_dataset(model, data.evaluation_batches(
