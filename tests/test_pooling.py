@@ -1,5 +1,6 @@
 """`keras_dml.layers.pooling.TiledMaxPooling2D` on the running Keras backend (its tiled path on
-JAX): Keras' `MaxPooling2D` values and gradients. NumPy inputs, no TensorFlow."""
+JAX, in training): Keras' `MaxPooling2D` values and gradients. NumPy inputs, no
+TensorFlow."""
 
 import keras
 import numpy as np
@@ -13,7 +14,7 @@ from layer_checks import assert_saves_and_loads, numpy
 def _value_and_gradient(layer, x):
     weights = keras.ops.convert_to_tensor(
         np.random.default_rng(1).normal(size=layer.compute_output_shape(x.shape)), "float32")
-    value, _, gradient = value_and_gradient(lambda t: (layer(t) * weights, None),
+    value, _, gradient = value_and_gradient(lambda t: (layer(t, training=True) * weights, None),
                                             keras.ops.convert_to_tensor(x))
     return numpy(value), numpy(gradient)
 
@@ -33,6 +34,23 @@ def test_values_and_gradients_are_keras_max_pooling(options):
     assert value.shape == expected_value.shape
     np.testing.assert_allclose(value, expected_value, rtol=0, atol=0)
     np.testing.assert_allclose(gradient, expected_gradient, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("training", [True, False, None])
+def test_the_tiles_serve_training_and_keras_pooling_inference(training, monkeypatch):
+    # On JAX the tiles' gradient is the fast one; XLA:CPU's own pooling has the faster
+    # forward pass, so inference takes it. The values are Keras' either way.
+    x = np.random.default_rng(5).normal(size=(2, 6, 8, 3)).astype("float32")
+    calls = []
+    if keras.backend.backend() == "jax":
+        from keras_dml.backend.jax import layers as jax_layers
+
+        tiles = jax_layers.max_over_tiles
+        monkeypatch.setattr(jax_layers, "max_over_tiles",
+                            lambda *args: calls.append(args) or tiles(*args))
+    value = numpy(TiledMaxPooling2D()(keras.ops.convert_to_tensor(x), training=training))
+    np.testing.assert_array_equal(value, numpy(keras.layers.MaxPooling2D()(x)))
+    assert len(calls) == (keras.backend.backend() == "jax" and training is True)
 
 
 def test_a_model_with_it_saves_and_loads(tmp_path):
