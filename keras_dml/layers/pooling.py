@@ -78,7 +78,7 @@ class TiledMaxPooling2D(keras.layers.MaxPooling2D):
     and reduced by max. The gradient then goes to the maximum of each tile as Keras'
     does, to the first in row-major order where a tile holds several equal maxima.
     In inference (`training` not True) JAX takes Keras' pooling, whose forward pass
-    XLA:CPU runs faster than the tiles' (cnn3's forward: 1.7x). On PyTorch,
+    XLA:CPU runs faster than the tiles'. On PyTorch,
     with "valid" padding and channels-last inputs, PyTorch's pooling runs on a view of
     the inputs (no copy). Every other case, and TensorFlow, takes Keras' path.
 
