@@ -12,6 +12,7 @@ spread, and each as a ratio to TensorFlow's. `--quick` runs a few steps on a few
 """
 
 import argparse
+import json
 import os
 import random
 import re
@@ -59,9 +60,8 @@ def step_times(output):
 
 
 def road(backend, data_dir, folder, args):
-    """One backend's train + index: {"steps_ms": [per epoch], "train_s", "index_images_s"}."""
-    import json
-
+    """One backend's train + index: {"steps_ms": [per epoch], "train_s", "images_indexed",
+    "index_images_s"}."""
     name = backend
     batch = []
     for flag in ("classes_per_batch", "samples_per_class"):
