@@ -9,8 +9,9 @@ per second of:
 
 - keras_dml: `keras-dml train`'s cnn3 embedder (random weights) through
   `keras_dml.inference.inference_function`, what `embed`, `index` and `evaluate` run;
-- plain Keras: the same network from Keras' own layers (Conv2D, BatchNormalization,
-  ReLU, MaxPooling2D, Dense, UnitNormalization) through the same inference function;
+- plain Keras: the same network from Keras' own layers (`training_step.plain_model`'s:
+  Conv2D, BatchNormalization, ReLU, MaxPooling2D, Dense), L2-normalised, through the
+  same inference function;
 - the framework alone, no Keras: on JAX a `jax.jit` of `lax.conv_general_dilated`,
   scale and shift, ReLU, `lax.reduce_window` max and a matmul (NHWC); on PyTorch the
   same layers in `torch.nn` under `no_grad`, on NCHW tensors and on NCHW views of
@@ -22,13 +23,13 @@ median and the range.
 
 import argparse
 import os
-import statistics
 import sys
 import time
 
 import numpy as np
 
 from benchmarks.__main__ import command_line, cpu_model, write_json
+from benchmarks.processes import summary
 
 WIDTH, BLOCKS, EMBEDDING = 32, 3, 128
 
@@ -105,17 +106,15 @@ def _bare_tensorflow(blocks, dense):
 
 
 def _plain_keras(size, channels):
+    """`training_step.plain_model`'s cnn3 (Keras' own layers) up to its embedding,
+    L2-normalised as keras_dml's embedder is."""
     import keras
 
-    inputs = keras.Input((size, size, channels))
-    x = inputs
-    for _ in range(BLOCKS):
-        x = keras.layers.Conv2D(WIDTH, 3, padding="same")(x)
-        x = keras.layers.BatchNormalization()(x)
-        x = keras.layers.ReLU()(x)
-        x = keras.layers.MaxPooling2D()(x)
-    x = keras.layers.Dense(EMBEDDING)(keras.layers.Flatten()(x))
-    return keras.Model(inputs, keras.layers.UnitNormalization()(x))
+    from benchmarks.training_step import plain_model
+
+    model = plain_model((size, size, channels), 2, WIDTH, EMBEDDING)
+    embedding = model.layers[-2].output  # the dense embedding before the softmax head
+    return keras.Model(model.input, keras.layers.UnitNormalization()(embedding))
 
 
 def systems(size):
@@ -137,7 +136,7 @@ def systems(size):
 
 
 def measure(size=64, batch=64, batches=16, rounds=5):
-    """{name: {"median", "min", "max"}} images per second of each system."""
+    """{name: `processes.summary`} of each system's images per second."""
     rng = np.random.default_rng(0)
     data = [rng.random((batch, size, size, 3), dtype=np.float32) for _ in range(batches)]
     runs = systems(size)
@@ -150,8 +149,7 @@ def measure(size=64, batch=64, batches=16, rounds=5):
             for x in data:
                 forward(x)
             rates[name].append(batch * batches / (time.perf_counter() - started))
-    return {name: {"median": statistics.median(v), "min": min(v), "max": max(v)}
-            for name, v in rates.items()}
+    return {name: summary(values) for name, values in rates.items()}
 
 
 def main(argv=None):

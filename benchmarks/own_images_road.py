@@ -16,13 +16,12 @@ import json
 import os
 import random
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 
 from benchmarks.__main__ import command_line, cpu_model, write_json
-from benchmarks.processes import thread_env
+from benchmarks.processes import summary, thread_env
 
 BACKENDS = ("tensorflow", "jax", "torch")
 QUICK = {"epochs": 2, "steps_per_epoch": 3, "image_size": 32, "rounds": 1,
@@ -83,20 +82,16 @@ def road(backend, data_dir, folder, args):
             "images_indexed": int(rate.group(1)), "index_images_s": float(rate.group(2))}
 
 
-def _median(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def summarize(results):
-    """{backend: {measure: {"median", "min", "max"}}} from each round's `road` results,
-    with "ratio to TF" of each median where TensorFlow ran."""
+    """{backend: {measure: `processes.summary` of the rounds}} from each round's `road`
+    results, with "ratio to TF" of each median where TensorFlow ran."""
     table = {}
     for backend, rounds in results.items():
         epochs = len(rounds[0]["steps_ms"])
-        row = {f"step, epoch {e + 1} (ms)": _median([r["steps_ms"][e] for r in rounds])
+        row = {f"step, epoch {e + 1} (ms)": summary([r["steps_ms"][e] for r in rounds])
                for e in range(epochs)}
-        row["training (s)"] = _median([r["train_s"] for r in rounds])
-        row["index (images/s)"] = _median([r["index_images_s"] for r in rounds])
+        row["training (s)"] = summary([r["train_s"] for r in rounds])
+        row["index (images/s)"] = summary([r["index_images_s"] for r in rounds])
         table[backend] = row
     if "tensorflow" in table:
         for backend, row in table.items():

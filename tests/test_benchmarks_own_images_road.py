@@ -27,8 +27,8 @@ def test_table_gives_medians_spread_and_ratios_to_tensorflow():
 
     table = summarize({"tensorflow": [road(200, 40, 600), road(220, 44, 640)],
                        "jax": [road(300, 60, 500), road(340, 64, 520)]})
-    assert table["jax"]["training (s)"] == {"median": 62, "min": 60, "max": 64,
-                                            "ratio to TF": 1.48}
+    assert table["jax"]["training (s)"] == {"median": 62, "min": 60, "max": 64, "q1": 59.0,
+                                            "q3": 65.0, "n": 2, "ratio to TF": 1.48}
     assert table["jax"]["index (images/s)"]["ratio to TF"] == 0.82
     text = markdown(table)
     assert text.splitlines()[0] == ("| backend | step, epoch 1 (ms) | step, epoch 2 (ms) | "

@@ -108,12 +108,14 @@ def backbone_run(name):
     from keras_dml.data.preprocessing import default_preprocessing
     from keras_dml.hub_backbones import preset_of
 
-    if pretrained_name(name) is None:
+    found = pretrained_name(name)
+    if found is None:
         raise ValueError(f"{name!r} is not a pretrained backbone: give hub:PRESET or a Keras "
                          "Applications name such as ResNet50.")
-    name = pretrained_name(name)
-    if is_hub(name) and os.path.isdir(os.path.expanduser(preset_of(name))):
-        name = HUB_PREFIX + os.path.abspath(os.path.expanduser(preset_of(name)))
+    name = found
+    preset = os.path.expanduser(preset_of(name)) if is_hub(name) else None
+    if preset is not None and os.path.isdir(preset):
+        name = HUB_PREFIX + os.path.abspath(preset)
     model = zero_shot_embedder(name)
     shape = tuple(int(d) for d in model.inputs[0].shape[1:])
     prepared = default_preprocessing(shape[0], normalization="none", crop="random")
