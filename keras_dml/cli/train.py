@@ -101,6 +101,12 @@ def _add_data_arguments(data):
                       help="image side: in-memory datasets (omniglot, digits) are resized to "
                       "it (default: as stored, 28 / 8); image-file datasets are resized and "
                       f"centre-cropped to it (default {FILE_IMAGE_SIZE}, CPU-friendly)")
+    data.add_argument("--decoded-cache-mb", type=int, default=default("decoded_cache_mb"),
+                      metavar="MB",
+                      help="image files: hold each training image decoded and resized after "
+                      "its first read when all of them fit in MB MiB (the random crop; "
+                      "float32, 63 KiB an image at the default 64 px), so later epochs "
+                      "only crop and flip; 0: decode on every draw (default %(default)s)")
     exceptions = "; ".join(f"{name}: {c} x {k}" for name, (c, k) in BATCH_DESIGNS.items())
     data.add_argument("--classes-per-batch", type=int, default=None,
                       help=f"C, classes per batch (default {DEFAULT_BATCH_DESIGN[0]}; "

@@ -20,7 +20,7 @@ from keras_dml import backend, hyperparameters
 from keras_dml.data.pipeline import StreamPosition, batches_from_indices, sampler_steps
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.inputs import SAMPLES, as_data
-from keras_dml.data.sources import make_source
+from keras_dml.data.sources import DECODED_CACHE_MB, make_source
 
 __all__ = ["distributed_class_balanced_batches", "replica_slices", "worker_stream_start"]
 
@@ -56,7 +56,7 @@ def replica_slices(global_batch, num_replicas, pipeline_id, num_pipelines):
 def distributed_class_balanced_batches(strategy, data, classes_per_batch,
                                        samples_per_class, *, seed, small_classes="replace",
                                        preprocessing=None, training=True, map_fn=None,
-                                       start_step=0):
+                                       start_step=0, decoded_cache_mb=DECODED_CACHE_MB):
     """C x k class-balanced batches for `strategy`, each worker reading its share.
 
     The global batch of step t is the batch `class_balanced_batches(data, C, k,
@@ -73,7 +73,7 @@ def distributed_class_balanced_batches(strategy, data, classes_per_batch,
         samples_per_class: k.
         seed: Integer seed shared by all workers (required: without it the workers
             would draw different global batches).
-        small_classes, preprocessing, training, map_fn: As for
+        small_classes, preprocessing, training, map_fn, decoded_cache_mb: As for
             `class_balanced_batches`. Augmentation is seeded per replica batch, so
             augmented pixels differ from a single-process run; indices do not. A
             `map_fn(x, y, step)` gets `step * replicas + replica`, an id of its own
@@ -93,7 +93,7 @@ def distributed_class_balanced_batches(strategy, data, classes_per_batch,
             f"classes_per_batch={classes_per_batch} must be divisible by the number of "
             f"replicas ({replicas}) so each replica gets whole classes.")
     source = make_source(as_data(data, SAMPLES, "data"), preprocessing=preprocessing,
-                         training=training)
+                         training=training, decoded_cache_mb=decoded_cache_mb)
     sampler = ClassBalancedSampler(source.labels, classes_per_batch, samples_per_class,
                                    small_classes=small_classes, seed=seed)
     global_batch = sampler.batch_size

@@ -11,7 +11,7 @@ from keras_dml.data.options import steady
 from keras_dml.data.sampler import ClassBalancedSampler
 from keras_dml.data.stream_preprocessing import record_preprocessing
 from keras_dml.data.inputs import SAMPLES, as_data
-from keras_dml.data.sources import make_source
+from keras_dml.data.sources import DECODED_CACHE_MB, make_source
 
 __all__ = ["StreamPosition", "batches_from_indices", "batches_from_sampler", "batches_from_stream",
            "class_balanced_batches", "sampler_steps", "stream_position"]
@@ -23,7 +23,7 @@ tf = backend.require_tensorflow("keras_dml.data.class_balanced_batches (tf.data)
 def class_balanced_batches(data, classes_per_batch, samples_per_class, *,
                            small_classes="replace", seed=None, preprocessing=None,
                            training=True, map_fn=None, num_replicas=None, start_step=0,
-                           skip_bad_images=False):
+                           skip_bad_images=False, decoded_cache_mb=DECODED_CACHE_MB):
     """An infinite `tf.data.Dataset` of `(x, y)` batches of C classes x k samples.
 
     Each batch holds exactly `classes_per_batch` distinct classes and
@@ -33,7 +33,9 @@ def class_balanced_batches(data, classes_per_batch, samples_per_class, *,
     by stateless TF ops inside the pipeline (no Python generator; memory
     O(number of samples), so SOP's 11,318 classes are cheap); images are
     gathered (arrays) or read, decoded and augmented (files) one batch per
-    parallel `map` call with `AUTOTUNE`, then prefetched.
+    parallel `map` call with `AUTOTUNE`, then prefetched. Image files are
+    decoded and resized once, on their first draw, when all their resized
+    copies fit in `decoded_cache_mb` (the default crop; see that argument).
 
     Distribution: batches are class-major (`x[c*k:(c+1)*k]` share a class),
     so when `strategy.experimental_distribute_dataset` splits the global batch
@@ -88,6 +90,14 @@ def class_balanced_batches(data, classes_per_batch, samples_per_class, *,
         skip_bad_images: Skip unreadable image files (each named once on
             stderr) instead of stopping with an error naming the first.
             Defaults to False.
+        decoded_cache_mb: Image files with `training=True` and the
+            `"random"` crop: when all the files' resized float32 images
+            (`resize_size**2 * channels * 4` bytes each: 63 KiB at 73 x 73 x 3)
+            fit in this many MiB, each file is read, decoded and resized once,
+            on its first draw, and held; later draws only crop, flip and
+            normalise it (the same values as decoding again). An unreadable
+            file is never held. 0 decodes on every draw. Defaults to
+            `keras_dml.data.sources.DECODED_CACHE_MB` (1024).
 
     Returns:
         An infinite `tf.data.Dataset` of `(x, y)`, `x` of shape
@@ -115,7 +125,7 @@ def class_balanced_batches(data, classes_per_batch, samples_per_class, *,
             f"number of replicas ({num_replicas}) so each replica gets whole classes."
         )
     source = make_source(as_data(data, SAMPLES, "data"), preprocessing=preprocessing,
-                         training=training)
+                         training=training, decoded_cache_mb=decoded_cache_mb)
     sampler = ClassBalancedSampler(source.labels, classes_per_batch, samples_per_class,
                                    small_classes=small_classes, seed=seed)
     return batches_from_stream(source, sampler, seed=seed, map_fn=map_fn,

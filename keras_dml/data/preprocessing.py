@@ -257,6 +257,19 @@ class Preprocessing:
             image = self._augment(image, seed)
         return self.normalize(image)
 
+    def resized(self, image):
+        """The deterministic first half of `train` with `crop="random"`: one uint8 (or
+        float) image `(H, W, C)` as float32 `(resize_size, resize_size, channels)`,
+        which `train_from_resized` completes (together equal to `train`)."""
+        return self._resize(self._as_float(image))
+
+    def train_from_resized(self, image, seed=None):
+        """`train`'s random crop, flip and normalisation of one `resized` image."""
+        if self.crop != "random":
+            raise ValueError("train_from_resized applies to crop='random' only; "
+                             f"this Preprocessing crops {self.crop!r}.")
+        return self.normalize(self._augment(image, seed))
+
     def _augment(self, image, seed=None):
         size = [self.image_size, self.image_size, self.channels]
         if seed is None and self.crop == "random":

@@ -15,10 +15,16 @@ from keras_dml import backend
 from keras_dml.data.inputs import DATASET, SAMPLES, Data, unsupported
 from keras_dml.data.labels import label_ids
 from keras_dml.data.preprocessing import Preprocessing, decode_image
+from keras_dml.hyperparameters import integer_at_least
 
 __all__ = ["Source", "make_source"]
 
 tf = backend.require_tensorflow("keras_dml.data's tf.data sources")
+
+# Memory (MiB) a training source of image files may hold its decoded, resized images in
+# (`make_source`); `keras_dml.training.config.TrainConfig.decoded_cache_mb` repeats it
+# (that module imports without TensorFlow; a test keeps the two equal).
+DECODED_CACHE_MB = 1024
 
 
 @dataclasses.dataclass
@@ -38,6 +44,8 @@ class Source:
             `np.unique`). `None` for integer labels.
         paths: The image file paths of a file source, else `None`.
         preprocessing: The `Preprocessing` `fetch` applies, or None.
+        holds_decoded: True when `fetch` keeps each file's decoded, resized image
+            after its first read (`make_source`'s `decoded_cache_mb`).
     """
 
     labels: np.ndarray
@@ -47,9 +55,10 @@ class Source:
     class_names: list | None = None
     paths: list | None = None
     preprocessing: object = None
+    holds_decoded: bool = False
 
 
-def make_source(data, preprocessing=None, training=True):
+def make_source(data, preprocessing=None, training=True, decoded_cache_mb=DECODED_CACHE_MB):
     """Builds the `Source` of normalised data (`keras_dml.data.inputs.as_data`).
 
     Labels are integers (any ids) or class names (strings), which become ids
@@ -61,10 +70,18 @@ def make_source(data, preprocessing=None, training=True):
         preprocessing: `Preprocessing` for decoded / uint8 images. Defaults to
             `None`: `Preprocessing()` for files, no transform for arrays.
         training: Use `preprocessing.train` (else `.eval`). Defaults to True.
+        decoded_cache_mb: Training on image files with `crop="random"`: when every
+            image's resized float32 copy (`resize_size**2 * channels * 4` bytes) fits in
+            this many MiB together, each file is read, decoded and resized once, on its
+            first draw, and later draws only crop, flip and normalise the copy held in
+            memory (same values as decoding again). 0 decodes on every draw. Defaults
+            to `DECODED_CACHE_MB` (1024).
 
     Raises:
         TypeError: `data` is not a `Data` (the public function did not normalise it).
+        ValueError: `decoded_cache_mb` is not a non-negative integer.
     """
+    integer_at_least("decoded_cache_mb", decoded_cache_mb, 0)
     if not isinstance(data, Data):
         raise TypeError(f"make_source takes the Data of as_data, got {type(data).__name__}.")
     if data.form not in SAMPLES:
@@ -79,10 +96,13 @@ def make_source(data, preprocessing=None, training=True):
     if not encoded:
         return _array_source(np.asarray(x), labels, names, preprocessing, training)
     preprocessing = preprocessing or Preprocessing()
+    holds = (training and preprocessing.crop == "random"
+             and len(x) * resized_bytes(preprocessing) <= decoded_cache_mb * 2**20)
     return Source(labels=labels, from_files=True, describe=describe, class_names=names,
                   paths=x if data.files else None, preprocessing=preprocessing,
+                  holds_decoded=holds,
                   fetch=_encoded_fetch(tf.constant(x, tf.string), read, preprocessing,
-                                       training))
+                                       training, holds))
 
 
 def _transform(preprocessing, training):
@@ -134,11 +154,14 @@ def decode_or_flag(table, read, channels):
     return load
 
 
-def _encoded_fetch(table, read, preprocessing, training):
-    """The `fetch` of encoded images: `read(table[i])` decoded, then transformed."""
-    transform = _transform(preprocessing, training)
+def _encoded_fetch(table, read, preprocessing, training, holds_decoded):
+    """The `fetch` of encoded images: `read(table[i])` decoded, then transformed (the
+    resized image held after its first read when `holds_decoded`)."""
     spec = (tf.TensorSpec(preprocessing.output_shape, tf.float32), tf.TensorSpec([], tf.bool))
     load = decode_or_flag(table, read, preprocessing.channels)
+    if holds_decoded:
+        return _held_fetch(load, preprocessing, spec)
+    transform = _transform(preprocessing, training)
 
     def one(index, seed):
         image, ok = load(index)
@@ -149,6 +172,59 @@ def _encoded_fetch(table, read, preprocessing, training):
             return tf.map_fn(lambda index: one(index, None), indices, fn_output_signature=spec)
         seeds = tf.random.experimental.stateless_split(seed, tf.size(indices))
         return tf.map_fn(lambda args: one(*args), (indices, seeds), fn_output_signature=spec)
+
+    return fetch
+
+
+def resized_bytes(preprocessing):
+    """The bytes of one resized float32 image of `preprocessing`."""
+    side = preprocessing.resize_size
+    return side * side * preprocessing.channels * 4
+
+
+def _held_fetch(load, preprocessing, spec):
+    """A training `fetch` that decodes and resizes each image once: its float32 resized
+    image is kept in a table the first time it is read, and later draws only crop, flip
+    and normalise it. Equal to the uncached fetch, value for value; a file that cannot
+    be read is never kept, so it is flagged on every draw as before."""
+    shape = [preprocessing.resize_size, preprocessing.resize_size, preprocessing.channels]
+    # Lookup tables, not variables: a tf.distribute strategy's scope would mirror a variable.
+    with tf.init_scope():
+        images = tf.lookup.experimental.MutableHashTable(
+            tf.int64, tf.float32, default_value=tf.zeros([np.prod(shape)], tf.float32),
+            name="decoded_images")  # values are vectors: images are held flattened
+        held = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int32, default_value=0,
+                                                       name="decoded_held")  # 1: held
+    resized_spec = (tf.TensorSpec(shape, tf.float32), tf.TensorSpec([], tf.bool))
+
+    def decode(index):
+        image, ok = load(index)
+        return tf.cond(ok, lambda: preprocessing.resized(image),
+                       lambda: tf.zeros(shape, tf.float32)), ok
+
+    def one(args):
+        index, was_held, image = args
+        return tf.cond(was_held, lambda: (image, tf.constant(True)), lambda: decode(index))
+
+    def fetch(indices, seed):
+        was_held = held.lookup(indices) > 0
+        known = tf.reshape(images.lookup(indices), [-1] + shape)
+        resized, ok = tf.map_fn(one, (indices, was_held, known),
+                                fn_output_signature=resized_spec)
+        new = tf.where(ok & ~was_held)[:, 0]
+        keys = tf.gather(indices, new)
+        keep = tf.group(images.insert(keys, tf.reshape(tf.gather(resized, new),
+                                                       [-1, np.prod(shape)])),
+                        held.insert(keys, tf.ones(tf.shape(keys), tf.int32)))
+        with tf.control_dependencies([keep]):
+            if seed is None:
+                x = tf.map_fn(preprocessing.train_from_resized, resized,
+                              fn_output_signature=spec[0])
+            else:
+                seeds = tf.random.experimental.stateless_split(seed, tf.size(indices))
+                x = tf.map_fn(lambda args: preprocessing.train_from_resized(*args),
+                              (resized, seeds), fn_output_signature=spec[0])
+        return x, ok
 
     return fetch
 

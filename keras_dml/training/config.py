@@ -109,6 +109,7 @@ class TrainConfig:
     layer_decay: float = 1.0
     augment_crop: str = None
     mixed_precision: bool = False
+    decoded_cache_mb: int = 1024  # keras_dml.data.sources.DECODED_CACHE_MB (a test checks)
 
     def __post_init__(self):
         if self.test_classes is not None and self.dataset not in OWN_DATASETS:
@@ -132,7 +133,7 @@ class TrainConfig:
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got "
                              f"{self.lr_schedule!r}.")
-        for field in ("memory_size", "memory_warmup"):
+        for field in ("memory_size", "memory_warmup", "decoded_cache_mb"):
             integer_at_least(field, getattr(self, field), 0, strict=True)
         if self.memory_momentum is not None:
             self.memory_momentum = below_one("memory_momentum", self.memory_momentum)

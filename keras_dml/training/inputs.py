@@ -125,6 +125,8 @@ def training_batches(strategy, split, config, preprocessing, map_fn):
     off it NumPy batches of in-memory images (`data.ClassBalancedPyDataset`), or
     tf.data for image files (TensorFlow's decoders, where TensorFlow is installed)."""
     options = {"skip_bad_images": True} if config.skip_bad_images else {}
+    if split.images is None:
+        options["decoded_cache_mb"] = config.decoded_cache_mb
     if strategy is not None:
         return distribute.training_batches(
             strategy, split, config.classes_per_batch, config.samples_per_class,
