@@ -54,10 +54,12 @@ class ShiftedConv2D(keras.layers.Conv2D):
     def _channels_last_view(self):
         """PyTorch, channels-last, and padding PyTorch's kernel does without a padded copy:
         "valid", or "same" at stride 1 with an even span `dilation x (kernel - 1)`."""
-        spans = [d * (k - 1) for k, d in zip(self.kernel_size, self.dilation_rate)]
-        return (backend.name() == "torch" and self.data_format == "channels_last"
-                and (self.padding == "valid" or (self.padding == "same" and set(self.strides)
-                                                 == {1} and all(s % 2 == 0 for s in spans))))
+        if backend.name() != "torch" or self.data_format != "channels_last":
+            return False
+        from keras_dml.backend.torch.layers import torch_pads_like_keras
+
+        return torch_pads_like_keras(self.kernel_size, self.strides, self.dilation_rate,
+                                     self.padding)
 
     def call(self, inputs):
         if not self._channels_last_view():

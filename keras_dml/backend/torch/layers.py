@@ -14,7 +14,17 @@ way, in two passes (Keras' PyTorch path takes E[x^2] - E[x]^2).
 import torch
 import torch.nn.functional as F
 
-__all__ = ["conv_channels_last", "fused_batch_norm", "max_pool_channels_last"]
+__all__ = ["conv_channels_last", "fused_batch_norm", "max_pool_channels_last",
+           "torch_pads_like_keras"]
+
+
+def torch_pads_like_keras(kernel_size, strides, dilation_rate, padding):
+    """Whether `conv_channels_last` computes Keras' convolution for this padding without
+    a padded copy: "valid", or "same" at stride 1 with an even span
+    `dilation x (kernel - 1)` (PyTorch's "same" then pads both sides alike)."""
+    spans = [d * (k - 1) for k, d in zip(kernel_size, dilation_rate)]
+    return padding == "valid" or (padding == "same" and set(strides) == {1}
+                                  and all(s % 2 == 0 for s in spans))
 
 
 def conv_channels_last(inputs, kernel, bias, strides, padding, dilation_rate, groups=1):

@@ -7,6 +7,7 @@ weights (proxies, margins) like any trainable weight of the model.
 import keras
 import torch
 
+from keras_dml.backend.torch.inference import fused_inference
 from keras_dml.backend.trainer import backend_inputs
 
 __all__ = ["all_finite", "inference_function", "train_step"]
@@ -42,11 +43,16 @@ def train_step(model, data):
 
 
 def inference_function(model):
-    """`model(x, training=False)` without recording gradients; TensorFlow tensors (a
-    tf.data stream's batches) are fed as NumPy arrays."""
+    """`model(x, training=False)` without recording gradients, a chain model's
+    convolutions, batch norms, ReLUs and max pooling fused
+    (`keras_dml.backend.torch.inference`); TensorFlow tensors (a tf.data stream's batches)
+    are fed as NumPy arrays."""
+    fused = fused_inference(model)
 
     def embed(x):
         with torch.no_grad():
-            return model(backend_inputs(x), training=False)
+            if fused is None:
+                return model(backend_inputs(x), training=False)
+            return fused(keras.ops.convert_to_tensor(backend_inputs(x)))
 
     return embed
