@@ -4,7 +4,10 @@
 `TiledMaxPooling2D`: Keras' own functions computed by each backend's fastest kernel
 (TensorFlow's fused batch norm; on JAX a max over reshaped tiles, whose gradient
 XLA:CPU computes faster than Keras' pooling gradient), as the training step of these
-small networks spends most of its time in them (benchmarks/README.md).
+small networks spends most of its time in them (benchmarks/README.md). Where a ReLU
+meets a max pooling, they pool first: the same function, values and gradients (ReLU is
+monotone, so the ReLU of a window's max is the max of its ReLUs), on a quarter of the
+pixels.
 
 The Keras Applications families (`FAMILIES`) are built with `include_top=False`
 and without pooling (the `EmbeddingHead` pools the feature map). Each takes raw
@@ -58,20 +61,22 @@ def convnet(input_shape, widths=(32, 64, 128), name="convnet"):
     x = inputs
     size = min(input_shape[0], input_shape[1])
     for stage, width in enumerate(widths):
+        pooled = size > 2 and stage < len(widths) - 1
         for conv in range(2):
             x = ShiftedConv2D(width, 3, padding="same", use_bias=False,
                               name=f"stage{stage}_conv{conv}")(x)
             x = FusedBatchNormalization(name=f"stage{stage}_bn{conv}")(x)
+            if pooled and conv == 1:  # pool, then ReLU: see the module
+                x = TiledMaxPooling2D(name=f"stage{stage}_pool")(x)
+                size //= 2
             x = keras.layers.ReLU(name=f"stage{stage}_relu{conv}")(x)
-        if size > 2 and stage < len(widths) - 1:
-            x = TiledMaxPooling2D(name=f"stage{stage}_pool")(x)
-            size //= 2
     return keras.Model(inputs, x, name=name)
 
 
 def cnn3(input_shape, filters=64, blocks=3, name="cnn3"):
     """The Omniglot protocol's network: `blocks` x (3x3 conv, batch norm, ReLU, 2x2
-    max-pool), flattened (3 x 3 x 64 = 576 features at 28 x 28).
+    max-pool), flattened (3 x 3 x 64 = 576 features at 28 x 28); each block pools
+    before its ReLU, the same function (see the module).
 
     Returns the feature model (put an `EmbeddingHead` on its output; on a vector it
     is a dense layer and the L2 normalisation).
@@ -81,8 +86,8 @@ def cnn3(input_shape, filters=64, blocks=3, name="cnn3"):
     for block in range(blocks):
         x = ShiftedConv2D(filters, 3, padding="same", name=f"conv{block}")(x)
         x = FusedBatchNormalization(name=f"bn{block}")(x)
-        x = keras.layers.ReLU(name=f"relu{block}")(x)
         x = TiledMaxPooling2D(name=f"pool{block}")(x)
+        x = keras.layers.ReLU(name=f"relu{block}")(x)
     return keras.Model(inputs, keras.layers.Flatten(name="flatten")(x), name=name)
 
 

@@ -8,9 +8,9 @@ rewrites are made on the chain of layers, for inference only:
 
 - a `Conv2D` followed by a `BatchNormalization` (moving statistics) is one
   convolution, the normalisation folded into its kernel and bias (`fold`);
-- a ReLU followed by a `MaxPooling2D` is pooling then ReLU, in place: the same
-  values (ReLU is monotone, so the max of the ReLUs is the ReLU of the max) on a
-  quarter of the pixels.
+- a ReLU and a `MaxPooling2D` next to each other, in either order, are pooling
+  then ReLU in place: the same values (ReLU is monotone, so the max of the ReLUs is the
+  ReLU of the max) on a quarter of the pixels.
 
 Every other layer is called as Keras calls it (`training=False`). The weights are read
 at each call, so a pass after more training uses the new weights. The outputs equal
@@ -80,8 +80,9 @@ def _is_max_pool(layer):
 
 def fused_steps(layers):
     """The chain `layers` as steps `(kind, layers)`: "conv" (a convolution and the batch
-    norm folded into it, if one follows), "pool_relu" (a ReLU and the max pooling that
-    follows it, pooled first), or "layer" (one layer, called as Keras calls it)."""
+    norm folded into it, if one follows), "pool_relu" (a ReLU and a max pooling next to
+    it, in either order, pooled first), or "layer" (one layer, called as Keras calls
+    it)."""
     steps, i = [], 0
     while i < len(layers):
         layer, following = layers[i], layers[i + 1] if i + 1 < len(layers) else None
@@ -89,8 +90,10 @@ def fused_steps(layers):
             folded = following is not None and _is_batch_norm(following)
             steps.append(("conv", (layer, following) if folded else (layer,)))
             i += 2 if folded else 1
-        elif _is_relu(layer) and following is not None and _is_max_pool(following):
-            steps.append(("pool_relu", (layer, following)))
+        elif following is not None and ((_is_relu(layer) and _is_max_pool(following))
+                                        or (_is_max_pool(layer) and _is_relu(following))):
+            pool = layer if _is_max_pool(layer) else following
+            steps.append(("pool_relu", (pool,)))
             i += 2
         else:
             steps.append(("layer", (layer,)))
@@ -125,7 +128,7 @@ def _run(steps, x):
             x = conv_channels_last(x, kernel, bias, conv.strides, conv.padding,
                                    conv.dilation_rate, conv.groups)
         elif kind == "pool_relu":
-            pool = layers[1]
+            pool = layers[0]
             x = torch.relu_(max_pool_channels_last(x, pool.pool_size, pool.strides))
         else:
             x = layers[0](x, training=False)
