@@ -77,3 +77,41 @@ def test_overlapping_and_uneven_windows_are_keras_max_pooling(options):
         keras.layers.MaxPooling2D(**options), x)
     np.testing.assert_array_equal(value, expected_value)
     np.testing.assert_allclose(gradient, expected_gradient, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name, shape", [("cnn3", (28, 28, 1)), ("convnet", (16, 16, 3))])
+def test_the_networks_order_relu_and_pooling_for_this_backend(name, shape):
+    """Pooling before ReLU off JAX, ReLU before pooling on JAX: the same function (values
+    and gradients to the input), whichever order this backend builds."""
+    from keras_dml import backbones
+
+    keras.utils.set_random_seed(0)
+    model = backbones.get(name, shape)
+    kinds = [type(layer).__name__ for layer in model.layers]
+    first = kinds.index("TiledMaxPooling2D")
+    expected = ("ReLU", "TiledMaxPooling2D") if keras.backend.backend() == "jax" else (
+        "TiledMaxPooling2D", "ReLU")
+    assert tuple(kinds[first - (expected[0] == "ReLU"):][:2]) == expected
+    layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+
+    def swapped(t):  # the other order, the same layers
+        i = 0
+        while i < len(layers):
+            pair = [type(layer).__name__ for layer in layers[i:i + 2]]
+            if sorted(pair) == ["ReLU", "TiledMaxPooling2D"]:
+                t = layers[i](layers[i + 1](t, training=True), training=True)
+                i += 2
+            else:
+                t = layers[i](t, training=True)
+                i += 1
+        return t
+
+    x = np.random.default_rng(2).normal(size=(4,) + shape).astype("float32")
+    weights = keras.ops.convert_to_tensor(
+        np.random.default_rng(3).normal(size=model.output.shape[1:]), "float32")
+    ours = value_and_gradient(lambda t: (model(t, training=True) * weights, None),
+                              keras.ops.convert_to_tensor(x))
+    other = value_and_gradient(lambda t: (swapped(t) * weights, None),
+                               keras.ops.convert_to_tensor(x))
+    np.testing.assert_array_equal(numpy(ours[0]), numpy(other[0]))
+    np.testing.assert_allclose(numpy(ours[2]), numpy(other[2]), rtol=1e-5, atol=1e-6)

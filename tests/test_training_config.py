@@ -38,6 +38,7 @@ def test_an_applications_backbone_defaults_to_the_papers_fine_tuning():
     (["--augment-crop", "random_resized"],
      "--augment-crop='random_resized' crops image files; omniglot is held in memory"),
     (["--augment-scale", "1"], "--augment-scale must be below 1"),
+    (["--decoded-cache-mb", "-5"], "--decoded-cache-mb must be an integer >= 0, got -5"),
 ])
 def test_bad_fine_tuning_options_are_clear_errors(args, message, tmp_path, capsys):
     try:

@@ -105,7 +105,7 @@ def _add_data_arguments(data):
                       metavar="MB",
                       help="image files: hold each training image decoded and resized after "
                       "its first read when all of them fit in MB MiB (the random crop; "
-                      "float32, 63 KiB an image at the default 64 px), so later epochs "
+                      "float32, 62 KiB an image at the default 64 px), so later epochs "
                       "only crop and flip; 0: decode on every draw (default %(default)s)")
     exceptions = "; ".join(f"{name}: {c} x {k}" for name, (c, k) in BATCH_DESIGNS.items())
     data.add_argument("--classes-per-batch", type=int, default=None,

@@ -92,7 +92,7 @@ def class_balanced_batches(data, classes_per_batch, samples_per_class, *,
             Defaults to False.
         decoded_cache_mb: Image files with `training=True` and the
             `"random"` crop: when all the files' resized float32 images
-            (`resize_size**2 * channels * 4` bytes each: 63 KiB at 73 x 73 x 3)
+            (`resize_size**2 * channels * 4` bytes each: 62 KiB at 73 x 73 x 3)
             fit in this many MiB, each file is read, decoded and resized once,
             on its first draw, and held; later draws only crop, flip and
             normalise it (the same values as decoding again). An unreadable
