@@ -11,7 +11,8 @@ per second of:
   `keras_dml.inference.inference_function`, what `embed`, `index` and `evaluate` run;
 - plain Keras: the same network from Keras' own layers (`training_step.plain_model`'s:
   Conv2D, BatchNormalization, ReLU, MaxPooling2D, Dense), L2-normalised, through the
-  same inference function;
+  same inference function, except on PyTorch: there Keras' own call under `no_grad`
+  (keras_dml's inference function would fuse Keras' layers too);
 - the framework alone, no Keras: on JAX a `jax.jit` of `lax.conv_general_dilated`,
   scale and shift, ReLU, `lax.reduce_window` max and a matmul (NHWC); on PyTorch the
   same layers in `torch.nn` under `no_grad`, on NCHW tensors and on NCHW views of
@@ -117,6 +118,18 @@ def _plain_keras(size, channels):
     return keras.Model(model.input, keras.layers.UnitNormalization()(embedding))
 
 
+def _keras_pass(model):
+    """PyTorch: Keras' own inference call, no gradient recorded (without the fused pass
+    of `keras_dml.backend.torch.inference`)."""
+    import torch
+
+    def forward(x):
+        with torch.no_grad():
+            return model(x, training=False)
+
+    return forward
+
+
 def systems(size):
     """{name: forward(x) -> NumPy embeddings} on the running backend."""
     import keras
@@ -130,8 +143,10 @@ def systems(size):
     embedder, _ = embedder_and_preprocessing("cnn3", size)
     bare = {"jax": _bare_jax, "torch": _bare_torch,
             "tensorflow": _bare_tensorflow}[keras.backend.backend()]
+    plain = _plain_keras(size, 3)
     return {"keras_dml": as_numpy(inference_function(embedder)),
-            "plain Keras": as_numpy(inference_function(_plain_keras(size, 3))),
+            "plain Keras": as_numpy(_keras_pass(plain) if keras.backend.backend() == "torch"
+                                    else inference_function(plain)),
             **bare(*_weights(size, 3))}
 
 

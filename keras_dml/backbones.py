@@ -5,11 +5,9 @@
 (TensorFlow's fused batch norm; on JAX a max over reshaped tiles, whose gradient
 XLA:CPU computes faster than Keras' pooling gradient), as the training step of these
 small networks spends most of its time in them (benchmarks/README.md). Where a ReLU
-meets a max pooling, networks built on TensorFlow and PyTorch pool first: the same
-function, values and gradients (ReLU is monotone, so the ReLU of a window's max is the
-max of its ReLUs), on a quarter of the pixels. On JAX they keep ReLU then pooling,
-whose tiled gradient XLA:CPU fuses with the ReLU (pooling first made JAX's step 1.3x
-slower). A saved model keeps its order on any backend.
+meets a max pooling, they pool first: the same function, values and gradients (ReLU is
+monotone, so the ReLU of a window's max is the max of its ReLUs), on a quarter of the
+pixels.
 
 The Keras Applications families (`FAMILIES`) are built with `include_top=False`
 and without pooling (the `EmbeddingHead` pools the feature map). Each takes raw
@@ -68,27 +66,18 @@ def convnet(input_shape, widths=(32, 64, 128), name="convnet"):
             x = ShiftedConv2D(width, 3, padding="same", use_bias=False,
                               name=f"stage{stage}_conv{conv}")(x)
             x = FusedBatchNormalization(name=f"stage{stage}_bn{conv}")(x)
-            x = _relu_and_pooling(x, f"stage{stage}_relu{conv}",
-                                  f"stage{stage}_pool" if pooled and conv == 1 else None)
+            if pooled and conv == 1:  # pool, then ReLU: see the module
+                x = TiledMaxPooling2D(name=f"stage{stage}_pool")(x)
+            x = keras.layers.ReLU(name=f"stage{stage}_relu{conv}")(x)
         if pooled:
             size //= 2
     return keras.Model(inputs, x, name=name)
 
 
-def _relu_and_pooling(x, relu_name, pool_name=None):
-    """A ReLU, and a 2x2 max pooling if `pool_name` is given, in the order this backend
-    runs faster (see the module)."""
-    relu = keras.layers.ReLU(name=relu_name)
-    if pool_name is None:
-        return relu(x)
-    pool = TiledMaxPooling2D(name=pool_name)
-    return relu(pool(x)) if keras.backend.backend() != "jax" else pool(relu(x))
-
-
 def cnn3(input_shape, filters=64, blocks=3, name="cnn3"):
     """The Omniglot protocol's network: `blocks` x (3x3 conv, batch norm, ReLU, 2x2
-    max-pool), flattened (3 x 3 x 64 = 576 features at 28 x 28); off JAX each block
-    pools before its ReLU, the same function (see the module).
+    max-pool), flattened (3 x 3 x 64 = 576 features at 28 x 28); each block pools
+    before its ReLU, the same function (see the module).
 
     Returns the feature model (put an `EmbeddingHead` on its output; on a vector it
     is a dense layer and the L2 normalisation).
@@ -98,7 +87,8 @@ def cnn3(input_shape, filters=64, blocks=3, name="cnn3"):
     for block in range(blocks):
         x = ShiftedConv2D(filters, 3, padding="same", name=f"conv{block}")(x)
         x = FusedBatchNormalization(name=f"bn{block}")(x)
-        x = _relu_and_pooling(x, f"relu{block}", f"pool{block}")
+        x = TiledMaxPooling2D(name=f"pool{block}")(x)
+        x = keras.layers.ReLU(name=f"relu{block}")(x)
     return keras.Model(inputs, keras.layers.Flatten(name="flatten")(x), name=name)
 
 

@@ -303,7 +303,7 @@ def _relu_then_pool(model, x, training):
 def test_pooling_before_relu_is_the_textbook_network(name, shape):
     keras.utils.set_random_seed(0)
     model = backbones.get(name, shape)
-    kinds = [type(layer).__name__ for layer in model.layers]  # built on TensorFlow: pool first
+    kinds = [type(layer).__name__ for layer in model.layers]
     assert "TiledMaxPooling2D" in kinds and kinds[kinds.index("TiledMaxPooling2D") + 1] == "ReLU"
     x = tf.constant(np.random.default_rng(0).normal(size=(8,) + shape).astype("float32"))
     for training in (False, True):

@@ -80,19 +80,20 @@ def test_overlapping_and_uneven_windows_are_keras_max_pooling(options):
 
 
 @pytest.mark.parametrize("name, shape", [("cnn3", (28, 28, 1)), ("convnet", (16, 16, 3))])
-def test_the_networks_order_relu_and_pooling_for_this_backend(name, shape):
-    """Pooling before ReLU off JAX, ReLU before pooling on JAX: the same function (values
-    and gradients to the input), whichever order this backend builds."""
+def test_the_networks_pool_before_relu_the_same_function(name, shape):
+    """Pooling before ReLU: the same function as ReLU before pooling (values and gradients
+    to the input) on this backend."""
     from keras_dml import backbones
 
     keras.utils.set_random_seed(0)
     model = backbones.get(name, shape)
     kinds = [type(layer).__name__ for layer in model.layers]
     first = kinds.index("TiledMaxPooling2D")
-    expected = ("ReLU", "TiledMaxPooling2D") if keras.backend.backend() == "jax" else (
-        "TiledMaxPooling2D", "ReLU")
-    assert tuple(kinds[first - (expected[0] == "ReLU"):][:2]) == expected
+    assert kinds[first + 1] == "ReLU"
     layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+    for layer in layers:  # moving statistics: no update inside the traced gradient (JAX)
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.trainable = False
 
     def swapped(t):  # the other order, the same layers
         i = 0
