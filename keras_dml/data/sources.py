@@ -4,7 +4,8 @@ The user's value was normalised once by `keras_dml.data.inputs.as_data` at the
 public function's entry; `make_source` takes only that `Data`. A source is
 reduced to integer labels (for the index sampler) and a graph-safe
 `fetch(indices, seed) -> (x, ok)` that builds one batch. Image bytes are never
-held per class; file sources keep only their paths.
+held per class; file sources keep their paths and, for training within
+`decoded_cache_mb`, each image's resized copy once it has been read.
 """
 
 import dataclasses
