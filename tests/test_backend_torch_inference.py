@@ -110,6 +110,16 @@ def test_a_chain_with_nothing_to_fold_takes_keras_pass():
     assert _kinds(model) is None
 
 
+def test_a_convolution_with_lora_takes_keras_pass():
+    keras.utils.set_random_seed(0)
+    model = _randomise_statistics(_keras_chain())
+    model.layers[1].enable_lora(2)
+    assert _kinds(model)[0] == "layer"
+    x = np.random.default_rng(5).normal(size=(2, 20, 20, 3)).astype("float32")
+    np.testing.assert_allclose(_fused_pass(model, x), _keras_pass(model, x), rtol=1e-5,
+                               atol=1e-5)
+
+
 def test_mixed_precision_layers_take_keras_pass(mixed_precision):
     model = _keras_chain()
     assert "conv" not in (_kinds(model) or [])

@@ -57,6 +57,8 @@ def _is_conv(layer):
             and isinstance(layer, keras.layers.Conv2D) and _float32(layer)
             and layer.data_format == "channels_last"
             and layer.activation is keras.activations.linear
+            and not getattr(layer, "lora_enabled", False)  # a kernel that is a sum
+            and getattr(layer, "quantization_mode", None) is None
             and torch_pads_like_keras(layer.kernel_size, layer.strides, layer.dilation_rate,
                                       layer.padding))
 
