@@ -169,12 +169,19 @@ def _encoded_fetch(table, read, preprocessing, training, holds_decoded):
         return transform(image, seed), ok
 
     def fetch(indices, seed):
-        if seed is None:
-            return tf.map_fn(lambda index: one(index, None), indices, fn_output_signature=spec)
-        seeds = tf.random.experimental.stateless_split(seed, tf.size(indices))
-        return tf.map_fn(lambda args: one(*args), (indices, seeds), fn_output_signature=spec)
+        return _per_image(one, indices, seed, spec)
 
     return fetch
+
+
+def _per_image(function, elements, seed, spec):
+    """`function(element, seed)` over the batch `elements`, each with its own stateless
+    seed split from `seed` (None for all when `seed` is None)."""
+    if seed is None:
+        return tf.map_fn(lambda element: function(element, None), elements,
+                         fn_output_signature=spec)
+    seeds = tf.random.experimental.stateless_split(seed, tf.shape(elements)[0])
+    return tf.map_fn(lambda args: function(*args), (elements, seeds), fn_output_signature=spec)
 
 
 def resized_bytes(preprocessing):
@@ -198,10 +205,9 @@ def _held_fetch(load, preprocessing, spec):
                                                        name="decoded_held")  # 1: held
     resized_spec = (tf.TensorSpec(shape, tf.float32), tf.TensorSpec([], tf.bool))
 
-    def decode(index):
+    def decode(index):  # an unreadable file's blank image resizes to zeros
         image, ok = load(index)
-        return tf.cond(ok, lambda: preprocessing.resized(image),
-                       lambda: tf.zeros(shape, tf.float32)), ok
+        return preprocessing.resized(image), ok
 
     def one(args):
         index, was_held, image = args
@@ -218,13 +224,7 @@ def _held_fetch(load, preprocessing, spec):
                                                        [-1, np.prod(shape)])),
                         held.insert(keys, tf.ones(tf.shape(keys), tf.int32)))
         with tf.control_dependencies([keep]):
-            if seed is None:
-                x = tf.map_fn(preprocessing.train_from_resized, resized,
-                              fn_output_signature=spec[0])
-            else:
-                seeds = tf.random.experimental.stateless_split(seed, tf.size(indices))
-                x = tf.map_fn(lambda args: preprocessing.train_from_resized(*args),
-                              (resized, seeds), fn_output_signature=spec[0])
+            x = _per_image(preprocessing.train_from_resized, resized, seed, spec[0])
         return x, ok
 
     return fetch
