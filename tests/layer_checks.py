@@ -1,6 +1,7 @@
 """Backend-neutral helpers of the layer tests (`test_batch_norm.py`, `test_convolution.py`,
-`test_pooling.py`): a keras_dml layer beside the Keras layer it re-computes, with the same
-weights, differentiated by the running backend's autodiff. NumPy in, NumPy out."""
+`test_pooling.py`, `test_backbones.py`): a keras_dml layer beside the Keras layer it
+re-computes, with the same weights, differentiated by the running backend's autodiff.
+NumPy in, NumPy out."""
 
 import keras
 import numpy as np
@@ -61,3 +62,20 @@ def assert_saves_and_loads(layer, input_shape, tmp_path):
     assert isinstance(loaded.get_layer(layer.name), type(layer))
     x = np.random.default_rng(2).normal(size=(2,) + tuple(input_shape)).astype("float32")
     np.testing.assert_array_equal(numpy(loaded(x)), numpy(model(x)))
+
+
+def relu_then_pool(model, x, training):
+    """`model`'s layers applied in order, except that each max pooling followed by a ReLU
+    runs after it (the textbook order: conv, batch norm, ReLU, pool)."""
+    layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+    i = 0
+    while i < len(layers):
+        layer = layers[i]
+        if (isinstance(layer, keras.layers.MaxPooling2D) and i + 1 < len(layers)
+                and isinstance(layers[i + 1], keras.layers.ReLU)):
+            x = layer(layers[i + 1](x, training=training), training=training)
+            i += 2
+        else:
+            x = layer(x, training=training)
+            i += 1
+    return x

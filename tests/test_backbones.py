@@ -14,6 +14,7 @@ from keras_dml import backbones
 from keras_dml.training import config as training_config
 from keras_dml.layers import BackbonePreprocessing, EmbeddingHead
 from keras_dml.models import DMLModel
+from layer_checks import relu_then_pool
 
 SLOW_FAMILIES = [name for name in backbones.FAMILIES if name != "MobileNetV3Small"]
 
@@ -281,23 +282,6 @@ def test_zero_shot_evaluate_index_and_search_with_imagenet_weights_from_the_cach
     assert os.path.join("owl", "1.png") in found and "score 1.0000" in found
 
 
-def _relu_then_pool(model, x, training):
-    """`model`'s layers applied in order, except that each max pooling followed by a ReLU
-    runs after it (the textbook order: conv, batch norm, ReLU, pool)."""
-    layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
-    i = 0
-    while i < len(layers):
-        layer = layers[i]
-        if (isinstance(layer, keras.layers.MaxPooling2D) and i + 1 < len(layers)
-                and isinstance(layers[i + 1], keras.layers.ReLU)):
-            x = layer(layers[i + 1](x), training=training)
-            i += 2
-        else:
-            x = layer(x, training=training)
-            i += 1
-    return x
-
-
 @pytest.mark.parametrize("name, shape", [("cnn3", (28, 28, 1)), ("cnn3", (16, 16, 3)),
                                          ("convnet", (16, 16, 3))])
 def test_pooling_before_relu_is_the_textbook_network(name, shape):
@@ -309,7 +293,7 @@ def test_pooling_before_relu_is_the_textbook_network(name, shape):
     for training in (False, True):
         with tf.GradientTape(persistent=True) as tape:
             tape.watch(x)
-            ours, textbook = model(x, training=training), _relu_then_pool(model, x, training)
+            ours, textbook = model(x, training=training), relu_then_pool(model, x, training)
             ours_sum, textbook_sum = tf.reduce_sum(ours ** 2), tf.reduce_sum(textbook ** 2)
         np.testing.assert_array_equal(ours.numpy(), textbook.numpy())
         for ours_grad, textbook_grad in zip(

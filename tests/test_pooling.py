@@ -8,7 +8,7 @@ import pytest
 
 from keras_dml.backend.gradients import value_and_gradient
 from keras_dml.layers.pooling import TiledMaxPooling2D
-from layer_checks import assert_saves_and_loads, numpy
+from layer_checks import assert_saves_and_loads, numpy, relu_then_pool
 
 
 def _value_and_gradient(layer, x):
@@ -95,24 +95,12 @@ def test_the_networks_pool_before_relu_the_same_function(name, shape):
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.trainable = False
 
-    def swapped(t):  # the other order, the same layers
-        i = 0
-        while i < len(layers):
-            pair = [type(layer).__name__ for layer in layers[i:i + 2]]
-            if sorted(pair) == ["ReLU", "TiledMaxPooling2D"]:
-                t = layers[i](layers[i + 1](t, training=True), training=True)
-                i += 2
-            else:
-                t = layers[i](t, training=True)
-                i += 1
-        return t
-
     x = np.random.default_rng(2).normal(size=(4,) + shape).astype("float32")
     weights = keras.ops.convert_to_tensor(
         np.random.default_rng(3).normal(size=model.output.shape[1:]), "float32")
     ours = value_and_gradient(lambda t: (model(t, training=True) * weights, None),
                               keras.ops.convert_to_tensor(x))
-    other = value_and_gradient(lambda t: (swapped(t) * weights, None),
+    other = value_and_gradient(lambda t: (relu_then_pool(model, t, True) * weights, None),
                                keras.ops.convert_to_tensor(x))
     np.testing.assert_array_equal(numpy(ours[0]), numpy(other[0]))
     np.testing.assert_allclose(numpy(ours[2]), numpy(other[2]), rtol=1e-5, atol=1e-6)
