@@ -50,6 +50,19 @@ def test_help_does_not_import_tensorflow(args, tmp_path):
             assert option in text
 
 
+def test_every_command_has_help():
+    """Each subcommand's `--help` formats (argparse expands `%` in help texts)."""
+    import argparse
+
+    from keras_dml.cli.parser import build_parser
+
+    commands = next(action for action in build_parser()._actions
+                    if isinstance(action, argparse._SubParsersAction))
+    assert len(commands.choices) >= 10
+    for name, command_parser in commands.choices.items():
+        assert command_parser.format_help().startswith("usage:"), name
+
+
 def test_listed_names_are_the_registry():
     """`--help` lists names without TensorFlow: the static lists must stay the registry's."""
     import keras_dml

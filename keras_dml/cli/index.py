@@ -67,7 +67,7 @@ def _add_sync_arguments(parser):
                        type=_max_removals,
                        help="the most items --update may remove: a count, or a percentage "
                        "of the items (rounded up); more is refused and nothing changes "
-                       f"(default {MAX_REMOVALS}; 100%% allows any)")
+                       f"(default {MAX_REMOVALS.replace('%', '%%')}; 100%% allows any)")
     group.add_argument("--move-root", action="store_true",
                        help="the catalogue folder moved: record the new folder as the "
                        "collection's root (the ids, paths relative to it, are kept; refused "
