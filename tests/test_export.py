@@ -30,6 +30,10 @@ from keras_dml.models import DMLModel
 
 from conftest import SHARED_DATASETS, require_shared_datasets
 
+#: TensorFlow's `saved_model_cli`, run by this interpreter: found without PATH (a virtual
+#: environment used by its python's full path is not activated).
+SAVED_MODEL_CLI = (sys.executable, "-m", "tensorflow.python.tools.saved_model_cli")
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EMULATOR = ROOT / "tests" / "reference_export.py"
 README = ROOT / "savedmodels" / "README.md"
@@ -261,7 +265,7 @@ def served(model, encoded, tmp_path_factory):
     jobs_path.write_text(json.dumps(jobs))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     # saved_model_cli runs alongside the emulator: each process pays for importing TF.
-    cli = {name: subprocess.Popen(["saved_model_cli", "show", "--dir", str(path), "--all"],
+    cli = {name: subprocess.Popen([*SAVED_MODEL_CLI, "show", "--dir", str(path), "--all"],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                   env=env)
            for name, path in (("embedder", emb_bytes), ("retriever", retriever),
