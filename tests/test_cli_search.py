@@ -369,3 +369,21 @@ def test_json_and_csv_writers_on_a_result():
         "q.png  match: 1 (one)",
         "   1. a.png  label 1 (one)    score 0.9500  rerank -0.3000  price=3",
         "   2. id 2         label 0 (zero)   score 0.5000  rerank -0.5000"]
+
+
+def test_text_output_names_an_item_by_its_text_id():
+    """Ids from a CSV column (`--id-column sku`) name the item; its path stays shown as a
+    field. Ids that are the paths print once."""
+    from keras_dml.cli.search_output import make_output
+    from keras_dml.index.results import SearchResult
+
+    result = SearchResult(np.array([["C-0", "cat/1.png"]], dtype=object),
+                          np.array([[0.9, 0.8]], "float32"), np.array([["cat", "cat"]]),
+                          [[{"path": "cat/0.png", "sku": "C-0"}, {"path": "cat/1.png"}]])
+    about = {"threshold": None, "rerank": None}
+    stream = io.StringIO()
+    make_output("text", about, None, stream).write(["q.png"], result)
+    assert stream.getvalue().splitlines() == [
+        "q.png",
+        '   1. C-0  label cat        score 0.9000  path="cat/0.png" sku="C-0"',
+        "   2. cat/1.png  label cat        score 0.8000"]

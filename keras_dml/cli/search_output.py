@@ -81,7 +81,7 @@ class TextOutput(_Output):
         for item in items:
             rerank = "" if item["rerank_score"] is None else f"  rerank {item['rerank_score']:.4f}"
             print(f"  {item['rank']:>2}. {_name(item)}  label {self._label(item):<10} score "
-                  f"{item['similarity']:.4f}{rerank}{_fields(item['metadata'])}", file=self.stream)
+                  f"{item['similarity']:.4f}{rerank}{_fields(item)}", file=self.stream)
 
     @staticmethod
     def _label(item):
@@ -154,19 +154,27 @@ def _blank(value):
 
 
 def _name(item):
-    """An item as text: its image path (the metadata's `path`, or the metadata
-    itself when it is a string), else its id."""
-    metadata = item["metadata"]
+    """An item as text: its id where the id is text (a relative path, or a CSV column's
+    value such as a SKU), else its image path (the metadata's `path`, or the metadata
+    itself when it is a string), else `id N`."""
+    if isinstance(item["id"], str):
+        return item["id"]
+    path = _path(item["metadata"])
+    return f"id {item['id']!s:<8}" if path is None else path
+
+
+def _path(metadata):
+    """The image path an item's metadata holds, or None."""
     if isinstance(metadata, dict) and isinstance(metadata.get("path"), str):
         return metadata["path"]
-    if isinstance(metadata, str):
-        return metadata
-    return f"id {item['id']!s:<8}"
+    return metadata if isinstance(metadata, str) else None
 
 
-def _fields(metadata):
-    """`  key=value ...` of dict metadata besides its path."""
+def _fields(item):
+    """`  key=value ...` of dict metadata, less the path where the item's name shows it."""
+    metadata = item["metadata"]
     if not isinstance(metadata, dict):
         return ""
-    shown = [f"{key}={json.dumps(value)}" for key, value in metadata.items() if key != "path"]
+    shown = [f"{key}={json.dumps(value)}" for key, value in metadata.items()
+             if key != "path" or value != _name(item)]
     return "  " + " ".join(shown) if shown else ""
