@@ -141,12 +141,13 @@ def main_job_step(loss="InstanceCrossEntropy", steps=20, seed=0, limit=None):
     the command's stream off TensorFlow; the first `limit` images). The data feeding and
     `fit`'s own start are in the figure, the first call's compilation is not."""
     from keras_dml import datasets, training
+    from keras_dml.training import inputs as training_inputs
     from keras_dml.training.config import TrainConfig
 
     config = TrainConfig(seed=seed)
     train = datasets.load("omniglot").train
     images, labels = train.images[:limit], train.labels[:limit]
-    input_shape, _ = training._input_spec(train, config.image_size)
+    input_shape, _ = training_inputs.input_spec(train, config.image_size)
     stream = keras_dml.data.ClassBalancedPyDataset(
         images, labels, config.classes_per_batch, config.samples_per_class, seed=seed,
         map_fn=training.array_transform(train, input_shape))

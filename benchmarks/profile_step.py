@@ -47,6 +47,7 @@ import keras
 
 from benchmarks.__main__ import cpu_model, write_json
 from keras_dml import data, datasets, training
+from keras_dml.training import inputs as training_inputs
 from keras_dml.training.config import TrainConfig
 
 PARTS = ("convolution", "batch norm", "relu", "pooling", "head", "loss", "optimizer",
@@ -108,8 +109,8 @@ def main_job(before=False, seed=0):
     """(model, stream): the main job's compiled `DMLModel` and its training stream."""
     config = TrainConfig(seed=seed)
     train = datasets.load("omniglot").train
-    input_shape, _ = training._input_spec(train, config.image_size)
-    map_fn = training._augmented(training.array_transform(train, input_shape), config,
+    input_shape, _ = training_inputs.input_spec(train, config.image_size)
+    map_fn = training_inputs.augmented(training.array_transform(train, input_shape), config,
                                  input_shape)
     stream = data.ClassBalancedPyDataset(
         train.images, train.labels, config.classes_per_batch, config.samples_per_class,

@@ -35,6 +35,7 @@ import keras
 
 from benchmarks.__main__ import cpu_model, write_json
 from keras_dml import data, datasets, training
+from keras_dml.training import inputs as training_inputs
 from keras_dml.training.config import TrainConfig
 
 
@@ -102,7 +103,7 @@ def measure(steps=30, rounds=5, before=False, seed=0):
     """Per-round seconds per step of every system, and their ratios to `plain`."""
     config = TrainConfig(seed=seed)
     train = datasets.load("omniglot").train
-    input_shape, _ = training._input_spec(train, config.image_size)
+    input_shape, _ = training_inputs.input_spec(train, config.image_size)
     stream = data.ClassBalancedPyDataset(
         train.images, train.labels, config.classes_per_batch, config.samples_per_class,
         seed=seed, map_fn=training.array_transform(train, input_shape))

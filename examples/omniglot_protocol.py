@@ -189,7 +189,8 @@ def run_protocol(loss, steps=2000, seed=0, classes_per_batch=32, samples_per_cla
 
     from keras_dml.data.options import steady
     from keras_dml.evaluation import embed_dataset
-    from keras_dml.training import adam, augmentation, learning_rate_schedule
+    from keras_dml.training import augmentation, learning_rate_schedule
+    from keras_dml.training.model import adam
 
     x_train, y_train, x_test, y_test = load_data(data_dir)
     if rotated_classes:

@@ -91,7 +91,9 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self) if fullname in _MOVED else None
 
     def create_module(self, spec):
-        warnings.warn(f"{spec.name} is {_MOVED[spec.name]} now: import it from there.",
+        from keras_dml.hyperparameters import deprecation
+
+        warnings.warn(deprecation(spec.name, f"import {_MOVED[spec.name]}"),
                       DeprecationWarning, stacklevel=2)
         module = importlib.import_module(_MOVED[spec.name])
         self._own_specs[module.__name__] = module.__spec__

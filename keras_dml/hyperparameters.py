@@ -81,6 +81,17 @@ def one_of(name, value, choices):
     return value
 
 
+#: The release that removes every name deprecated in 0.2: former keywords, former module
+#: paths and the former names of `keras_dml.training` (CHANGELOG.md lists them).
+#: tests/test_compatibility.py fails once `keras_dml.__version__` reaches it.
+REMOVED_IN = "0.3"
+
+
+def deprecation(what, instead):
+    """The one wording of a deprecation: `WHAT is deprecated and removed in 0.3: INSTEAD.`"""
+    return f"{what} is deprecated and removed in {REMOVED_IN}: {instead}."
+
+
 def renamed(old_name, old_value, new_name, new_value, default=None):
     """`new_value`, or `old_value` given under the deprecated `old_name` (with a
     DeprecationWarning); `default` when neither is given."""
@@ -91,7 +102,7 @@ def renamed(old_name, old_value, new_name, new_value, default=None):
         raise ValueError(f"Give {new_name}= only ({old_name}= is its deprecated name), "
                          f"got {new_name}={new_value!r} and {old_name}={old_value!r}.")
     shown = repr(old_value) if isinstance(old_value, (str, numbers.Number)) else ""
-    warnings.warn(f"{old_name}= is deprecated: use {new_name}={shown}.",
+    warnings.warn(deprecation(f"{old_name}=", f"use {new_name}={shown}"),
                   DeprecationWarning, stacklevel=3)
     return old_value
 

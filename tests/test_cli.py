@@ -176,7 +176,7 @@ def test_overwrite_replaces_the_run_folder(tmp_path, capsys):
 
 
 def test_default_run_names_never_collide(tmp_path):
-    from keras_dml.training import run_directory
+    from keras_dml.training.run_folder import run_directory
     from keras_dml.training.config import TrainConfig
 
     config = TrainConfig(runs_dir=str(tmp_path))

@@ -56,7 +56,7 @@ CALLS = {
 def test_old_keyword_warns_and_gives_what_data_gives(name):
     old, call = CALLS[name]
     expected = call("data", (X, Y))
-    with pytest.deprecated_call(match=f"{old}= is deprecated: use data="):
+    with pytest.deprecated_call(match=f"{old}= is deprecated and removed in 0.3: use data="):
         got = call(old, (X, Y))
     for want, have in zip(expected, got, strict=True):
         for a, b in zip(want, have, strict=True):
@@ -92,7 +92,7 @@ def test_verify_images_takes_source_as_a_deprecated_name(tmp_path):
     files = ([str(good), str(bad)], np.array([0, 1]))
     with pytest.warns(UserWarning, match="1 of 2 images cannot be decoded"):
         expected = data.verify_images(data=files)
-    with pytest.deprecated_call(match="source= is deprecated: use data="):
+    with pytest.deprecated_call(match="source= is deprecated and removed in 0.3: use data="):
         with pytest.warns(UserWarning, match="1 of 2 images cannot be decoded"):
             got = data.verify_images(source=files)
     assert got[0] == expected[0] == [str(good)]
@@ -105,7 +105,7 @@ def test_stream_position_takes_dataset_as_a_deprecated_name():
     stream = data.class_balanced_batches((X, Y), 2, 2, seed=0)
     position = data.stream_position(data=stream)
     assert position is not None and position.seed == 0
-    with pytest.deprecated_call(match="dataset= is deprecated: use data="):
+    with pytest.deprecated_call(match="dataset= is deprecated and removed in 0.3: use data="):
         assert data.stream_position(dataset=stream) is position
     with pytest.raises(ValueError, match="Give data= only"):
         data.stream_position(data=stream, dataset=tf.data.Dataset.range(2))

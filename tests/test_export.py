@@ -789,8 +789,8 @@ def test_retriever_and_gallery_take_the_deprecated_reference_keywords(tmp_path):
         old = _retrieve(tmp_path / "old", reference_embeddings=embeddings,
                         reference_labels=labels, k=2)
     assert renamed(caught) == [
-        "reference_embeddings= is deprecated: use gallery_embeddings=.",
-        "reference_labels= is deprecated: use gallery_labels=."]
+        "reference_embeddings= is deprecated and removed in 0.3: use gallery_embeddings=.",
+        "reference_labels= is deprecated and removed in 0.3: use gallery_labels=."]
     new = _retrieve(tmp_path / "new", gallery_embeddings=embeddings, gallery_labels=labels, k=2)
     query = tf.constant(np.random.default_rng(1).random((3, 4, 4, 3)), tf.float32)
     answers = [tf.saved_model.load(path).signatures["serving_default"](images=query)
@@ -805,7 +805,7 @@ def test_retriever_and_gallery_take_the_deprecated_reference_keywords(tmp_path):
         export.export_gallery(tmp_path / "no-such-export", tmp_path / "g",
                               reference_embeddings=embeddings, reference_labels=labels)
     assert len(renamed(caught)) == 2
-    with pytest.warns(DeprecationWarning, match="reference= is deprecated: use gallery="), \
+    with pytest.warns(DeprecationWarning, match="reference= is deprecated and removed in 0.3"), \
             pytest.raises(ValueError, match="Expected a .keras model file"):
         export.export_from_keras_file(tmp_path / "run.h5", tmp_path / "x", kind="retriever",
                                       reference={"gallery_embeddings": embeddings})

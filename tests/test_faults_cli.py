@@ -69,7 +69,7 @@ def test_skip_bad_images_on_the_command_line(tmp_path, capfd):
 
 
 def test_resume_drops_history_rows_of_epochs_not_backed_up(tmp_path):
-    from keras_dml.training import _drop_history_after
+    from keras_dml.training.run_folder import drop_history_after as _drop_history_after
 
     path = tmp_path / "history.csv"
     path.write_text("epoch,loss\n0,1.5\n1,1.2\n2,1.1\n")

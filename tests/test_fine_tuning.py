@@ -4,7 +4,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_dml import backbones, losses, training
+from keras_dml import backbones, losses
+from keras_dml.training import model as training_model
 from keras_dml.callbacks import fine_tuning
 from keras_dml.layers import EmbeddingHead
 from keras_dml.models import DMLModel
@@ -44,7 +45,7 @@ def test_frozen_batch_norm_keeps_its_statistics_and_scale(name, shape):
         model = _model(name, shape, freeze=freeze)
         stats = _moving_statistics(model)
         gammas = {id(v) for v in model.weights if v.path.endswith("gamma")}
-        trained = {id(v) for v in training.backbone_variables(model)}
+        trained = {id(v) for v in training_model.backbone_variables(model)}
         assert bool(gammas & trained) != freeze
         x, y = _batches(shape, steps=1)
         model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
@@ -54,7 +55,7 @@ def test_frozen_batch_norm_keeps_its_statistics_and_scale(name, shape):
 
 def test_head_warmup_keeps_the_backbone_for_n_steps_then_trains_it():
     model = _model()
-    backbone = training.backbone_variables(model)
+    backbone = training_model.backbone_variables(model)
     head = model.get_layer("embedding").trainable_weights
     assert backbone and not {id(v) for v in backbone} & {id(v) for v in head}
     before, head_before = _values(backbone), _values(head)
@@ -73,7 +74,7 @@ def test_backbone_multiplier_scales_the_backbone_step(optimizer):
         opt = (keras.optimizers.SGD(0.1, momentum=0.9) if optimizer == "sgd"
                else keras.optimizers.AdamW(1e-2, weight_decay=0.1))
         model = _model(optimizer=opt)
-        variables = training.backbone_variables(model)
+        variables = training_model.backbone_variables(model)
         before = _values(variables)
         head_before = _values(model.get_layer("embedding").trainable_weights)
         x, y = _batches(steps=1)
@@ -102,7 +103,7 @@ def test_step_scale_checks_its_arguments():
 def test_backbone_variables_leave_out_the_head_and_the_proxies():
     model = _model()
     model.compile("adam", loss=losses.ProxyAnchor(num_classes=4))
-    backbone = {id(v) for v in training.backbone_variables(model)}
+    backbone = {id(v) for v in training_model.backbone_variables(model)}
     assert not backbone & {id(v) for v in model.loss_layer.weights}
     assert not backbone & {id(v) for v in model.get_layer("embedding").weights}
     assert backbone == {id(v) for v in model.trainable_weights

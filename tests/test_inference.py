@@ -230,7 +230,7 @@ def test_old_keywords_and_functions_warn_and_still_work(files):
 
     model = _model()
     good = [files[i] for i in (0, 1, 3)]
-    with pytest.warns(DeprecationWarning, match="dataset= is deprecated: use data="):
+    with pytest.warns(DeprecationWarning, match="dataset= is deprecated and removed in 0.3"):
         index = Index.from_model(embedder=model, dataset=(good, [0, 1, 1]), verbose=0)
     assert len(index) == 3 and index.metadata == good
     with pytest.raises(TypeError):
@@ -247,7 +247,7 @@ def test_old_keywords_and_functions_warn_and_still_work(files):
     assert embeddings.shape == (3, 4) and labels.tolist() == ["a", "b", "b"] and paths == good
     from keras_dml.index.catalogue import embed_files
 
-    with pytest.warns(DeprecationWarning, match="embedder= is deprecated: use model="):
+    with pytest.warns(DeprecationWarning, match="embedder= is deprecated and removed in 0.3"):
         shape = embed_files(embedder=model, paths=good, preprocessing=PREPARED,
                             progress=False).shape
     assert shape == (3, 4)

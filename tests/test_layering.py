@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -273,7 +274,8 @@ def test_a_former_module_path_imports_the_module_with_a_deprecation_warning(
     if new.startswith("keras_dml.backend.tensorflow."):
         pytest.importorskip("tensorflow", reason="TensorFlow's own modules")
     monkeypatch.delitem(sys.modules, old, raising=False)
-    with pytest.warns(DeprecationWarning, match=re.escape(f"{old} is {new} now")):
+    with pytest.warns(DeprecationWarning, match=re.escape(
+            f"{old} is deprecated and removed in 0.3: import {new}")):
         module = importlib.import_module(old)
     assert module is importlib.import_module(new)
     assert module.__spec__.name == new  # its own spec, not the former path's
@@ -291,6 +293,7 @@ def test_names_of_the_former_modules_keep_working_from_their_packages():
     from keras_dml.models.dml_model import NONFINITE_MESSAGE, DMLModel, StopOnNonFinite
     from keras_dml.training.evaluation import KS, RunEvaluation
     from keras_dml.training.job import run
+    from keras_dml.training import run_folder
     from keras_dml.training.run_folder import SUMMARY, failure_kept_or_removed
 
     assert layers.EmbeddingHead is EmbeddingHead
@@ -299,9 +302,14 @@ def test_names_of_the_former_modules_keep_working_from_their_packages():
     assert callbacks.StopOnNonFinite is models.StopOnNonFinite is StopOnNonFinite
     assert callbacks.TrainingBackup is TrainingBackup
     assert callbacks.BackboneStepScale is BackboneStepScale
-    assert training.run is run and training.KS == KS and training.SUMMARY == SUMMARY
-    assert training.RunEvaluation is RunEvaluation
-    assert training._failure_kept_or_removed is failure_kept_or_removed
+    assert training.run is run
+    with pytest.deprecated_call(match="0.3: import it from keras_dml.training.evaluation"):
+        assert training.KS == KS and training.RunEvaluation is RunEvaluation
+    with pytest.deprecated_call():
+        assert training.SUMMARY == SUMMARY
+    assert run_folder.failure_kept_or_removed is failure_kept_or_removed
+    with pytest.raises(AttributeError):  # the private former names went in 0.2
+        training._failure_kept_or_removed  # noqa: B018
     assert set(training.__all__) <= set(dir(training))
     former = ["KS", "SUMMARY", "CLASS_NAMES", "FAILED", "Clock", "RunEvaluation", "TrainConfig",
               "ConsoleReport", "run", "run_directory", "load_run_config", "apply_run_defaults",
@@ -310,9 +318,10 @@ def test_names_of_the_former_modules_keep_working_from_their_packages():
               "evaluation_splits", "write_plots", "metrics_row", "metrics_table",
               "check_meaningful", "chance_recall", "run_verdict", "TSNE_POINTS",
               "TSNE_ITERATIONS", "TSNE_THREADS", "FILE_IMAGE_SIZE", "LR_SCHEDULES",
-              "OWN_DATASETS", "own_files_options", "_input_spec", "_augmented",
-              "_dtype_policy", "_warm_start_head"]
-    assert all(getattr(training, name) is not None for name in former)
+              "OWN_DATASETS", "own_files_options"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert all(getattr(training, name) is not None for name in former)
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         training.nothing  # noqa: B018
 

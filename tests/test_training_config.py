@@ -52,7 +52,7 @@ def test_bad_fine_tuning_options_are_clear_errors(args, message, tmp_path, capsy
 
 
 def test_resized_crop_and_raw_pixels_for_an_applications_backbone():
-    from keras_dml.training import _input_spec
+    from keras_dml.training.inputs import input_spec as _input_spec
 
     class Files:  # a split of image files
         images = None
@@ -68,9 +68,10 @@ def test_mixed_precision_builds_float16_layers_and_restores_the_policy():
     import keras
 
     from keras_dml import training
+    from keras_dml.training import model as training_model
 
     config = TrainConfig(backbone="MobileNetV3Small", weights="none", mixed_precision=True)
-    with training._dtype_policy(config.mixed_precision):
+    with training_model.dtype_policy(config.mixed_precision):
         model = training.build_model(config, (32, 32, 3))
     assert keras.config.dtype_policy().name == "float32"
     assert model.get_layer("MobileNetV3Small").dtype_policy.name == "mixed_float16"

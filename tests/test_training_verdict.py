@@ -8,6 +8,10 @@ import numpy as np
 import pytest
 
 from keras_dml import training
+from keras_dml.training import evaluation as training_evaluation
+from keras_dml.training import run_folder as training_run_folder
+from keras_dml.training import verdict as training_verdict
+from keras_dml.training.run_folder import failure_kept_or_removed as kept_or_removed
 from keras_dml.evaluation.collapse import collapse_warning
 from keras_dml.training.config import TrainConfig
 
@@ -18,10 +22,11 @@ def _split(labels):
 
 
 def test_chance_recall_is_the_share_of_same_class_neighbours():
-    assert training.chance_recall(_split(np.repeat(np.arange(30), 10))) == pytest.approx(
+    assert training_verdict.chance_recall(_split(np.repeat(np.arange(30), 10))) == pytest.approx(
         9 / 299)
     gallery = _split([0, 0, 1, 1, 1, 2])
-    assert training.chance_recall(_split([0, 1]), gallery) == pytest.approx((2 / 6 + 3 / 6) / 2)
+    expected = (2 / 6 + 3 / 6) / 2
+    assert training_verdict.chance_recall(_split([0, 1]), gallery) == pytest.approx(expected)
 
 
 def test_verdict_names_a_final_recall_at_chance_or_below_its_start():
@@ -64,21 +69,21 @@ def test_a_collapse_seen_by_a_run_names_the_train_flags():
     message = collapse_warning(np.ones((10, 4)), TRAIN_CAUSES)
     assert "--weights imagenet" in message and "--learning-rate" in message
     assert "normalization='none'" not in message
-    assert training.RunEvaluation.collapse_causes is not TRAIN_CAUSES  # set per instance
+    assert training_evaluation.RunEvaluation.collapse_causes is not TRAIN_CAUSES  # set per instance
 
 
 def test_a_failed_run_folder_is_removed_or_marked_when_it_holds_a_backup(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.json").write_text("{}")
-    with pytest.raises(RuntimeError), training._failure_kept_or_removed(str(run_dir), False):
+    with pytest.raises(RuntimeError), kept_or_removed(str(run_dir), False):
         raise RuntimeError("bad image")
     assert not run_dir.exists()  # nothing to resume: no half-made folder
     (run_dir / "backup" / "epoch-00001").mkdir(parents=True)
-    with pytest.raises(RuntimeError), training._failure_kept_or_removed(str(run_dir), False):
+    with pytest.raises(RuntimeError), kept_or_removed(str(run_dir), False):
         raise RuntimeError("bad image")
-    failed = json.loads((run_dir / training.FAILED).read_text())
+    failed = json.loads((run_dir / training_run_folder.FAILED).read_text())
     assert failed["error"] == "RuntimeError: bad image" and "--resume" in failed["resume"]
-    with training._failure_kept_or_removed(str(run_dir), True):  # a resume that succeeds
+    with kept_or_removed(str(run_dir), True):  # a resume that succeeds
         pass
-    assert not os.path.exists(run_dir / training.FAILED)
+    assert not os.path.exists(run_dir / training_run_folder.FAILED)

@@ -57,7 +57,9 @@ def recorded_preprocessing(model, data, preprocessing=None):
 
 
 def _deprecated(old, new):
-    warnings.warn(f"keras_dml.index.embedding.{old} is deprecated: use {new}.",
+    from keras_dml.hyperparameters import deprecation
+
+    warnings.warn(deprecation(f"keras_dml.index.embedding.{old}", f"use {new}"),
                   DeprecationWarning, stacklevel=3)
 
 

@@ -248,7 +248,9 @@ def embedded_chunks(run, paths, chunk_size, batch_size=64):
     `(embeddings, kept paths, problems)` with one "PATH (reason)" per skipped file."""
     import warnings
 
-    warnings.warn("keras_dml.index.runs.embedded_chunks is deprecated: use embed_chunks.",
+    from keras_dml.hyperparameters import deprecation
+
+    warnings.warn(deprecation("keras_dml.index.runs.embedded_chunks", "use embed_chunks"),
                   DeprecationWarning, stacklevel=2)
     for chunk in embed_chunks(run, paths, chunk_size, batch_size, skip_bad_images=True):
         yield chunk.embeddings, chunk.paths, [f"{path} ({why})" for path, why in chunk.skipped]

@@ -67,9 +67,9 @@ class MultiSimilarity(PairLoss):
         self.beta = _hyper.positive("beta", beta)
         self.base = _hyper.finite("base", base)
         if mining is not None or epsilon is not None:
-            warnings.warn("MultiSimilarity(mining=, epsilon=) are deprecated: pass miner=None "
-                          "or miner=MultiSimilarityMiner(epsilon).", DeprecationWarning,
-                          stacklevel=2)
+            warnings.warn(_hyper.deprecation("MultiSimilarity(mining=, epsilon=)", "pass "
+                                             "miner=None or miner=MultiSimilarityMiner(epsilon)"),
+                          DeprecationWarning, stacklevel=2)
             miner = None if mining is False else (
                 MultiSimilarityMiner(0.1 if epsilon is None else epsilon)
                 if miner == "MultiSimilarityMiner" else miner)

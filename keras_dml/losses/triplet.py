@@ -219,9 +219,9 @@ class Triplet(PairLoss):
         miner = mining_lib.get(miner)
         if mining is not None:
             _hyper.one_of("mining", mining, _MINING)
-            warnings.warn(f"Triplet(mining={mining!r}) is deprecated: pass miner="
-                          f"{'None' if mining == 'all' else TRIPLET_MINERS[mining].__name__}.",
-                          DeprecationWarning, stacklevel=2)
+            instead = "None" if mining == "all" else TRIPLET_MINERS[mining].__name__
+            message = _hyper.deprecation(f"Triplet(mining={mining!r})", f"pass miner={instead}")
+            warnings.warn(message, DeprecationWarning, stacklevel=2)
             if isinstance(miner, TripletMiner) and mining != "all":
                 raise ValueError(
                     f"Give either mining={mining!r} or a triplet miner ({miner!r}), not both.")

@@ -10,11 +10,13 @@ projector files), `distribute` (`tf.distribute` strategies and multi-worker back
 `recipes` (the shipped recipes) and `clock` (seconds per phase).
 
 The names below load on first use, so `keras_dml.training.config` imports without
-TensorFlow (`keras-dml train --help`). The other names `keras_dml.training` held
-(`KS`, `SUMMARY`, `Clock`, ...) still resolve here; they live in the modules above.
+TensorFlow (`keras-dml train --help`). The other public names `keras_dml.training` held
+(`KS`, `SUMMARY`, `Clock`, ...) still resolve here with a DeprecationWarning naming their
+module, until 0.3 (`keras_dml.hyperparameters.REMOVED_IN`).
 """
 
 import importlib
+import warnings
 
 # Public name -> the module defining it.
 _API = {
@@ -33,7 +35,7 @@ _API = {
     "run_verdict": "verdict",
 }
 
-# The other names of the former `keras_dml/training.py` -> (module, name there).
+# The other public names of the former `keras_dml/training.py` -> (module, name there).
 _FORMER = {
     "KS": ("evaluation", "KS"),
     "RunEvaluation": ("evaluation", "RunEvaluation"),
@@ -42,36 +44,17 @@ _FORMER = {
     "CLASS_NAMES": ("run_folder", "CLASS_NAMES"),
     "FAILED": ("run_folder", "FAILED"),
     "run_directory": ("run_folder", "run_directory"),
-    "_backup_callback": ("run_folder", "backup_callback"),
-    "_drop_history_after": ("run_folder", "drop_history_after"),
-    "_failure_kept_or_removed": ("run_folder", "failure_kept_or_removed"),
-    "_is_chief": ("run_folder", "is_chief"),
-    "_make_run_directory": ("run_folder", "make_run_directory"),
-    "_restore_recall_history": ("run_folder", "restore_recall_history"),
     "adam": ("model", "adam"),
     "backbone_variables": ("model", "backbone_variables"),
     "step_jit_compile": ("model", "step_jit_compile"),
-    "_dtype_policy": ("model", "dtype_policy"),
-    "_warm_start_head": ("model", "_warm_start_head"),
     "evaluation_splits": ("inputs", "evaluation_splits"),
-    "_augmented": ("inputs", "augmented"),
-    "_input_spec": ("inputs", "input_spec"),
-    "_readable": ("inputs", "readable"),
-    "_skipped_images": ("inputs", "skipped_images"),
-    "_strategy": ("inputs", "strategy_for"),
-    "_training_batches": ("inputs", "training_batches"),
     "metrics_row": ("report", "metrics_row"),
     "metrics_table": ("report", "metrics_table"),
-    "_fit_verbose": ("report", "fit_verbose"),
     "chance_recall": ("verdict", "chance_recall"),
     "TSNE_POINTS": ("outputs", "TSNE_POINTS"),
     "TSNE_ITERATIONS": ("outputs", "TSNE_ITERATIONS"),
     "TSNE_THREADS": ("outputs", "TSNE_THREADS"),
     "write_plots": ("outputs", "write_plots"),
-    "_have_matplotlib": ("outputs", "have_matplotlib"),
-    "_have_tensorboard": ("outputs", "have_tensorboard"),
-    "_can_export": ("outputs", "can_export"),
-    "_run_info": ("outputs", "run_info"),
     "FILE_IMAGE_SIZE": ("config", "FILE_IMAGE_SIZE"),
     "LR_SCHEDULES": ("config", "LR_SCHEDULES"),
     "OWN_DATASETS": ("config", "OWN_DATASETS"),
@@ -96,10 +79,17 @@ __all__ = [
 
 
 def __getattr__(name):
-    """A name of `_API` or `_FORMER`, from its module (imported on first use)."""
+    """A name of `_API`, or of `_FORMER` with a DeprecationWarning, from its module
+    (imported on first use)."""
     module, attribute = (_API[name], name) if name in _API else _FORMER.get(name, (None, None))
     if module is None:
         raise AttributeError(f"module 'keras_dml.training' has no attribute {name!r}")
+    if name in _FORMER:
+        from keras_dml.hyperparameters import deprecation
+
+        warnings.warn(deprecation(f"keras_dml.training.{name}",
+                                  f"import it from keras_dml.training.{module}"),
+                      DeprecationWarning, stacklevel=2)
     return getattr(importlib.import_module(f"keras_dml.training.{module}"), attribute)
 
 
