@@ -112,10 +112,18 @@ def test_embedding_model_and_errors():
     x, y = blobs(60, 5)
     model = tiny_model()
     head = keras.Sequential([keras.Input((10,)), keras.layers.Dense(3)])
-    recall = RecallAtK((x, y), ks=(1,), embedding_model=head, verbose=0)
+    recall = RecallAtK((x, y), ks=(1,), model=head, verbose=0)
     recall.set_model(model)
     expected = retrieval_metrics(head.predict(x, verbose=0), y, ks=(1,))["recall@1"]
     assert recall.evaluate()["val_recall@1"] == pytest.approx(expected)
+    with pytest.deprecated_call(match="embedding_model= is deprecated and removed in 0.3"):
+        old = RecallAtK(validation_data=(x, y), ks=(1,), embedding_model=head, verbose=0)
+    old.set_model(model)
+    assert old.evaluate()["val_recall@1"] == pytest.approx(expected)
+    with pytest.deprecated_call(match="validation_data= is deprecated and removed in 0.3"):
+        VerificationMetrics(validation_data=(x, y), model=head)
+    with pytest.raises(ValueError, match="model must be a model"):
+        RecallAtK((x, y), model="head")
     with pytest.raises(ValueError, match="every_n_epochs"):
         RecallAtK((x, y), every_n_epochs=0)
     with pytest.raises(ValueError, match="tf.data.Dataset"):
@@ -144,7 +152,7 @@ def test_bad_ks_or_metrics_fail_at_construction_not_after_an_epoch():
     ({"every_n_epochs": 0}, "every_n_epochs"),
     ({"prefix": None}, "prefix must be a string, got None"),
     ({"steps": 0}, "steps must be a positive integer, got 0"),
-    ({"embedding_model": "model"}, "embedding_model must be a model"),
+    ({"model": "model"}, "model must be a model"),
 ])
 def test_verification_metrics_refuses_a_bad_argument_at_construction(arguments, message):
     x = np.zeros((8, 3), "float32")
@@ -201,7 +209,7 @@ def _training_stream():
 
 @pytest.mark.parametrize("callback", [RecallAtK, VerificationMetrics])
 def test_a_training_stream_as_validation_data_is_refused_at_once(callback):
-    with pytest.raises(ValueError, match=r"validation_data is an infinite tf.data.Dataset.*"
+    with pytest.raises(ValueError, match=r"data is an infinite tf.data.Dataset.*"
                                          r"keras_dml.data.evaluation_batches\("):
         callback(_training_stream())
     with pytest.raises(ValueError, match="gallery_data is an infinite"):

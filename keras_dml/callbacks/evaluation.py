@@ -28,7 +28,7 @@ class _EmbeddingCallback(keras.callbacks.Callback):
     def __init__(self, embedding_model, every_n_epochs, prefix, batch_size, steps):
         super().__init__()
         if embedding_model is not None and not callable(embedding_model):
-            raise ValueError(f"embedding_model must be a model (a callable), got "
+            raise ValueError(f"model must be a model (a callable) or None, got "
                              f"{embedding_model!r}.")
         self.embedding_model = embedding_model
         self.every_n_epochs = hyperparameters.integer_at_least("every_n_epochs",
@@ -92,23 +92,24 @@ class RecallAtK(_EmbeddingCallback):
     `val_seen_recall@1`, `val_unseen_recall@1`, ... A group without any
     evaluable query is left out of the logs.
 
-    `validation_data` and `embedding_model` keep Keras' words rather than the library's
-    `data` and `model`: Keras names the data `fit(validation_data=)`, and a callback's
-    `self.model` is the model Keras trains.
+    `data` and `model` are the library's words (`validation_data=` and
+    `embedding_model=` are their deprecated names); the callback's `self.model` stays the
+    model Keras trains, and `model=` is kept as `embedding_model`.
 
     Args:
-        validation_data: a `tf.data.Dataset`, `keras.utils.PyDataset` or
+        data: a `tf.data.Dataset`, `keras.utils.PyDataset` or
             iterable of `(x, y)` batches that ends (e.g.
             `keras_dml.data.evaluation_batches`; an infinite or unknown-length
             stream such as `class_balanced_batches` is refused unless `steps`
-            bounds it), or an `(x, y)` tuple of arrays.
+            bounds it), or an `(x, y)` tuple of arrays. (`validation_data=` is its
+            deprecated name.)
         ks: the K of Recall@K. Defaults to (1, 2, 4, 8).
         metrics: subset of `keras_dml.evaluation.METRICS`. Defaults to all.
         gallery_data: the gallery searched, in the same form as
-            `validation_data`. Defaults to None (leave-one-out). `reference_data=`
+            `data`. Defaults to None (leave-one-out). `reference_data=`
             is its deprecated name.
-        embedding_model: the model that maps x to embeddings. Defaults to None:
-            the model being trained.
+        model: the model that maps x to embeddings. Defaults to None: the model
+            being trained. (`embedding_model=` is its deprecated name.)
         every_n_epochs: evaluate after epochs n, 2n, ... Defaults to 1. Epochs
             in between carry no value (a `CSVLogger` fixes its columns at the
             first epoch, so keep 1 when logging to CSV).
@@ -144,14 +145,15 @@ class RecallAtK(_EmbeddingCallback):
         al., "A Metric Learning Reality Check", ECCV 2020.
     """
 
-    @hyperparameters.renamed_keywords(distance="metric", reference_data="gallery_data")
+    @hyperparameters.renamed_keywords(distance="metric", reference_data="gallery_data",
+                                      validation_data="data", embedding_model="model")
     def __init__(
         self,
-        validation_data,
+        data,
         ks=(1, 2, 4, 8),
         metrics=METRICS,
         gallery_data=None,
-        embedding_model=None,
+        model=None,
         every_n_epochs=1,
         seen_classes=None,
         metric="cosine",
@@ -161,8 +163,8 @@ class RecallAtK(_EmbeddingCallback):
         verbose=1,
         steps=None,
     ):
-        super().__init__(embedding_model, every_n_epochs, prefix, batch_size, steps)
-        self.validation_data = as_dataset(validation_data, batch_size, steps, "validation_data")
+        super().__init__(model, every_n_epochs, prefix, batch_size, steps)
+        self.validation_data = as_dataset(data, batch_size, steps, "data")
         self.gallery_data = (
             None if gallery_data is None
             else as_dataset(gallery_data, batch_size, steps, "gallery_data")
@@ -244,18 +246,18 @@ class VerificationMetrics(_EmbeddingCallback):
     `val_best_f1_threshold`. List it before `CSVLogger`, `TensorBoard` or
     `ModelCheckpoint(monitor="val_roc_auc", mode="max")`.
 
-    `validation_data` and `embedding_model` keep Keras' words rather than the library's
-    `data` and `model`: Keras names the data `fit(validation_data=)`, and a callback's
-    `self.model` is the model Keras trains.
+    `data` and `model` are the library's words (`validation_data=` and
+    `embedding_model=` are their deprecated names); the callback's `self.model` stays the
+    model Keras trains, and `model=` is kept as `embedding_model`.
 
     Args:
-        validation_data: Batches of `(x, y)` that end (see `RecallAtK`), or an
-            `(x, y)` tuple of arrays.
+        data: Batches of `(x, y)` that end (see `RecallAtK`), or an `(x, y)` tuple of
+            arrays. (`validation_data=` is its deprecated name.)
         far_targets: FARs to log TAR at. Defaults to (1e-2, 1e-3, 1e-4).
         metric: `"cosine"` (default), `"dot"` or `"euclidean"`.
         max_pairs: Pairs scored at most (sampled beyond). Defaults to 1,000,000.
-        embedding_model: The model mapping x to embeddings. Defaults to None:
-            the model being trained.
+        model: The model mapping x to embeddings. Defaults to None: the model being
+            trained. (`embedding_model=` is its deprecated name.)
         every_n_epochs: Evaluate after epochs n, 2n, ... Defaults to 1.
         batch_size: Batch size for array inputs. Defaults to 256.
         prefix: Prefix of the log keys. Defaults to "val_".
@@ -265,14 +267,15 @@ class VerificationMetrics(_EmbeddingCallback):
         last_results: The latest `verification_metrics` dict (with the curves).
     """
 
-    def __init__(self, validation_data, far_targets=FAR_TARGETS, metric="cosine",
-                 max_pairs=1_000_000, embedding_model=None, every_n_epochs=1, batch_size=256,
+    @hyperparameters.renamed_keywords(validation_data="data", embedding_model="model")
+    def __init__(self, data, far_targets=FAR_TARGETS, metric="cosine",
+                 max_pairs=1_000_000, model=None, every_n_epochs=1, batch_size=256,
                  prefix="val_", steps=None):
-        super().__init__(embedding_model, every_n_epochs, prefix, batch_size, steps)
+        super().__init__(model, every_n_epochs, prefix, batch_size, steps)
         self.far_targets = _far_targets(far_targets)
         self.metric = validation.check_search_metric(metric)
         self.max_pairs = hyperparameters.integer_at_least("max_pairs", max_pairs, 1, strict=True)
-        self.validation_data = as_dataset(validation_data, batch_size, steps, "validation_data")
+        self.validation_data = as_dataset(data, batch_size, steps, "data")
         self.last_results = None
 
     def evaluate(self):
