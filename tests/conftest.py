@@ -3,14 +3,16 @@ deterministic seeds.
 
 The Keras backend comes from the environment (`KERAS_BACKEND`, each backend in its own
 process). On TensorFlow every test module is collected; on JAX and PyTorch only the
-backend-neutral ones (`BACKEND_NEUTRAL`), which use NumPy inputs and `keras.ops` and
-import TensorFlow at most as the image-file pipeline (tf.data decoding, installed where
-CI runs them): the rest test TensorFlow itself (tf.data, tf.function and XLA
-modes, SavedModel export, tf.distribute) or have not been written backend-neutral yet.
+backend-neutral ones (marked `backend_neutral` in their files), which use NumPy inputs
+and `keras.ops` and import TensorFlow at most as the image-file pipeline (tf.data
+decoding, installed where CI runs them): the rest test TensorFlow itself (tf.data,
+tf.function and XLA modes, SavedModel export, tf.distribute) or have not been written
+backend-neutral yet.
 """
 
 import importlib.util
 import os
+import re
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -19,32 +21,29 @@ import pytest  # noqa: E402
 
 BACKEND = keras.backend.backend()
 
-#: The test modules that run on every backend (tests/<name>); CI runs them under
-#: KERAS_BACKEND=jax and =torch besides the TensorFlow run of the whole suite.
-BACKEND_NEUTRAL = (
-    "test_augmentation_backends.py",
-    "test_backend_augmentation.py",
-    "test_backend_contract.py",
-    "test_backend_engine.py",
-    "test_backend_evaluation.py",
-    "test_backend_index.py",
-    "test_backend_models.py",
-    "test_backend_pair_losses.py",
-    "test_backend_resume.py",
-    "test_backend_softmax_losses.py",
-    "test_backend_torch_inference.py",  # PyTorch's own inference pass; skipped elsewhere
-    "test_batch_norm.py",
-    "test_convolution.py",
-    "test_data_arrays.py",
-    "test_hub_backbones.py",
-    "test_own_images_backends.py",
-    "test_pooling.py",
-    "test_without_tensorflow.py",
-)
+#: How a test module says it runs on every Keras backend: `pytest.mark.backend_neutral` in
+#: its `pytestmark` (read from its source, so that on JAX and PyTorch the other modules,
+#: which import TensorFlow, are never imported). CI runs these modules under
+#: KERAS_BACKEND=jax and =torch besides the TensorFlow run of the whole suite. On TensorFlow
+#: they repeat what the TensorFlow tests of the same units check in the quick tier, so they
+#: run in the full tier only, unless marked `backend_neutral(quick_on_tensorflow=True)`
+#: (a unit whose TensorFlow path no other module tests).
+BACKEND_NEUTRAL_MARK = re.compile(r"^pytestmark = .*pytest\.mark\.backend_neutral\b", re.M | re.S)
 
-#: Backend-neutral modules whose unit has a TensorFlow path of its own that no other
-#: module tests: in the quick tier on TensorFlow too.
-QUICK_ON_TENSORFLOW = ("test_batch_norm.py",)
+
+def is_backend_neutral(path):
+    """Whether the test module at `path` is marked `backend_neutral` in its source."""
+    with open(path, encoding="utf-8") as source:
+        return BACKEND_NEUTRAL_MARK.search(source.read()) is not None
+
+
+def pytest_ignore_collect(collection_path, config):
+    """On JAX and PyTorch, only the backend-neutral test modules are collected."""
+    if (BACKEND != "tensorflow" and collection_path.name.startswith("test_")
+            and collection_path.suffix == ".py" and not is_backend_neutral(collection_path)):
+        return True
+    return None
+
 
 if BACKEND == "tensorflow":
     import tensorflow as tf
@@ -55,11 +54,6 @@ if BACKEND == "tensorflow":
     tf.config.set_logical_device_configuration(
         _cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
     )
-else:
-    collect_ignore_glob = [
-        name for name in os.listdir(os.path.dirname(os.path.abspath(__file__)))
-        if name.startswith("test_") and name.endswith(".py") and name not in BACKEND_NEUTRAL
-    ]
 
 from benchmarks.data import SHARED as _SHARED_DATASETS  # noqa: E402
 
@@ -198,8 +192,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         # On TensorFlow the backend-neutral modules repeat what the TensorFlow tests of
         # the same units check in the quick tier: there they are full-tier only.
-        if (BACKEND == "tensorflow" and item.path.name in BACKEND_NEUTRAL
-                and item.path.name not in QUICK_ON_TENSORFLOW):
+        neutral = item.get_closest_marker("backend_neutral")
+        if (BACKEND == "tensorflow" and neutral is not None
+                and not neutral.kwargs.get("quick_on_tensorflow", False)):
             item.add_marker(pytest.mark.slow)
     _leave_out_passed(config, items)
     if config.getoption("--full") or "slow" in (config.getoption("markexpr") or ""):

@@ -18,7 +18,8 @@ from keras_dml.training.config import TrainConfig, own_files_options
 CLASSES, PER_CLASS, STEPS = 4, 3, 2
 JITTER = {"augment_shift": 2.0, "augment_rotation": 20.0, "augment_scale": 0.3}
 
-pytestmark = pytest.mark.requires("tensorflow")  # tf.data decodes the image files
+pytestmark = [pytest.mark.backend_neutral,
+              pytest.mark.requires("tensorflow")]  # tf.data decodes the image files
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,12 @@ JAX): NumPy batches, no TensorFlow in the test."""
 
 import keras
 import numpy as np
+import pytest
 
 from keras_dml.backend.augmentation import training_call
+
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral
 
 
 def _jitter(seed):

@@ -20,6 +20,9 @@ import reference as ref
 from keras_dml import losses, mining, ops, weighting
 from keras_dml.losses import ENTRIES
 
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral
+
 NAMES = checks.NAMES
 
 

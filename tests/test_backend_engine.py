@@ -24,6 +24,9 @@ from keras_dml.backend import gradients, name as backend_name
 from keras_dml.losses import Contrastive, PairLoss, Reference, row_block_limits, row_blocks
 from test_backend_pair_losses import finite_difference
 
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral
+
 
 def batch(classes=4, k=3, dim=6, seed=0):
     """C x k labels (int32, shuffled) and Gaussian embeddings (float32)."""

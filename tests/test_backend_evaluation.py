@@ -15,6 +15,9 @@ from keras_dml.evaluation import retrieval_metrics
 from keras_dml.evaluation.knn_faiss import faiss_module, resolve_kernel
 from keras_dml.inference import inference_function
 
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral
+
 KERNELS = ["numpy", pytest.param("faiss", marks=pytest.mark.requires("faiss"))]
 
 

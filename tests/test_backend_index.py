@@ -26,6 +26,9 @@ BACKEND = "jax" if keras.backend.backend() == "tensorflow" else keras.backend.ba
 
 _HIDE = """
 import sys
+
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral
 for name in ("faiss", "tensorflow", "tensorflow_datasets"):
     sys.modules[name] = None  # `import faiss` / `import tensorflow` fail
 """

@@ -14,6 +14,9 @@ import model_checks as checks
 from keras_dml import losses
 from keras_dml.models import DMLModel
 
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral
+
 BACKENDS = ("tensorflow", "jax", "torch")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -17,6 +17,9 @@ from keras_dml import losses, mining
 from keras_dml.backend.gradients import value_and_gradient
 from keras_dml.mining import distance_weighted
 
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral
+
 
 def batch(classes=4, k=3, dim=6, seed=0, scale=1.0):
     """C x k labels (int32, shuffled) and Gaussian embeddings (float32)."""

@@ -15,6 +15,9 @@ import fault_worker
 from keras_dml.backend.augmentation import training_call
 from keras_dml.callbacks.backup import BackupError, TrainingBackup, complete_backups
 
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral
+
 WORKER = os.path.join(os.path.dirname(__file__), "fault_worker.py")
 STREAMS = ["arrays", pytest.param("tfdata", marks=pytest.mark.requires("tensorflow"))]
 FAST = ["--dataset", "digits", "--epochs", "2", "--steps-per-epoch", "3", "--no-export",

@@ -17,6 +17,9 @@ from keras_dml.layers import regularizers
 from keras_dml.layers.momentum import MomentumEncoder
 from keras_dml.layers.proxies import Proxies
 
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral
+
 BACKEND = keras.backend.backend()
 CLASSES, PER_CLASS, DIM = 4, 3, 6
 LABELS = np.repeat(np.arange(CLASSES), PER_CLASS).astype("int32")

@@ -8,8 +8,9 @@ import pytest
 from keras_dml.training.config import TrainConfig
 from keras_dml.training.model import build_model
 
-pytestmark = pytest.mark.skipif(keras.backend.backend() != "torch",
-                                reason="the PyTorch backend's inference pass")
+pytestmark = [pytest.mark.backend_neutral,
+              pytest.mark.skipif(keras.backend.backend() != "torch",
+                                 reason="the PyTorch backend's inference pass")]
 
 
 def _randomise_statistics(model, seed=0):

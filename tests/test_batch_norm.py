@@ -10,6 +10,9 @@ from keras_dml import backbones
 from keras_dml.layers import FusedBatchNormalization
 from layer_checks import keras_and_ours, numpy, stateless_gradients
 
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral(quick_on_tensorflow=True)
+
 # A mean far from 0, as after a convolution of non-negative images.
 IMAGES = (np.random.default_rng(0).normal(size=(6, 5, 4, 3)) + 2.0).astype("float32")
 

@@ -8,6 +8,9 @@ import pytest
 from keras_dml.layers.convolution import ShiftedConv2D
 from layer_checks import assert_saves_and_loads, keras_and_ours, numpy, stateless_gradients
 
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral
+
 
 def _pair(options, input_shape):
     """Keras' layer and ours with the same weights."""

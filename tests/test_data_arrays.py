@@ -13,6 +13,9 @@ import pytest
 
 from keras_dml.data import ClassBalancedPyDataset, ClassBalancedSampler
 
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral
+
 
 def _arrays(num_classes=13, seed=0):
     rng = np.random.default_rng(seed)

@@ -12,7 +12,7 @@ import pytest
 from keras_dml import backbones, cli, hub_backbones
 from keras_dml.training.config import TrainConfig
 
-pytestmark = pytest.mark.requires("keras_hub")
+pytestmark = [pytest.mark.backend_neutral, pytest.mark.requires("keras_hub")]
 
 FAMILIES = ("dinov2", "dinov3", "vit", "clip", "siglip")
 SIZE = 32  # the tiny towers' image side (patches of 8: 16 patch tokens)

@@ -17,7 +17,8 @@ from keras_dml import cli, data, datasets, evaluation, models
 from keras_dml.callbacks import RecallAtK
 from keras_dml.index import Index
 
-pytestmark = pytest.mark.requires("tensorflow")  # tf.data decodes the image files
+pytestmark = [pytest.mark.backend_neutral,
+              pytest.mark.requires("tensorflow")]  # tf.data decodes the image files
 
 CUB_IMAGES = os.path.join(SHARED_DATASETS, "cub200_subset", "CUB_200_2011", "images")
 PREP = data.Preprocessing(image_size=32, resize_size=40)  # not keras-dml train's 37 for 32

@@ -10,6 +10,9 @@ from keras_dml.backend.gradients import value_and_gradient
 from keras_dml.layers.pooling import TiledMaxPooling2D
 from layer_checks import assert_saves_and_loads, numpy, relu_then_pool
 
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral
+
 
 def _value_and_gradient(layer, x):
     weights = keras.ops.convert_to_tensor(

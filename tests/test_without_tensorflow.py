@@ -19,6 +19,9 @@ BACKEND = "jax" if keras.backend.backend() == "tensorflow" else keras.backend.ba
 
 _HIDE_TENSORFLOW = """
 import sys
+
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral
 for name in ("tensorflow", "tensorflow_datasets", "tensorflow_serving"):
     sys.modules[name] = None  # `import tensorflow` fails: ModuleNotFoundError
 """
