@@ -13,24 +13,24 @@ route but the health checks, the page and the API docs wants
 import asyncio
 import contextlib
 import hmac
-import json
-import math
 import time
 
 import numpy as np
 from fastapi import Depends, FastAPI, HTTPException, Query as QueryParam, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse
 
 from keras_dml.serve import files
 from keras_dml.serve.embedders import calibrated_threshold
+from keras_dml.serve.errors import RequestIds, add_handlers, refused, unavailable
+from keras_dml.serve.limits import BodyLimit, media_type, parse_json
 from keras_dml.serve.page import PAGE
+from keras_dml.serve.queries import (MAX_K, parse_filter, parse_k, parse_rerank,
+                                     parse_threshold, parse_vector)
 from keras_dml.serve.service import Query, Service
 from keras_dml.serve.uploads import ImageLimits, UploadError, check_image
 
 __all__ = ["MAX_K", "create_app"]
 
-MAX_K = 100  # results per query at most
 FORM_OVERHEAD = 64 * 1024  # bytes a multipart body may hold besides the image
 
 SEARCH_BODY = {"requestBody": {"required": True, "content": {
@@ -44,6 +44,11 @@ SEARCH_BODY = {"requestBody": {"required": True, "content": {
 
 def _one_line(error):
     return " ".join(str(error).split()) or type(error).__name__
+
+
+def _bad_request(error):
+    """A 400 of a ValueError raised by the checks of the request (its one line)."""
+    return HTTPException(400, _one_line(error))
 
 
 def create_app(model, uri, collection=None, token=None, milvus_token=None, max_batch=32,
@@ -86,7 +91,9 @@ def create_app(model, uri, collection=None, token=None, milvus_token=None, max_b
                   "/search, get the most similar catalogue items.")
     app.state.service, app.state.threshold, app.state.limits = service, threshold, limits
     guard = [Depends(_token_guard(token))]
-    _add_handlers(app)
+    add_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_bytes + FORM_OVERHEAD)
+    app.add_middleware(RequestIds)  # the outermost: every answer carries its request's id
     _add_health(app, service)
     _add_search(app, service, guard)
     _add_pages(app, service, guard)
@@ -108,26 +115,14 @@ def _token_guard(token):
     return check
 
 
-def _add_handlers(app):
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request, error):
-        problems = [f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}"
-                    for e in error.errors()]
-        return JSONResponse({"detail": "; ".join(problems)}, 422)
-
-    @app.exception_handler(Exception)
-    async def unexpected(request, error):
-        return JSONResponse({"detail": f"internal error: {_one_line(error)}"}, 500)
-
-
 def _add_health(app, service):
     @app.get("/healthz", summary="the process is up")
     async def healthz():
         return {"status": "ok"}
 
     @app.get("/readyz", summary="the model is loaded and matches the reachable catalogue")
-    async def readyz():
-        await _ready(service)
+    async def readyz(request: Request):
+        await _ready(service, request)
         return {"status": "ready", "collection": service.catalogue.collection,
                 "model_fingerprint": service.embedder.fingerprint}
 
@@ -137,11 +132,11 @@ def _add_health(app, service):
                             sorted(service.batcher.sizes.items())}}
 
 
-async def _ready(service):
+async def _ready(service, request):
     try:
         await asyncio.to_thread(service.catalogue.refresh)
     except Exception as error:  # Milvus unreachable, collection gone
-        raise HTTPException(503, f"catalogue unreachable: {_one_line(error)}") from None
+        raise unavailable(request, error) from None
     if service.catalogue.not_ready:
         raise HTTPException(503, service.catalogue.not_ready)
 
@@ -160,20 +155,23 @@ def _add_search(app, service, guard):
                      threshold: str = QueryParam(None, description="similarity at which a "
                                                  "result matches")):
         start = time.perf_counter()
-        await _ready(service)
+        await _ready(service, request)
         params = {"k": k, "filter": filter, "rerank": rerank, "threshold": threshold}
         image, vector, fields = await _read_body(request, app.state.limits)
         params.update(fields)
-        query = _query(service, image, vector, params)
-        limit = _threshold(params["threshold"], app.state.threshold)
+        try:
+            query = _query(service, image, vector, params)
+            limit = parse_threshold(params["threshold"], app.state.threshold)
+        except ValueError as error:
+            raise _bad_request(error) from None
         try:
             found = await service.search(query)
         except UploadError as error:
             raise HTTPException(error.status, str(error)) from None
-        except ValueError as error:
-            raise HTTPException(400, _one_line(error)) from None
-        except (ConnectionError, RuntimeError) as error:
-            raise HTTPException(503, _one_line(error)) from None
+        except ValueError as error:  # Milvus refused the search: its text is internal
+            raise refused(request, error) from None
+        except (ConnectionError, RuntimeError, TimeoutError) as error:  # Milvus unreachable
+            raise unavailable(request, error) from None
         root = service.catalogue.root
         return {"results": _results(found, limit, root),
                 "model_fingerprint": service.embedder.fingerprint,
@@ -195,16 +193,18 @@ def _add_search(app, service, guard):
 
 async def _read_body(request, limits):
     """`(image bytes, vector, form fields)` of a search request, or a 4xx."""
-    length = request.headers.get("content-length")
-    if length is None or not length.isdigit():
+    length = request.headers.get("content-length", "")
+    if not (length.isascii() and length.isdigit()):
         raise HTTPException(411, "send the request with a Content-Length header.")
     if int(length) > limits.max_bytes + FORM_OVERHEAD:
         raise HTTPException(413, f"the request has {length} bytes, more than the limit of "
                             f"{limits.max_bytes} for an image.")
-    kind = request.headers.get("content-type", "")
-    if kind.startswith("multipart/form-data"):
+    kind = media_type(request.headers.get("content-type", ""))
+    if kind == "multipart/form-data":
         try:
             form = await request.form(max_files=1, max_fields=8)
+        except HTTPException:  # limits.BodyTooLarge
+            raise
         except Exception as error:  # starlette's MultiPartException, a broken body
             raise HTTPException(400, f"the form could not be read: {_one_line(error)}") from None
         upload = form.get("image")
@@ -218,11 +218,11 @@ async def _read_body(request, limits):
         fields = {name: form[name] for name in ("k", "filter", "rerank", "threshold")
                   if isinstance(form.get(name), str)}
         return data, None, fields
-    if kind.startswith("application/json"):
+    if kind == "application/json":
         try:
-            body = json.loads(await request.body())
-        except ValueError:
-            raise HTTPException(400, "the JSON body could not be parsed.") from None
+            body = parse_json(await request.body(), "the JSON body")
+        except ValueError as error:
+            raise _bad_request(error) from None
         if not isinstance(body, dict) or "vector" not in body:
             raise HTTPException(400, 'the JSON body must be {"vector": [numbers]}.')
         return None, body["vector"], {}
@@ -231,66 +231,25 @@ async def _read_body(request, limits):
 
 
 def _query(service, image, vector, params):
-    """The `Query` of a request's parameters, or a 400 naming the bad one."""
-    try:
-        k = int(params["k"])
-    except (TypeError, ValueError):
-        raise HTTPException(400, f"k must be a whole number, got {params['k']!r}.") from None
-    if not 1 <= k <= MAX_K:
-        raise HTTPException(400, f"k must be between 1 and {MAX_K}, got {k}.")
-    if vector is not None:
-        vector = _vector(vector, service.catalogue.record["provenance"].get("dim"))
+    """The `Query` of a request's parameters, each checked in full (a ValueError names
+    the bad one): nothing unchecked joins a batch."""
+    k = parse_k(params["k"])
+    if image is None:  # a JSON body: its vector, whatever it holds (null too)
+        vector = parse_vector(vector, service.catalogue.record["provenance"].get("dim"))
     filter_dict = expression = None
     if params["filter"]:
         try:
-            filter_dict = _filter(params["filter"])
+            filter_dict = parse_filter(params["filter"])
             expression = service.catalogue.expression(filter_dict)
-        except ValueError as error:
-            raise HTTPException(400, f"bad filter: {_one_line(error)}") from None
+        except (ValueError, RecursionError) as error:
+            raise ValueError(f"bad filter: {_one_line(error)}") from None
     rerank = params["rerank"] or None
     if rerank is not None:
-        from keras_dml.evaluation.rerank import get
-
         try:
-            get(rerank)
+            parse_rerank(rerank)
         except ValueError as error:
-            raise HTTPException(400, f"bad rerank: {_one_line(error)}") from None
+            raise ValueError(f"bad rerank: {_one_line(error)}") from None
     return Query(image, vector, k, expression, filter_dict, rerank)
-
-
-def _filter(text):
-    """A JSON filter (`keras_dml.index.filters`) or its text form, as `keras-dml search
-    --filter` takes it (`label == "boots" and price < 20`)."""
-    if text.lstrip().startswith("{"):
-        return json.loads(text)
-    from keras_dml.index.filter_expression import parse_expression
-
-    return parse_expression(text)
-
-
-def _vector(values, dim):
-    try:
-        vector = np.asarray(values, np.float32)
-    except (TypeError, ValueError):
-        raise HTTPException(400, "vector must be a list of numbers.") from None
-    if vector.ndim != 1 or (dim is not None and len(vector) != dim):
-        raise HTTPException(400, f"vector must be a list of {dim} numbers, got shape "
-                            f"{list(vector.shape)}.")
-    if not np.isfinite(vector).all():
-        raise HTTPException(400, "vector must hold finite numbers.")
-    return vector
-
-
-def _threshold(value, default):
-    if value is None or value == "":
-        return default
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not math.isfinite(number):
-        raise HTTPException(400, f"threshold must be a number, got {value!r}.")
-    return number
 
 
 def _plain(value):
@@ -323,7 +282,9 @@ def _add_pages(app, service, guard):
 
     @app.get("/images/{path:path}", dependencies=guard, summary="a catalogue image")
     async def image(path: str):
-        found = files.image_file(service.catalogue.root, path)
+        if not files.plausible_path(path):  # before the file system is asked anything
+            raise HTTPException(404, "no catalogue image at that path.")
+        found = await asyncio.to_thread(files.image_file, service.catalogue.root, path)
         if found is None:
             raise HTTPException(404, "no catalogue image at that path.")
         return FileResponse(found)

@@ -3,9 +3,19 @@
 import os
 from urllib.parse import quote
 
-__all__ = ["IMAGE_EXTENSIONS", "image_file", "image_url"]
+__all__ = ["IMAGE_EXTENSIONS", "MAX_PATH_CHARS", "image_file", "image_url", "plausible_path"]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
+MAX_PATH_CHARS = 1024  # an image path's length at most (a file name's: 255)
+
+
+def plausible_path(relative):
+    """Whether `relative` could name a catalogue image, judged from the text alone (no
+    file system call): at most `MAX_PATH_CHARS` long, each name at most 255, no NUL,
+    an image's extension."""
+    return (0 < len(relative) <= MAX_PATH_CHARS and "\x00" not in relative
+            and all(len(name) <= 255 for name in relative.split("/"))
+            and relative.lower().endswith(IMAGE_EXTENSIONS))
 
 
 def image_file(root, relative):
