@@ -343,3 +343,125 @@ def test_k_is_plain_ascii_digits(client, k):
 def test_threshold_is_a_plain_finite_number(client, threshold):
     _refused(client.post("/search", params={"threshold": threshold},
                          json={"vector": [1.0] * 6}), 400, "threshold must be a number")
+
+
+# -- 3. safe beside a browser -------------------------------------------------------------
+
+
+@pytest.fixture
+def local_only(app):
+    """The app answering only the localhost names, as `keras-dml serve` starts it."""
+    from keras_dml.serve.browsers import allowed_hosts
+
+    app.state.allowed_hosts = allowed_hosts("127.0.0.1")
+    yield app
+    app.state.allowed_hosts = None
+
+
+@pytest.mark.parametrize("host, status", [
+    ("127.0.0.1:8000", 200), ("localhost", 200), ("LOCALHOST:80", 200), ("[::1]:8000", 200),
+    ("evil.example", 400), ("evil.example:8000", 400), ("127.0.0.1.evil.example", 400),
+    ("", 400)])
+def test_only_the_allowed_hosts_are_answered(client, local_only, host, status):
+    answer = client.get("/healthz", headers={"host": host})
+    assert answer.status_code == status, answer.text
+    if status == 400:
+        _refused(answer, 400, "--allowed-hosts")
+        assert client.get("/images/cat/0.png", headers={"host": host}).status_code == 400
+
+
+def test_the_cli_answers_its_bound_host_and_the_localhost_names():
+    from keras_dml.serve.browsers import allowed_hosts
+
+    assert allowed_hosts("127.0.0.1") == ("127.0.0.1", "localhost", "::1")
+    assert allowed_hosts("0.0.0.0", ["Shop.Example"]) == ("127.0.0.1", "localhost", "::1",
+                                                           "shop.example")
+    assert allowed_hosts("10.0.0.5") == ("10.0.0.5", "127.0.0.1", "localhost", "::1")
+
+
+@pytest.mark.parametrize("headers, status", [
+    ({"origin": "http://evil.example", "content-type": "text/plain"}, 403),
+    ({"origin": "null"}, 403),
+    ({"sec-fetch-site": "cross-site", "content-type": "application/x-www-form-urlencoded"}, 403),
+    ({"sec-fetch-site": "same-site"}, 403),
+    ({"origin": "http://testserver", "sec-fetch-site": "same-origin"}, 200),
+    ({}, 200),  # a client that is no browser (curl)
+])
+def test_state_changing_routes_refuse_cross_site_requests(app, client, headers, status):
+    service, reloads = app.state.service, []
+    service.reload = lambda: reloads.append(1)
+    try:
+        answer = client.post("/admin/reload", content=b"x", headers=headers)
+    finally:
+        del service.reload
+    assert answer.status_code == status, answer.text
+    assert reloads == ([1] if status == 200 else [])
+    if status == 403:
+        _refused(answer, 403, "site")
+        assert client.post("/search", json={"vector": [1.0] * 6},
+                           headers=headers).status_code == 403
+
+
+def test_headers_keep_browsers_from_sniffing_framing_and_foreign_scripts(client):
+    import base64
+    import hashlib
+    import re
+
+    page = client.get("/")
+    policy = page.headers["content-security-policy"]
+    script = re.search(r"<script>(.*?)</script>", page.text, re.S).group(1)
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in policy and "default-src 'none'" in policy
+    assert "unsafe-inline" not in policy and "connect-src 'self'" in policy
+    for answer in (page, client.get("/healthz"), client.get("/images/cat/0.png"),
+                   client.post("/search", json={"vector": None})):
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
+
+
+def test_only_the_catalogues_items_are_served_as_images(client, catalogue):
+    _, photos, _ = catalogue
+    (photos / "cat" / "notes.jpg").write_text("not an image, nor an item")
+    stray = photos / "cat" / "stray.png"
+    stray.write_bytes(_photo(photos))  # an image under the root, not in the catalogue
+    try:
+        assert client.get("/images/cat/notes.jpg").status_code == 404
+        assert client.get("/images/cat/stray.png").status_code == 404
+        item = client.get("/images/%E7%8C%AB/1.png")  # 猫/1.png
+        assert item.status_code == 200 and item.content == _photo(photos, "猫", 1)
+    finally:
+        (photos / "cat" / "notes.jpg").unlink()
+        stray.unlink()
+
+
+def test_the_api_reference_works_offline(client):
+    docs = client.get("/docs")
+    assert docs.status_code == 200 and "POST /search" in docs.text
+    assert "<script" not in docs.text and "http" not in docs.text.replace(
+        'href="/openapi.json"', "")
+    assert "style-src 'sha256-" in docs.headers["content-security-policy"]
+
+
+def test_the_schema_declares_the_errors_the_token_and_the_vectors_dimension(catalogue):
+    from fastapi.testclient import TestClient
+
+    from keras_dml.serve import create_app
+
+    run, _, uri = catalogue
+    with TestClient(create_app(str(run), str(uri), token="t0ken")) as guarded:
+        schema = guarded.get("/openapi.json").json()
+        assert guarded.get("/stats").status_code == 401
+        assert guarded.get("/stats", headers={"x-token": "t0ken"}).status_code == 200
+    search = schema["paths"]["/search"]["post"]
+    assert {"400", "401", "403", "411", "413", "415", "500", "503"} <= set(search["responses"])
+    error = search["responses"]["503"]["content"]["application/json"]["schema"]
+    assert error["required"] == ["detail", "request_id"]
+    vector = search["requestBody"]["content"]["application/json"]["schema"]["properties"][
+        "vector"]
+    assert vector["minItems"] == vector["maxItems"] == 6
+    k = next(p for p in search["parameters"] if p["name"] == "k")
+    assert k["schema"] == {"type": "integer", "minimum": 1, "maximum": 100, "default": 10}
+    schemes = schema["components"]["securitySchemes"]
+    assert {s["type"] for s in schemes.values()} == {"http", "apiKey"}
+    assert search["security"] and schema["paths"]["/stats"]["get"]["security"]
+    assert "security" not in schema["paths"]["/healthz"]["get"]

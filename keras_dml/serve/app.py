@@ -4,10 +4,12 @@ Routes: `POST /search` (an uploaded image or a JSON vector), `GET /healthz`,
 `GET /readyz`, `GET /` (the search page), `GET /images/{id}` (catalogue
 images, from under the catalogue's root only), `GET /stats` (the batcher's
 batch sizes), `POST /admin/reload` (load the model again after an alias
-moved to another model's collection) and the OpenAPI page `/docs`. Every
-refusal is a 4xx JSON answer `{"detail": "one line"}`; with a token, every
-route but the health checks, the page and the API docs wants
-`Authorization: Bearer TOKEN` (or `X-Token: TOKEN`).
+moved to another model's collection) and the API's reference `/docs` (offline:
+no CDN). Every refusal is a 4xx JSON answer `{"detail": "one line", "request_id":
+...}`; with a token, every route but the health checks, the page and the API docs
+wants `Authorization: Bearer TOKEN` (or `X-Token: TOKEN`). The middleware, outermost
+first: request ids and the catch-all 500 (`errors`), the Host allow-list, cross-site
+refusals and security headers (`browsers`), the body limit (`limits`).
 """
 
 import asyncio
@@ -16,16 +18,20 @@ import hmac
 import time
 
 import numpy as np
-from fastapi import Depends, FastAPI, HTTPException, Query as QueryParam, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.security import APIKeyHeader, HTTPBearer
 
 from keras_dml.serve import files
+from keras_dml.serve.browsers import BrowserGuard, page_policy
+from keras_dml.serve.docs_page import docs_page
 from keras_dml.serve.embedders import calibrated_threshold
 from keras_dml.serve.errors import RequestIds, add_handlers, refused, unavailable
 from keras_dml.serve.limits import BodyLimit, media_type, parse_json
 from keras_dml.serve.page import PAGE
 from keras_dml.serve.queries import (MAX_K, parse_filter, parse_k, parse_rerank,
                                      parse_threshold, parse_vector)
+from keras_dml.serve.schema import errors, search_openapi
 from keras_dml.serve.service import Query, Service
 from keras_dml.serve.uploads import ImageLimits, UploadError, check_image
 
@@ -33,13 +39,7 @@ __all__ = ["MAX_K", "create_app"]
 
 FORM_OVERHEAD = 64 * 1024  # bytes a multipart body may hold besides the image
 
-SEARCH_BODY = {"requestBody": {"required": True, "content": {
-    "multipart/form-data": {"schema": {"type": "object", "required": ["image"], "properties": {
-        "image": {"type": "string", "format": "binary", "description": "the photo (JPEG, "
-                  "PNG, GIF, BMP or WebP)"}}}},
-    "application/json": {"schema": {"type": "object", "required": ["vector"], "properties": {
-        "vector": {"type": "array", "items": {"type": "number"},
-                   "description": "an embedding of the catalogue's dimension"}}}}}}}
+EVERY_ROUTE = (400, 500)  # a Host not allowed; an unexpected error
 
 
 def _one_line(error):
@@ -53,7 +53,7 @@ def _bad_request(error):
 
 def create_app(model, uri, collection=None, token=None, milvus_token=None, max_batch=32,
                max_wait_ms=5.0, limits=ImageLimits(), threshold=None, allow_mismatch=False,
-               refresh_seconds=2.0):
+               refresh_seconds=2.0, allowed_hosts=None):
     """The service's FastAPI app, its model loaded and checked against the catalogue.
 
     Args:
@@ -70,6 +70,9 @@ def create_app(model, uri, collection=None, token=None, milvus_token=None, max_b
             calibrated threshold where it has one, else no match decision.
         allow_mismatch: Serve another model's catalogue (its scores are meaningless).
         refresh_seconds: How often an alias is resolved again.
+        allowed_hosts: The host names answered (`Host` header, without its port;
+            `keras_dml.serve.browsers.allowed_hosts` makes the CLI's list); None: any
+            (also in `app.state.allowed_hosts`, read at each request).
 
     Raises:
         ValueError: The catalogue was built by another model (one line naming both).
@@ -86,24 +89,31 @@ def create_app(model, uri, collection=None, token=None, milvus_token=None, max_b
         await service.batcher.close()
         service.close()
 
-    app = FastAPI(title="keras-dml serve", lifespan=lifespan,
+    app = FastAPI(title="keras-dml serve", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Visual search over a keras_dml catalogue: POST a photo to "
                   "/search, get the most similar catalogue items.")
     app.state.service, app.state.threshold, app.state.limits = service, threshold, limits
-    guard = [Depends(_token_guard(token))]
+    app.state.allowed_hosts = None if allowed_hosts is None else tuple(
+        host.lower() for host in allowed_hosts)
+    guard = [] if token is None else [Depends(_token_guard(token))]
     add_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_bytes + FORM_OVERHEAD)
+    app.add_middleware(BrowserGuard, policies={"/": page_policy(PAGE),
+                                               "/docs": page_policy(docs_page({}))})
     app.add_middleware(RequestIds)  # the outermost: every answer carries its request's id
-    _add_health(app, service)
+    _add_health(app, service, guard)
     _add_search(app, service, guard)
     _add_pages(app, service, guard)
     return app
 
 
 def _token_guard(token):
-    def check(request: Request):
-        if token is None:
-            return
+    """The dependency that checks the token (its schemes declared in the OpenAPI
+    schema: a bearer token, or the X-Token header)."""
+    bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer TOKEN")
+    header = APIKeyHeader(name="X-Token", auto_error=False, description="X-Token: TOKEN")
+
+    def check(request: Request, _bearer=Depends(bearer), _header=Depends(header)):
         given = request.headers.get("x-token") or ""
         scheme, _, value = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer":
@@ -115,18 +125,20 @@ def _token_guard(token):
     return check
 
 
-def _add_health(app, service):
-    @app.get("/healthz", summary="the process is up")
+def _add_health(app, service, guard):
+    @app.get("/healthz", summary="the process is up", responses=errors(*EVERY_ROUTE))
     async def healthz():
         return {"status": "ok"}
 
-    @app.get("/readyz", summary="the model is loaded and matches the reachable catalogue")
+    @app.get("/readyz", summary="the model is loaded and matches the reachable catalogue",
+             responses=errors(*EVERY_ROUTE, 503))
     async def readyz(request: Request):
         await _ready(service, request)
         return {"status": "ready", "collection": service.catalogue.collection,
                 "model_fingerprint": service.embedder.fingerprint}
 
-    @app.get("/stats", summary="how many batches of each size the model ran")
+    @app.get("/stats", dependencies=guard, summary="how many batches of each size the model "
+             "ran", responses=errors(*EVERY_ROUTE, 401))
     async def stats():
         return {"batches": {str(size): count for size, count in
                             sorted(service.batcher.sizes.items())}}
@@ -142,21 +154,18 @@ async def _ready(service, request):
 
 
 def _add_search(app, service, guard):
-    @app.post("/search", dependencies=guard, openapi_extra=SEARCH_BODY,
-              summary="the catalogue items most similar to a photo (or a vector)")
-    async def search(request: Request,
-                     k: str = QueryParam("10", description=f"results, 1 to {MAX_K}"),
-                     filter: str = QueryParam(None, description="as keras-dml search "
-                                              "--filter, e.g. 'label == \"boots\" and price "
-                                              "< 20', or a JSON filter of keras_dml.index."
-                                              "filters"),
-                     rerank: str = QueryParam(None, description="qe, dba or k_reciprocal, "
-                                              "with options as qe:n=2,alpha=3"),
-                     threshold: str = QueryParam(None, description="similarity at which a "
-                                                 "result matches")):
+    dim = service.catalogue.record["provenance"].get("dim")
+
+    @app.post("/search", dependencies=guard, openapi_extra=search_openapi(dim),
+              summary="the catalogue items most similar to a photo (or a vector)",
+              responses=errors(*EVERY_ROUTE, 401, 403, 411, 413, 415, 503))
+    async def search(request: Request):
         start = time.perf_counter()
         await _ready(service, request)
-        params = {"k": k, "filter": filter, "rerank": rerank, "threshold": threshold}
+        query_string = request.query_params  # checked by queries.parse_*; declared in schema
+        params = {"k": query_string.get("k", "10"), "filter": query_string.get("filter"),
+                  "rerank": query_string.get("rerank"),
+                  "threshold": query_string.get("threshold")}
         image, vector, fields = await _read_body(request, app.state.limits)
         params.update(fields)
         try:
@@ -179,7 +188,8 @@ def _add_search(app, service, guard):
                 "took_ms": (time.perf_counter() - start) * 1000}
 
     @app.post("/admin/reload", dependencies=guard,
-              summary="load the model again and check it against the catalogue")
+              summary="load the model again and check it against the catalogue",
+              responses=errors(*EVERY_ROUTE, 401, 403, 409))
     async def reload():
         try:
             reason = await asyncio.to_thread(service.reload)
@@ -275,16 +285,31 @@ def _results(found, threshold, root):
     return results
 
 
+def _item_image(catalogue, path):
+    """The file of image `path` when it is an item's image of the catalogue (its id or
+    its metadata's path) and a file under its root, else None."""
+    found = files.image_file(catalogue.root, path)
+    return found if found is not None and files.is_item(catalogue, path) else None
+
+
 def _add_pages(app, service, guard):
-    @app.get("/", response_class=HTMLResponse, summary="the search page")
+    @app.get("/", response_class=HTMLResponse, summary="the search page",
+             responses=errors(*EVERY_ROUTE))
     async def page():
         return PAGE
 
-    @app.get("/images/{path:path}", dependencies=guard, summary="a catalogue image")
+    @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
+    async def docs():
+        return docs_page(app.openapi())
+
+    @app.get("/images/{path:path}", dependencies=guard, summary="a catalogue image",
+             response_class=FileResponse, responses={
+                 200: {"description": "the image file", "content": {"image/*": {}}},
+                 **errors(*EVERY_ROUTE, 401, 404)})
     async def image(path: str):
         if not files.plausible_path(path):  # before the file system is asked anything
             raise HTTPException(404, "no catalogue image at that path.")
-        found = await asyncio.to_thread(files.image_file, service.catalogue.root, path)
+        found = await asyncio.to_thread(_item_image, service.catalogue, path)
         if found is None:
             raise HTTPException(404, "no catalogue image at that path.")
         return FileResponse(found)
