@@ -11,7 +11,7 @@ import pytest
 
 from serve_fixtures import colour_photos, index, make_run
 
-schemathesis = pytest.importorskip("schemathesis")
+schemathesis = pytest.importorskip("schemathesis", reason="needs schemathesis (keras_dml[test])")
 hypothesis = pytest.importorskip("hypothesis")
 
 pytestmark = [pytest.mark.requires("fastapi", "multipart", "pymilvus", "milvus_lite",
