@@ -237,18 +237,19 @@ def test_a_json_body_nested_100000_deep_is_a_400(client):
     _refused(answer, 400, "nested too deep")
 
 
-def test_an_unexpected_error_is_a_500_without_its_internals(app, client, caplog):
-    service = app.state.service
+def _search_logged(client, caplog, level):
+    """A search by vector, with the service's log lines of `level` and above caught."""
+    with caplog.at_level(level, "keras_dml.serve"):
+        return client.post("/search", json={"vector": [0.5] * 6})
 
+
+def test_an_unexpected_error_is_a_500_without_its_internals(app, client, caplog,
+                                                            monkeypatch):
     def broken(query):  # a bug, not Milvus failing
         raise KeyError("internal secret")
 
-    service.search = broken
-    try:
-        with caplog.at_level(logging.ERROR, "keras_dml.serve"):
-            answer = client.post("/search", json={"vector": [0.5] * 6})
-    finally:
-        del service.search
+    monkeypatch.setattr(app.state.service, "search", broken)
+    answer = _search_logged(client, caplog, logging.ERROR)
     body = _refused(answer, 500, "internal error")
     assert "secret" not in answer.text and "KeyError" not in answer.text
     assert any(body["request_id"] in r.getMessage() and "internal secret" in (r.exc_text or "")
@@ -256,19 +257,14 @@ def test_an_unexpected_error_is_a_500_without_its_internals(app, client, caplog)
 
 
 def test_a_milvus_failure_is_a_503_without_the_uri_and_the_log_has_it(app, client, caplog,
-                                                                      catalogue):
+                                                                      catalogue, monkeypatch):
     _, _, uri = catalogue
-    catalogue_ = app.state.service.catalogue
 
     def down(vectors, k, expression=None):
         raise RuntimeError(f"Milvus at {uri} (collection 'keras_dml'): connection refused")
 
-    catalogue_.search = down
-    try:
-        with caplog.at_level(logging.WARNING, "keras_dml.serve"):
-            answer = client.post("/search", json={"vector": [0.5] * 6})
-    finally:
-        del catalogue_.search
+    monkeypatch.setattr(app.state.service.catalogue, "search", down)
+    answer = _search_logged(client, caplog, logging.WARNING)
     body = _refused(answer, 503, "retry")
     assert answer.headers["retry-after"].isdigit()
     assert str(uri) not in answer.text and "connection refused" not in answer.text

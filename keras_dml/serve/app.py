@@ -221,8 +221,8 @@ async def _read_body(request, limits):
         if not hasattr(upload, "read"):
             raise HTTPException(400, "the form has no file field 'image'.")
         data = await upload.read()
-        try:
-            check_image(data, limits)
+        try:  # Pillow reads the headers (an animated GIF's frames too): off the event loop
+            await asyncio.to_thread(check_image, data, limits)
         except UploadError as error:
             raise HTTPException(error.status, str(error)) from None
         fields = {name: form[name] for name in ("k", "filter", "rerank", "threshold")
@@ -230,7 +230,7 @@ async def _read_body(request, limits):
         return data, None, fields
     if kind == "application/json":
         try:
-            body = parse_json(await request.body(), "the JSON body")
+            body = await asyncio.to_thread(parse_json, await request.body(), "the JSON body")
         except ValueError as error:
             raise _bad_request(error) from None
         if not isinstance(body, dict) or "vector" not in body:
