@@ -243,6 +243,14 @@ def _search_logged(client, caplog, level):
         return client.post("/search", json={"vector": [0.5] * 6})
 
 
+def test_every_refusal_is_logged_under_the_id_its_body_carries(client, caplog):
+    with caplog.at_level(logging.INFO, "keras_dml.serve"):
+        answer = client.post("/search", params={"k": "zero"}, json={"vector": [0.5] * 6})
+    body = _refused(answer, 400, "k must")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"request {body['request_id']}: POST /search: 400: {body['detail']}"]
+
+
 def test_an_unexpected_error_is_a_500_without_its_internals(app, client, caplog,
                                                             monkeypatch):
     def broken(query):  # a bug, not Milvus failing

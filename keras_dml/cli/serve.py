@@ -1,5 +1,6 @@
 """`keras-dml serve`: the visual-search service over a catalogue on Milvus."""
 
+import logging
 import os
 import sys
 
@@ -62,6 +63,16 @@ def _token(args):
     return token
 
 
+def _log_to_stderr():
+    """The service's log lines (each refusal and failure with its request id, and what
+    the client is not told) on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s keras-dml serve: %(message)s"))
+    logger = logging.getLogger("keras_dml.serve")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 def _host_names(text):
     """The names of `--allowed-hosts` (comma-separated), each checked."""
     names = [name.strip() for name in text.split(",") if name.strip()]
@@ -117,5 +128,6 @@ def run(args):
     print(f"serve: {service.embedder.source} on collection {service.catalogue.collection} at "
           f"{args.uri}: http://{args.host}:{args.port}/ (token {'on' if token else 'off'})",
           flush=True)
+    _log_to_stderr()
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -88,9 +88,9 @@ def add_handlers(app):
     """JSON bodies with the request id for `HTTPException`s and FastAPI's 422s."""
     @app.exception_handler(StarletteHTTPException)  # FastAPI's and routing's 404/405
     async def refused(request, error):
-        if error.status_code >= 500:
-            LOGGER.warning("request %s: %s %s: %s: %s", request_id(request), request.method,
-                           request.url.path, error.status_code, error.detail)
+        LOGGER.log(logging.WARNING if error.status_code >= 500 else logging.INFO,
+                   "request %s: %s %s: %s: %s", request_id(request), request.method,
+                   request.url.path, error.status_code, error.detail)
         return error_response(request, error.status_code, error.detail, error.headers)
 
     @app.exception_handler(RequestValidationError)

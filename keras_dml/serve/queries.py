@@ -92,8 +92,9 @@ def parse_filter(text):
 
     try:
         return parse_expression(text)
-    except SyntaxError as error:  # Python's literal parser: a bad escape (\x, \N{...})
-        raise ValueError(f"a string of the filter is malformed ({error.msg}).") from None
+    except SyntaxError:  # Python's literal parser: a bad escape (\x, \N{...}), a NUL
+        raise ValueError("a string of the filter is malformed (a bad escape such as \\x or "
+                         "\\N{...}).") from None
     except RecursionError:
         raise ValueError("the filter is nested too deep.") from None
 
