@@ -74,6 +74,29 @@ def test_train_on_a_folder_of_mixed_images_saves_the_class_names(tmp_path, capsy
     assert config["dataset"] == "folder" and config["data_dir"] == photos
 
 
+@pytest.mark.slow
+def test_train_on_a_folder_of_20_classes_picks_a_batch_design_that_fits(tmp_path, capsys):
+    """The guide's `keras-dml train --data-dir photos/` on a catalogue of 20 classes: 10
+    train, fewer than the default 32 a batch; the run says the design it took."""
+    rng = np.random.default_rng(0)
+    for number in range(20):
+        for i in range(2):
+            folder = tmp_path / "photos" / f"class{number:02d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{i}.png").write_bytes(tf.io.encode_png(
+                rng.integers(0, 255, (12, 12, 3), np.uint8)).numpy())
+    at = TINY.index("--classes-per-batch")
+    given = TINY[:at] + TINY[at + 2:]  # C not given: the default, 32
+    with pytest.warns(UserWarning, match=re.escape(
+            "10 training classes, fewer than the default 32 a batch: each batch holds all 10 "
+            "classes x 2 images (--classes-per-batch 10).")):
+        code = cli.main(["train", "--data-dir", str(tmp_path / "photos"), *given,
+                         "--runs-dir", str(tmp_path / "runs"), "--run-name", "few"])
+    assert code == 0, capsys.readouterr().err
+    config = json.loads((tmp_path / "runs" / "few" / "config.json").read_text())
+    assert config["classes_per_batch"] == 10
+
+
 @pytest.mark.parametrize("setup, args, message", [
     (lambda root: None, [], "is empty: it needs one folder of images per class"),
     (lambda root: open(os.path.join(root, "x.jpg"), "w").close(), [],

@@ -59,6 +59,20 @@ def test_meaningless_runs_are_refused_before_any_work_naming_the_settings(option
         assert word in str(error.value), str(error.value)
 
 
+def test_few_training_classes_lower_the_default_batch_design_but_not_a_given_one():
+    config = TrainConfig(dataset="folder", data_dir="photos")
+    with pytest.warns(UserWarning, match="10 training classes, fewer than the default 32"):
+        message = training.verdict.fit_batch_design(config, _splits(10, 10))
+    assert "all 10 classes x 4 images" in message and config.classes_per_batch == 10
+    training.check_meaningful(config, _splits(10, 10))  # now it fits
+    given = TrainConfig(dataset="folder", data_dir="photos", classes_per_batch=32)
+    assert training.verdict.fit_batch_design(given, _splits(10, 10)) is None
+    with pytest.raises(ValueError, match="fewer than classes_per_batch=32"):
+        training.check_meaningful(given, _splits(10, 10))
+    one = TrainConfig(dataset="folder", data_dir="photos")
+    assert training.verdict.fit_batch_design(one, _splits(1, 10)) is None  # nothing to pair
+
+
 def test_a_sound_run_passes_the_check():
     training.check_meaningful(TrainConfig(dataset="folder", data_dir="photos"), _splits(50, 50))
 

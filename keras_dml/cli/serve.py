@@ -1,5 +1,6 @@
 """`keras-dml serve`: the visual-search service over a catalogue on Milvus."""
 
+import logging
 import os
 import sys
 
@@ -33,6 +34,11 @@ def add_command(commands):
                         help=f"read the service's token from this file instead of {TOKEN_ENV}")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--allowed-hosts", default="", metavar="NAME,...",
+                        help="host names the service answers to besides the --host address "
+                        "and localhost, 127.0.0.1, ::1 (the Host header, without its port; "
+                        "comma-separated), e.g. shop.example.com behind a proxy; any other "
+                        "Host gets a 400, which keeps web pages out (DNS rebinding)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     parser.add_argument("--max-batch", type=int, default=32,
                         help="requests embedded in one forward pass at most (default 32)")
@@ -57,6 +63,25 @@ def _token(args):
     return token
 
 
+def _log_to_stderr():
+    """The service's log lines (each refusal and failure with its request id, and what
+    the client is not told) on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s keras-dml serve: %(message)s"))
+    logger = logging.getLogger("keras_dml.serve")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
+def _host_names(text):
+    """The names of `--allowed-hosts` (comma-separated), each checked."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for name in names:
+        if not all(c.isalnum() or c in ".-:[]_" for c in name) or len(name) > 253:
+            raise ValueError(f"--allowed-hosts: {name[:60]!r} is not a host name.")
+    return names
+
+
 def _import_tensorflow_quietly():
     """TensorFlow decodes the uploads (in a SavedModel's graph, or by the run's
     preprocessing): imported first, without its start-up log lines."""
@@ -77,6 +102,7 @@ def run(args):
     import uvicorn
 
     from keras_dml.serve.app import create_app
+    from keras_dml.serve.browsers import allowed_hosts
     from keras_dml.serve.uploads import ImageLimits
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -86,13 +112,14 @@ def run(args):
         raise ValueError(f"--max-batch must be at least 1, got {args.max_batch}.")
     if args.max_upload_mb <= 0:
         raise ValueError(f"--max-upload-mb must be positive, got {args.max_upload_mb}.")
+    hosts = allowed_hosts(args.host, _host_names(args.allowed_hosts))
     token = _token(args)
     _import_tensorflow_quietly()
     app = create_app(args.model, args.uri, args.collection, token=token,
                      milvus_token=os.environ.get(MILVUS_TOKEN_ENV) or None,
                      max_batch=args.max_batch, threshold=args.threshold,
                      limits=ImageLimits(max_bytes=int(args.max_upload_mb * 1024 * 1024)),
-                     allow_mismatch=args.allow_mismatch)
+                     allow_mismatch=args.allow_mismatch, allowed_hosts=hosts)
     service = app.state.service
     if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"keras-dml serve: warning: listening on {args.host} without a token: anyone who "
@@ -101,5 +128,6 @@ def run(args):
     print(f"serve: {service.embedder.source} on collection {service.catalogue.collection} at "
           f"{args.uri}: http://{args.host}:{args.port}/ (token {'on' if token else 'off'})",
           flush=True)
+    _log_to_stderr()
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -27,7 +27,8 @@ import operator
 
 import numpy as np
 
-__all__ = ["Condition", "MEMBERSHIP", "OPERATORS", "milvus_expression", "parse", "passes"]
+__all__ = ["Condition", "MEMBERSHIP", "OPERATORS", "milvus_expression", "milvus_literal", "parse",
+           "passes"]
 
 COLUMNS = ("id", "label", "added", "metadata")  # fields every item has
 OPERATORS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
@@ -194,13 +195,19 @@ def milvus_expression(conditions):
 def _milvus_condition(condition):
     field = _milvus_field(condition.field)
     if condition.op not in MEMBERSHIP or condition.field in ("id", "label", "added"):
-        return f"{field} {condition.op} {json.dumps(condition.value)}"
+        return f"{field} {condition.op} {milvus_literal(condition.value)}"
     # Milvus (Lite) takes `in` on fields only, not on JSON paths: spelled out instead.
     if condition.op == "in":
-        return " or ".join(f"{field} == {json.dumps(v)}" for v in condition.value) or (
+        return " or ".join(f"{field} == {milvus_literal(v)}" for v in condition.value) or (
             f"exists {field} and not (exists {field})")  # in []: no item
-    return " and ".join(f"{field} != {json.dumps(v)}" for v in condition.value) or (
+    return " and ".join(f"{field} != {milvus_literal(v)}" for v in condition.value) or (
         f"exists {field}")  # not in []: every item that has the field
+
+
+def milvus_literal(value):
+    """`value` as a Milvus literal: JSON, with non-ASCII characters as they are (Milvus
+    reads no `\\uXXXX` escape: `"\\u00e9"` would be refused)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _milvus_field(field):

@@ -4,51 +4,56 @@ Routes: `POST /search` (an uploaded image or a JSON vector), `GET /healthz`,
 `GET /readyz`, `GET /` (the search page), `GET /images/{id}` (catalogue
 images, from under the catalogue's root only), `GET /stats` (the batcher's
 batch sizes), `POST /admin/reload` (load the model again after an alias
-moved to another model's collection) and the OpenAPI page `/docs`. Every
-refusal is a 4xx JSON answer `{"detail": "one line"}`; with a token, every
-route but the health checks, the page and the API docs wants
-`Authorization: Bearer TOKEN` (or `X-Token: TOKEN`).
+moved to another model's collection) and the API's reference `/docs` (offline:
+no CDN). Every refusal is a 4xx JSON answer `{"detail": "one line", "request_id":
+...}`; with a token, every route but the health checks, the page and the API docs
+wants `Authorization: Bearer TOKEN` (or `X-Token: TOKEN`). The middleware, outermost
+first: request ids and the catch-all 500 (`errors`), the Host allow-list, cross-site
+refusals and security headers (`browsers`), the body limit (`limits`).
 """
 
 import asyncio
 import contextlib
 import hmac
-import json
-import math
 import time
 
 import numpy as np
-from fastapi import Depends, FastAPI, HTTPException, Query as QueryParam, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.security import APIKeyHeader, HTTPBearer
 
 from keras_dml.serve import files
+from keras_dml.serve.browsers import BrowserGuard, page_policy
+from keras_dml.serve.docs_page import docs_page
 from keras_dml.serve.embedders import calibrated_threshold
+from keras_dml.serve.errors import RequestIds, add_handlers, refused, unavailable
+from keras_dml.serve.limits import BodyLimit, media_type, parse_json
 from keras_dml.serve.page import PAGE
+from keras_dml.serve.queries import (MAX_K, parse_filter, parse_k, parse_rerank,
+                                     parse_threshold, parse_vector)
+from keras_dml.serve.schema import errors, search_openapi
 from keras_dml.serve.service import Query, Service
 from keras_dml.serve.uploads import ImageLimits, UploadError, check_image
 
 __all__ = ["MAX_K", "create_app"]
 
-MAX_K = 100  # results per query at most
 FORM_OVERHEAD = 64 * 1024  # bytes a multipart body may hold besides the image
 
-SEARCH_BODY = {"requestBody": {"required": True, "content": {
-    "multipart/form-data": {"schema": {"type": "object", "required": ["image"], "properties": {
-        "image": {"type": "string", "format": "binary", "description": "the photo (JPEG, "
-                  "PNG, GIF, BMP or WebP)"}}}},
-    "application/json": {"schema": {"type": "object", "required": ["vector"], "properties": {
-        "vector": {"type": "array", "items": {"type": "number"},
-                   "description": "an embedding of the catalogue's dimension"}}}}}}}
+EVERY_ROUTE = (400, 500)  # a Host not allowed; an unexpected error
 
 
 def _one_line(error):
     return " ".join(str(error).split()) or type(error).__name__
 
 
+def _bad_request(error):
+    """A 400 of a ValueError raised by the checks of the request (its one line)."""
+    return HTTPException(400, _one_line(error))
+
+
 def create_app(model, uri, collection=None, token=None, milvus_token=None, max_batch=32,
                max_wait_ms=5.0, limits=ImageLimits(), threshold=None, allow_mismatch=False,
-               refresh_seconds=2.0):
+               refresh_seconds=2.0, allowed_hosts=None):
     """The service's FastAPI app, its model loaded and checked against the catalogue.
 
     Args:
@@ -65,6 +70,9 @@ def create_app(model, uri, collection=None, token=None, milvus_token=None, max_b
             calibrated threshold where it has one, else no match decision.
         allow_mismatch: Serve another model's catalogue (its scores are meaningless).
         refresh_seconds: How often an alias is resolved again.
+        allowed_hosts: The host names answered (`Host` header, without its port;
+            `keras_dml.serve.browsers.allowed_hosts` makes the CLI's list); None: any
+            (also in `app.state.allowed_hosts`, read at each request).
 
     Raises:
         ValueError: The catalogue was built by another model (one line naming both).
@@ -81,22 +89,31 @@ def create_app(model, uri, collection=None, token=None, milvus_token=None, max_b
         await service.batcher.close()
         service.close()
 
-    app = FastAPI(title="keras-dml serve", lifespan=lifespan,
+    app = FastAPI(title="keras-dml serve", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Visual search over a keras_dml catalogue: POST a photo to "
                   "/search, get the most similar catalogue items.")
     app.state.service, app.state.threshold, app.state.limits = service, threshold, limits
-    guard = [Depends(_token_guard(token))]
-    _add_handlers(app)
-    _add_health(app, service)
+    app.state.allowed_hosts = None if allowed_hosts is None else tuple(
+        host.lower() for host in allowed_hosts)
+    guard = [] if token is None else [Depends(_token_guard(token))]
+    add_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_bytes + FORM_OVERHEAD)
+    app.add_middleware(BrowserGuard, policies={"/": page_policy(PAGE),
+                                               "/docs": page_policy(docs_page({}))})
+    app.add_middleware(RequestIds)  # the outermost: every answer carries its request's id
+    _add_health(app, service, guard)
     _add_search(app, service, guard)
     _add_pages(app, service, guard)
     return app
 
 
 def _token_guard(token):
-    def check(request: Request):
-        if token is None:
-            return
+    """The dependency that checks the token (its schemes declared in the OpenAPI
+    schema: a bearer token, or the X-Token header)."""
+    bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer TOKEN")
+    header = APIKeyHeader(name="X-Token", auto_error=False, description="X-Token: TOKEN")
+
+    def check(request: Request, _bearer=Depends(bearer), _header=Depends(header)):
         given = request.headers.get("x-token") or ""
         scheme, _, value = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer":
@@ -108,72 +125,62 @@ def _token_guard(token):
     return check
 
 
-def _add_handlers(app):
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request, error):
-        problems = [f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}"
-                    for e in error.errors()]
-        return JSONResponse({"detail": "; ".join(problems)}, 422)
-
-    @app.exception_handler(Exception)
-    async def unexpected(request, error):
-        return JSONResponse({"detail": f"internal error: {_one_line(error)}"}, 500)
-
-
-def _add_health(app, service):
-    @app.get("/healthz", summary="the process is up")
+def _add_health(app, service, guard):
+    @app.get("/healthz", summary="the process is up", responses=errors(*EVERY_ROUTE))
     async def healthz():
         return {"status": "ok"}
 
-    @app.get("/readyz", summary="the model is loaded and matches the reachable catalogue")
-    async def readyz():
-        await _ready(service)
+    @app.get("/readyz", summary="the model is loaded and matches the reachable catalogue",
+             responses=errors(*EVERY_ROUTE, 503))
+    async def readyz(request: Request):
+        await _ready(service, request)
         return {"status": "ready", "collection": service.catalogue.collection,
                 "model_fingerprint": service.embedder.fingerprint}
 
-    @app.get("/stats", summary="how many batches of each size the model ran")
+    @app.get("/stats", dependencies=guard, summary="how many batches of each size the model "
+             "ran", responses=errors(*EVERY_ROUTE, 401))
     async def stats():
         return {"batches": {str(size): count for size, count in
                             sorted(service.batcher.sizes.items())}}
 
 
-async def _ready(service):
+async def _ready(service, request):
     try:
         await asyncio.to_thread(service.catalogue.refresh)
     except Exception as error:  # Milvus unreachable, collection gone
-        raise HTTPException(503, f"catalogue unreachable: {_one_line(error)}") from None
+        raise unavailable(request, error) from None
     if service.catalogue.not_ready:
         raise HTTPException(503, service.catalogue.not_ready)
 
 
 def _add_search(app, service, guard):
-    @app.post("/search", dependencies=guard, openapi_extra=SEARCH_BODY,
-              summary="the catalogue items most similar to a photo (or a vector)")
-    async def search(request: Request,
-                     k: str = QueryParam("10", description=f"results, 1 to {MAX_K}"),
-                     filter: str = QueryParam(None, description="as keras-dml search "
-                                              "--filter, e.g. 'label == \"boots\" and price "
-                                              "< 20', or a JSON filter of keras_dml.index."
-                                              "filters"),
-                     rerank: str = QueryParam(None, description="qe, dba or k_reciprocal, "
-                                              "with options as qe:n=2,alpha=3"),
-                     threshold: str = QueryParam(None, description="similarity at which a "
-                                                 "result matches")):
+    dim = service.catalogue.record["provenance"].get("dim")
+
+    @app.post("/search", dependencies=guard, openapi_extra=search_openapi(dim),
+              summary="the catalogue items most similar to a photo (or a vector)",
+              responses=errors(*EVERY_ROUTE, 401, 403, 411, 413, 415, 503))
+    async def search(request: Request):
         start = time.perf_counter()
-        await _ready(service)
-        params = {"k": k, "filter": filter, "rerank": rerank, "threshold": threshold}
+        await _ready(service, request)
+        query_string = request.query_params  # checked by queries.parse_*; declared in schema
+        params = {"k": query_string.get("k", "10"), "filter": query_string.get("filter"),
+                  "rerank": query_string.get("rerank"),
+                  "threshold": query_string.get("threshold")}
         image, vector, fields = await _read_body(request, app.state.limits)
         params.update(fields)
-        query = _query(service, image, vector, params)
-        limit = _threshold(params["threshold"], app.state.threshold)
+        try:
+            query = _query(service, image, vector, params)
+            limit = parse_threshold(params["threshold"], app.state.threshold)
+        except ValueError as error:
+            raise _bad_request(error) from None
         try:
             found = await service.search(query)
         except UploadError as error:
             raise HTTPException(error.status, str(error)) from None
-        except ValueError as error:
-            raise HTTPException(400, _one_line(error)) from None
-        except (ConnectionError, RuntimeError) as error:
-            raise HTTPException(503, _one_line(error)) from None
+        except ValueError as error:  # Milvus refused the search: its text is internal
+            raise refused(request, error) from None
+        except (ConnectionError, RuntimeError, TimeoutError) as error:  # Milvus unreachable
+            raise unavailable(request, error) from None
         root = service.catalogue.root
         return {"results": _results(found, limit, root),
                 "model_fingerprint": service.embedder.fingerprint,
@@ -181,7 +188,8 @@ def _add_search(app, service, guard):
                 "took_ms": (time.perf_counter() - start) * 1000}
 
     @app.post("/admin/reload", dependencies=guard,
-              summary="load the model again and check it against the catalogue")
+              summary="load the model again and check it against the catalogue",
+              responses=errors(*EVERY_ROUTE, 401, 403, 409))
     async def reload():
         try:
             reason = await asyncio.to_thread(service.reload)
@@ -195,34 +203,36 @@ def _add_search(app, service, guard):
 
 async def _read_body(request, limits):
     """`(image bytes, vector, form fields)` of a search request, or a 4xx."""
-    length = request.headers.get("content-length")
-    if length is None or not length.isdigit():
+    length = request.headers.get("content-length", "")
+    if not (length.isascii() and length.isdigit()):
         raise HTTPException(411, "send the request with a Content-Length header.")
     if int(length) > limits.max_bytes + FORM_OVERHEAD:
         raise HTTPException(413, f"the request has {length} bytes, more than the limit of "
                             f"{limits.max_bytes} for an image.")
-    kind = request.headers.get("content-type", "")
-    if kind.startswith("multipart/form-data"):
+    kind = media_type(request.headers.get("content-type", ""))
+    if kind == "multipart/form-data":
         try:
             form = await request.form(max_files=1, max_fields=8)
+        except HTTPException:  # limits.BodyTooLarge
+            raise
         except Exception as error:  # starlette's MultiPartException, a broken body
             raise HTTPException(400, f"the form could not be read: {_one_line(error)}") from None
         upload = form.get("image")
         if not hasattr(upload, "read"):
             raise HTTPException(400, "the form has no file field 'image'.")
         data = await upload.read()
-        try:
-            check_image(data, limits)
+        try:  # Pillow reads the headers (an animated GIF's frames too): off the event loop
+            await asyncio.to_thread(check_image, data, limits)
         except UploadError as error:
             raise HTTPException(error.status, str(error)) from None
         fields = {name: form[name] for name in ("k", "filter", "rerank", "threshold")
                   if isinstance(form.get(name), str)}
         return data, None, fields
-    if kind.startswith("application/json"):
+    if kind == "application/json":
         try:
-            body = json.loads(await request.body())
-        except ValueError:
-            raise HTTPException(400, "the JSON body could not be parsed.") from None
+            body = await asyncio.to_thread(parse_json, await request.body(), "the JSON body")
+        except ValueError as error:
+            raise _bad_request(error) from None
         if not isinstance(body, dict) or "vector" not in body:
             raise HTTPException(400, 'the JSON body must be {"vector": [numbers]}.')
         return None, body["vector"], {}
@@ -231,66 +241,25 @@ async def _read_body(request, limits):
 
 
 def _query(service, image, vector, params):
-    """The `Query` of a request's parameters, or a 400 naming the bad one."""
-    try:
-        k = int(params["k"])
-    except (TypeError, ValueError):
-        raise HTTPException(400, f"k must be a whole number, got {params['k']!r}.") from None
-    if not 1 <= k <= MAX_K:
-        raise HTTPException(400, f"k must be between 1 and {MAX_K}, got {k}.")
-    if vector is not None:
-        vector = _vector(vector, service.catalogue.record["provenance"].get("dim"))
+    """The `Query` of a request's parameters, each checked in full (a ValueError names
+    the bad one): nothing unchecked joins a batch."""
+    k = parse_k(params["k"])
+    if image is None:  # a JSON body: its vector, whatever it holds (null too)
+        vector = parse_vector(vector, service.catalogue.record["provenance"].get("dim"))
     filter_dict = expression = None
     if params["filter"]:
         try:
-            filter_dict = _filter(params["filter"])
+            filter_dict = parse_filter(params["filter"])
             expression = service.catalogue.expression(filter_dict)
-        except ValueError as error:
-            raise HTTPException(400, f"bad filter: {_one_line(error)}") from None
+        except (ValueError, RecursionError) as error:
+            raise ValueError(f"bad filter: {_one_line(error)}") from None
     rerank = params["rerank"] or None
     if rerank is not None:
-        from keras_dml.evaluation.rerank import get
-
         try:
-            get(rerank)
+            parse_rerank(rerank)
         except ValueError as error:
-            raise HTTPException(400, f"bad rerank: {_one_line(error)}") from None
+            raise ValueError(f"bad rerank: {_one_line(error)}") from None
     return Query(image, vector, k, expression, filter_dict, rerank)
-
-
-def _filter(text):
-    """A JSON filter (`keras_dml.index.filters`) or its text form, as `keras-dml search
-    --filter` takes it (`label == "boots" and price < 20`)."""
-    if text.lstrip().startswith("{"):
-        return json.loads(text)
-    from keras_dml.index.filter_expression import parse_expression
-
-    return parse_expression(text)
-
-
-def _vector(values, dim):
-    try:
-        vector = np.asarray(values, np.float32)
-    except (TypeError, ValueError):
-        raise HTTPException(400, "vector must be a list of numbers.") from None
-    if vector.ndim != 1 or (dim is not None and len(vector) != dim):
-        raise HTTPException(400, f"vector must be a list of {dim} numbers, got shape "
-                            f"{list(vector.shape)}.")
-    if not np.isfinite(vector).all():
-        raise HTTPException(400, "vector must hold finite numbers.")
-    return vector
-
-
-def _threshold(value, default):
-    if value is None or value == "":
-        return default
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not math.isfinite(number):
-        raise HTTPException(400, f"threshold must be a number, got {value!r}.")
-    return number
 
 
 def _plain(value):
@@ -316,14 +285,31 @@ def _results(found, threshold, root):
     return results
 
 
+def _item_image(catalogue, path):
+    """The file of image `path` when it is an item's image of the catalogue (its id or
+    its metadata's path) and a file under its root, else None."""
+    found = files.image_file(catalogue.root, path)
+    return found if found is not None and files.is_item(catalogue, path) else None
+
+
 def _add_pages(app, service, guard):
-    @app.get("/", response_class=HTMLResponse, summary="the search page")
+    @app.get("/", response_class=HTMLResponse, summary="the search page",
+             responses=errors(*EVERY_ROUTE))
     async def page():
         return PAGE
 
-    @app.get("/images/{path:path}", dependencies=guard, summary="a catalogue image")
+    @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
+    async def docs():
+        return docs_page(app.openapi())
+
+    @app.get("/images/{path:path}", dependencies=guard, summary="a catalogue image",
+             response_class=FileResponse, responses={
+                 200: {"description": "the image file", "content": {"image/*": {}}},
+                 **errors(*EVERY_ROUTE, 401, 404)})
     async def image(path: str):
-        found = files.image_file(service.catalogue.root, path)
+        if not files.plausible_path(path):  # before the file system is asked anything
+            raise HTTPException(404, "no catalogue image at that path.")
+        found = await asyncio.to_thread(_item_image, service.catalogue, path)
         if found is None:
             raise HTTPException(404, "no catalogue image at that path.")
         return FileResponse(found)

@@ -85,7 +85,8 @@ class Service:
         vectors = [q.vector for q in queries]
         results = [None] * len(queries)
         if images:
-            for i, vector in zip(images, embedder.embed([queries[i].image for i in images])):
+            for i, vector in zip(images, _each_alone(embedder.embed,
+                                                     [queries[i].image for i in images])):
                 if isinstance(vector, DecodeError):
                     results[i] = UploadError(str(vector))
                 else:
@@ -103,15 +104,14 @@ class Service:
             else:
                 groups.setdefault((query.k, query.expression), []).append(i)
         for (k, expression), members in groups.items():
-            try:
-                ids, scores, labels, metadata = self.catalogue.search(
-                    np.stack([vectors[i] for i in members]), k, expression)
-            except Exception as error:  # every query of the group gets it
-                for i in members:
-                    results[i] = error
-                continue
-            for row, i in enumerate(members):
-                results[i] = (ids[row], scores[row], labels[row], metadata[row], None)
+            def search(rows, k=k, expression=expression):
+                ids, scores, labels, metadata = self.catalogue.search(np.stack(rows), k,
+                                                                      expression)
+                return [(ids[r], scores[r], labels[r], metadata[r], None)
+                        for r in range(len(rows))]
+
+            for i, result in zip(members, _each_alone(search, [vectors[i] for i in members])):
+                results[i] = result
         return results
 
     def rerank_search(self, vector, k, filter, rerank):
@@ -156,6 +156,27 @@ class Service:
             index.close()
         self._reranking.clear()
         self.catalogue.close()
+
+
+def _each_alone(function, items):
+    """`function(items)`, a list of one result per item; when the call on the whole
+    list fails, each item is tried alone, so a failure is only its own item's (an
+    exception in its place). Milvus unreachable (ConnectionError, RuntimeError,
+    TimeoutError) fails them all at once: each alone would fail too, slower."""
+    try:
+        return function(items)
+    except (ConnectionError, RuntimeError, TimeoutError) as error:  # Milvus down: shared
+        return [error] * len(items)
+    except Exception as error:
+        if len(items) == 1:
+            return [error]
+    results = []
+    for item in items:
+        try:
+            results.extend(function([item]))
+        except Exception as error:
+            results.append(error)
+    return results
 
 
 def _similarities(query, items, metric):

@@ -117,6 +117,9 @@ class TrainConfig:
                              f"{self.dataset} has its protocol split.")
         self._test_images()
         design = BATCH_DESIGNS.get(self.dataset, DEFAULT_BATCH_DESIGN)
+        # not a field: whether C is the default, which a run on few classes may lower
+        # (keras_dml.training.verdict.fit_batch_design)
+        self._default_classes_per_batch = self.classes_per_batch is None
         if self.classes_per_batch is None:
             self.classes_per_batch = design[0]
         if self.samples_per_class is None:

@@ -21,7 +21,8 @@ from keras_dml.training.config import own_files_options
 from keras_dml.training.evaluation import RunEvaluation
 from keras_dml.training.model import backbone_variables, build_model, compile_model, dtype_policy
 from keras_dml.training.report import fit_verbose
-from keras_dml.training.verdict import chance_recall, check_meaningful, run_verdict
+from keras_dml.training.verdict import (chance_recall, check_meaningful, fit_batch_design,
+                                        run_verdict)
 
 __all__ = ["run"]
 
@@ -104,6 +105,7 @@ def _prepare(config, resume):
         if config.rotated_classes:
             job.splits = dataclasses.replace(
                 job.splits, train=job.splits.train.with_rotated_classes())
+    fit_batch_design(config, job.splits)
     check_meaningful(config, job.splits)
     job.input_shape, job.preprocessing = inputs.input_spec(
         job.splits.train, config.image_size, config.backbone, config.augment_crop)

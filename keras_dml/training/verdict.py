@@ -1,13 +1,35 @@
 """Whether a run means something: refused before any work when it cannot, judged
 after training against a random ranking."""
 
+import warnings
+
 import numpy as np
 
 from keras_dml import backbones
 from keras_dml.training.config import OWN_DATASETS
 from keras_dml.training.inputs import evaluation_splits
 
-__all__ = ["chance_recall", "check_meaningful", "run_verdict"]
+__all__ = ["chance_recall", "check_meaningful", "fit_batch_design", "run_verdict"]
+
+
+def fit_batch_design(config, splits):
+    """Lowers the default classes per batch to the training classes there are (at least
+    2), saying so in one warning: a catalogue of few classes trains with batches of all
+    of them. A C that was given (`classes_per_batch`) is left as it is.
+
+    Returns:
+        The warning's text, or None when nothing changed.
+    """
+    classes, wanted = splits.train.num_classes, config.classes_per_batch
+    if (classes >= wanted or classes < 2
+            or not getattr(config, "_default_classes_per_batch", False)):
+        return None
+    config.classes_per_batch = classes
+    message = (f"{classes} training classes, fewer than the default {wanted} a batch: each "
+               f"batch holds all {classes} classes x {config.samples_per_class} images "
+               f"(--classes-per-batch {classes}).")
+    warnings.warn(message, stacklevel=2)
+    return message
 
 
 def check_meaningful(config, splits):
