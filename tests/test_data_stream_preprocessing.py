@@ -47,7 +47,8 @@ def test_streams_record_the_preprocessing_they_apply(tmp_path):
                           class_names=["a", "b"], original_class_ids=np.array([0, 1]))
     batches = evaluation_batches(split, NONE, batch_size=2)
     assert stream_preprocessing(batches) is NONE
-    assert stream_preprocessing(batches.map(lambda x, y: (x, y))) is None  # a new dataset
+    assert stream_preprocessing(batches.map(lambda x, y: (x, y))) is NONE  # kept (data.Stream)
+    assert stream_preprocessing(batches.batch(1)) is None  # a plain dataset
     assert stream_preprocessing((np.zeros(2), np.zeros(2))) is None
 
 

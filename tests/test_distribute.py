@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from keras_dml import data
-from keras_dml.data.distributed import replica_slices
+from keras_dml.data.distributed import replica_slices, worker_stream_start
 from keras_dml.training import distribute
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -141,6 +141,16 @@ def test_each_pipeline_reads_its_replicas_share_of_the_single_process_batch(mirr
     np.testing.assert_array_equal(got_y, expected[1].numpy())
     np.testing.assert_array_equal(got_x, expected[0].numpy())
     assert len(set(got_y[:12]) & set(got_y[12:])) == 0  # whole classes per replica
+
+
+def test_a_distributed_stream_carries_its_position_to_the_backup(mirrored_strategy, tmp_path):
+    x, y = worker.source()
+    stream = data.distributed_class_balanced_batches(mirrored_strategy, (x, y), 8, 3, seed=5,
+                                                     start_step=2)
+    position = worker_stream_start(stream)
+    assert (position.start, position.seed, position.batch_size) == (2, 5, 24)
+    assert distribute.BackupAndRestore(tmp_path, stream=stream).position is position
+    assert worker_stream_start(data.class_balanced_batches((x, y), 8, 3, seed=5)) is None
 
 
 def test_distributed_batches_need_a_shared_seed_and_whole_classes(mirrored_strategy):

@@ -14,6 +14,7 @@ HDF5 arrays, the state is JSON.
 import json
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 
@@ -47,7 +48,8 @@ def _seed_states(model):
 
 
 def _stream_position(stream):
-    """The position of a keras_dml stream, or None (tf.data's module only for tf.data)."""
+    """The position a keras_dml stream carries, or None (tf.data's module only for
+    tf.data)."""
     from keras_dml.data.arrays import ClassBalancedPyDataset
 
     if isinstance(stream, ClassBalancedPyDataset):
@@ -55,6 +57,13 @@ def _stream_position(stream):
     from keras_dml.data.pipeline import stream_position
 
     return stream_position(stream)
+
+
+def _lost_position(stream):
+    """The one line saying that `stream`, made from a keras_dml stream, lost its
+    position, or None (a stream exists only once `keras_dml.data.stream` is imported)."""
+    streams = sys.modules.get("keras_dml.data.stream")
+    return None if streams is None else streams.lost_sentence(stream, "position")
 
 
 def _fsync_dir(path):
@@ -148,11 +157,11 @@ class TrainingBackup(keras.callbacks.Callback):
         self.backup_dir = str(backup_dir)
         self.position = None if stream is None else _stream_position(stream)
         if stream is not None and self.position is None:
-            raise ValueError(
-                "TrainingBackup(stream=...) takes the dataset returned by "
-                "keras_dml.data.class_balanced_batches (before any further .map or "
-                "other transformation) or a keras_dml.data.ClassBalancedPyDataset, "
-                "whose batches are step-indexed.")
+            raise ValueError(_lost_position(stream) or (
+                "TrainingBackup(stream=...) takes the stream returned by "
+                "keras_dml.data.class_balanced_batches (also after .prefetch, .map or "
+                ".repeat) or a keras_dml.data.ClassBalancedPyDataset, whose batches are "
+                "step-indexed."))
         if self.position is not None and not self.position.replayable:
             warnings.warn("TrainingBackup: this stream is steered while training (hard "
                           "negative class mining) and cannot be replayed; a resume "

@@ -37,6 +37,7 @@ _TENSORFLOW_NAMES = {
     "HardNegativeClassMining": "hard_classes",
     "HardNegativeClassSampler": "hard_classes",
     "hard_negative_class_batches": "hard_classes",
+    "Stream": "stream",
     "StreamPosition": "pipeline",
     "class_balanced_batches": "pipeline",
     "stream_position": "pipeline",
@@ -55,6 +56,7 @@ if typing.TYPE_CHECKING:  # the same names, for static readers (the API pages)
         HardNegativeClassMining, HardNegativeClassSampler, hard_negative_class_batches,
     )
     from keras_dml.data.pipeline import StreamPosition, class_balanced_batches, stream_position
+    from keras_dml.data.stream import Stream
     from keras_dml.data.two_view import two_view_batches
     from keras_dml.data.verify import verify_images
 
@@ -84,6 +86,7 @@ __all__ = [
     "Preprocessing",
     "RandomPairDesign",
     "RandomPairSampler",
+    "Stream",
     "StreamPosition",
     "class_balanced_batches",
     "decode_image",

@@ -12,8 +12,6 @@ Cost per worker and step: the index draw for the whole batch (O(C k) stateless T
 ops inside the pipeline) and the images of its own share only.
 """
 
-import weakref
-
 import numpy as np
 
 from keras_dml import backend, hyperparameters
@@ -26,17 +24,17 @@ __all__ = ["distributed_class_balanced_batches", "replica_slices", "worker_strea
 
 tf = backend.require_tensorflow("keras_dml.data.distributed_class_balanced_batches (tf.data)")
 
-_POSITIONS = weakref.WeakKeyDictionary()
+#: The attribute of a `distributed_class_balanced_batches` dataset holding its position.
+_POSITION = "keras_dml_position"
 
 
 def worker_stream_start(dataset):
-    """The `StreamPosition` of a dataset made by `distributed_class_balanced_batches`,
-    else `None`. `keras_dml.training.distribute.BackupAndRestore` sets its `start` when it
-    restores a backup, so the stream resumes where it stopped."""
-    try:
-        return _POSITIONS.get(dataset)
-    except TypeError:
+    """The `StreamPosition` of a dataset made by `distributed_class_balanced_batches`
+    (it carries it), else `None`. `keras_dml.training.distribute.BackupAndRestore` sets
+    its `start` when it restores a backup, so the stream resumes where it stopped."""
+    if not isinstance(dataset, tf.distribute.DistributedDataset):
         return None
+    return getattr(dataset, _POSITION, None)
 
 
 def replica_slices(global_batch, num_replicas, pipeline_id, num_pipelines):
@@ -82,7 +80,7 @@ def distributed_class_balanced_batches(strategy, data, classes_per_batch,
 
     Returns:
         A `tf.distribute.DistributedDataset` for `model.fit` (infinite: pass
-        `steps_per_epoch`).
+        `steps_per_epoch`), carrying its `StreamPosition` (`worker_stream_start`).
     """
     if seed is None or isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise ValueError("distributed_class_balanced_batches needs an integer seed shared "
@@ -118,5 +116,5 @@ def distributed_class_balanced_batches(strategy, data, classes_per_batch,
         return batches_from_indices(source, indices, seed=worker_seed, map_fn=map_fn)
 
     dataset = strategy.distribute_datasets_from_function(dataset_fn)
-    _POSITIONS[dataset] = position
+    setattr(dataset, _POSITION, position)
     return dataset

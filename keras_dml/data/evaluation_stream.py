@@ -7,7 +7,7 @@ from keras_dml.data.bad_images import BadImageGuard, drop_bad, only_x_y
 from keras_dml.data.options import steady
 from keras_dml.data.inputs import SAMPLES, as_data
 from keras_dml.data.sources import make_source
-from keras_dml.data.stream_preprocessing import record_preprocessing
+from keras_dml.data.stream import Stream
 from keras_dml.hyperparameters import integer_at_least, renamed_keywords
 
 __all__ = ["evaluation_batches", "evaluation_stream"]
@@ -40,11 +40,11 @@ def evaluation_batches(data, preprocessing=None, batch_size=256, transform=None,
             Defaults to False.
 
     Returns:
-        A finite `tf.data.Dataset` of `(images, labels)` batches (its length
-        known): what `keras_dml.callbacks.RecallAtK` and
-        `keras_dml.evaluation.embed_dataset` take. An image file that cannot be
-        read or decoded stops iteration with an error naming it (unless
-        `skip_bad_images`).
+        A finite `keras_dml.data.Stream` (a `tf.data.Dataset`) of `(images,
+        labels)` batches (its length known), carrying `preprocessing`: what
+        `keras_dml.callbacks.RecallAtK` and `keras_dml.evaluation.embed_dataset` take.
+        An image file that cannot be read or decoded stops iteration with an error
+        naming it (unless `skip_bad_images`).
     """
     return evaluation_stream(as_data(data, SAMPLES, "data"), preprocessing, batch_size,
                              transform, skip_bad_images)
@@ -75,9 +75,10 @@ def evaluation_stream(data, preprocessing=None, batch_size=256, transform=None,
     skip = skip_bad_images and data.from_files
     batches = tf.data.Dataset.range(len(data.labels)).batch(batch_size).map(
         load, num_parallel_calls=tf.data.AUTOTUNE)
+    guard = None
     if data.from_files:  # a bad file is an error naming it, when its batch is taken
         guard = BadImageGuard(data.describe, skip=skip, paths=data.paths)
         stream = guard.stream(batches, every_batch=True)
     else:
         stream = batches.map(only_x_y).prefetch(tf.data.AUTOTUNE)
-    return record_preprocessing(steady(stream), preprocessing)
+    return Stream(steady(stream), preprocessing=preprocessing, guard=guard)

@@ -1,7 +1,5 @@
 """`class_balanced_batches`: the C x k tf.data pipeline of the metric learning papers."""
 
-import weakref
-
 import numpy as np
 
 from keras_dml import backend, hyperparameters
@@ -9,7 +7,7 @@ from keras_dml.data.arrays import ClassBalancedPyDataset, _positional_parameters
 from keras_dml.data.bad_images import BadImageGuard, only_x_y, refill
 from keras_dml.data.options import steady
 from keras_dml.data.sampler import ClassBalancedSampler
-from keras_dml.data.stream_preprocessing import record_preprocessing
+from keras_dml.data.stream import Stream
 from keras_dml.data.inputs import SAMPLES, as_data
 from keras_dml.data.sources import DECODED_CACHE_MB, make_source
 
@@ -24,7 +22,7 @@ def class_balanced_batches(data, classes_per_batch, samples_per_class, *,
                            small_classes="replace", seed=None, preprocessing=None,
                            training=True, map_fn=None, num_replicas=None, start_step=0,
                            skip_bad_images=False, decoded_cache_mb=DECODED_CACHE_MB):
-    """An infinite `tf.data.Dataset` of `(x, y)` batches of C classes x k samples.
+    """An infinite stream of `(x, y)` batches of C classes x k samples.
 
     Each batch holds exactly `classes_per_batch` distinct classes and
     `samples_per_class` distinct samples of each (see `ClassBalancedSampler`
@@ -100,8 +98,9 @@ def class_balanced_batches(data, classes_per_batch, samples_per_class, *,
             `keras_dml.data.sources.DECODED_CACHE_MB` (1024).
 
     Returns:
-        An infinite `tf.data.Dataset` of `(x, y)`, `x` of shape
-        `(C * k, ...)`, `y` int32 `(C * k,)`. Labels of 2**24 or more in
+        An infinite `keras_dml.data.Stream` (a `tf.data.Dataset`, carrying its
+        preprocessing, resume position and bad-image guard) of `(x, y)`, `x` of
+        shape `(C * k, ...)`, `y` int32 `(C * k,)`. Labels of 2**24 or more in
         magnitude (hashed ids; not exact in float32, where Keras compares
         them) are replaced by dense ids `0..C-1`.
 
@@ -172,21 +171,16 @@ class StreamPosition:
         return tf.data.Dataset.counter(dtype=tf.int64).map(lambda n: n + self.first_step())
 
 
-_POSITIONS = weakref.WeakKeyDictionary()
-
-
 @hyperparameters.renamed_keywords(dataset="data")
 def stream_position(data):
-    """The `StreamPosition` of `data`, a dataset made by `class_balanced_batches`
-    (or the other keras_dml samplers), the `ArrayStreamPosition` of a
+    """The `StreamPosition` of `data`, a `keras_dml.data.Stream` made by
+    `class_balanced_batches` (or the other keras_dml samplers; after `.prefetch`,
+    `.map` or `.repeat` too: see `Stream`), the `ArrayStreamPosition` of a
     `ClassBalancedPyDataset`, or `None` for any other value.
     `dataset=` is the deprecated name of `data=`."""
-    if isinstance(data, ClassBalancedPyDataset):
+    if isinstance(data, (ClassBalancedPyDataset, Stream)):
         return data.position
-    try:
-        return _POSITIONS.get(data)
-    except TypeError:
-        return None
+    return None
 
 
 def batches_from_stream(data, sampler, seed=None, map_fn=None, start_step=0,
@@ -203,10 +197,8 @@ def batches_from_stream(data, sampler, seed=None, map_fn=None, start_step=0,
     """
     position = StreamPosition(start_step, seed, sampler.batch_size)
     indices = sampler_steps(sampler, position)
-    ds = batches_from_indices(data, indices, seed=seed, map_fn=map_fn,
-                              skip_bad_images=skip_bad_images)
-    _POSITIONS[ds] = position
-    return ds
+    return batches_from_indices(data, indices, seed=seed, map_fn=map_fn,
+                                skip_bad_images=skip_bad_images).carrying(position=position)
 
 
 def sampler_steps(sampler, position):
@@ -258,7 +250,7 @@ def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
         skip_bad_images: See `class_balanced_batches`. Defaults to False.
 
     Returns:
-        A `tf.data.Dataset` (see `class_balanced_batches` for bad files).
+        A `keras_dml.data.Stream` (see `class_balanced_batches` for bad files).
     """
     position = StreamPosition(start_step, seed, batch_size, replayable)
 
@@ -277,10 +269,8 @@ def batches_from_sampler(data, make_sampler, batch_size, seed=None, map_fn=None,
         output_signature=(tf.TensorSpec([chunk], tf.int64),
                           tf.TensorSpec([chunk, batch_size], tf.int64)),
     ).unbatch()
-    ds = batches_from_indices(data, indices, seed=seed, map_fn=map_fn,
-                              skip_bad_images=skip_bad_images)
-    _POSITIONS[ds] = position
-    return ds
+    return batches_from_indices(data, indices, seed=seed, map_fn=map_fn,
+                                skip_bad_images=skip_bad_images).carrying(position=position)
 
 
 def batches_from_indices(data, indices, seed=None, map_fn=None, skip_bad_images=False):
@@ -298,6 +288,10 @@ def batches_from_indices(data, indices, seed=None, map_fn=None, skip_bad_images=
         map_fn: Optional per-batch `map_fn(x, y) -> (x, y)`, or `map_fn(x, y, batch_id)`
             (see `class_balanced_batches`).
         skip_bad_images: See `class_balanced_batches`. Defaults to False.
+
+    Returns:
+        A `keras_dml.data.Stream` carrying `data`'s preprocessing and, for image
+        files, its `BadImageGuard` (no position: the callers add theirs).
     """
     labels = tf.constant(data.labels.astype(np.int32))
     stream_seed = int(np.random.SeedSequence(seed).generate_state(1)[0])
@@ -319,8 +313,10 @@ def batches_from_indices(data, indices, seed=None, map_fn=None, skip_bad_images=
     skip = skip_bad_images and data.from_files
     map_takes_step = map_fn is not None and _positional_parameters(map_fn) >= 3
     ds = indices.map(build, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    guard = None
     if data.from_files:
-        ds = BadImageGuard(data.describe, skip=skip_bad_images, paths=data.paths).stream(ds)
+        guard = BadImageGuard(data.describe, skip=skip_bad_images, paths=data.paths)
+        ds = guard.stream(ds)
     else:
         ds = ds.map(only_x_y).prefetch(tf.data.AUTOTUNE)
-    return record_preprocessing(steady(ds), data.preprocessing)
+    return Stream(steady(ds), preprocessing=data.preprocessing, guard=guard)

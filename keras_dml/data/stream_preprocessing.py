@@ -1,7 +1,7 @@
 """Which `Preprocessing` a keras_dml stream applies, and whether a model rescales again.
 
-`class_balanced_batches` and `evaluation_batches` record the `Preprocessing` they
-apply to their dataset (`stream_preprocessing`). `DMLModel.fit` keeps the training
+`class_balanced_batches` and `evaluation_batches` return a `keras_dml.data.Stream`
+carrying the `Preprocessing` they apply (`stream_preprocessing`). `DMLModel.fit` keeps the training
 stream's in the model's config (so `keras-dml export model.keras` needs no flags),
 and `DMLModel.fit` and the evaluation callbacks warn when a model that rescales its
 inputs itself (Keras Applications' MobileNetV3, EfficientNet(V2) and ConvNeXt
@@ -9,34 +9,49 @@ inputs itself (Keras Applications' MobileNetV3, EfficientNet(V2) and ConvNeXt
 layer with weights) is fed a stream that already normalises.
 """
 
+import sys
 import warnings
-import weakref
 
 import keras
 import numpy as np
 
-__all__ = ["input_rescaling", "model_preprocessing", "normalised_twice", "record_preprocessing",
-           "recorded_preprocessing", "stream_preprocessing", "warn_if_normalised_twice",
-           "warn_if_prepared_otherwise"]
+__all__ = ["input_rescaling", "lost_preprocessing", "model_preprocessing", "normalised_twice",
+           "record_preprocessing", "recorded_preprocessing", "stream_preprocessing",
+           "warn_if_normalised_twice", "warn_if_prepared_otherwise"]
 
-_RECORDED = weakref.WeakKeyDictionary()
 _RESCALING_LAYERS = (keras.layers.Rescaling, keras.layers.Normalization)
 
 
+def _streams():
+    """`keras_dml.data.stream` when imported (a stream exists only then), else None:
+    this module stays free of TensorFlow."""
+    return sys.modules.get("keras_dml.data.stream")
+
+
 def record_preprocessing(dataset, preprocessing):
-    """Records that `dataset` applies `preprocessing` (None: nothing); returns `dataset`."""
-    if preprocessing is not None:
-        _RECORDED[dataset] = preprocessing
-    return dataset
+    """`dataset` as a `keras_dml.data.Stream` carrying `preprocessing` (None: nothing)."""
+    from keras_dml.data.stream import Stream
+
+    if isinstance(dataset, Stream):
+        return dataset.carrying(preprocessing=preprocessing)
+    return Stream(dataset, preprocessing=preprocessing)
 
 
 def stream_preprocessing(dataset):
-    """The `Preprocessing` a keras_dml stream applies, or None (any other dataset, an
-    in-memory stream without one, or a stream transformed after it was made)."""
-    try:
-        return _RECORDED.get(dataset)
-    except TypeError:  # not weak-referenceable: arrays, tuples
+    """The `Preprocessing` a keras_dml stream carries, or None (any other value, an
+    in-memory stream without one, or a dataset made from a stream by a transformation
+    that drops it: `lost_preprocessing` says so)."""
+    streams = _streams()
+    if streams is None or not isinstance(dataset, streams.Stream):
         return None
+    return dataset.preprocessing
+
+
+def lost_preprocessing(dataset):
+    """One line saying that `dataset`, made from a keras_dml stream, no longer carries
+    its preprocessing, and how to keep it; None otherwise."""
+    streams = _streams()
+    return None if streams is None else streams.lost_sentence(dataset, "preprocessing")
 
 
 def input_rescaling(model):

@@ -2,6 +2,7 @@
 
 import math
 import os
+import warnings
 import weakref
 
 import keras
@@ -300,12 +301,17 @@ class DMLModel(keras.Model):
             raise clear from None
 
     def _record_stream_preprocessing(self, x):
-        """Keep a keras_dml stream's `Preprocessing` (saved with the model), and warn
-        when the model normalises its inputs again."""
-        from keras_dml.data.stream_preprocessing import (stream_preprocessing,
+        """Keep a keras_dml stream's `Preprocessing` (saved with the model); warn when
+        the model normalises its inputs again, or in one line when `x` was made from
+        a stream by a transformation that dropped it."""
+        from keras_dml.data.stream_preprocessing import (lost_preprocessing,
+                                                         stream_preprocessing,
                                                          warn_if_normalised_twice)
 
         preprocessing = stream_preprocessing(x)
+        lost = lost_preprocessing(x)
+        if lost:
+            warnings.warn(lost, stacklevel=3)
         if preprocessing is not None:
             warn_if_normalised_twice(self, preprocessing)
             self.preprocessing = preprocessing
