@@ -85,6 +85,18 @@ def value_and_gradient(loss, labels, embeddings, jit=False):
     return float(numpy(value)), numpy(gradient)
 
 
+def finite_difference(function, x, step=1e-5):
+    """Central differences of the float64 NumPy `function` at every entry of `x`."""
+    x = np.asarray(x, np.float64)
+    gradient = np.zeros_like(x)
+    for index in np.ndindex(x.shape):
+        up, down = x.copy(), x.copy()
+        up[index] += step
+        down[index] -= step
+        gradient[index] = (function(up) - function(down)) / (2 * step)
+    return gradient
+
+
 def _proxies(loss):
     return numpy(loss.proxies).astype("float64")
 

@@ -2,11 +2,12 @@
 twin: both sides' value and gradients, and a gradient comparison on the gradient's scale."""
 
 import numpy as np
-import tensorflow as tf
 
 
 def ours(loss, labels, embeddings, variables=()):
     """keras_dml's value and gradients w.r.t. the embeddings and `variables` (TensorFlow)."""
+    import tensorflow as tf
+
     x = tf.constant(embeddings)
     with tf.GradientTape() as tape:
         tape.watch(x)
@@ -32,16 +33,19 @@ def assert_gradients_close(mine, peer, rtol=1e-5):
                                    atol=rtol)
 
 
-def central_differences(function, x, step=1e-6):
-    """d function / d x of a float64 NumPy function, by central differences."""
-    x = np.array(x, np.float64)
-    gradient = np.zeros_like(x)
-    for index in np.ndindex(x.shape):
-        up, down = x.copy(), x.copy()
-        up[index] += step
-        down[index] -= step
-        gradient[index] = (function(up) - function(down)) / (2 * step)
-    return gradient
+def assert_equals_peer_classifier(loss, peer, peer_weight, labels, x):
+    """Our proxies copied into the PML classifier's (d, C) `peer_weight`: equal values
+    and embedding gradients. Returns (our proxies' gradient, PML's as (C, d))."""
+    import torch
+
+    with torch.no_grad():
+        peer_weight.copy_(torch.tensor(np.asarray(loss.proxies).T, dtype=torch.float64))
+    expected, (expected_dx,) = theirs(
+        lambda x_: peer(x_, torch.tensor(labels, dtype=torch.long)), x)
+    value, (dx, dw) = ours(loss, labels, x, [loss.proxies])
+    np.testing.assert_allclose(value, expected, rtol=1e-5)
+    assert_gradients_close([dx], [expected_dx])
+    return dw, peer_weight.grad.numpy().T
 
 
 def unit_rows(x):

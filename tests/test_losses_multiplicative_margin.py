@@ -2,12 +2,11 @@
 papers' equations (value and gradient through the cosines and the norms), and
 pytorch-metric-learning 2.9 with the same class weights (value, gradients, logits)."""
 
-import math
-
 import keras
 import numpy as np
 import pytest
 
+import backend_checks
 import loss_checks as checks
 import pml_twin_checks as twin
 import reference_classifier_and_view_family as ref
@@ -60,8 +59,8 @@ def test_matches_the_papers_loop_with_exact_weights_and_gradient(cls, margin, sc
     checks.assert_exact_weights(loss, labels, x, atol=1e-5)
     # the norms' path too: the whole gradient against differences of the loop
     twin.assert_gradients_close(
-        [dx, dw], [twin.central_differences(reference, x),
-                   twin.central_differences(lambda w: reference(x.astype("float64"), w),
+        [dx, dw], [backend_checks.finite_difference(reference, x),
+                   backend_checks.finite_difference(lambda w: reference(x.astype("float64"), w),
                                             weights)], rtol=1e-4)
 
 
@@ -97,38 +96,16 @@ def test_equals_pytorch_metric_learning_with_the_same_weights(cls, margin, scale
 
     loss = cls(C, margin=margin, scale=scale)
     labels, x = batch(n=n, seed=n, normalised=normalised)
-    weights = with_weights(loss, seed=n + 1)
+    with_weights(loss, seed=n + 1)
     peer = {LargeMarginSoftmax: pml.LargeMarginSoftmaxLoss,
             SphereFace: pml.SphereFaceLoss}[cls](C, DIM, margin=margin, scale=scale).double()
-
-    with torch.no_grad():  # PML's W is (d, C): our proxies transposed
-        peer.W.copy_(torch.tensor(weights.T, dtype=torch.float64))
-    expected, (expected_dx,) = twin.theirs(
-        lambda x_: peer(x_, torch.tensor(labels, dtype=torch.long)), x)
-    value, (dx, dw) = twin.ours(loss, labels, x, [loss.proxies])
-    np.testing.assert_allclose(value, expected, rtol=1e-5)
-    twin.assert_gradients_close([dx, dw], [expected_dx, peer.W.grad.numpy().T])
+    dw, peer_dw = twin.assert_equals_peer_classifier(loss, peer, peer.W, labels, x)
+    twin.assert_gradients_close([dw], [peer_dw])
     logits = peer.get_logits(torch.tensor(x, dtype=torch.float64)).detach().numpy()
     np.testing.assert_allclose(loss.logits(x), logits, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow
 def test_dml_model_trains_saves_and_classifies(tmp_path):
-    rng = np.random.default_rng(0)
-    centers = rng.normal(size=(C, 6))
-    y = np.repeat(np.arange(C), 12)
-    x = (centers[y] + 0.3 * rng.normal(size=(len(y), 6))).astype("float32")
-    model = checks.small_model(dim=DIM, inputs=6)
-    loss = SphereFace(C, margin=2, scale=4.0)
-    model.compile(keras.optimizers.Adam(1e-2), loss=loss)
-    before = np.mean(np.argmax(loss.logits(model(x)), axis=1) == y)
-    model.fit(x, y, batch_size=20, epochs=40, verbose=0)
-    accuracy = np.mean(np.argmax(loss.logits(model(x)), axis=1) == y)
-    assert accuracy > 0.9 > before, (before, accuracy)
-    path = str(tmp_path / "sphereface.keras")
-    model.save(path)
-    loaded = keras.models.load_model(path)
-    assert loaded.dml_loss.get_config() == loss.get_config()
-    np.testing.assert_allclose(loaded.dml_loss.logits(loaded(x)), loss.logits(model(x)),
-                               rtol=1e-5, atol=1e-5)
-    assert math.isfinite(float(loaded.evaluate(x, y, batch_size=20, verbose=0)))
+    checks.assert_classifier_trains_and_reloads(SphereFace(C, margin=2, scale=4.0), C,
+                                                tmp_path, epochs=40)

@@ -62,6 +62,7 @@ class Instance(PairLoss):
     """
 
     metrics = ("cosine",)
+    config_keys = ("gamma",)
 
     def __init__(self, gamma=64.0, *, reduction="sum_over_batch_size", name="instance",
                  dtype=None):
@@ -89,10 +90,3 @@ class Instance(PairLoss):
         return value, keras.ops.where(pairs.positive,
                                       -keras.ops.sum(others, axis=1, keepdims=True),
                                       probabilities)
-
-    def get_config(self):
-        config = super().get_config()
-        for key in ("metric", "miner"):
-            config.pop(key)
-        config["gamma"] = self.gamma
-        return config

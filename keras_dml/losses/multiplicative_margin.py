@@ -10,14 +10,15 @@ r_i = |x_i| |W_{y_i}| is a differentiable parameter of the terms
 reference set (`MagnitudeReference`).
 """
 
+import collections
 import math
-import typing
 
 import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.backend.primitives import take_along_rows
+from keras_dml.losses.base import Reference
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.registry import register
 
@@ -29,18 +30,11 @@ __all__ = ["LargeMarginSoftmax", "SphereFace", "multiple_angle_cosine",
 _MIN_SQUARED_NORM = 1e-24
 
 
-class MagnitudeReference(typing.NamedTuple):
-    """A `keras_dml.losses.Reference` with the per-query magnitudes r (N,) of the
-    target logits (|x_i| |W_{y_i}|, or |x_i| for unit class weights)."""
-
-    labels: typing.Any
-    embeddings: typing.Any
-    trainable: bool = False
-    is_batch: bool = False
-    rows: typing.Any = None
-    query_rows: typing.Any = None
-    own: typing.Any = None
-    magnitudes: typing.Any = None
+#: A `keras_dml.losses.Reference` with the per-query magnitudes r (N,) of the target
+#: logits (|x_i| |W_{y_i}|, or |x_i| for unit class weights).
+MagnitudeReference = collections.namedtuple(
+    "MagnitudeReference", Reference._fields + ("magnitudes",),
+    defaults=tuple(Reference._field_defaults.values()) + (None,))
 
 
 def _power(x, exponent):

@@ -79,6 +79,7 @@ class VICReg(PairLoss):
 
     default_metric = "squared_euclidean"
     metrics = ("squared_euclidean",)
+    config_keys = ("invariance_lambda", "variance_mu", "covariance_v", "eps")
 
     def __init__(self, invariance_lambda=25.0, variance_mu=25.0, covariance_v=1.0, eps=1e-4,
                  *, reduction="sum_over_batch_size", name="vicreg", dtype=None):
@@ -131,11 +132,3 @@ class VICReg(PairLoss):
         variance = sum(variance_term(z, self.eps) for z in views) / 2.0
         covariance = sum(covariance_term(z) for z in views)
         return self.variance_mu * variance + self.covariance_v * covariance
-
-    def get_config(self):
-        config = super().get_config()
-        for key in ("metric", "miner"):
-            config.pop(key)
-        config.update(invariance_lambda=self.invariance_lambda, variance_mu=self.variance_mu,
-                      covariance_v=self.covariance_v, eps=self.eps)
-        return config
