@@ -9,18 +9,12 @@ import pytest
 import backend_checks
 import loss_checks as checks
 import pml_twin_checks as twin
+import proxy_checks
 import reference_classifier_and_view_family as ref
 from keras_dml.losses import LargeMarginSoftmax, SphereFace
 from keras_dml.losses.multiplicative_margin import multiple_angle_cosine
 
 C, DIM = 5, 8
-
-
-def with_weights(loss, seed=1):
-    loss.trainable_layer.build((None, DIM))
-    values = np.random.default_rng(seed).normal(size=loss.proxies.shape).astype("float32")
-    loss.proxies.assign(values)
-    return values
 
 
 def batch(n=15, seed=0, normalised=False):
@@ -48,7 +42,7 @@ SETTINGS = [(LargeMarginSoftmax, 4, 1.0), (LargeMarginSoftmax, 2, 3.0),
 def test_matches_the_papers_loop_with_exact_weights_and_gradient(cls, margin, scale):
     loss = cls(C, margin=margin, scale=scale)
     labels, x = batch(n=6, seed=3)
-    weights = with_weights(loss)
+    weights = proxy_checks.with_proxies(loss, DIM)
     unit = cls is SphereFace
 
     def reference(x_, w_=weights):
@@ -66,7 +60,7 @@ def test_matches_the_papers_loop_with_exact_weights_and_gradient(cls, margin, sc
 
 def test_zero_embedding_is_finite():
     loss = LargeMarginSoftmax(C)
-    with_weights(loss)
+    proxy_checks.with_proxies(loss, DIM)
     labels, x = batch(n=5)
     x[2] = 0.0
     value, gradient = checks.value_and_gradient(loss, labels, x)
@@ -96,7 +90,7 @@ def test_equals_pytorch_metric_learning_with_the_same_weights(cls, margin, scale
 
     loss = cls(C, margin=margin, scale=scale)
     labels, x = batch(n=n, seed=n, normalised=normalised)
-    with_weights(loss, seed=n + 1)
+    proxy_checks.with_proxies(loss, DIM, seed=n + 1)
     peer = {LargeMarginSoftmax: pml.LargeMarginSoftmaxLoss,
             SphereFace: pml.SphereFaceLoss}[cls](C, DIM, margin=margin, scale=scale).double()
     dw, peer_dw = twin.assert_equals_peer_classifier(loss, peer, peer.W, labels, x)

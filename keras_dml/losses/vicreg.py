@@ -3,8 +3,8 @@
 import keras
 
 from keras_dml import hyperparameters as _hyper
-from keras_dml import ops
-from keras_dml.losses.base import PairLoss, Pairs, Reference
+from keras_dml.losses.base import PairLoss, Pairs
+from keras_dml.losses.paired_rows import PairedRows
 from keras_dml.losses.registry import register
 
 __all__ = ["VICReg", "covariance_term", "variance_term"]
@@ -33,7 +33,7 @@ def covariance_term(z):
 
 
 @register(example={}, reference="batch", row_local=False)
-class VICReg(PairLoss):
+class VICReg(PairedRows, PairLoss):
     """VICReg (Bardes, Ponce, LeCun, ICLR 2022, eq. 1-6), as the authors' code and PML.
 
     Each row of the embeddings is one instance's two views z_i and z'_i
@@ -77,6 +77,7 @@ class VICReg(PairLoss):
         for Self-Supervised Learning", ICLR 2022.
     """
 
+    row_pair = "an instance's two views"
     default_metric = "squared_euclidean"
     metrics = ("squared_euclidean",)
     config_keys = ("invariance_lambda", "variance_mu", "covariance_v", "eps")
@@ -90,27 +91,9 @@ class VICReg(PairLoss):
         self.covariance_v = float(_hyper.non_negative("covariance_v", covariance_v))
         self.eps = float(_hyper.positive("eps", eps))
 
-    def check(self, labels, embeddings):
-        labels, embeddings = super().check(labels, embeddings)
-        width = embeddings.shape[1]
-        if width is not None and width % 2:
-            raise ValueError(
-                "VICReg needs each row to be an instance's two views concatenated along "
-                f"the features, shape (N, 2 d); got width {width}, which is odd.")
-        return labels, embeddings
-
     def check_reference(self, reference, embeddings):
         raise ValueError("VICReg compares the two halves of each row: it takes no reference "
                          f"set, got {type(reference).__name__}.")
-
-    def default_reference(self, labels, embeddings):
-        """The second views: the second half of each row (split in `pair_matrix`)."""
-        return Reference(labels, embeddings, trainable=True)
-
-    def pair_matrix(self, embeddings, reference):
-        views = keras.ops.split(embeddings, 2, axis=1)[0]
-        others = keras.ops.split(reference.embeddings, 2, axis=1)[1]
-        return ops.pairwise(views, others, metric="squared_euclidean")
 
     def pairs(self, labels, reference, matrix):
         """Row i's positive is its own second view, column i; no negatives. The
