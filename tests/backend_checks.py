@@ -10,6 +10,7 @@ import keras
 import numpy as np
 
 import reference as ref
+import reference_classifier_and_view_family as view_ref
 import reference_margin_softmax_and_pair_family as family_ref
 from keras_dml.losses import ENTRIES
 
@@ -84,6 +85,18 @@ def value_and_gradient(loss, labels, embeddings, jit=False):
     return float(numpy(value)), numpy(gradient)
 
 
+def finite_difference(function, x, step=1e-5):
+    """Central differences of the float64 NumPy `function` at every entry of `x`."""
+    x = np.asarray(x, np.float64)
+    gradient = np.zeros_like(x)
+    for index in np.ndindex(x.shape):
+        up, down = x.copy(), x.copy()
+        up[index] += step
+        down[index] -= step
+        gradient[index] = (function(up) - function(down)) / (2 * step)
+    return gradient
+
+
 def _proxies(loss):
     return numpy(loss.proxies).astype("float64")
 
@@ -112,7 +125,10 @@ REFERENCES = {
     "GeneralizedLiftedStructure": lambda loss, y, x: ref.generalized_lifted(
         x, y, loss.margin, loss.metric),
     "Histogram": lambda loss, y, x: ref.histogram(y, x, loss.bins),
+    "Instance": lambda loss, y, x: view_ref.instance(x, y, loss.gamma),
     "InstanceCrossEntropy": lambda loss, y, x: ref.ice_loss(y, ref.cosine(x), loss.scale),
+    "LargeMarginSoftmax": lambda loss, y, x: view_ref.multiplicative_margin_softmax(
+        x, y, _proxies(loss), loss.margin, loss.scale),
     "LiftedStructure": lambda loss, y, x: ref.lifted_structure(x, y, loss.margin, loss.metric),
     "LogRatio": lambda loss, y, x: ref.log_ratio(x, ref.squared_euclidean(y),
                                                  loss.max_partners, loss.epsilon),
@@ -126,6 +142,7 @@ REFERENCES = {
     "NTXent": lambda loss, y, x: family_ref.ntxent(x, y, loss.temperature),
     "NormalizedSoftmax": lambda loss, y, x: ref.normalized_softmax(
         x, y, _proxies(loss), loss.temperature),
+    "P2SGrad": lambda loss, y, x: view_ref.p2sgrad(x, y, _proxies(loss)),
     "ProxyAnchor": lambda loss, y, x: ref.proxy_anchor(
         x, y, _proxies(loss), loss.alpha, loss.delta)[0],
     "ProxyNCA": lambda loss, y, x: ref.proxy_nca(x, y, _proxies(loss), loss.scale),
@@ -135,8 +152,12 @@ REFERENCES = {
     "SoftTriple": lambda loss, y, x: ref.soft_triple(
         x, y, _proxies(loss), loss.proxies_per_class, loss.la, loss.gamma, loss.tau,
         loss.margin),
+    "SphereFace": lambda loss, y, x: view_ref.multiplicative_margin_softmax(
+        x, y, _proxies(loss), loss.margin, loss.scale, unit_weights=True),
     "SubCenterArcFace": lambda loss, y, x: family_ref.margin_softmax(
         x, y, _proxies(loss), "arc", loss.margin, loss.scale, loss.sub_centers),
     "SupervisedContrastive": lambda loss, y, x: family_ref.supcon(x, y, loss.temperature),
     "Triplet": lambda loss, y, x: ref.triplet(x, y, loss.margin, loss.metric),
+    "VICReg": lambda loss, y, x: view_ref.vicreg(x, loss.invariance_lambda, loss.variance_mu,
+                                                 loss.covariance_v, loss.eps),
 }

@@ -117,6 +117,29 @@ def assert_save_load(loss, tmp_path, classes=4, k=3, dim=8, inputs=6, same_loss=
     return model, loaded
 
 
+def assert_classifier_trains_and_reloads(loss, classes, tmp_path, epochs=15, dim=8):
+    """A DMLModel with the classifier (proxy) loss `loss` learns well-separated Gaussian
+    classes: `loss.logits` classifies > 90% of them (from below 90% untrained), and the
+    `.keras` file loads back with the same proxies, config and logits."""
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(classes, 6))
+    y = np.repeat(np.arange(classes), 12)
+    x = (centers[y] + 0.3 * rng.normal(size=(len(y), 6))).astype("float32")
+    model = small_model(dim=dim, inputs=6)
+    model.compile(keras.optimizers.Adam(1e-2), loss=loss)
+    before = np.mean(np.argmax(loss.logits(model(x)), axis=1) == y)
+    model.fit(x, y, batch_size=20, epochs=epochs, verbose=0)
+    accuracy = np.mean(np.argmax(loss.logits(model(x)), axis=1) == y)
+    assert accuracy > 0.9 > before, (before, accuracy)
+    path = os.path.join(str(tmp_path), "classifier.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert loaded.dml_loss.get_config() == loss.get_config()
+    np.testing.assert_allclose(loaded.dml_loss.proxies.numpy(), loss.proxies.numpy())
+    np.testing.assert_allclose(loaded.dml_loss.logits(loaded(x)), loss.logits(model(x)),
+                               rtol=1e-5, atol=1e-5)
+
+
 def assert_mixed_precision(make_loss, labels, embeddings, rtol=1e-3):
     """Under mixed_float16 the loss is float32, equal to the float32 loss of the
     float16-rounded inputs (it computes in float32), and within `rtol` of the float32

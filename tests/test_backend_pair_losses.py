@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import reference as ref
+from backend_checks import finite_difference
 import reference_margin_softmax_and_pair_family as family
 from keras_dml import losses, mining
 from keras_dml.backend.gradients import value_and_gradient
@@ -107,18 +108,6 @@ def loss_and_gradient(loss, labels, embeddings):
 
     value, _, gradient = value_and_gradient(total, keras.ops.convert_to_tensor(embeddings))
     return float(keras.ops.convert_to_numpy(value)), keras.ops.convert_to_numpy(gradient)
-
-
-def finite_difference(function, x, step=1e-5):
-    """Central differences of the float64 NumPy `function` at every entry of `x`."""
-    x = np.asarray(x, np.float64)
-    gradient = np.zeros_like(x)
-    for index in np.ndindex(x.shape):
-        up, down = x.copy(), x.copy()
-        up[index] += step
-        down[index] -= step
-        gradient[index] = (function(up) - function(down)) / (2 * step)
-    return gradient
 
 
 def circle_with_fixed_factors(labels, x, at, margin=0.4, gamma=80.0):

@@ -159,19 +159,5 @@ def test_bad_arguments():
 
 @pytest.mark.slow
 def test_dml_model_trains_saves_and_classifies(tmp_path):
-    rng = np.random.default_rng(0)
-    centers = rng.normal(size=(C, 6))
-    y = np.repeat(np.arange(C), 12)
-    x = (centers[y] + 0.3 * rng.normal(size=(len(y), 6))).astype("float32")
-    model = checks.small_model(dim=DIM, inputs=6)
-    loss = SubCenterArcFace(C, sub_centers=2, scale=16.0)
-    model.compile(keras.optimizers.Adam(1e-2), loss=loss)
-    model.fit(x, y, batch_size=20, epochs=15, verbose=0)
-    accuracy = np.mean(np.argmax(loss.logits(model(x)), axis=1) == y)
-    assert accuracy > 0.9
-    path = str(tmp_path / "arcface.keras")
-    model.save(path)
-    loaded = keras.models.load_model(path)
-    np.testing.assert_allclose(loaded.dml_loss.proxies.numpy(), loss.proxies.numpy())
-    np.testing.assert_allclose(loaded.dml_loss.logits(loaded(x)), loss.logits(model(x)),
-                               rtol=1e-5, atol=1e-5)
+    checks.assert_classifier_trains_and_reloads(SubCenterArcFace(C, sub_centers=2, scale=16.0),
+                                                C, tmp_path)

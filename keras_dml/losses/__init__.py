@@ -10,14 +10,17 @@ from keras_dml.losses.contrastive import Contrastive
 from keras_dml.losses.cross_batch_memory import CrossBatchMemory, MemoryBank
 from keras_dml.losses.histogram import Histogram
 from keras_dml.losses.ice import InstanceCrossEntropy
+from keras_dml.losses.instance import Instance
 from keras_dml.losses.lifted import GeneralizedLiftedStructure, LiftedStructure
 from keras_dml.losses.log_ratio import LogRatio
 from keras_dml.losses.margin import Margin
 from keras_dml.losses.multiple_negatives import MultipleNegativesRanking
+from keras_dml.losses.multiplicative_margin import LargeMarginSoftmax, SphereFace
 from keras_dml.losses.multi_similarity import MultiSimilarity, RelativeAbsoluteWeighting
 from keras_dml.losses.nca import NCA
 from keras_dml.losses.normalized_softmax import NormalizedSoftmax
 from keras_dml.losses.npair import NPair
+from keras_dml.losses.p2sgrad import P2SGrad
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.proxy_anchor import ProxyAnchor
 from keras_dml.losses.proxy_nca import ProxyNCA
@@ -26,6 +29,7 @@ from keras_dml.losses.smooth_ap import SmoothAP
 from keras_dml.losses.soft_triple import SoftTriple
 from keras_dml.losses.supervised_contrastive import NTXent, SupervisedContrastive
 from keras_dml.losses.triplet import Triplet
+from keras_dml.losses.vicreg import VICReg
 
 LOSSES = tuple(sorted(ENTRIES))
 """The names of the losses a user trains with, from the registry (the bases `PairLoss`
@@ -44,8 +48,10 @@ __all__ = [
     "ENTRIES",
     "GeneralizedLiftedStructure",
     "Histogram",
+    "Instance",
     "InstanceCrossEntropy",
     "LOSSES",
+    "LargeMarginSoftmax",
     "LiftedStructure",
     "LogRatio",
     "Margin",
@@ -56,6 +62,7 @@ __all__ = [
     "NPair",
     "NTXent",
     "NormalizedSoftmax",
+    "P2SGrad",
     "PairLoss",
     "PairTerms",
     "Pairs",
@@ -66,9 +73,11 @@ __all__ = [
     "RelativeAbsoluteWeighting",
     "SmoothAP",
     "SoftTriple",
+    "SphereFace",
     "SubCenterArcFace",
     "SupervisedContrastive",
     "Triplet",
+    "VICReg",
     "get",
     "register",
 ]

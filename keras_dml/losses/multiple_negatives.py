@@ -5,7 +5,8 @@ import keras
 from keras_dml import hyperparameters as _hyper
 from keras_dml import ops
 from keras_dml.backend import primitives
-from keras_dml.losses.base import PairLoss, Pairs, Reference
+from keras_dml.losses.base import PairLoss, Pairs
+from keras_dml.losses.paired_rows import PairedRows
 from keras_dml.losses.registry import register
 
 __all__ = ["MultipleNegativesRanking"]
@@ -78,7 +79,7 @@ def _without_duplicates(logits, labels):
 
 
 @register(reference="batch")
-class MultipleNegativesRanking(PairLoss):
+class MultipleNegativesRanking(PairedRows, PairLoss):
     """Multiple-negatives ranking loss (Henderson et al. 2017, eq. 3; sentence-transformers).
 
     Each row of the embeddings is one (query, positive) pair, the query and the
@@ -116,22 +117,14 @@ class MultipleNegativesRanking(PairLoss):
         Reply", 2017; Reimers & Gurevych, sentence-transformers.
     """
 
+    row_pair = "a (query, positive) pair"
+
     def __init__(self, scale=20.0, symmetric=False, *, reduction="sum_over_batch_size",
                  name="multiple_negatives_ranking", dtype=None):
         super().__init__(metric="cosine", miner=None, reduction=reduction, name=name,
                          dtype=dtype)
         self.scale = _hyper.positive("scale", scale)
         self.symmetric = _hyper.boolean("symmetric", symmetric)
-
-    def check(self, labels, embeddings):
-        labels, embeddings = super().check(labels, embeddings)
-        width = embeddings.shape[1]
-        if width is not None and width % 2:
-            raise ValueError(
-                "MultipleNegativesRanking needs each row to be a (query, positive) pair "
-                f"concatenated along the features, shape (N, 2 d); got width {width}, "
-                "which is odd.")
-        return labels, embeddings
 
     def against(self, labels, embeddings, reference):
         """The engine's values; for the default pairs (one direction, a scale up to
@@ -142,15 +135,6 @@ class MultipleNegativesRanking(PairLoss):
             return super().against(labels, embeddings, reference)
         queries, documents = keras.ops.split(embeddings, 2, axis=1)
         return one_softmax_values(queries, documents, labels, self.scale)
-
-    def default_reference(self, labels, embeddings):
-        """The documents: the second half of each row (split in `pair_matrix`)."""
-        return Reference(labels, embeddings, trainable=True)
-
-    def pair_matrix(self, embeddings, reference):
-        queries = keras.ops.split(embeddings, 2, axis=1)[0]
-        documents = keras.ops.split(reference.embeddings, 2, axis=1)[1]
-        return ops.pairwise(queries, documents, metric="cosine")
 
     def pairs(self, labels, reference, matrix):
         """Query i's positive is document i; documents of other labels are negatives."""
