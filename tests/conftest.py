@@ -22,13 +22,13 @@ import pytest  # noqa: E402
 BACKEND = keras.backend.backend()
 
 #: How a test module says it runs on every Keras backend: `pytest.mark.backend_neutral` in
-#: its `pytestmark` (read from its source, so that on JAX and PyTorch the other modules,
+#: its `pytestmark`, first (read from its source, so that on JAX and PyTorch the other modules,
 #: which import TensorFlow, are never imported). CI runs these modules under
 #: KERAS_BACKEND=jax and =torch besides the TensorFlow run of the whole suite. On TensorFlow
 #: they repeat what the TensorFlow tests of the same units check in the quick tier, so they
 #: run in the full tier only, unless marked `backend_neutral(quick_on_tensorflow=True)`
 #: (a unit whose TensorFlow path no other module tests).
-BACKEND_NEUTRAL_MARK = re.compile(r"^pytestmark = .*pytest\.mark\.backend_neutral\b", re.M | re.S)
+BACKEND_NEUTRAL_MARK = re.compile(r"^pytestmark = \[?pytest\.mark\.backend_neutral\b", re.M)
 
 
 def is_backend_neutral(path):
