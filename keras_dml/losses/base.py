@@ -2,9 +2,10 @@
 
 A subclass states its hyperparameters (`config_keys`) and either `compute_terms` (its
 value and W, the fast path) or `compute_value` (its value only: W by the backend's
-autodiff); everything else (validation, float32 inside mixed precision, the (N, M) query x key matrix, label
-masks, mining, the custom gradient, serialization, Keras' reduction and
-`sample_weight`) lives here once. docs/architecture.md draws the data flow.
+autodiff); everything else (validation, float32 inside mixed precision, the (N, M)
+query x key matrix, label masks, mining, the custom gradient, serialization, Keras'
+reduction and `sample_weight`) lives here once. docs/architecture.md draws the data
+flow.
 """
 
 import contextlib
