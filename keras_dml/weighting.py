@@ -90,6 +90,8 @@ def value_terms(loss, matrix, pairs, *parameters):
         return value
 
     value, _, weights = gradients.value_and_gradient(value_at(0), matrix)
+    if keras.backend.backend() == "torch":  # its autodiff returns a detached value
+        value = loss.compute_value(matrix, pairs, *parameters)
     if pairs.positive is not None:
         on_pairs = keras.ops.logical_or(pairs.positive, pairs.negative)
         weights = keras.ops.where(

@@ -25,6 +25,7 @@ BACKEND_NEUTRAL = (
     "test_augmentation_backends.py",
     "test_backend_augmentation.py",
     "test_backend_contract.py",
+    "test_backend_loss_engine.py",
     "test_backend_engine.py",
     "test_backend_evaluation.py",
     "test_backend_index.py",
@@ -44,7 +45,7 @@ BACKEND_NEUTRAL = (
 
 #: Backend-neutral modules whose unit has a TensorFlow path of its own that no other
 #: module tests: in the quick tier on TensorFlow too.
-QUICK_ON_TENSORFLOW = ("test_batch_norm.py",)
+QUICK_ON_TENSORFLOW = ("test_batch_norm.py", "test_backend_loss_engine.py")
 
 if BACKEND == "tensorflow":
     import tensorflow as tf

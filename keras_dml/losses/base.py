@@ -144,6 +144,7 @@ class PairLoss(keras.losses.Loss):
             "metric", self.default_metric if metric is None else metric, self.metrics)
         self.miner = mining.get(miner)
         self._reference = None
+        self._derivative_unchecked = type(self).compute_value is not PairLoss.compute_value
 
     # -- the part a subclass writes ---------------------------------------------------
     def compute_terms(self, matrix, pairs, *parameters):
@@ -331,6 +332,11 @@ class PairLoss(keras.losses.Loss):
         if embeddings.shape[0] == 0:  # no pair: 0, with a zero gradient
             empty = keras.ops.sum(ops.to_float32(y_pred), axis=1) * 0.0
             return empty if self.reduction in (None, "none") else keras.ops.sum(empty)
+        if self._derivative_unchecked and primitives.is_concrete(embeddings):
+            # W by autodiff: its finiteness is checked on concrete values, once (inside
+            # the engine's custom gradient they are traced on JAX)
+            self.terms(labels, embeddings, reference)
+            self._derivative_unchecked = False
         self._reference = (labels, reference)
         try:
             value = super().__call__(labels, embeddings, sample_weight=sample_weight)
