@@ -94,7 +94,8 @@ class PairLoss(keras.losses.Loss):
     d matrix[a]`; or a scalar (a batch-global value, e.g. a mean over pairs) with
     `weights = d value / d matrix`, (N, M) either way. Or `compute_value(matrix,
     pairs, *parameters) -> value` only: the engine gets W from the backend's
-    autodiff (TensorFlow, JAX, PyTorch), a few times slower per step. The shapes are
+    autodiff (TensorFlow, JAX, PyTorch), which differentiates the value once more
+    per step. The shapes are
     checked when the step is traced (a ValueError naming the loss and the shapes).
     Optional hooks, one each: `parameters(pairs)` for differentiable
     inputs other than the matrix (`compute_terms` then also returns their
