@@ -95,9 +95,8 @@ class PairLoss(keras.losses.Loss):
     `weights = d value / d matrix`, (N, M) either way. Or `compute_value(matrix,
     pairs, *parameters) -> value` only: the engine gets W from the backend's
     autodiff (TensorFlow, JAX, PyTorch), which differentiates the value once more
-    per step. The shapes are
-    checked when the step is traced (a ValueError naming the loss and the shapes).
-    Optional hooks, one each: `parameters(pairs)` for differentiable
+    per step. The shapes are checked when the step is traced (a ValueError naming
+    the loss and the shapes). Optional hooks, one each: `parameters(pairs)` for differentiable
     inputs other than the matrix (`compute_terms` then also returns their
     gradients), `penalty(labels, embeddings)` for a term that is not a function of
     the matrix (added by autodiff), `default_reference` for the key set, `pairs`

@@ -13,10 +13,9 @@ config round trip, degenerate batches, mixed precision, reference sets and
 `row_local`, and a `.keras` save loaded in a fresh Python process.
 """
 
-from keras_dml.testing import contract
 from keras_dml.testing.contract import CHECKS
 
-__all__ = ["CHECKS", "check_loss", "contract"]
+__all__ = ["CHECKS", "check_loss"]
 
 
 def check_loss(cls, example=None, checks=None, **claims):
