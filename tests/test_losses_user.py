@@ -131,7 +131,17 @@ def test_check_loss_fails_a_loss_whose_config_loses_a_setting():
         check_loss(user_losses.ForgetfulMargin, checks=["config"])
 
 
+#: the checks that compile nothing and start no process (the quick tier's)
+EAGER_CHECKS = [name for name in CHECKS if name not in ("weights", "save_load")]
+
+
 def test_check_loss_passes_a_value_only_user_loss():
+    assert check_loss(user_losses.ValueContrastive, checks=EAGER_CHECKS) == EAGER_CHECKS
+    assert check_loss(user_losses.MeanOverPairs, checks=["pair_weights"]) == ["pair_weights"]
+
+
+@pytest.mark.slow  # eager, tf.function and XLA steps of both losses
+def test_check_loss_passes_value_only_user_losses_in_every_mode():
     checks = [name for name in CHECKS if name != "save_load"]
     assert check_loss(user_losses.ValueContrastive, checks=checks) == checks
     assert check_loss(user_losses.MeanOverPairs, checks=checks) == checks
