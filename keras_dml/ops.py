@@ -17,7 +17,7 @@ __all__ = ["FLOAT32_MAX", "FLOAT32_MIN", "METRICS", "NORM_EPSILON", "SIMILARITIE
            "in_xla_context", "inverse_norms", "is_distance", "l2_normalize", "label_masks",
            "logaddexp", "masked_fill", "masked_logsumexp", "masked_logsumexp_and_softmax",
            "masked_max", "masked_min", "masked_softmax", "masked_softmax_parts", "own_entries",
-           "pairwise", "safe_sqrt", "scaled_softmax", "similarities_between_rows",
+           "pairwise", "safe_arccos", "safe_sqrt", "scaled_softmax", "similarities_between_rows",
            "similarity_gradients", "softmax_cross_entropy", "to_float32", "unit_rows"]
 
 SIMILARITIES = ("cosine", "dot")
@@ -544,3 +544,13 @@ def _softmax_divisor(total, non_empty):
     """The row sums, infinite on empty rows: their exps (0, or kept ones of rows
     excluded by `rows`) divide to exactly 0, with no select over every entry."""
     return keras.ops.where(non_empty, total, float("inf"))
+
+
+#: how far `safe_arccos` keeps its argument from +-1, where arccos' derivative is infinite
+_ARCCOS_MARGIN = 1e-6
+
+
+def safe_arccos(cosine):
+    """arccos of `cosine` clipped to [-1 + 1e-6, 1 - 1e-6]: finite, with a finite
+    gradient (0 beyond the clip) where `cosine` reaches +-1, as a self-pair's does."""
+    return keras.ops.arccos(keras.ops.clip(cosine, -1.0 + _ARCCOS_MARGIN, 1.0 - _ARCCOS_MARGIN))

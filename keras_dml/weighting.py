@@ -11,15 +11,103 @@ turns that statement into code (see docs/architecture.md for the whole flow):
 
 so a loss declares its value and its weights once, the backward pass costs one
 multiply by W, and reweighting losses (ICE) may state weights that are not the
-derivative of their value. `pair_weights` exposes the unified view's w_ij.
+derivative of their value. A loss that writes its value only gets W from the
+backend's autodiff (`value_terms`); `check_terms` checks what a loss returns.
+`pair_weights` exposes the unified view's w_ij.
 """
 
 import keras
 import numpy as np
 
-from keras_dml.backend import gradients
+from keras_dml.backend import gradients, primitives
 
-__all__ = ["autodiff_weights", "pair_weights", "weighted_pair_loss"]
+__all__ = ["autodiff_weights", "check_terms", "pair_weights", "value_terms",
+           "weighted_pair_loss"]
+
+
+def _compatible(shape, expected):
+    return len(shape) == len(expected) and all(
+        a is None or b is None or a == b for a, b in zip(shape, expected))
+
+
+def check_terms(loss, out, matrix, parameters=()):
+    """`out`, the `(value, weights[, parameter gradients])` of `loss.compute_terms`,
+    after checking its static shapes against the (N, M) `matrix`.
+
+    The value must be per query (N,) or a scalar, the weights (N, M), each parameter
+    gradient its parameter's shape. Only static shapes are read: a traced step
+    checks once, when traced, and runs nothing more.
+
+    Raises:
+        ValueError: naming the loss class and the shapes.
+    """
+    owner = type(loss).__name__
+    if not isinstance(out, (tuple, list)) or len(out) < 2:
+        raise ValueError(f"{owner}.compute_terms must return (value, weights), got "
+                         f"{type(out).__name__}.")
+    value, weights = out[0], out[1]
+    shape = tuple(matrix.shape)
+    value_shape, weights_shape = tuple(value.shape), tuple(weights.shape)
+    if not (value_shape == () or _compatible(value_shape, shape[:1])) \
+            or not _compatible(weights_shape, shape):
+        raise ValueError(
+            f"{owner}.compute_terms returned a value of shape {value_shape} and weights of "
+            f"shape {weights_shape} for a matrix of shape {shape}: the value must be per "
+            f"query ({shape[0]},) or a scalar (), and the weights must have the matrix's "
+            f"shape {shape}.")
+    if parameters:
+        gradients_ = out[2] if len(out) > 2 else None
+        if gradients_ is None or len(gradients_) != len(parameters):
+            raise ValueError(f"{owner}.compute_terms takes {len(parameters)} parameters and "
+                             "must return their gradients as a third item, one each.")
+        for index, (parameter, gradient) in enumerate(zip(parameters, gradients_)):
+            if not _compatible(tuple(gradient.shape), tuple(parameter.shape)):
+                raise ValueError(
+                    f"{owner}.compute_terms returned a gradient of shape "
+                    f"{tuple(gradient.shape)} for parameter {index} of shape "
+                    f"{tuple(parameter.shape)}: they must be equal.")
+    return out
+
+
+def value_terms(loss, matrix, pairs, *parameters):
+    """`(value, W[, parameter gradients])` of a loss that writes only
+    `compute_value(matrix, pairs, *parameters)`, by the backend's autodiff.
+
+    W is d sum(value) / d matrix: for a per-query value whose entry a reads row a
+    only, row a of W is d value[a] / d matrix[a]; for a scalar, d value / d matrix.
+    A parameter's gradient is d sum(value) / d parameter. An entry off the pairs
+    (a self-pair, a mined-away pair) whose derivative is not finite is 0: a masked
+    `sqrt` at 0 or `arccos` at 1 on the diagonal gives NaN there, never read.
+
+    Raises:
+        ValueError: (eager) a non-finite derivative on a pair, naming the safe ops.
+    """
+    def value_at(index):
+        def value(x):
+            inputs = [matrix, *parameters]
+            inputs[index] = x
+            return loss.compute_value(inputs[0], pairs, *inputs[1:]), ()
+        return value
+
+    value, _, weights = gradients.value_and_gradient(value_at(0), matrix)
+    if keras.backend.backend() == "torch":  # its autodiff returns a detached value
+        value = loss.compute_value(matrix, pairs, *parameters)
+    if pairs.positive is not None:
+        on_pairs = keras.ops.logical_or(pairs.positive, pairs.negative)
+        weights = keras.ops.where(
+            keras.ops.logical_or(on_pairs, keras.ops.isfinite(weights)), weights, 0.0)
+    if primitives.is_concrete(weights) and not np.all(
+            np.isfinite(keras.ops.convert_to_numpy(weights))):
+        raise ValueError(
+            f"{type(loss).__name__}: the autodiff derivative of compute_value is not finite "
+            "on some pairs (sqrt at 0 or arccos at +-1 have an infinite derivative): use "
+            "keras_dml.ops.safe_sqrt and keras_dml.ops.safe_arccos, or write compute_terms "
+            "with W by hand.")
+    if not parameters:
+        return value, weights
+    stated = [gradients.value_and_gradient(value_at(index + 1), parameter)[2]
+              for index, parameter in enumerate(parameters)]
+    return value, weights, stated
 
 
 def weighted_pair_loss(matrix, terms_fn, parameters=()):
@@ -67,11 +155,16 @@ def weighted_pair_loss(matrix, terms_fn, parameters=()):
 
 
 def pair_weights(loss, labels, embeddings, reference=None):
-    """The unified view's non-negative pair weights w_ij of `loss` on one batch.
+    """The unified view's signed pair weights w_ij of `loss` on one batch.
 
     w_ij = -dL/dS_ij on positive pairs and +dL/dS_ij on negative pairs (for a
     distance matrix D, the signs flip, since dS = -dD), 0 elsewhere, where L is the
-    batch loss with Keras' default reduction (mean over queries).
+    batch loss with Keras' default reduction (mean over queries; a batch-global
+    value as it is). w_ij >= 0 where the loss pulls a positive closer or pushes a
+    negative away, the unified view's case (Theorem 3.1). It can be negative: a loss
+    whose exact derivative pushes a positive away or pulls a negative closer on some
+    pairs (Ranked List's, whose per-anchor normalisation couples the pairs) gives
+    w_ij < 0 there.
 
     Args:
         loss: a keras_dml loss (a `keras_dml.losses.PairLoss`).
@@ -117,6 +210,7 @@ def autodiff_weights(loss, labels, embeddings, reference=None):
     pairs = loss.pairs(labels, reference, matrix)
     parameters = loss.parameters(pairs)
     _, weights, derivative = gradients.value_and_gradient(
-        lambda m: tuple(loss.compute_terms(m, pairs, *parameters)[:2]),
+        lambda m: tuple(check_terms(loss, loss.compute_terms(m, pairs, *parameters), m,
+                                    parameters)[:2]),
         keras.ops.stop_gradient(matrix))
     return keras.ops.convert_to_numpy(derivative), keras.ops.convert_to_numpy(weights)

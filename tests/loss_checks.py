@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_dml import losses, weighting
+from keras_dml.testing.contract import DEGENERATE_BATCHES  # name: labels
 
 
 def batch(classes=4, k=3, dim=8, seed=0, scale=1.0):
@@ -160,13 +161,6 @@ def assert_mixed_precision(make_loss, labels, embeddings, rtol=1e-3):
     np.testing.assert_allclose(float(value), reference, rtol=rtol, atol=1e-6)
 
 
-DEGENERATE_BATCHES = {
-    # name: labels; embeddings are drawn per batch
-    "no_positives": np.arange(6),
-    "one_class": np.zeros(6, int),
-    "k1_and_pairs": np.array([0, 1, 2, 3, 3, 4]),
-    "single_sample": np.array([7]),
-}
 
 
 def assert_degenerate_finite(loss, dim=8, expect_zero=(), modes=("eager", "jit")):

@@ -24,7 +24,7 @@ from keras_dml.losses.p2sgrad import P2SGrad
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.proxy_anchor import ProxyAnchor
 from keras_dml.losses.proxy_nca import ProxyNCA
-from keras_dml.losses.registry import ENTRIES, get, register
+from keras_dml.losses.registry import ENTRIES, Entry, get, register
 from keras_dml.losses.smooth_ap import SmoothAP
 from keras_dml.losses.soft_triple import SoftTriple
 from keras_dml.losses.supervised_contrastive import NTXent, SupervisedContrastive
@@ -46,6 +46,7 @@ __all__ = [
     "CosFace",
     "CrossBatchMemory",
     "ENTRIES",
+    "Entry",
     "GeneralizedLiftedStructure",
     "Histogram",
     "Instance",

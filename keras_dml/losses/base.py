@@ -1,11 +1,14 @@
 """The loss contract: a batch (labels, embeddings) against a reference set.
 
-A subclass states its hyperparameters (`config_keys`) and `compute_terms`; everything
-else (validation, float32 inside mixed precision, the (N, M) query x key matrix, label
-masks, mining, the custom gradient, serialization, Keras' reduction and
-`sample_weight`) lives here once. docs/architecture.md draws the data flow.
+A subclass states its hyperparameters (`config_keys`) and either `compute_terms` (its
+value and W, the fast path) or `compute_value` (its value only: W by the backend's
+autodiff); everything else (validation, float32 inside mixed precision, the (N, M)
+query x key matrix, label masks, mining, the custom gradient, serialization, Keras'
+reduction and `sample_weight`) lives here once. docs/architecture.md draws the data
+flow.
 """
 
+import contextlib
 import typing
 
 import keras
@@ -13,7 +16,7 @@ import keras
 from keras_dml import hyperparameters, mining, ops, validation
 from keras_dml.backend import gradients, primitives
 from keras_dml.losses import row_blocks
-from keras_dml.weighting import weighted_pair_loss
+from keras_dml.weighting import check_terms, value_terms, weighted_pair_loss
 
 __all__ = ["PairLoss", "PairTerms", "Pairs", "Reference"]
 
@@ -85,10 +88,15 @@ class PairLoss(keras.losses.Loss):
     a batch-global loss). `reference` is an optional `Reference`: by default the
     batch itself (self-pairs excluded), or the loss's proxies.
 
-    A subclass writes `compute_terms(matrix, pairs, *parameters) -> (value,
-    weights)`: `value` is per query (N,), row a depending on row a of `matrix` only,
-    with `weights[a] = d value[a] / d matrix[a]`; or a scalar with `weights = d value
-    / d matrix`. Optional hooks, one each: `parameters(pairs)` for differentiable
+    A subclass writes one of two methods. `compute_terms(matrix, pairs,
+    *parameters) -> (value, weights)`, the fast path: `value` is per query (N,), row
+    a depending on row a of `matrix` only, with `weights[a] = d value[a] /
+    d matrix[a]`; or a scalar (a batch-global value, e.g. a mean over pairs) with
+    `weights = d value / d matrix`, (N, M) either way. Or `compute_value(matrix,
+    pairs, *parameters) -> value` only: the engine gets W from the backend's
+    autodiff (TensorFlow, JAX, PyTorch), which differentiates the value once more
+    per step. The shapes are checked when the step is traced (a ValueError naming
+    the loss and the shapes). Optional hooks, one each: `parameters(pairs)` for differentiable
     inputs other than the matrix (`compute_terms` then also returns their
     gradients), `penalty(labels, embeddings)` for a term that is not a function of
     the matrix (added by autodiff), `default_reference` for the key set, `pairs`
@@ -109,6 +117,9 @@ class PairLoss(keras.losses.Loss):
     #: the constructor arguments `get_config` records (besides Keras' name, reduction
     #: and dtype), read from the attributes of the same name; the miner is serialized
     config_keys = ("metric", "miner")
+    #: constructor arguments deliberately not saved (deprecated aliases); `register`
+    #: refuses an argument that is in neither `config_keys` nor here
+    unsaved_keys = ()
     #: run `compute_terms` as one XLA cluster (`jit_compile`) for terms that are many
     #: elementwise passes over the (N, M) matrix, one per op with TensorFlow's CPU
     #: kernels, which XLA fuses (docs/architecture.md). Off by default; a loss opts in.
@@ -133,10 +144,22 @@ class PairLoss(keras.losses.Loss):
             "metric", self.default_metric if metric is None else metric, self.metrics)
         self.miner = mining.get(miner)
         self._reference = None
+        self._derivative_unchecked = type(self).compute_value is not PairLoss.compute_value
 
     # -- the part a subclass writes ---------------------------------------------------
     def compute_terms(self, matrix, pairs, *parameters):
-        """(value, weights), plus the gradients of `parameters` when there are any."""
+        """(value, weights), plus the gradients of `parameters` when there are any.
+
+        By default: `compute_value` and its derivatives by autodiff
+        (`weighting.value_terms`)."""
+        if type(self).compute_value is PairLoss.compute_value:
+            raise NotImplementedError(
+                f"{type(self).__name__} writes neither compute_terms(matrix, pairs) -> "
+                "(value, weights) nor compute_value(matrix, pairs) -> value.")
+        return value_terms(self, matrix, pairs, *parameters)
+
+    def compute_value(self, matrix, pairs, *parameters):
+        """The value alone, per query (N,) or a scalar; W comes from autodiff."""
         raise NotImplementedError
 
     # -- hooks --------------------------------------------------------------------------
@@ -220,8 +243,12 @@ class PairLoss(keras.losses.Loss):
         """Checked labels, float32 embeddings and the reference set (default if None)."""
         labels, embeddings = self.check(labels, embeddings)
         embeddings = ops.to_float32(embeddings)
-        if self.miner is not None:
-            self.miner.bind_dimension(embeddings.shape[-1])
+        with _state_made_eagerly():
+            if self.miner is not None:
+                self.miner.bind_dimension(embeddings.shape[-1])
+            layer = getattr(self, "trainable_layer", None)
+            if layer is not None and not layer.built:
+                layer.build((None, embeddings.shape[-1]))
         if reference is None:
             return labels, embeddings, self.default_reference(labels, embeddings)
         return labels, embeddings, self.check_reference(reference, embeddings)
@@ -270,13 +297,16 @@ class PairLoss(keras.losses.Loss):
         return weighted_pair_loss(matrix, terms, self.parameters(pairs))
 
     def _terms(self, matrix, pairs, *parameters):
-        """`compute_terms`, through XLA where the loss opts in and the matrix is small."""
+        """`compute_terms`, through XLA where the loss opts in and the matrix is small;
+        shapes checked (`weighting.check_terms`)."""
         compiled = self._compiled_terms() if self.xla_terms else None
         if compiled is None:
-            return self.compute_terms(matrix, pairs, *parameters)
-        small = primitives.num_elements(matrix) <= XLA_TERMS_MAX_ENTRIES
-        return ops.cond(small, lambda: compiled(matrix, pairs, *parameters),
-                        lambda: self.compute_terms(matrix, pairs, *parameters))
+            out = self.compute_terms(matrix, pairs, *parameters)
+        else:
+            small = primitives.num_elements(matrix) <= XLA_TERMS_MAX_ENTRIES
+            out = ops.cond(small, lambda: compiled(matrix, pairs, *parameters),
+                           lambda: self.compute_terms(matrix, pairs, *parameters))
+        return check_terms(self, out, matrix, parameters)
 
     def _compiled_terms(self):
         """`compute_terms` as one XLA cluster on TensorFlow (made on first use); None on
@@ -290,7 +320,9 @@ class PairLoss(keras.losses.Loss):
         labels, embeddings, reference = self.prepare(labels, embeddings, reference)
         matrix = self.pair_matrix(embeddings, reference)
         pairs = self.pairs(labels, reference, matrix)
-        value, weights = self.compute_terms(matrix, pairs, *self.parameters(pairs))[:2]
+        parameters = self.parameters(pairs)
+        value, weights = check_terms(self, self.compute_terms(matrix, pairs, *parameters),
+                                     matrix, parameters)[:2]
         return PairTerms(value, weights, pairs.positive, pairs.negative, self.is_distance,
                          reference)
 
@@ -300,6 +332,11 @@ class PairLoss(keras.losses.Loss):
         if embeddings.shape[0] == 0:  # no pair: 0, with a zero gradient
             empty = keras.ops.sum(ops.to_float32(y_pred), axis=1) * 0.0
             return empty if self.reduction in (None, "none") else keras.ops.sum(empty)
+        if self._derivative_unchecked and primitives.is_concrete(embeddings):
+            # W by autodiff: its finiteness is checked on concrete values, once (inside
+            # the engine's custom gradient they are traced on JAX)
+            self.terms(labels, embeddings, reference)
+            self._derivative_unchecked = False
         self._reference = (labels, reference)
         try:
             value = super().__call__(labels, embeddings, sample_weight=sample_weight)
@@ -315,8 +352,29 @@ class PairLoss(keras.losses.Loss):
         return self.against(labels, embeddings, reference)
 
     def get_config(self):
+        """Keras' name, reduction and dtype, and each of `config_keys` (the miner
+        serialized). An unregistered class is an error here, at save time, rather
+        than when the file is loaded."""
+        name = keras.saving.get_registered_name(type(self))
+        if keras.saving.get_registered_object(name) is not type(self):
+            raise ValueError(
+                f"{type(self).__name__} is not registered, so a saved model could not be "
+                f"loaded: decorate it with @keras_dml.losses.register() (registered as "
+                f"\"Custom>{type(self).__name__}\").")
         config = super().get_config()
         for key in self.config_keys:
             value = getattr(self, key)
             config[key] = mining.serialize(value) if key == "miner" else value
         return config
+
+
+def _state_made_eagerly():
+    """A context in which a loss's own state (proxies, a miner's buffers) made at its
+    first call holds values, not tracers, even inside a bare `jax.jit`: on JAX
+    `jax.ensure_compile_time_eval`, a variable made in a trace would leak its
+    tracer into every later call."""
+    if keras.backend.backend() != "jax":
+        return contextlib.nullcontext()
+    import jax
+
+    return jax.ensure_compile_time_eval()

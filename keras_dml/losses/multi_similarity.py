@@ -59,6 +59,7 @@ class MultiSimilarity(PairLoss):
     row_blocks = True  # large batches a block of rows at a time (PairLoss.row_blocks)
 
     config_keys = PairLoss.config_keys + ("alpha", "beta", "base")
+    unsaved_keys = ("mining", "epsilon")  # deprecated spellings of `miner`
 
     def __init__(self, alpha=2.0, beta=50.0, base=0.5, *, metric="cosine",
                  miner="MultiSimilarityMiner", reduction="sum_over_batch_size",

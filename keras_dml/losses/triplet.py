@@ -212,6 +212,7 @@ class Triplet(PairLoss):
 
     metrics = ("cosine", "euclidean", "squared_euclidean")
     config_keys = PairLoss.config_keys + ("margin",)
+    unsaved_keys = ("mining",)  # the deprecated spelling of `miner`
 
     @_hyper.renamed_keywords(distance="metric")
     def __init__(self, margin=None, *, metric="cosine", miner=None,

@@ -80,7 +80,9 @@ def weight_curves(loss, path="weight_curves.png", similarities=None, context_pos
     not interact. Losses weighting pairs relatively (triplet, lifted, MS) read
     the probe against the context pairs. The weights are those of the batch loss
     (mean over the 4 anchors); for losses on distances they are taken w.r.t. the
-    distance, as `pair_weights` defines them.
+    distance, as `pair_weights` defines them. A curve dips below 0 where the loss's
+    exact derivative pushes a positive away or pulls a negative closer (Ranked
+    List's can): `pair_weights`' signs are drawn as they are.
 
     Args:
         loss: a keras_dml pair loss, or a dict {title: loss} (one panel each).
