@@ -34,6 +34,7 @@ LOSSES = (
     "NCA", "NPair", "NTXent", "NormalizedSoftmax", "ProxyAnchor", "ProxyNCA",
     "RelativeAbsoluteWeighting", "SmoothAP", "SoftTriple", "SubCenterArcFace",
     "SupervisedContrastive", "Triplet",
+    "Angular", "IntraPairVariance", "RankedList", "SignalToNoiseRatioContrastive", "TupletMargin",
 )
 # Keras Applications families (keras_dml.backbones.FAMILIES): pretrained weights,
 # their own preprocessing inside the model; names are accepted in any case, and
