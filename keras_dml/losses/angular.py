@@ -12,7 +12,15 @@ from keras_dml.losses.registry import register
 __all__ = ["Angular"]
 
 
-def angular_terms(similarity, positive, negative, alpha):
+def _shifted_exps(x, mask):
+    """exp(x - c) on `mask`, 0 elsewhere (never an exp of an unmasked entry), with c
+    the row's largest masked entry (0 for an empty row)."""
+    shift = keras.ops.stop_gradient(ops.masked_max(x, mask, axis=1, keepdims=True))
+    exps = keras.ops.exp(keras.ops.where(mask, x - shift, 0.0))
+    return keras.ops.where(mask, exps, 0.0), shift
+
+
+def angular_terms(similarity, positive, negative, other_class, alpha):
     """Mean over positive pairs of the angular loss on cosine similarities, and d / d S.
 
     With t = tan^2(alpha), for a positive pair (a, p) and the anchor's negatives N_a:
@@ -21,8 +29,9 @@ def angular_terms(similarity, positive, negative, alpha):
         L_ap  = log(1 + sum_{n in N_a} exp(f_apn)),   L = 1/|P| sum_{(a, p) in P} L_ap
 
     The sum over n is a matmul: with A_an = exp(4 t s_an - c_a) on N_a (c_a its
-    largest term) and B_pn = exp(4 t s_pn - r_p) on every column (r_p the row's
-    largest), sum_n exp(4 t (s_an + s_pn)) = (A B^T)_ap e^{c_a + r_p}. With
+    largest term) and B_pn = exp(4 t s_pn - r_p) on the classes other than p's (they
+    hold N_a, mined or not; r_p its largest term),
+    sum_n exp(4 t (s_an + s_pn)) = (A B^T)_ap e^{c_a + r_p}. With
     R_ap = sigmoid(x_ap) / (|P| (A B^T)_ap), x_ap the softplus argument,
 
         dL/ds_an = 4 t A_an (R B)_an,   dL/ds_pn = 4 t B_pn (R^T A)_pn,
@@ -32,10 +41,8 @@ def angular_terms(similarity, positive, negative, alpha):
     """
     t = math.tan(alpha) ** 2
     scaled = 4.0 * t * similarity
-    shift = keras.ops.stop_gradient(ops.masked_max(scaled, negative, axis=1, keepdims=True))
-    anchor_side = keras.ops.where(negative, keras.ops.exp(scaled - shift), 0.0)
-    row_shift = keras.ops.stop_gradient(keras.ops.max(scaled, axis=1, keepdims=True))
-    positive_side = keras.ops.exp(scaled - row_shift)  # every column: A selects N_a
+    anchor_side, shift = _shifted_exps(scaled, negative)
+    positive_side, row_shift = _shifted_exps(scaled, other_class)  # N_a lies in them
     inner = keras.ops.matmul(anchor_side, keras.ops.transpose(positive_side))
     kept = keras.ops.logical_and(positive, inner > 0.0)
     safe_inner = keras.ops.where(kept, inner, 1.0)
@@ -106,4 +113,7 @@ class Angular(PairLoss):
                          "reference set is the batch itself, not an explicit one.")
 
     def compute_terms(self, matrix, pairs):
-        return angular_terms(matrix, pairs.positive, pairs.negative, math.radians(self.alpha))
+        other_class = keras.ops.not_equal(keras.ops.expand_dims(pairs.labels, 1),
+                                          keras.ops.expand_dims(pairs.reference_labels, 0))
+        return angular_terms(matrix, pairs.positive, pairs.negative, other_class,
+                             math.radians(self.alpha))

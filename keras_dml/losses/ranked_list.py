@@ -23,7 +23,8 @@ def weighted_violations(excess, kept, temperature, columns):
     """
     scaled = temperature * excess
     shift = keras.ops.stop_gradient(ops.masked_max(scaled, kept, axis=1, keepdims=True))
-    weights = keras.ops.where(kept, keras.ops.exp(scaled - shift), 0.0)
+    weights = keras.ops.where(kept, keras.ops.exp(keras.ops.where(kept, scaled - shift, 0.0)),
+                              0.0)  # no exp of the unkept (inf at large T, NaN in autodiff)
     denominator = (keras.ops.sum(weights, axis=1, keepdims=True)
                    + columns * _COLUMN_EPSILON * keras.ops.exp(-shift))
     value = keras.ops.sum(weights * excess, axis=1, keepdims=True) / denominator
