@@ -6,11 +6,23 @@ PML runs in float64 on PyTorch; keras_dml's loss runs in float32 on TensorFlow
 """
 
 import numpy as np
+import pytest
 
 import loss_checks as checks
 
 #: (classes, samples per class) of the compared C x k batches
 BATCHES = [(4, 3), (8, 2), (3, 5), (6, 4)]
+
+
+def peer_test(test):
+    """A PML comparison's marks: slow, needs PyTorch and PML, over `BATCHES` (`classes`,
+    `k`) and both input forms (`form`, "raw" and "unit", see `inputs`)."""
+    marks = [pytest.mark.slow, pytest.mark.requires("torch", "pytorch_metric_learning"),
+             pytest.mark.parametrize("form", ["raw", "unit"]),
+             pytest.mark.parametrize("classes, k", BATCHES)]
+    for mark in marks:
+        test = mark(test)
+    return test
 
 
 def inputs(classes, k, seed, form):

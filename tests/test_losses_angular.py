@@ -18,12 +18,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("batch", loop_checks.BATCHES)
-def test_value_matches_the_papers_loop_with_exact_weights(case, batch):
-    make, loop = CASES[case]
-    labels, x = loop_checks.labelled(batch, seed=4)
-    loop_checks.assert_matches_loop(make(), loop, labels, x)
+test_value_matches_the_papers_loop_with_exact_weights = loop_checks.loop_test(CASES, seed=4)
 
 
 def test_weights_reach_the_positives_rows():
@@ -48,10 +43,7 @@ def test_bad_alpha(alpha):
         Angular(alpha)
 
 
-@pytest.mark.slow  # peer reference (PyTorch, PML)
-@pytest.mark.requires("torch", "pytorch_metric_learning")
-@pytest.mark.parametrize("form", ["raw", "unit"])
-@pytest.mark.parametrize("classes, k", pml_peer.BATCHES)
+@pml_peer.peer_test  # slow: PyTorch and PML, over batch sizes and raw / unit inputs
 @pytest.mark.parametrize("alpha", [40.0, 50.0])
 def test_equals_pytorch_metric_learning_on_unit_embeddings(form, classes, k, alpha):
     """PML normalises x_a and x_p but not x_n: it is fed unit embeddings (x / ||x||

@@ -26,12 +26,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("batch", loop_checks.BATCHES)
-def test_value_matches_the_papers_loop_with_exact_weights(case, batch):
-    make, loop = CASES[case]
-    labels, x = loop_checks.labelled(batch, seed=5)
-    loop_checks.assert_matches_loop(make(), loop, labels, x)
+test_value_matches_the_papers_loop_with_exact_weights = loop_checks.loop_test(CASES, seed=5)
 
 
 def test_combined_with_tuplet_margin_is_the_papers_total():
@@ -41,20 +36,14 @@ def test_combined_with_tuplet_margin_is_the_papers_total():
                                + loops.intra_pair_variance(x, labels), rtol=1e-5)
 
 
-@pytest.mark.parametrize("make, match", [
+test_bad_hyperparameters = loop_checks.refusal_test([
     (lambda: IntraPairVariance(pos_eps=float("nan")), "pos_eps"),
     (lambda: IntraPairVariance(neg_eps="a"), "neg_eps"),
     (lambda: IntraPairVariance(metric="snr"), "metric"),
 ])
-def test_bad_hyperparameters(make, match):
-    with pytest.raises(ValueError, match=match):
-        make()
 
 
-@pytest.mark.slow  # peer reference (PyTorch, PML)
-@pytest.mark.requires("torch", "pytorch_metric_learning")
-@pytest.mark.parametrize("form", ["raw", "unit"])
-@pytest.mark.parametrize("classes, k", pml_peer.BATCHES)
+@pml_peer.peer_test  # slow: PyTorch and PML, over batch sizes and raw / unit inputs
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
 def test_equals_pytorch_metric_learning(form, classes, k, metric):
     """Cosine: PML's default. Euclidean: PML's `LpDistance(normalize_embeddings=False)`

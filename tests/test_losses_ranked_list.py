@@ -23,12 +23,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("batch", loop_checks.BATCHES)
-def test_value_matches_the_papers_loop_with_exact_weights(case, batch):
-    make, loop = CASES[case]
-    labels, x = loop_checks.labelled(batch, seed=7)
-    loop_checks.assert_matches_loop(make(), loop, labels, x)
+test_value_matches_the_papers_loop_with_exact_weights = loop_checks.loop_test(CASES, seed=7)
 
 
 def test_weighted_averages_have_negative_exact_pair_weights():
@@ -40,16 +35,13 @@ def test_weighted_averages_have_negative_exact_pair_weights():
     assert np.all(weighting.pair_weights(RankedList(Tn=0.0), labels, x) >= 0)
 
 
-@pytest.mark.parametrize("make, match", [
+test_bad_hyperparameters = loop_checks.refusal_test([
     (lambda: RankedList(imbalance=1.5), "imbalance"),
     (lambda: RankedList(Tn=-1), "Tn"),
     (lambda: RankedList(Tp=float("nan")), "Tp"),
     (lambda: RankedList(alpha="a"), "alpha"),
     (lambda: RankedList(metric="dot"), "metric"),
 ])
-def test_bad_hyperparameters(make, match):
-    with pytest.raises(ValueError, match=match):
-        make()
 
 
 def test_alpha_defaults_to_one_plus_half_the_margin():
@@ -57,10 +49,7 @@ def test_alpha_defaults_to_one_plus_half_the_margin():
     assert RankedList(margin=0.6, alpha=2.0).alpha == 2.0
 
 
-@pytest.mark.slow  # peer reference (PyTorch, PML)
-@pytest.mark.requires("torch", "pytorch_metric_learning")
-@pytest.mark.parametrize("form", ["raw", "unit"])
-@pytest.mark.parametrize("classes, k", pml_peer.BATCHES)
+@pml_peer.peer_test  # slow: PyTorch and PML, over batch sizes and raw / unit inputs
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
 @pytest.mark.parametrize("setting", [(0.4, 10.0, 0.5, None, 0.0), (0.5, 5.0, 0.3, 1.1, 2.0)],
                          ids=["simpler", "weighted"])

@@ -36,27 +36,16 @@ def test_snr_distance_is_the_variance_ratio(normalize):
     assert not np.allclose(square, square.T)  # var(x_i) differs: not symmetric
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("batch", loop_checks.BATCHES)
-def test_value_matches_the_papers_loop_with_exact_weights(case, batch):
-    make, loop = CASES[case]
-    labels, x = loop_checks.labelled(batch, seed=10)
-    loop_checks.assert_matches_loop(make(), loop, labels, x)
+test_value_matches_the_papers_loop_with_exact_weights = loop_checks.loop_test(CASES, seed=10)
 
 
-@pytest.mark.parametrize("make, match", [
+test_bad_hyperparameters = loop_checks.refusal_test([
     (lambda: SignalToNoiseRatioContrastive(pos_margin=float("inf")), "pos_margin"),
     (lambda: SignalToNoiseRatioContrastive(normalize="yes"), "normalize"),
 ])
-def test_bad_hyperparameters(make, match):
-    with pytest.raises(ValueError, match=match):
-        make()
 
 
-@pytest.mark.slow  # peer reference (PyTorch, PML)
-@pytest.mark.requires("torch", "pytorch_metric_learning")
-@pytest.mark.parametrize("form", ["raw", "unit"])
-@pytest.mark.parametrize("classes, k", pml_peer.BATCHES)
+@pml_peer.peer_test  # slow: PyTorch and PML, over batch sizes and raw / unit inputs
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("margins", [(0.0, 1.0), (0.2, 1.5)], ids=["defaults", "margins"])
 def test_equals_pytorch_metric_learning(form, classes, k, normalize, margins):

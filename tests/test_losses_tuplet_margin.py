@@ -19,12 +19,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("batch", loop_checks.BATCHES)
-def test_value_matches_the_papers_loop_with_exact_weights(case, batch):
-    make, loop = CASES[case]
-    labels, x = loop_checks.labelled(batch, seed=2)
-    loop_checks.assert_matches_loop(make(), loop, labels, x)
+test_value_matches_the_papers_loop_with_exact_weights = loop_checks.loop_test(CASES, seed=2)
 
 
 def test_coinciding_positives_give_a_finite_gradient():
@@ -36,18 +31,12 @@ def test_coinciding_positives_give_a_finite_gradient():
     assert value == pytest.approx(loops.tuplet_margin(x, labels), rel=1e-5)
 
 
-@pytest.mark.parametrize("make, match", [
+test_bad_hyperparameters = loop_checks.refusal_test([
     (lambda: TupletMargin(scale=0), "scale"), (lambda: TupletMargin(margin=float("nan")), "margin"),
 ])
-def test_bad_hyperparameters(make, match):
-    with pytest.raises(ValueError, match=match):
-        make()
 
 
-@pytest.mark.slow  # peer reference (PyTorch, PML)
-@pytest.mark.requires("torch", "pytorch_metric_learning")
-@pytest.mark.parametrize("form", ["raw", "unit"])
-@pytest.mark.parametrize("classes, k", pml_peer.BATCHES)
+@pml_peer.peer_test  # slow: PyTorch and PML, over batch sizes and raw / unit inputs
 @pytest.mark.parametrize("margin, scale", [(5.73, 64.0), (10.0, 32.0)])
 def test_equals_pytorch_metric_learning(form, classes, k, margin, scale):
     from pytorch_metric_learning import losses as pml
