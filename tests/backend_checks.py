@@ -12,6 +12,7 @@ import numpy as np
 import reference as ref
 import reference_classifier_and_view_family as view_ref
 import reference_margin_softmax_and_pair_family as family_ref
+import reference_ranked_tuplet_angular_snr as ranked_tuplet_angular_snr
 from keras_dml.losses import ENTRIES
 
 NAMES = sorted(ENTRIES)
@@ -161,3 +162,4 @@ REFERENCES = {
     "VICReg": lambda loss, y, x: view_ref.vicreg(x, loss.invariance_lambda, loss.variance_mu,
                                                  loss.covariance_v, loss.eps),
 }
+REFERENCES.update(ranked_tuplet_angular_snr.REFERENCES)

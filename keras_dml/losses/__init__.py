@@ -1,6 +1,7 @@
 """Deep metric learning losses, each a `keras.losses.Loss` on the pair-weighting engine."""
 
 from keras_dml.losses.additive_margin import ArcFace, CosFace, SubCenterArcFace
+from keras_dml.losses.angular import Angular
 from keras_dml.losses.balanced_contrastive import BalancedContrastive
 from keras_dml.losses.base import PairLoss, Pairs, PairTerms, Reference
 from keras_dml.losses.binomial import BinLifted, BinomialDeviance
@@ -11,6 +12,7 @@ from keras_dml.losses.cross_batch_memory import CrossBatchMemory, MemoryBank
 from keras_dml.losses.histogram import Histogram
 from keras_dml.losses.ice import InstanceCrossEntropy
 from keras_dml.losses.instance import Instance
+from keras_dml.losses.intra_pair_variance import IntraPairVariance
 from keras_dml.losses.lifted import GeneralizedLiftedStructure, LiftedStructure
 from keras_dml.losses.log_ratio import LogRatio
 from keras_dml.losses.margin import Margin
@@ -25,17 +27,21 @@ from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.proxy_anchor import ProxyAnchor
 from keras_dml.losses.proxy_nca import ProxyNCA
 from keras_dml.losses.registry import ENTRIES, Entry, get, register
+from keras_dml.losses.ranked_list import RankedList
+from keras_dml.losses.signal_to_noise_ratio import SignalToNoiseRatioContrastive
 from keras_dml.losses.smooth_ap import SmoothAP
 from keras_dml.losses.soft_triple import SoftTriple
 from keras_dml.losses.supervised_contrastive import NTXent, SupervisedContrastive
 from keras_dml.losses.triplet import Triplet
 from keras_dml.losses.vicreg import VICReg
+from keras_dml.losses.tuplet_margin import TupletMargin
 
 LOSSES = tuple(sorted(ENTRIES))
 """The names of the losses a user trains with, from the registry (the bases `PairLoss`
 and `ProxyLoss` are for subclassing)."""
 
 __all__ = [
+    "Angular",
     "ArcFace",
     "BalancedContrastive",
     "BinLifted",
@@ -51,6 +57,7 @@ __all__ = [
     "Histogram",
     "Instance",
     "InstanceCrossEntropy",
+    "IntraPairVariance",
     "LOSSES",
     "LargeMarginSoftmax",
     "LiftedStructure",
@@ -70,8 +77,10 @@ __all__ = [
     "ProxyAnchor",
     "ProxyLoss",
     "ProxyNCA",
+    "RankedList",
     "Reference",
     "RelativeAbsoluteWeighting",
+    "SignalToNoiseRatioContrastive",
     "SmoothAP",
     "SoftTriple",
     "SphereFace",
@@ -79,6 +88,7 @@ __all__ = [
     "SupervisedContrastive",
     "Triplet",
     "VICReg",
+    "TupletMargin",
     "get",
     "register",
 ]

@@ -28,12 +28,14 @@ OWN_DATASETS = ("folder", "csv")
 DEFAULT_TEST_CLASSES = 0.5
 IN_MEMORY_DATASETS = ("omniglot", "digits")
 LOSSES = (
-    "ArcFace", "BalancedContrastive", "BinLifted", "BinomialDeviance", "Circle", "Contrastive",
-    "CosFace", "GeneralizedLiftedStructure", "Histogram", "Instance", "InstanceCrossEntropy",
-    "LargeMarginSoftmax", "LiftedStructure", "LogRatio", "Margin", "MultiSimilarity",
-    "MultipleNegativesRanking", "NCA", "NPair", "NTXent", "NormalizedSoftmax", "P2SGrad",
-    "ProxyAnchor", "ProxyNCA", "RelativeAbsoluteWeighting", "SmoothAP", "SoftTriple",
-    "SphereFace", "SubCenterArcFace", "SupervisedContrastive", "Triplet", "VICReg",
+    "Angular", "ArcFace", "BalancedContrastive", "BinLifted", "BinomialDeviance", "Circle",
+    "Contrastive", "CosFace", "GeneralizedLiftedStructure", "Histogram", "Instance",
+    "InstanceCrossEntropy", "IntraPairVariance", "LargeMarginSoftmax", "LiftedStructure",
+    "LogRatio", "Margin", "MultiSimilarity", "MultipleNegativesRanking", "NCA", "NPair",
+    "NTXent", "NormalizedSoftmax", "P2SGrad", "ProxyAnchor", "ProxyNCA", "RankedList",
+    "RelativeAbsoluteWeighting", "SignalToNoiseRatioContrastive", "SmoothAP", "SoftTriple",
+    "SphereFace", "SubCenterArcFace", "SupervisedContrastive", "Triplet", "TupletMargin",
+    "VICReg",
 )
 # Keras Applications families (keras_dml.backbones.FAMILIES): pretrained weights,
 # their own preprocessing inside the model; names are accepted in any case, and
