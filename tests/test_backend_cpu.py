@@ -47,3 +47,20 @@ def test_without_cpuinfo_the_kind_is_unknown(tmp_path):
     assert cpu.cpu_flags(missing) is None and cpu.cpu_model_name(missing) is None
     assert cpu.kind(flags=None, environ={}) in cpu.KINDS  # this machine's
     assert cpu._hardware_kind(None) == "unknown"
+
+
+@pytest.mark.parametrize("flags, environ, expected", [
+    (AVX512, {}, "fused"),
+    (AVX2, {}, "keras"),
+    (AVX512, {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "keras"),
+    (AVX2, {"TF_ENABLE_ONEDNN_OPTS": "0"}, "fused"),  # Eigen's kernel, not oneDNN's
+])
+def test_tensorflow_batch_norm_form_follows_the_onednn_kind(flags, environ, expected):
+    assert cpu.tensorflow_batch_norm(environ, flags) == expected
+
+
+def test_choice_line_names_the_kind_the_cap_and_the_form():
+    line = cpu.tensorflow_choice_line({"ONEDNN_MAX_CPU_ISA": "AVX2"}, AVX512)
+    assert line.startswith("CPU kind: avx2 (ONEDNN_MAX_CPU_ISA=AVX2)")
+    assert "batch norm: Keras ops" in line
+    assert "batch norm: fused kernel" in cpu.tensorflow_choice_line({}, AVX512)

@@ -12,7 +12,7 @@ import os
 import re
 
 __all__ = ["KINDS", "SIMD_FLAGS", "cpu_flags", "cpu_model_name", "isa_limits", "kind",
-           "simd_flags"]
+           "simd_flags", "tensorflow_batch_norm", "tensorflow_choice_line"]
 
 #: the flags (as /proc/cpuinfo spells them) that decide the kernels of the frameworks
 SIMD_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
@@ -98,3 +98,30 @@ def kind(compiler="onednn", flags=None, environ=None):
     if hardware == "unknown" or capped is None:
         return hardware
     return max(hardware, capped, key=KINDS.index)  # the narrower of the two
+
+
+def tensorflow_batch_norm(environ=None, flags=None):
+    """How `FusedBatchNormalization` normalises on TensorFlow here: "fused"
+    (`FusedBatchNormV3`) or "keras" (Keras' separate moment and scaling ops).
+
+    "keras" where TensorFlow's oneDNN kernels are on (`TF_ENABLE_ONEDNN_OPTS` not "0")
+    and oneDNN runs as the AVX2 kind: there oneDNN's fused batch-norm forward kernel
+    took most of the main job's step (benchmarks/README.md, "CPU kinds"), where on
+    AVX-512 it is the faster form.
+    """
+    environ = os.environ if environ is None else environ
+    onednn_on = environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0"
+    avx2 = kind("onednn", flags=flags, environ=environ) in ("avx2", "older")
+    return "keras" if onednn_on and avx2 else "fused"
+
+
+def tensorflow_choice_line(environ=None, flags=None):
+    """One line naming the CPU kind and the batch-norm form taken on TensorFlow, for the
+    first line of `keras-dml train`."""
+    environ = os.environ if environ is None else environ
+    found = kind("onednn", flags=flags, environ=environ)
+    cap = environ.get("ONEDNN_MAX_CPU_ISA")
+    form = tensorflow_batch_norm(environ, flags)
+    return (f"CPU kind: {found}{f' (ONEDNN_MAX_CPU_ISA={cap})' if cap else ''}; "
+            f"batch norm: {'fused kernel' if form == 'fused' else 'Keras ops'} "
+            f"(TF_ENABLE_ONEDNN_OPTS={environ.get('TF_ENABLE_ONEDNN_OPTS', '1')})")
