@@ -35,7 +35,7 @@ import platform
 import statistics
 import sys
 
-from benchmarks import processes
+from benchmarks import machine_info, processes
 from benchmarks.cases import BACKENDS, CASES, TF, TORCH, backend_cases
 
 PACKAGES = ("tensorflow", "keras", "jax", "torch", "pytorch-metric-learning", "faiss-cpu",
@@ -55,21 +55,11 @@ def write_json(path, info):
 
 
 def cpu_model():
-    """The CPU's model name (/proc/cpuinfo) and its widest vector instructions ("AMD EPYC,
-    AVX-512": a VM may name only the family, and TensorFlow's oneDNN and PyTorch pick their
-    kernels by these), else the platform's processor."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            lines = info.read().splitlines()
-        name = next(line.split(":", 1)[1].strip() for line in lines
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
-    flags = next((set(line.split(":", 1)[1].split()) for line in lines
-                  if line.startswith("flags")), set())
-    widest = next((label for flag, label in (("avx512f", "AVX-512"), ("avx2", "AVX2"))
-                   if flag in flags), None)
-    return f"{name}, {widest}" if widest else name
+    """The CPU in a few words (`machine_info.cpu_line`): its model name, its widest vector
+    instructions and SIMD flags ("Intel(R) Xeon(R) Processor, AVX-512 (avx2 avx512f ...)":
+    a VM may name only the family, and TensorFlow's oneDNN and PyTorch pick their kernels
+    by these) and any ISA cap that emulates another CPU kind."""
+    return machine_info.cpu_line(machine_info.machine_info())
 
 
 def machine(threads):
@@ -82,6 +72,7 @@ def machine(threads):
         except importlib.metadata.PackageNotFoundError:
             versions[package] = None
     return {"date": datetime.datetime.now().isoformat(timespec="minutes"), "cpu": cpu,
+            "machine": machine_info.machine_info(),
             "logical_cpus": os.cpu_count(), "threads": threads,
             "python": platform.python_version(), "versions": versions,
             "load_average_start": os.getloadavg(),

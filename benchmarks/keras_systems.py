@@ -133,12 +133,13 @@ def _synchronised(history):
     return float(history.history["loss"][-1])
 
 
-def main_job_step(loss="InstanceCrossEntropy", steps=20, seed=0, limit=None):
+def main_job_step(loss="InstanceCrossEntropy", steps=20, seed=0, limit=None, jit_compile=None):
     """`steps` training steps of the main job: the default `keras-dml train` model
     (`training.build_model`: `cnn3` of width 32, a 128-d `EmbeddingHead`) compiled as
-    the command compiles it (`training.compile_model`, `loss` by name), one `fit` on the
-    C x k NumPy stream of the bundled Omniglot (`data.ClassBalancedPyDataset`, 32 x 4,
-    the command's stream off TensorFlow; the first `limit` images). The data feeding and
+    the command compiles it (`training.compile_model`, `loss` by name; `jit_compile`
+    None: the command's choice), one `fit` on the C x k NumPy stream of the bundled
+    Omniglot (`data.ClassBalancedPyDataset`, 32 x 4, the command's stream off
+    TensorFlow; the first `limit` images). The data feeding and
     `fit`'s own start are in the figure, the first call's compilation is not."""
     from keras_dml import datasets, training
     from keras_dml.training import inputs as training_inputs
@@ -152,7 +153,7 @@ def main_job_step(loss="InstanceCrossEntropy", steps=20, seed=0, limit=None):
         images, labels, config.classes_per_batch, config.samples_per_class, seed=seed,
         map_fn=training.array_transform(train, input_shape))
     model = training.build_model(config, input_shape)
-    training.compile_model(model, config, train.num_classes, loss=loss)
+    training.compile_model(model, config, train.num_classes, loss=loss, jit_compile=jit_compile)
 
     def step():
         return _synchronised(model.fit(stream, epochs=1, steps_per_epoch=steps, verbose=0,

@@ -92,12 +92,14 @@ class Worker:
     """A `benchmarks.worker` process running one system (`factory` None: none yet, see
     `build`), under `python` (default: this interpreter)."""
 
-    def __init__(self, factory, kwargs, threads, device="cpu", root=ROOT, python=None):
+    def __init__(self, factory, kwargs, threads, device="cpu", root=ROOT, python=None,
+                 env=None):
         spec = [] if factory is None else [json.dumps({"factory": factory, "kwargs": kwargs})]
         self.log = tempfile.TemporaryFile("w+")  # a pipe could fill and block the worker
         self.process = subprocess.Popen(
             [python or sys.executable, "-m", "benchmarks.worker", *spec], cwd=root,
-            env=thread_env(threads, device, root), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env={**thread_env(threads, device, root), **(env or {})}, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             stderr=self.log, text=True)
         self.facts = None
 
@@ -214,7 +216,7 @@ class Pool:
 
 
 def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0, device="cpu",
-            roots=None, pool=None):
+            roots=None, pool=None, envs=None):
     """Time each system in its own process, rounds interleaved.
 
     Args:
@@ -228,6 +230,9 @@ def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0, device="cp
             one (see `benchmarks.compare_revisions`).
         pool: a `Pool` whose workers run the systems and stay alive (`threads` and
             `device` are the pool's).
+        envs: {name: {variable: value}} set in that system's process on top of
+            `thread_env` (e.g. `ONEDNN_MAX_CPU_ISA=AVX2`: another CPU kind, or
+            `TF_ENABLE_ONEDNN_OPTS=0`); not with `pool`.
 
     Returns:
         {name: {"median", "min", "max", "q1", "q3", "n", "samples", "memory", "facts"}}.
@@ -238,7 +243,8 @@ def compare(systems, repeats=7, warmup=1, inner=1, threads=2, seed=0, device="cp
     try:
         for name, (factory, kwargs) in systems.items():
             root = (roots or {}).get(name, ROOT)
-            workers[name] = Worker(factory, kwargs, threads, device, root)
+            workers[name] = Worker(factory, kwargs, threads, device, root,
+                                   env=(envs or {}).get(name))
         for worker in workers.values():  # set-ups run side by side, untimed
             worker.wait_ready()
         return _measure(workers, repeats, warmup, inner, seed)

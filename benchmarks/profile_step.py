@@ -45,6 +45,7 @@ import time
 
 import keras
 
+from benchmarks import machine_info
 from benchmarks.__main__ import cpu_model, write_json
 from keras_dml import data, datasets, training
 from keras_dml.training import inputs as training_inputs
@@ -105,8 +106,9 @@ class Annotations:
             stream.map_fn = self.wrap("augmentation", stream.map_fn)
 
 
-def main_job(before=False, seed=0):
-    """(model, stream): the main job's compiled `DMLModel` and its training stream."""
+def main_job(before=False, seed=0, loss=None):
+    """(model, stream): the main job's compiled `DMLModel` (with `loss` by name, None:
+    the command's default) and its training stream."""
     config = TrainConfig(seed=seed)
     train = datasets.load("omniglot").train
     input_shape, _ = training_inputs.input_spec(train, config.image_size)
@@ -116,7 +118,7 @@ def main_job(before=False, seed=0):
         train.images, train.labels, config.classes_per_batch, config.samples_per_class,
         seed=seed, map_fn=map_fn)
     model = training.build_model(config, input_shape)
-    training.compile_model(model, config, train.num_classes,
+    training.compile_model(model, config, train.num_classes, loss=loss,
                            jit_compile=False if before else None)
     return model, stream
 
@@ -212,6 +214,10 @@ def profile_jax(model, stream, steps, trace_dir):
 _TF_CALLS = {"StatefulPartitionedCall", "PartitionedCall", "If", "StatelessIf", "While",
              "StatelessWhile", "Case", "StatelessCase"}
 
+#: the op types (TensorFlow) listed by their time, heaviest first
+TOP_OP_TYPES = 12
+
+
 def profile_tensorflow(model, stream, steps, trace_dir):
     import tensorflow as tf
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
@@ -226,7 +232,7 @@ def profile_tensorflow(model, stream, steps, trace_dir):
     path = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[0]
     with open(path, "rb") as f:
         space.ParseFromString(f.read())
-    parts, totals = layer_parts(model), collections.Counter()
+    parts, totals, op_types = layer_parts(model), collections.Counter(), collections.Counter()
     for plane in space.planes:
         for line in plane.lines:
             for event in line.events:
@@ -238,7 +244,10 @@ def profile_tensorflow(model, stream, steps, trace_dir):
                     op, op_type = name.rsplit(":", 1)
                     if op_type not in _TF_CALLS:  # a call's ops are counted one by one
                         totals[part_of(op, parts)] += seconds
-    return wall, totals, {}
+                        op_types[op_type] += seconds
+    heaviest = {op_type: round(1e3 * seconds / steps, 2)
+                for op_type, seconds in op_types.most_common(TOP_OP_TYPES)}
+    return wall, totals, {"op_types_ms_per_step": heaviest}
 
 
 # --- PyTorch --------------------------------------------------------------------------
@@ -309,19 +318,23 @@ def main(argv=None):
                         help="steps fitted before profiling (compilation; default 5)")
     parser.add_argument("--before", action="store_true",
                         help="profile the step compiled with jit_compile=False")
+    parser.add_argument("--loss", default=None,
+                        help="the main job's loss by name (default: the command's, "
+                             "InstanceCrossEntropy), e.g. MultiSimilarity")
     parser.add_argument("--trace-dir", help="keep the profiler's trace in this folder")
     parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 1:
         parser.error("--steps and --warmup must be at least 1")
     backend = keras.backend.backend()
-    model, stream = main_job(args.before)
+    model, stream = main_job(args.before, loss=args.loss)
     _fit(model, stream, args.warmup)
     load = os.getloadavg()
     with contextlib.ExitStack() as stack:
         trace_dir = args.trace_dir or stack.enter_context(tempfile.TemporaryDirectory())
         wall, totals, extra = PROFILERS[backend](model, stream, args.steps, trace_dir)
-    info = {"backend": backend, "before": args.before, "cpu": cpu_model(),
+    info = {"backend": backend, "before": args.before, "loss": model.loss.name,
+            "cpu": cpu_model(), "machine": machine_info.machine_info(),
             "logical_cpus": os.cpu_count(), "steps": args.steps,
             "load_average": [round(v, 2) for v in load + os.getloadavg()],
             **report(wall, totals, args.steps), **extra}

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from keras_dml import backbones
+from keras_dml.backend import cpu
 from keras_dml.layers import FusedBatchNormalization
 from layer_checks import keras_and_ours, numpy, stateless_gradients
 
@@ -144,3 +145,16 @@ def test_one_value_per_channel_takes_keras_path():
     x = np.full((1, 1, 1, 3), 2.0, "float32")
     y = FusedBatchNormalization(momentum=0.0)(x, training=True)
     np.testing.assert_allclose(numpy(y), 0.0, atol=1e-6)
+
+
+def test_tensorflow_takes_keras_ops_where_onednn_runs_as_avx2(monkeypatch):
+    """The same values either way; on TensorFlow the form follows the CPU kind."""
+    layer = FusedBatchNormalization(momentum=0.0)
+    fused = numpy(layer(IMAGES, training=True))
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")
+    keras_form = numpy(layer(IMAGES, training=True))
+    np.testing.assert_allclose(keras_form, fused, atol=1e-4)
+    taken = layer._fusable(keras.ops.convert_to_tensor(IMAGES), None)
+    if keras.backend.backend() == "tensorflow" and cpu.kind("onednn") == "avx2":
+        assert taken is False

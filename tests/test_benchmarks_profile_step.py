@@ -51,11 +51,16 @@ def test_profile_of_the_main_job_finds_its_parts(tmp_path):
     out = tmp_path / "profile.json"
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.profile_step", "--steps", "2", "--warmup", "1",
-         "--json", str(out)], capture_output=True, text=True, timeout=600,
+         "--loss", "MultiSimilarity", "--json", str(out)], capture_output=True, text=True,
+        timeout=600,
         env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert result.returncode == 0, result.stderr[-2000:]
     info = json.loads(out.read_text())
     assert info["backend"] in result.stdout and info["cpu"]
+    assert info["loss"] == "multi_similarity" and info["machine"]["versions"]["keras"]
+    if info["backend"] == "tensorflow":  # the heaviest op types, for what oneDNN runs
+        assert all(ms >= 0 for ms in info["op_types_ms_per_step"].values())
+        assert any("Conv2D" in op_type for op_type in info["op_types_ms_per_step"])
     parts = info["parts"]
     for name in ("convolution", "batch norm", "loss", "optimizer"):
         assert parts[name]["total"] > 0, name

@@ -134,6 +134,7 @@ def test_train_prints_recall_saves_and_exports(tmp_path, capsys):
                      "--run-name", "smoke", "--no-plots"])
     out = capsys.readouterr().out
     assert code == 0
+    assert out.splitlines()[0].startswith("CPU kind: ")  # the CPU-dependent form taken
     assert "before training" in out and "after training" in out and "gain" in out
     assert f"run:        {runs / 'smoke'}/" in out and "SavedModel:" in out
     summary = json.loads((runs / "smoke" / "summary.json").read_text())

@@ -273,7 +273,8 @@ def _backbone(name):
 
 def run(args):
     """`keras-dml train`: trains (or resumes) the run; returns the exit code."""
-    from keras_dml import training
+    from keras_dml import backend, training
+    from keras_dml.backend import cpu
     from keras_dml.training.config import TrainConfig
 
     if args.resume:
@@ -283,5 +284,7 @@ def run(args):
         training.run(config, report=training.ConsoleReport(), resume=True)
         return 0
     config = TrainConfig.from_args(args)
+    if backend.is_tensorflow():  # the first line: which CPU-dependent form runs
+        print(cpu.tensorflow_choice_line(), flush=True)
     training.run(config, report=training.ConsoleReport())
     return 0

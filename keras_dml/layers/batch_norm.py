@@ -12,6 +12,7 @@ PyTorch its native batch norm (`keras_dml.backend.layers.fused_batch_norm`).
 import keras
 
 from keras_dml import backend
+from keras_dml.backend import cpu
 from keras_dml.backend.layers import fused_batch_norm
 
 __all__ = ["FusedBatchNormalization", "freeze_batch_norm"]
@@ -38,7 +39,9 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
         if backend.name() == "torch":  # it refuses one value per channel (Keras: variance 0)
             values = inputs.shape[:3]
             return None not in values and values[0] * values[1] * values[2] > 1
-        return backend.name() in ("tensorflow", "jax")
+        if backend.name() == "tensorflow":  # oneDNN's fused kernel is slow on AVX2
+            return cpu.tensorflow_batch_norm() == "fused"
+        return backend.name() == "jax"
 
     def call(self, inputs, training=None, mask=None):
         if not self._fusable(inputs, mask):
