@@ -25,6 +25,7 @@ from keras_dml.losses.registry import ENTRIES, get, register
 from keras_dml.losses.smooth_ap import SmoothAP
 from keras_dml.losses.soft_triple import SoftTriple
 from keras_dml.losses.supervised_contrastive import NTXent, SupervisedContrastive
+from keras_dml.losses.threshold_consistent_margin import ThresholdConsistentMargin
 from keras_dml.losses.triplet import Triplet
 
 LOSSES = tuple(sorted(ENTRIES))
@@ -68,6 +69,7 @@ __all__ = [
     "SoftTriple",
     "SubCenterArcFace",
     "SupervisedContrastive",
+    "ThresholdConsistentMargin",
     "Triplet",
     "get",
     "register",

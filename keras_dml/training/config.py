@@ -33,7 +33,7 @@ LOSSES = (
     "LiftedStructure", "LogRatio", "Margin", "MultiSimilarity", "MultipleNegativesRanking",
     "NCA", "NPair", "NTXent", "NormalizedSoftmax", "ProxyAnchor", "ProxyNCA",
     "RelativeAbsoluteWeighting", "SmoothAP", "SoftTriple", "SubCenterArcFace",
-    "SupervisedContrastive", "Triplet",
+    "SupervisedContrastive", "ThresholdConsistentMargin", "Triplet",
 )
 # Keras Applications families (keras_dml.backbones.FAMILIES): pretrained weights,
 # their own preprocessing inside the model; names are accepted in any case, and
