@@ -19,6 +19,7 @@ from keras_dml.losses.multi_similarity import MultiSimilarity, RelativeAbsoluteW
 from keras_dml.losses.nca import NCA
 from keras_dml.losses.normalized_softmax import NormalizedSoftmax
 from keras_dml.losses.npair import NPair
+from keras_dml.losses.pnp import PNP
 from keras_dml.losses.proxies import ProxyLoss
 from keras_dml.losses.proxy_anchor import ProxyAnchor
 from keras_dml.losses.proxy_nca import ProxyNCA
@@ -59,6 +60,7 @@ __all__ = [
     "NPair",
     "NTXent",
     "NormalizedSoftmax",
+    "PNP",
     "PairLoss",
     "PairTerms",
     "Pairs",
