@@ -11,6 +11,7 @@ import numpy as np
 
 import reference as ref
 import reference_margin_softmax_and_pair_family as family_ref
+import reference_pml_twins as twins_ref
 from keras_dml.losses import ENTRIES
 
 NAMES = sorted(ENTRIES)
@@ -140,3 +141,4 @@ REFERENCES = {
     "SupervisedContrastive": lambda loss, y, x: family_ref.supcon(x, y, loss.temperature),
     "Triplet": lambda loss, y, x: ref.triplet(x, y, loss.margin, loss.metric),
 }
+REFERENCES.update(twins_ref.REFERENCES)  # FastAP, PNP, ThresholdConsistentMargin, ...

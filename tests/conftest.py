@@ -32,6 +32,7 @@ BACKEND_NEUTRAL = (
     "test_backend_pair_losses.py",
     "test_backend_resume.py",
     "test_backend_softmax_losses.py",
+    "test_backend_stateful_losses.py",
     "test_backend_torch_inference.py",  # PyTorch's own inference pass; skipped elsewhere
     "test_batch_norm.py",
     "test_convolution.py",

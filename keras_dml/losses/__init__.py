@@ -8,6 +8,7 @@ from keras_dml.losses.circle import Circle
 from keras_dml.losses.combined import Combined
 from keras_dml.losses.contrastive import Contrastive
 from keras_dml.losses.cross_batch_memory import CrossBatchMemory, MemoryBank
+from keras_dml.losses.dynamic_soft_margin import DynamicSoftMargin
 from keras_dml.losses.fast_ap import FastAP
 from keras_dml.losses.histogram import Histogram
 from keras_dml.losses.ice import InstanceCrossEntropy
@@ -44,6 +45,7 @@ __all__ = [
     "Contrastive",
     "CosFace",
     "CrossBatchMemory",
+    "DynamicSoftMargin",
     "ENTRIES",
     "FastAP",
     "GeneralizedLiftedStructure",

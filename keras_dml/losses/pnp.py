@@ -4,6 +4,7 @@ import keras
 
 from keras_dml import hyperparameters as _hyper
 from keras_dml.losses.base import PairLoss
+from keras_dml.losses.positive_slots import over_positive_slots
 from keras_dml.losses.registry import register
 
 __all__ = ["PNP"]
@@ -37,15 +38,12 @@ def pnp_terms(similarity, positive, negative, variant, b, alpha, temperature):
         d / d s_aj = c sum_i f'(R_ai) g_aij         (j in N_a)
         d / d s_ai = -c f'(R_ai) sum_j g_aij        (i in P_a)
 
-    g_aij = sigmoid'((s_aj - s_ai) / T) / T. One (N, M) step per positive slot (the
-    anchor's own term first), as Smooth-AP's: no N^3 tensor.
+    g_aij = sigmoid'((s_aj - s_ai) / T) / T. One (N, M) step per positive slot
+    (`over_positive_slots`, after the anchor's own term): no N^3 tensor.
     """
-    in_positive = keras.ops.cast(positive, "float32")
     in_negative = keras.ops.cast(negative, "float32")
-    counts = keras.ops.sum(in_positive, axis=1)
-    sign = -1.0 if variant == "Dq" else 1.0
-    scale = sign / (counts + 1.0)
-    order = keras.ops.cumsum(in_positive, axis=1) * in_positive  # the j-th positive has j
+    counts = keras.ops.sum(keras.ops.cast(positive, "float32"), axis=1)
+    scale = (-1.0 if variant == "Dq" else 1.0) / (counts + 1.0)
 
     def before(ranked, share):
         """share * f(R) and the derivative's rows for positives at similarity `ranked`."""
@@ -55,19 +53,14 @@ def pnp_terms(similarity, positive, negative, variant, b, alpha, temperature):
                                      b, alpha)
         return share * value, (share * scale * derivative)[:, None] * slope
 
-    def add_slot(j, total, weights):
-        at_i = keras.ops.cast(keras.ops.equal(order, keras.ops.cast(j, "float32")), "float32")
-        share = keras.ops.cast(counts >= keras.ops.cast(j, "float32"), "float32")
+    def add_slot(at_i, share, total, weights):
         ranked = keras.ops.sum(similarity * at_i, axis=1, keepdims=True)  # s_ai, (N, 1)
         value, rows = before(ranked, share)
         weights += rows - at_i * keras.ops.sum(rows, axis=1, keepdims=True)
-        return j + 1, total + value, weights
+        return total + value, weights
 
-    own_value, own_rows = before(1.0, 1.0)  # the anchor, similarity 1 (a constant)
-    slots = keras.ops.cast(keras.ops.max(counts, initial=0.0), "int32")
-    _, total, weights = keras.ops.while_loop(
-        lambda j, *_: j <= slots, add_slot,
-        (keras.ops.convert_to_tensor(1, "int32"), own_value, own_rows))
+    # the anchor first, at similarity 1 (a constant), then its positives
+    total, weights = over_positive_slots(positive, add_slot, before(1.0, 1.0))
     value = total / (counts + 1.0)
     return (1.0 - value if variant == "Dq" else value), weights
 

@@ -29,7 +29,8 @@ DEFAULT_TEST_CLASSES = 0.5
 IN_MEMORY_DATASETS = ("omniglot", "digits")
 LOSSES = (
     "ArcFace", "BalancedContrastive", "BinLifted", "BinomialDeviance", "Circle", "Contrastive",
-    "CosFace", "FastAP", "GeneralizedLiftedStructure", "Histogram", "InstanceCrossEntropy",
+    "CosFace", "DynamicSoftMargin", "FastAP", "GeneralizedLiftedStructure", "Histogram",
+    "InstanceCrossEntropy",
     "LiftedStructure", "LogRatio", "Margin", "MultiSimilarity", "MultipleNegativesRanking",
     "NCA", "NPair", "NTXent", "NormalizedSoftmax", "PNP", "ProxyAnchor", "ProxyNCA",
     "RelativeAbsoluteWeighting", "SmoothAP", "SoftTriple", "SubCenterArcFace",
