@@ -4,11 +4,24 @@ by the tests of FastAP, PNP, DynamicSoftMargin, ThresholdConsistentMargin and Ma
 L2-normalised, on C x k batches."""
 
 import numpy as np
+import pytest
 
 import loss_checks as checks
 
 #: (classes, k) of the compared batches: 12, 16 and 15 samples
 BATCHES = [(4, 3), (8, 2), (3, 5)]
+
+
+def against_pml(test):
+    """Marks a comparison with PML: slow (a peer reference), needs PyTorch and PML, and
+    runs over `BATCHES`, raw and L2-normalised (arguments classes, k, normalised)."""
+    batches = [pytest.param(c, k, unit, id=f"{c}x{k}-{'unit' if unit else 'raw'}")
+               for c, k in BATCHES for unit in (False, True)]
+    marks = [pytest.mark.slow, pytest.mark.requires("torch", "pytorch_metric_learning"),
+             pytest.mark.parametrize("classes, k, normalised", batches)]
+    for mark in marks:
+        test = mark(test)
+    return test
 
 
 def pml_value_and_gradient(pml_loss, labels, x):

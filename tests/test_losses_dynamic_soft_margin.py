@@ -81,10 +81,7 @@ def test_bad_hyperparameters(make, match):
         make()
 
 
-@pytest.mark.slow  # peer reference (PyTorch, PML)
-@pytest.mark.requires("torch", "pytorch_metric_learning")
-@pytest.mark.parametrize("classes, k", twin.BATCHES)
-@pytest.mark.parametrize("normalised", [False, True], ids=["raw", "unit"])
+@twin.against_pml
 def test_equals_pytorch_metric_learning_call_after_call(classes, k, normalised):
     """PML's only distance here is LpDistance of normalised embeddings. Its gradient
     also runs through the histogram it has just updated (not the paper's weighting,

@@ -53,10 +53,7 @@ def test_bad_hyperparameters(make, match):
         make()
 
 
-@pytest.mark.slow  # peer reference (PyTorch, PML)
-@pytest.mark.requires("torch", "pytorch_metric_learning")
-@pytest.mark.parametrize("classes, k", twin.BATCHES)
-@pytest.mark.parametrize("normalised", [False, True], ids=["raw", "unit"])
+@twin.against_pml
 @pytest.mark.parametrize("num_bins", [10, 25])
 def test_equals_pytorch_metric_learning(classes, k, normalised, num_bins):
     """PML's default distance, LpDistance(power=2) of normalised embeddings, is 2 - 2 s

@@ -56,10 +56,7 @@ def test_bad_hyperparameters(make, match):
         make()
 
 
-@pytest.mark.slow  # peer reference (PyTorch, PML)
-@pytest.mark.requires("torch", "pytorch_metric_learning")
-@pytest.mark.parametrize("classes, k", twin.BATCHES)
-@pytest.mark.parametrize("normalised", [False, True], ids=["raw", "unit"])
+@twin.against_pml
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_equals_pytorch_metric_learning(classes, k, normalised, variant):
     """PML's only distance for PNPLoss is the cosine similarity."""

@@ -59,10 +59,7 @@ def test_bad_hyperparameters(make, match):
         make()
 
 
-@pytest.mark.slow  # peer reference (PyTorch, PML)
-@pytest.mark.requires("torch", "pytorch_metric_learning")
-@pytest.mark.parametrize("classes, k", twin.BATCHES)
-@pytest.mark.parametrize("normalised", [False, True], ids=["raw", "unit"])
+@twin.against_pml
 @pytest.mark.parametrize("settings", [{}, {"lambda_plus": 0.5, "margin_plus": 0.4,
                                            "margin_minus": 0.1}])
 def test_equals_pytorch_metric_learning(classes, k, normalised, settings):
