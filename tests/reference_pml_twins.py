@@ -1,6 +1,6 @@
 """NumPy loops, written from the papers, of the pytorch-metric-learning twins FastAP,
-PNP, ThresholdConsistentMargin and DynamicSoftMargin (its running histogram in and
-out): one anchor, pair or triplet at a time. Used by their tests
+PNP, ThresholdConsistentMargin, DynamicSoftMargin (its running histogram in and out)
+and Manifold: one anchor, pair or triplet at a time. Used by their tests
 (test_losses_<module>.py) and, through `REFERENCES`, by the backend contract
 (backend_checks.py)."""
 
@@ -113,6 +113,31 @@ def dynamic_soft_margin_loop(x, labels, histogram=None, min_val=-2.0, num_bins=1
     cdf = np.cumsum(histogram)
     return float(np.mean([cdf[node(v)[0]] * v for v in values])), histogram
 
+
+def manifold_loop(x, labels, proxies, lambda_c=1.0, alpha=0.8, margin=5e-4):
+    """The random walk's closed form over [samples; proxies], then each sample's
+    intrinsic and context terms, one sample and one proxy at a time."""
+    nodes = ref.unit(np.concatenate([x, proxies]))
+    n, k = len(x), len(proxies)
+    affinity = np.exp(np.maximum(nodes @ nodes.T, 0.0) / 0.5)
+    np.fill_diagonal(affinity, 0.0)
+    root = np.diag(affinity.sum(axis=1) ** -0.5)
+    spread = (1 - alpha) * np.linalg.inv(np.eye(n + k) - alpha * root @ affinity @ root)
+
+    def ranked(score):
+        total = 0.0
+        for i in range(n):
+            gaps = [score(i, p) - score(i, labels[i]) + margin for p in range(k)
+                    if p != labels[i]]
+            total += np.log(1.0 + sum(np.exp(g) for g in gaps if g >= 0))
+        return total / n
+
+    def context(i, p):
+        a, b = spread[i], spread[n + p]
+        return a @ b / np.linalg.norm(a) / np.linalg.norm(b)
+
+    return ranked(lambda i, p: spread[i, n + p]) + lambda_c * ranked(context)
+
 def keras_numpy(variable):
     """A Keras variable's value as a NumPy array, on any backend."""
     return np.asarray(keras.ops.convert_to_numpy(variable))
@@ -124,6 +149,9 @@ REFERENCES = {
         x, y, keras_numpy(loss.histogram), loss.min_val, loss.num_bins,
         loss.histogram_momentum)[0],
     "FastAP": lambda loss, y, x: fast_ap_loop(x, y, loss.num_bins),
+    "Manifold": lambda loss, y, x: manifold_loop(
+        x, y, keras_numpy(loss.proxies).astype("float64"), loss.lambda_c, loss.alpha,
+        loss.margin),
     "PNP": lambda loss, y, x: pnp_loop(x, y, loss.variant, loss.b, loss.alpha, loss.anneal),
     "ThresholdConsistentMargin": lambda loss, y, x: tcm_loop(
         x, y, loss.lambda_plus, loss.lambda_minus, loss.margin_plus, loss.margin_minus),

@@ -14,6 +14,7 @@ from keras_dml.losses.histogram import Histogram
 from keras_dml.losses.ice import InstanceCrossEntropy
 from keras_dml.losses.lifted import GeneralizedLiftedStructure, LiftedStructure
 from keras_dml.losses.log_ratio import LogRatio
+from keras_dml.losses.manifold import Manifold
 from keras_dml.losses.margin import Margin
 from keras_dml.losses.multiple_negatives import MultipleNegativesRanking
 from keras_dml.losses.multi_similarity import MultiSimilarity, RelativeAbsoluteWeighting
@@ -54,6 +55,7 @@ __all__ = [
     "LOSSES",
     "LiftedStructure",
     "LogRatio",
+    "Manifold",
     "Margin",
     "MemoryBank",
     "MultiSimilarity",

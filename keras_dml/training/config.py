@@ -31,7 +31,7 @@ LOSSES = (
     "ArcFace", "BalancedContrastive", "BinLifted", "BinomialDeviance", "Circle", "Contrastive",
     "CosFace", "DynamicSoftMargin", "FastAP", "GeneralizedLiftedStructure", "Histogram",
     "InstanceCrossEntropy",
-    "LiftedStructure", "LogRatio", "Margin", "MultiSimilarity", "MultipleNegativesRanking",
+    "LiftedStructure", "LogRatio", "Manifold", "Margin", "MultiSimilarity", "MultipleNegativesRanking",
     "NCA", "NPair", "NTXent", "NormalizedSoftmax", "PNP", "ProxyAnchor", "ProxyNCA",
     "RelativeAbsoluteWeighting", "SmoothAP", "SoftTriple", "SubCenterArcFace",
     "SupervisedContrastive", "ThresholdConsistentMargin", "Triplet",
