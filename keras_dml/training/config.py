@@ -30,8 +30,8 @@ IN_MEMORY_DATASETS = ("omniglot", "digits")
 LOSSES = (
     "ArcFace", "BalancedContrastive", "BinLifted", "BinomialDeviance", "Circle", "Contrastive",
     "CosFace", "DynamicSoftMargin", "FastAP", "GeneralizedLiftedStructure", "Histogram",
-    "InstanceCrossEntropy",
-    "LiftedStructure", "LogRatio", "Manifold", "Margin", "MultiSimilarity", "MultipleNegativesRanking",
+    "InstanceCrossEntropy", "LiftedStructure", "LogRatio", "Manifold", "Margin",
+    "MultiSimilarity", "MultipleNegativesRanking",
     "NCA", "NPair", "NTXent", "NormalizedSoftmax", "PNP", "ProxyAnchor", "ProxyNCA",
     "RelativeAbsoluteWeighting", "SmoothAP", "SoftTriple", "SubCenterArcFace",
     "SupervisedContrastive", "ThresholdConsistentMargin", "Triplet",
