@@ -30,8 +30,14 @@ def _step(loss, mode):
     return call if mode == "eager" else tf.function(call, jit_compile=mode == "jit")
 
 
-@pytest.mark.parametrize("mode", ["eager", "function", "jit"])
-@pytest.mark.parametrize("settings", [{}, {"min_val": -1.0, "num_bins": 7, "momentum": 0.3}])
+OTHER = {"min_val": -1.0, "num_bins": 7, "momentum": 0.3}
+
+
+@pytest.mark.parametrize("mode, settings", [
+    ("eager", {}), ("eager", OTHER), ("jit", {}),
+    pytest.param("function", OTHER, marks=pytest.mark.slow),  # a trace per batch shape
+    pytest.param("jit", OTHER, marks=pytest.mark.slow),
+])
 def test_values_and_histogram_follow_the_loop_batch_after_batch(mode, settings):
     loss = DynamicSoftMargin(**settings)
     step = _step(loss, mode)

@@ -12,7 +12,8 @@ from keras_dml import mining
 from keras_dml.losses import FastAP
 
 
-@pytest.mark.parametrize("num_bins", [10, 3, 40])
+@pytest.mark.parametrize("num_bins", [10, pytest.param(3, marks=pytest.mark.slow),
+                                      pytest.param(40, marks=pytest.mark.slow)])
 def test_value_is_the_papers_histogram_ap_and_weights_are_exact(num_bins):
     labels, x = checks.batch(classes=4, k=3, dim=6, seed=2)
     loss = FastAP(num_bins)
