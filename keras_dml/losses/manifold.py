@@ -108,7 +108,9 @@ class Manifold(ProxyLoss):
         L = L_int + lambda_C L_ctx
 
     one value per batch. W (samples x [samples; proxies]) and the proxies' block are
-    the exact derivative, through the matrix inverse.
+    the exact derivative, through the matrix inverse. A step costs O((N + K)^3): one
+    (N + K)^2 inverse and a few products of that size, forward and backward (with
+    Omniglot's 964 classes and batches of 128, 1,092 nodes).
 
     pytorch-metric-learning 2.9's `ManifoldLoss(l, K, lambdaC, alpha, margin)`
     computes the same value and gradients when given the classes as its
