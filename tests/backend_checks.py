@@ -13,6 +13,7 @@ import reference as ref
 import reference_classifier_and_view_family as view_ref
 import reference_margin_softmax_and_pair_family as family_ref
 import reference_ranked_tuplet_angular_snr as ranked_tuplet_angular_snr
+import reference_pml_twins as twins_ref
 from keras_dml.losses import ENTRIES
 
 NAMES = sorted(ENTRIES)
@@ -163,3 +164,4 @@ REFERENCES = {
                                                  loss.covariance_v, loss.eps),
 }
 REFERENCES.update(ranked_tuplet_angular_snr.REFERENCES)
+REFERENCES.update(twins_ref.REFERENCES)  # FastAP, PNP, ThresholdConsistentMargin, ...

@@ -29,13 +29,14 @@ DEFAULT_TEST_CLASSES = 0.5
 IN_MEMORY_DATASETS = ("omniglot", "digits")
 LOSSES = (
     "Angular", "ArcFace", "BalancedContrastive", "BinLifted", "BinomialDeviance", "Circle",
-    "Contrastive", "CosFace", "GeneralizedLiftedStructure", "Histogram", "Instance",
-    "InstanceCrossEntropy", "IntraPairVariance", "LargeMarginSoftmax", "LiftedStructure",
-    "LogRatio", "Margin", "MultiSimilarity", "MultipleNegativesRanking", "NCA", "NPair",
-    "NTXent", "NormalizedSoftmax", "P2SGrad", "ProxyAnchor", "ProxyNCA", "RankedList",
+    "Contrastive", "CosFace", "DynamicSoftMargin", "FastAP", "GeneralizedLiftedStructure",
+    "Histogram", "Instance", "InstanceCrossEntropy", "IntraPairVariance",
+    "LargeMarginSoftmax", "LiftedStructure", "LogRatio", "Manifold", "Margin",
+    "MultiSimilarity", "MultipleNegativesRanking", "NCA", "NPair", "NTXent",
+    "NormalizedSoftmax", "P2SGrad", "PNP", "ProxyAnchor", "ProxyNCA", "RankedList",
     "RelativeAbsoluteWeighting", "SignalToNoiseRatioContrastive", "SmoothAP", "SoftTriple",
-    "SphereFace", "SubCenterArcFace", "SupervisedContrastive", "Triplet", "TupletMargin",
-    "VICReg",
+    "SphereFace", "SubCenterArcFace", "SupervisedContrastive", "ThresholdConsistentMargin",
+    "Triplet", "TupletMargin", "VICReg",
 )
 # Keras Applications families (keras_dml.backbones.FAMILIES): pretrained weights,
 # their own preprocessing inside the model; names are accepted in any case, and
