@@ -23,14 +23,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
 from keras_dml.serve import files
+from keras_dml.serve.availability import ensure_ready, unavailable
 from keras_dml.serve.embedders import calibrated_threshold
 from keras_dml.serve.page import PAGE
 from keras_dml.serve.service import Query, Service
 from keras_dml.serve.uploads import ImageLimits, UploadError, check_image
 
-__all__ = ["MAX_K", "create_app"]
+__all__ = ["MAX_K", "MILVUS_TIMEOUT", "create_app"]
 
 MAX_K = 100  # results per query at most
+MILVUS_TIMEOUT = 3.0  # seconds any one call to Milvus may take
 FORM_OVERHEAD = 64 * 1024  # bytes a multipart body may hold besides the image
 
 SEARCH_BODY = {"requestBody": {"required": True, "content": {
@@ -48,7 +50,7 @@ def _one_line(error):
 
 def create_app(model, uri, collection=None, token=None, milvus_token=None, max_batch=32,
                max_wait_ms=5.0, limits=ImageLimits(), threshold=None, allow_mismatch=False,
-               refresh_seconds=2.0):
+               refresh_seconds=2.0, milvus_timeout=MILVUS_TIMEOUT):
     """The service's FastAPI app, its model loaded and checked against the catalogue.
 
     Args:
@@ -64,14 +66,17 @@ def create_app(model, uri, collection=None, token=None, milvus_token=None, max_b
         threshold: Similarity at which a result matches; defaults to the run's
             calibrated threshold where it has one, else no match decision.
         allow_mismatch: Serve another model's catalogue (its scores are meaningless).
-        refresh_seconds: How often an alias is resolved again.
+        refresh_seconds: How often what a search needs is checked again (Milvus
+            answering, the alias' target, the collection loaded), healing what failed.
+        milvus_timeout: Seconds any one call to Milvus may take; a request then gets a
+            503 with Retry-After.
 
     Raises:
         ValueError: The catalogue was built by another model (one line naming both).
         FileNotFoundError, ConnectionError: No model or catalogue there.
     """
     service = Service(model, uri, collection, milvus_token, allow_mismatch, refresh_seconds,
-                      max_batch, max_wait_ms / 1000)
+                      max_batch, max_wait_ms / 1000, milvus_timeout)
     if threshold is None and service.embedder.run_dir is not None:
         threshold = calibrated_threshold(service.embedder.run_dir)
 
@@ -138,12 +143,7 @@ def _add_health(app, service):
 
 
 async def _ready(service):
-    try:
-        await asyncio.to_thread(service.catalogue.refresh)
-    except Exception as error:  # Milvus unreachable, collection gone
-        raise HTTPException(503, f"catalogue unreachable: {_one_line(error)}") from None
-    if service.catalogue.not_ready:
-        raise HTTPException(503, service.catalogue.not_ready)
+    await ensure_ready(service.catalogue)
 
 
 def _add_search(app, service, guard):
@@ -172,8 +172,10 @@ def _add_search(app, service, guard):
             raise HTTPException(error.status, str(error)) from None
         except ValueError as error:
             raise HTTPException(400, _one_line(error)) from None
-        except (ConnectionError, RuntimeError) as error:
-            raise HTTPException(503, _one_line(error)) from None
+        except (ConnectionError, RuntimeError):
+            raise unavailable("the catalogue could not be searched now (Milvus failed or "
+                              "did not answer); retry later.",
+                              service.catalogue.refresh_seconds) from None
         root = service.catalogue.root
         return {"results": _results(found, limit, root),
                 "model_fingerprint": service.embedder.fingerprint,

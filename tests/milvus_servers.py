@@ -1,0 +1,165 @@
+"""Milvus servers for the fault and server-road tests: `milvus-lite server` and a Milvus
+standalone (`milvus-server`, from `pip install milvus`), each on free loopback ports,
+started from a test and stopped by process id (its children too), every wait bounded.
+
+`Server.stop()` / `start()` restart one on the same data; `freeze()` / `thaw()` send
+SIGSTOP / SIGCONT to every process of it."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+#: Seconds a server may take to answer after it starts (a standalone starts in tens).
+START_SECONDS = {"lite": 60.0, "standalone": 240.0}
+STOP_SECONDS = 30.0
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _answers(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _children(pid):
+    """Every descendant of `pid` (from /proc), deepest last."""
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            with open(f"/proc/{parent}/task/{parent}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except OSError:
+            kids = []
+        found += kids
+        frontier += kids
+    return found
+
+
+class Server:
+    """A Milvus server of `kind` ("lite" or "standalone") serving `data` on loopback.
+
+    Attributes:
+        uri: `http://127.0.0.1:PORT`, the same across restarts.
+    """
+
+    def __init__(self, kind, data):
+        self.kind, self.data = kind, str(data)
+        self.port = free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self._ports = {}  # standalone: its other ports, kept across restarts
+        self._process = None
+        self._log = None
+        self.start()
+
+    def _command(self):
+        if self.kind == "lite":
+            return [sys.executable, "-m", "milvus_lite", "server", "--data-dir", self.data,
+                    "--host", "127.0.0.1", "--port", str(self.port)]
+        if not self._ports:
+            self._ports = {name: free_port() for name in (
+                "etcd-port", "root-coord-port", "proxy-internal-port", "query-coord-port",
+                "query-node-port", "index-coord-port", "index-node-port", "data-coord-port",
+                "data-node-port")}
+        command = [shutil.which("milvus-server") or "milvus-server", "--data", self.data,
+                   "--proxy-port", str(self.port)]
+        for name, port in self._ports.items():
+            command += [f"--{name}", str(port)]
+        return command
+
+    def start(self):
+        """Starts the server (again) and waits until its port answers and it serves."""
+        os.makedirs(self.data, exist_ok=True)
+        self._log = open(os.path.join(os.path.dirname(self.data) or ".",
+                                      f"{os.path.basename(self.data)}.{self.kind}.log"), "ab")
+        self._process = subprocess.Popen(self._command(), stdout=self._log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        deadline = time.monotonic() + START_SECONDS[self.kind]
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"{self.kind} Milvus exited with {self._process.returncode}:"
+                                   f" {self.log_tail()}")
+            if _answers(self.port) and self._serves():
+                return
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"{self.kind} Milvus did not serve within "
+                           f"{START_SECONDS[self.kind]:.0f} s: {self.log_tail()}")
+
+    def _serves(self):
+        from pymilvus import MilvusClient
+
+        try:
+            client = MilvusClient(uri=self.uri, timeout=5)
+            client.list_collections(timeout=5)
+            client.close()
+            return True
+        except Exception:
+            return False
+
+    def log_tail(self, lines=5):
+        try:
+            with open(self._log.name, errors="replace") as f:
+                return " | ".join(f.read().splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def _pids(self):
+        if self._process is None or self._process.poll() is not None:
+            return []
+        return [self._process.pid, *_children(self._process.pid)]
+
+    def freeze(self):
+        for pid in self._pids():
+            os.kill(pid, signal.SIGSTOP)
+
+    def thaw(self):
+        for pid in self._pids():
+            os.kill(pid, signal.SIGCONT)
+
+    def stop(self):
+        """Stops the server and its children by pid (SIGTERM, then SIGKILL)."""
+        if self._process is None:
+            return
+        pids = self._pids()
+        for pid in reversed(pids):  # thawed first: a frozen process ignores SIGTERM
+            with _gone():
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGTERM)
+        try:
+            self._process.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
+        for pid in pids:
+            with _gone():
+                os.kill(pid, signal.SIGKILL)
+        with _gone():
+            self._process.wait(timeout=STOP_SECONDS)
+        self._process = None
+        self._log.close()
+        deadline = time.monotonic() + STOP_SECONDS
+        while _answers(self.port) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+class _gone:
+    """Ignores a process that already exited."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, trace):
+        return kind is not None and issubclass(kind, (ProcessLookupError,
+                                                      subprocess.TimeoutExpired))
