@@ -121,7 +121,7 @@ def served(request, tmp_path_factory):
         finally:
             service.stop()
     finally:
-        server.stop()
+        server.close()
 
 
 def _until_searches_answer(service):
