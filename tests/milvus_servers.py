@@ -173,10 +173,12 @@ class Server:
             with _gone():
                 os.kill(pid, signal.SIGCONT)
                 os.kill(pid, signal.SIGTERM)
-        try:
-            self._process.wait(timeout=STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            pass
+        deadline = time.monotonic() + STOP_SECONDS  # each process may stop cleanly (a
+        while time.monotonic() < deadline:  # standalone then gives up its etcd sessions)
+            self._process.poll()
+            if not any(os.path.exists(f"/proc/{pid}") and _running(pid) for pid in pids):
+                break
+            time.sleep(0.2)
         for pid in pids:
             with _gone():
                 os.kill(pid, signal.SIGKILL)
@@ -187,6 +189,15 @@ class Server:
         deadline = time.monotonic() + STOP_SECONDS
         while _answers(self.port) and time.monotonic() < deadline:
             time.sleep(0.2)
+
+
+def _running(pid):
+    """Whether `pid` runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _machine_lock():
