@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from benchmarks.bench_catalogue_memory import descendants
+
 #: A Milvus standalone listens on localhost:2379 and 2380 (its embedded etcd) and locks
 #: /run/milvus/standalone.pid whatever its options: one runs on a machine at a time, so
 #: a test process holds this file's lock while its standalone runs (pytest-xdist workers
@@ -39,21 +41,6 @@ def _answers(port):
             return True
     except OSError:
         return False
-
-
-def _children(pid):
-    """Every descendant of `pid` (from /proc), deepest last."""
-    found, frontier = [], [pid]
-    while frontier:
-        parent = frontier.pop()
-        try:
-            with open(f"/proc/{parent}/task/{parent}/children") as f:
-                kids = [int(k) for k in f.read().split()]
-        except OSError:
-            kids = []
-        found += kids
-        frontier += kids
-    return found
 
 
 class Server:
@@ -154,7 +141,7 @@ class Server:
     def _pids(self):
         if self._process is None or self._process.poll() is not None:
             return []
-        return [self._process.pid, *_children(self._process.pid)]
+        return [self._process.pid, *descendants(self._process.pid)]
 
     def freeze(self):
         for pid in self._pids():
