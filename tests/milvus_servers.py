@@ -65,8 +65,9 @@ class Server:
             raise
 
     def close(self):
-        """Stops the server for good (and lets another test process run a standalone)."""
-        self.stop()
+        """Stops the server for good (and lets another test process run a standalone):
+        its data is the test's, so it is not waited for long."""
+        self.stop(wait=2.0)
         if self._lock is not None:
             self._lock.close()  # closing the file releases its lock
             self._lock = None
@@ -151,8 +152,10 @@ class Server:
         for pid in self._pids():
             os.kill(pid, signal.SIGCONT)
 
-    def stop(self):
-        """Stops the server and its children by pid (SIGTERM, then SIGKILL)."""
+    def stop(self, wait=STOP_SECONDS):
+        """Stops the server and its children by pid: SIGTERM, `wait` seconds at most for
+        each to end cleanly (a standalone gives up its etcd sessions then, which its next
+        start needs), then SIGKILL."""
         if self._process is None:
             return
         pids = self._pids()
@@ -160,8 +163,8 @@ class Server:
             with _gone():
                 os.kill(pid, signal.SIGCONT)
                 os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_SECONDS  # each process may stop cleanly (a
-        while time.monotonic() < deadline:  # standalone then gives up its etcd sessions)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
             self._process.poll()
             if not any(os.path.exists(f"/proc/{pid}") and _running(pid) for pid in pids):
                 break

@@ -191,7 +191,7 @@ def test_json_and_csv_output(store, run_dir, capsys):  # noqa: F811
     expected = Index.load(shop["saved"]["where"]).search(shop["embeddings"][[0, 4]], 3)
     assert answer["model_fingerprint"] == shop["made"]["model_fingerprint"]
     assert answer["run"] == str(run_dir) and answer["metric"] == "cosine"
-    assert answer["collection"] == ("keras_dml" if where.endswith(".db") else None)
+    assert answer["collection"] == (None if where == shop["saved"]["where"] else "keras_dml")
     assert answer["index"] == where and answer["k"] == 3 and answer["threshold"] == 0.999
     assert answer["unread"] == [] and answer["rerank"] is None and answer["filter"] is None
     assert [q["query"] for q in answer["queries"]] == [str(q) for q in queries]
