@@ -393,6 +393,9 @@ def test_the_exported_savedmodel_answers_as_the_run_and_needs_its_fingerprint(
     (["--max-batch", "0"], "--max-batch must be at least 1"),
     (["--max-upload-mb", "0"], "--max-upload-mb must be positive"),
     (["--token-file", "EMPTY"], "is empty"),
+    (["--milvus-timeout", "0"], "--milvus-timeout must be more than 0 and at most 3600 "
+     "seconds, got 0.0"),
+    (["--milvus-timeout", "nan"], "--milvus-timeout must be more than 0"),
 ])
 def test_bad_serve_flags_are_one_line_errors(tmp_path, capsys, flags, words):
     from keras_dml import cli

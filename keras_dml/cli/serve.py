@@ -91,7 +91,7 @@ def run(args):
     if args.max_upload_mb <= 0:
         raise ValueError(f"--max-upload-mb must be positive, got {args.max_upload_mb}.")
     if not 0 < args.milvus_timeout <= 3600:
-        raise ValueError(f"--milvus-timeout must be between 0 and 3600 seconds, got "
+        raise ValueError(f"--milvus-timeout must be more than 0 and at most 3600 seconds, got "
                          f"{args.milvus_timeout}.")
     token = _token(args)
     _import_tensorflow_quietly()
