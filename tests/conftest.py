@@ -73,6 +73,7 @@ EXTRAS = {
     "pytorch_metric_learning": "keras_dml[peers]",
     "pymilvus": "keras_dml[milvus]",
     "milvus_lite": "keras_dml[milvus]",
+    "milvus": "keras_dml[milvus-server]",
     "selenium": "keras_dml[browser]",
     "fastapi": "keras_dml[serve]",
     "uvicorn": "keras_dml[serve]",

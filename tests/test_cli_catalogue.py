@@ -15,6 +15,7 @@ import pytest
 
 from keras_dml import cli
 from keras_dml.index import Index
+from milvus_servers import standalone, standalone_uri  # noqa: F401 (fixture)
 from test_index_catalogue import _main, run_dir  # noqa: F401 (fixture)
 from test_index_streaming import ROOT, _summary, milvus_server, photos  # noqa: F401
 
@@ -22,15 +23,21 @@ pytest.importorskip("pymilvus")
 
 # Each command on a Lite file starts its serving process (seconds): the quick tier checks
 # sync's safeguards on a Lite file from Python (tests/test_index_streaming.py).
+# "standalone": a Milvus standalone (pip install milvus), one for the module.
 STORES = [pytest.param("lite", marks=pytest.mark.slow),
-          pytest.param("server", marks=pytest.mark.slow)]
+          pytest.param("server", marks=pytest.mark.slow),
+          pytest.param("standalone", marks=[pytest.mark.slow, pytest.mark.requires("milvus")])]
 
 
 @contextlib.contextmanager
-def _store(kind, tmp_path):
-    """The --uri of a Milvus Lite file, or of a `milvus-lite server` on a free port."""
+def _store(kind, tmp_path, request):
+    """The --uri of a Milvus Lite file, of a `milvus-lite server` on a free port, or of
+    the module's Milvus standalone."""
     if kind == "lite":
         yield str(tmp_path / "catalogue.db")
+    elif kind == "standalone":
+        with standalone_uri(request) as uri:
+            yield uri
     else:
         with milvus_server(tmp_path / "served.db") as uri:
             yield uri
@@ -50,8 +57,8 @@ def _refused(argv, capsys):
 
 @pytest.mark.parametrize("store", STORES)
 def test_a_half_synced_folder_is_refused_and_removals_are_kept(store, photos, run_dir,  # noqa: F811
-                                                              tmp_path, capsys):
-    with _store(store, tmp_path) as uri:
+                                                              tmp_path, capsys, request):
+    with _store(store, tmp_path, request) as uri:
         index = ["index", run_dir, "--images", photos, "--uri", uri]
         out = _main([*index, "--dry-run"], capsys)  # before the collection exists
         assert out.splitlines()[0] == (f"index (dry run): {uri}: would add 9 images, 0 already "
@@ -107,12 +114,12 @@ def _removal_files(run):
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:.*skipped .* entries")  # the database folder
-@pytest.mark.parametrize("store", ["lite", "server"])
+@pytest.mark.parametrize("store", STORES)
 def test_another_root_is_refused_and_a_moved_one_recorded(store, photos, run_dir,  # noqa: F811
-                                                          tmp_path, capsys):
+                                                          tmp_path, capsys, request):
     """The same photos through their parent folder would be stored twice: refused, with or
     without --update; the folder moved with the same layout: --move-root records it."""
-    with _store(store, tmp_path) as uri:
+    with _store(store, tmp_path, request) as uri:
         _main(["index", run_dir, "--images", photos, "--uri", uri], capsys)
         for extra in ([], ["--update"], ["--dry-run"]):
             err = _refused(["index", run_dir, "--images", tmp_path, "--uri", uri, *extra], capsys)

@@ -16,6 +16,7 @@ from keras_dml.index import Index, ModelMismatchError, model_fingerprint
 from keras_dml.index.catalogue import list_images
 from keras_dml.index.collections import Collections
 from keras_dml.index.provenance import compare_export
+from milvus_servers import standalone, standalone_uri  # noqa: F401 (fixture)
 from test_index_catalogue import run_dir  # noqa: F401 (fixture)
 from test_index_streaming import milvus_server, photos  # noqa: F401 (fixture)
 
@@ -211,13 +212,22 @@ def server(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["lite", "server"])
+@pytest.mark.parametrize("where", ["lite", "server", pytest.param(
+    "standalone", marks=pytest.mark.requires("milvus"))])
 def test_the_shop_switches_to_a_retrained_model_without_loss(where, run_dir, retrained,  # noqa: F811
                                                              photos, tmp_path, capsys, request):  # noqa: F811
     """Index run A into shop_v1 behind the alias shop; the retrained run B is refused with
     the commands of the switch; B goes into shop_v2 while shop_v1 serves; the alias moves;
     shop_v1 is dropped; every photo is there once, searched with B."""
+    if where == "standalone":  # the module's Milvus standalone, emptied afterwards
+        with standalone_uri(request) as uri:
+            _switch_without_loss(uri, run_dir, retrained, photos, tmp_path, capsys)
+        return
     uri = request.getfixturevalue("server") if where == "server" else str(tmp_path / "shop.db")
+    _switch_without_loss(uri, run_dir, retrained, photos, tmp_path, capsys)
+
+
+def _switch_without_loss(uri, run_dir, retrained, photos, tmp_path, capsys):  # noqa: F811
     query = photos / "dog" / "1.png"
     expected = sorted(list_images(photos).ids)
     out, _ = _run(["index", run_dir, "--images", photos, "--uri", uri, "--collection",

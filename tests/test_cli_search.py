@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from milvus_servers import standalone  # noqa: F401 (fixture)
 from test_index_catalogue import CLASSES, _embedder, _expected, _main, _png, run_dir  # noqa: F401
 
 from keras_dml import cli
@@ -71,11 +72,21 @@ def _add_in_two_batches(index, shop):
     return cut
 
 
+@pytest.fixture(scope="module")
+def standalone_shop(shop, standalone):  # noqa: F811
+    """The shop's catalogue on a Milvus standalone (its own `cut`)."""
+    with Index(backend="milvus", uri=standalone.uri, provenance=shop["made"]) as index:
+        cut = _add_in_two_batches(index, shop)
+    return {**shop, "standalone": {"where": standalone.uri, "cut": cut}}
+
+
 @pytest.fixture(params=["saved", pytest.param("milvus", marks=[
-    pytest.mark.requires("pymilvus"), pytest.mark.slow])])
+    pytest.mark.requires("pymilvus"), pytest.mark.slow]), pytest.param("standalone", marks=[
+        pytest.mark.requires("pymilvus", "milvus"), pytest.mark.slow])])
 def store(request):
     """`(shop, its index as the command takes it, the time between its batches)`."""
-    shop = request.getfixturevalue("shop" if request.param == "saved" else "milvus_shop")
+    shop = request.getfixturevalue({"saved": "shop", "milvus": "milvus_shop",
+                                    "standalone": "standalone_shop"}[request.param])
     return shop, shop[request.param]["where"], shop[request.param]["cut"]
 
 
@@ -180,7 +191,7 @@ def test_json_and_csv_output(store, run_dir, capsys):  # noqa: F811
     expected = Index.load(shop["saved"]["where"]).search(shop["embeddings"][[0, 4]], 3)
     assert answer["model_fingerprint"] == shop["made"]["model_fingerprint"]
     assert answer["run"] == str(run_dir) and answer["metric"] == "cosine"
-    assert answer["collection"] == ("keras_dml" if where.endswith(".db") else None)
+    assert answer["collection"] == (None if where == shop["saved"]["where"] else "keras_dml")
     assert answer["index"] == where and answer["k"] == 3 and answer["threshold"] == 0.999
     assert answer["unread"] == [] and answer["rerank"] is None and answer["filter"] is None
     assert [q["query"] for q in answer["queries"]] == [str(q) for q in queries]

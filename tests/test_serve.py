@@ -394,6 +394,9 @@ def test_the_exported_savedmodel_answers_as_the_run_and_needs_its_fingerprint(
     (["--max-upload-mb", "0"], "--max-upload-mb must be positive"),
     (["--token-file", "EMPTY"], "is empty"),
     (["--allowed-hosts", "shop.example,evil/x"], "'evil/x' is not a host name"),
+    (["--milvus-timeout", "0"], "--milvus-timeout must be more than 0 and at most 3600 "
+     "seconds, got 0.0"),
+    (["--milvus-timeout", "nan"], "--milvus-timeout must be more than 0"),
 ])
 def test_bad_serve_flags_are_one_line_errors(tmp_path, capsys, flags, words):
     from keras_dml import cli
@@ -404,3 +407,23 @@ def test_bad_serve_flags_are_one_line_errors(tmp_path, capsys, flags, words):
     err = capsys.readouterr().err
     assert err.startswith("keras-dml serve: error: ") and words in err, err
     assert err.count("\n") == 1
+
+
+def test_a_released_collection_is_loaded_again_without_a_reload(client, app, catalogue):
+    """Milvus started again holds the collection released: the failed search answers 503
+    with Retry-After, the check it triggers loads the collection again (before issue 67,
+    searches failed until POST /admin/reload while /readyz said ready)."""
+    from keras_dml.index.milvus import connect, release
+
+    uri = str(catalogue[2])
+    other = connect(uri)  # a second client on the same Lite database, as an operator's
+    try:
+        other.release_collection("keras_dml")
+        failed = client.post("/search", json={"vector": [1.0] * 6})
+        assert failed.status_code == 503 and int(failed.headers["retry-after"]) >= 1
+        assert client.get("/readyz").status_code == 200
+        assert str(other.get_load_state("keras_dml")["state"]).endswith("Loaded")
+        assert client.post("/search", json={"vector": [1.0] * 6}).status_code == 200
+        assert client.get("/healthz").json() == {"status": "ok"}
+    finally:
+        release(other, uri)

@@ -50,6 +50,10 @@ def add_command(commands):
     parser.add_argument("--allow-mismatch", action="store_true",
                         help="serve even when the model is not the one that built the "
                         "catalogue (its scores are then meaningless)")
+    parser.add_argument("--milvus-timeout", type=float, default=3.0, metavar="SECONDS",
+                        help="seconds any one call to Milvus may take (default 3): while "
+                        "Milvus is down or hangs, requests get 503 with Retry-After within "
+                        "about this, and the service heals by itself once Milvus is back")
     parser.set_defaults(handler=run, light_imports=True)
 
 
@@ -112,6 +116,9 @@ def run(args):
         raise ValueError(f"--max-batch must be at least 1, got {args.max_batch}.")
     if args.max_upload_mb <= 0:
         raise ValueError(f"--max-upload-mb must be positive, got {args.max_upload_mb}.")
+    if not 0 < args.milvus_timeout <= 3600:
+        raise ValueError(f"--milvus-timeout must be more than 0 and at most 3600 seconds, got "
+                         f"{args.milvus_timeout}.")
     hosts = allowed_hosts(args.host, _host_names(args.allowed_hosts))
     token = _token(args)
     _import_tensorflow_quietly()
@@ -119,7 +126,8 @@ def run(args):
                      milvus_token=os.environ.get(MILVUS_TOKEN_ENV) or None,
                      max_batch=args.max_batch, threshold=args.threshold,
                      limits=ImageLimits(max_bytes=int(args.max_upload_mb * 1024 * 1024)),
-                     allow_mismatch=args.allow_mismatch, allowed_hosts=hosts)
+                     allow_mismatch=args.allow_mismatch, allowed_hosts=hosts,
+                     milvus_timeout=args.milvus_timeout)
     service = app.state.service
     if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"keras-dml serve: warning: listening on {args.host} without a token: anyone who "

@@ -194,14 +194,25 @@ def milvus_expression(conditions):
 
 def _milvus_condition(condition):
     field = _milvus_field(condition.field)
-    if condition.op not in MEMBERSHIP or condition.field in ("id", "label", "added"):
+    if condition.field in ("id", "label", "added") or condition.op not in (*MEMBERSHIP, "!="):
         return f"{field} {condition.op} {milvus_literal(condition.value)}"
+    if condition.op == "!=":
+        return _differs(field, condition.value)
     # Milvus (Lite) takes `in` on fields only, not on JSON paths: spelled out instead.
     if condition.op == "in":
         return " or ".join(f"{field} == {milvus_literal(v)}" for v in condition.value) or (
             f"exists {field} and not (exists {field})")  # in []: no item
-    return " and ".join(f"{field} != {milvus_literal(v)}" for v in condition.value) or (
+    return " and ".join(_differs(field, v) for v in condition.value) or (
         f"exists {field}")  # not in []: every item that has the field
+
+
+def _differs(field, value):
+    """`field != value` for a metadata key: a Milvus server (2.3) passes an item without
+    the key, Lite does not, so a number or string is asked below or above instead (an
+    item without the key, or with a value of another kind, is neither)."""
+    if isinstance(value, (bool, type(None))) or not isinstance(value, (int, float, str)):
+        return f"{field} != {milvus_literal(value)}"
+    return f"({field} < {milvus_literal(value)} or {field} > {milvus_literal(value)})"
 
 
 def milvus_literal(value):

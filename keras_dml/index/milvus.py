@@ -179,8 +179,12 @@ def parse_record(properties, collection, uri):
     return record
 
 
-def connect(uri, token=None, timeout=TIMEOUT):
-    """A `MilvusClient` on `uri`, or a one-line error saying why not."""
+def connect(uri, token=None, timeout=TIMEOUT, dedicated=False):
+    """A `MilvusClient` on `uri`, or a one-line error saying why not.
+
+    pymilvus shares one connection among the clients of a server URI; a `dedicated`
+    client has its own, so closing it and connecting again makes a new connection (how
+    `keras_dml.serve` reconnects after Milvus restarts)."""
     try:
         from pymilvus import MilvusClient
     except ImportError:
@@ -190,7 +194,8 @@ def connect(uri, token=None, timeout=TIMEOUT):
     if not is_lite(uri):
         try:
             with _quiet():
-                return MilvusClient(uri=uri, token=token or "", timeout=timeout)
+                return MilvusClient(uri=uri, token=token or "", timeout=timeout,
+                                    **({"dedicated": True} if dedicated else {}))
         except Exception as error:  # pymilvus raises MilvusException and grpc errors
             raise ConnectionError(f"Cannot reach Milvus at {uri}: "
                                   f"{_message(error)}") from None
@@ -306,15 +311,17 @@ class MilvusStore:
 
     name = "milvus"
 
-    def __init__(self, uri, collection, token=None, timeout=TIMEOUT, lite_process=False):
+    def __init__(self, uri, collection, token=None, timeout=TIMEOUT, lite_process=False,
+                 call_timeout=None):
         self.uri = os.fspath(uri)
         self.collection = collection or DEFAULT_COLLECTION
+        self.call_timeout = call_timeout
         self._server = None
         if lite_process and is_lite(self.uri) and not _open_here(self.uri):
             self._server = serve_lite(self.uri)
         try:
             self._client = connect(self._server.uri if self._server else self.uri, token,
-                                   timeout)
+                                   timeout, dedicated=call_timeout is not None)
         except BaseException:
             if self._server is not None:
                 self._server.stop()
@@ -354,6 +361,12 @@ class MilvusStore:
     def load(self):
         """Loads an existing collection for search (a reopened one starts released)."""
         self._call(self._client.load_collection, self.collection)
+
+    def loaded(self):
+        """Whether the collection is loaded, so a search can run on it now (a Milvus
+        started again has it released)."""
+        state = self._call(self._client.get_load_state, self.collection)["state"]
+        return getattr(state, "name", str(state)).rsplit(".", 1)[-1] == "Loaded"
 
     def write_record(self):
         if self.exists():
@@ -553,8 +566,12 @@ class MilvusStore:
             self._server = None
 
     def _call(self, method, *args, **kwargs):
+        """`method(*args, **kwargs)` through `call`; a method of the client waits at most
+        `call_timeout` seconds (when set) for Milvus, retries included."""
         if self._client is None:
             raise RuntimeError(f"The index on {self.uri} is closed.")
+        if self.call_timeout is not None and getattr(method, "__self__", None) is self._client:
+            kwargs.setdefault("timeout", self.call_timeout)
         return call(method, self.uri, self.collection, *args, **kwargs)
 
 

@@ -25,6 +25,7 @@ from fastapi.security import APIKeyHeader, HTTPBearer
 from keras_dml.serve import files
 from keras_dml.serve.browsers import BrowserGuard, page_policy
 from keras_dml.serve.docs_page import docs_page
+from keras_dml.serve.availability import ensure_ready
 from keras_dml.serve.embedders import calibrated_threshold
 from keras_dml.serve.errors import RequestIds, add_handlers, refused, unavailable
 from keras_dml.serve.limits import BodyLimit, media_type, parse_json
@@ -35,8 +36,9 @@ from keras_dml.serve.schema import errors, search_openapi
 from keras_dml.serve.service import Query, Service
 from keras_dml.serve.uploads import ImageLimits, UploadError, check_image
 
-__all__ = ["MAX_K", "create_app"]
+__all__ = ["MAX_K", "MILVUS_TIMEOUT", "create_app"]
 
+MILVUS_TIMEOUT = 3.0  # seconds any one call to Milvus may take
 FORM_OVERHEAD = 64 * 1024  # bytes a multipart body may hold besides the image
 
 EVERY_ROUTE = (400, 500)  # a Host not allowed; an unexpected error
@@ -53,7 +55,8 @@ def _bad_request(error):
 
 def create_app(model, uri, collection=None, token=None, milvus_token=None, max_batch=32,
                max_wait_ms=5.0, limits=ImageLimits(), threshold=None, allow_mismatch=False,
-               refresh_seconds=2.0, allowed_hosts=None):
+               refresh_seconds=2.0, allowed_hosts=None,
+               milvus_timeout=MILVUS_TIMEOUT):
     """The service's FastAPI app, its model loaded and checked against the catalogue.
 
     Args:
@@ -69,17 +72,20 @@ def create_app(model, uri, collection=None, token=None, milvus_token=None, max_b
         threshold: Similarity at which a result matches; defaults to the run's
             calibrated threshold where it has one, else no match decision.
         allow_mismatch: Serve another model's catalogue (its scores are meaningless).
-        refresh_seconds: How often an alias is resolved again.
+        refresh_seconds: How often what a search needs is checked again (Milvus
+            answering, the alias' target, the collection loaded), healing what failed.
         allowed_hosts: The host names answered (`Host` header, without its port;
             `keras_dml.serve.browsers.allowed_hosts` makes the CLI's list); None: any
             (also in `app.state.allowed_hosts`, read at each request).
+        milvus_timeout: Seconds any one call to Milvus may take; a request then gets a
+            503 with Retry-After.
 
     Raises:
         ValueError: The catalogue was built by another model (one line naming both).
         FileNotFoundError, ConnectionError: No model or catalogue there.
     """
     service = Service(model, uri, collection, milvus_token, allow_mismatch, refresh_seconds,
-                      max_batch, max_wait_ms / 1000)
+                      max_batch, max_wait_ms / 1000, milvus_timeout)
     if threshold is None and service.embedder.run_dir is not None:
         threshold = calibrated_threshold(service.embedder.run_dir)
 
@@ -145,12 +151,7 @@ def _add_health(app, service, guard):
 
 
 async def _ready(service, request):
-    try:
-        await asyncio.to_thread(service.catalogue.refresh)
-    except Exception as error:  # Milvus unreachable, collection gone
-        raise unavailable(request, error) from None
-    if service.catalogue.not_ready:
-        raise HTTPException(503, service.catalogue.not_ready)
+    await ensure_ready(service.catalogue, request)
 
 
 def _add_search(app, service, guard):

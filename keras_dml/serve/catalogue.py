@@ -5,6 +5,12 @@ of the model that embedded it. An alias is resolved again every
 `refresh_seconds`: when it moves to a collection of the same model the service
 follows it; to another model's, the catalogue is not ready (`not_ready` says
 why) until the service reloads a matching model.
+
+The same check heals the catalogue when Milvus fails: every call to Milvus waits
+at most `timeout` seconds; after a failed call the next check connects again,
+and a collection that Milvus released (a Milvus started again) is loaded again.
+A check's outcome, failure included, is kept for `refresh_seconds` (or until a
+search fails), so readiness stays cheap to ask.
 """
 
 import os
@@ -14,7 +20,7 @@ import time
 import numpy as np
 
 from keras_dml.index import filters
-from keras_dml.index.milvus import (DEFAULT_COLLECTION, TIMEOUT, MilvusStore, connect,
+from keras_dml.index.milvus import (DEFAULT_COLLECTION, TIMEOUT, MilvusStore, call, connect,
                                     is_lite, release)
 
 __all__ = ["Catalogue", "check_fingerprints"]
@@ -45,21 +51,26 @@ class Catalogue:
     """
 
     def __init__(self, uri, name=None, token=None, fingerprint=None, source="the model",
-                 allow_mismatch=False, refresh_seconds=2.0):
+                 allow_mismatch=False, refresh_seconds=2.0, timeout=TIMEOUT):
         self.uri, self.name = os.fspath(uri), name or DEFAULT_COLLECTION
         self.fingerprint, self.source = fingerprint, source
         self.allow_mismatch, self.refresh_seconds = allow_mismatch, refresh_seconds
+        self.timeout = timeout
         self.not_ready = None
         self._lock = threading.Lock()
         self._client = None
+        self._token = token
+        self._error = None  # the last check's failure, raised again until the next check
+        self._stale = False  # a search failed since the last check: check at the next one
         if is_lite(self.uri) and not os.path.isdir(self.uri):
             raise FileNotFoundError(f"No Milvus Lite database at {self.uri}: give the --uri "
                                     "that keras-dml index wrote to.")
-        self._client = connect(self.uri, token, TIMEOUT)
+        self._client = connect(self.uri, token, timeout, dedicated=True)
         self._checked = 0.0
         try:
             collection = self._resolve()
-            self._store = MilvusStore(self.uri, collection, token, TIMEOUT)
+            self._store = MilvusStore(self.uri, collection, token, timeout,
+                                      call_timeout=timeout)
             reason = self._switch(collection)
         except BaseException:
             self.close()
@@ -87,14 +98,19 @@ class Catalogue:
 
     def _resolve(self):
         """The collection `name` stands for (itself unless it is an alias)."""
-        client = self._client
         try:
-            if client.has_collection(self.name):
-                return client.describe_collection(self.name)["collection_name"]
+            if self._milvus(self._client.has_collection, self.name):
+                return self._milvus(self._client.describe_collection,
+                                    self.name)["collection_name"]
+            names = self._milvus(self._client.list_collections)
         except Exception as error:  # pymilvus' MilvusException, grpc errors
             raise ConnectionError(f"Milvus at {self.uri}: {error}") from None
         raise FileNotFoundError(f"{self.uri} has no collection or alias {self.name!r}; it has "
-                                f"{sorted(client.list_collections())}.")
+                                f"{sorted(names)}.")
+
+    def _milvus(self, method, *args):
+        """A call of the catalogue's client that waits at most `timeout` seconds."""
+        return call(method, self.uri, None, *args, timeout=self.timeout)
 
     def _switch(self, collection):
         """Reads `collection`'s record; None when it is served from now on, else why not."""
@@ -113,14 +129,57 @@ class Catalogue:
         return reason
 
     def refresh(self, force=False):
-        """Follows a moved alias (at most every `refresh_seconds` unless `force`)."""
-        with self._lock:
-            if not force and time.monotonic() - self._checked < self.refresh_seconds:
+        """Checks what a search needs: Milvus answering, the alias' target (followed when
+        it moved), the collection loaded (loaded again when Milvus released it). Runs at
+        most every `refresh_seconds` unless `force` or a search failed since; in between
+        the last outcome stands (`not_ready`, or its error raised again).
+
+        Raises:
+            ConnectionError: Milvus did not answer (within `timeout` seconds a call), or
+                another thread's check took longer than that.
+            FileNotFoundError: The collection or alias is gone.
+        """
+        if not self._lock.acquire(timeout=self.timeout):
+            raise ConnectionError(f"Milvus at {self.uri} did not answer within "
+                                  f"{self.timeout:g} s.")
+        try:
+            if not (force or self._stale) and \
+                    time.monotonic() - self._checked < self.refresh_seconds:
+                if self._error is not None:
+                    raise type(self._error)(*self._error.args)
                 return
-            collection = self._resolve()
-            if force or collection != self._store.collection or self.not_ready:
-                self._switch(collection)
-            self._checked = time.monotonic()
+            self._stale = False
+            try:
+                self._check(force)
+                self._error = None
+            except (ConnectionError, RuntimeError, FileNotFoundError) as error:
+                self._error = error
+                raise
+            finally:
+                self._checked = time.monotonic()
+        finally:
+            self._lock.release()
+
+    def _check(self, force):
+        if self._error is not None:  # the last check failed: connect again
+            self._reconnect()
+        collection = self._resolve()
+        if force or collection != self._store.collection or self.not_ready:
+            self._switch(collection)
+        elif not self._store.loaded():
+            self._store.load()
+
+    def _reconnect(self):
+        """New connections to Milvus (the old ones may wait on a server that went away)."""
+        token, collection = self._token, self._store.collection
+        release(self._client, self.uri)
+        self._client = None
+        self._client = connect(self.uri, token, self.timeout, dedicated=True)
+        store = MilvusStore(self.uri, collection, token, self.timeout,
+                            call_timeout=self.timeout)
+        store.record = self._store.record
+        self._store.close()
+        self._store = store
 
     def reload(self, fingerprint, source):
         """Checks against a newly loaded model; returns the reason it is not ready, or None."""
@@ -138,8 +197,14 @@ class Catalogue:
     def search(self, vectors, k, expression=None):
         """`(ids, scores, labels, metadata)` arrays of the k best items per vector (all
         of them when the catalogue holds fewer than k: the rest padded with score -inf)."""
+        if self._stale:  # a search failed since the last check: wait for the next one
+            raise RuntimeError(f"Milvus at {self.uri} failed a search; checking it again.")
         # an expression, even empty, makes the store answer what it has rather than refuse
-        return self._store.search(np.asarray(vectors, np.float32), k, expression or "")
+        try:
+            return self._store.search(np.asarray(vectors, np.float32), k, expression or "")
+        except RuntimeError:  # Milvus failed (a ValueError is the query's): check it now
+            self._stale = True
+            raise
 
     def close(self):
         store = getattr(self, "_store", None)

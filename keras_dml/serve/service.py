@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 
+from keras_dml.index.milvus import TIMEOUT
 from keras_dml.serve.batcher import MicroBatcher
 from keras_dml.serve.catalogue import Catalogue
 from keras_dml.serve.embedders import DecodeError, Embedder, load_embedder
@@ -42,17 +43,18 @@ class Service:
             reloaded (`reload`).
         uri, collection, milvus_token: The Milvus catalogue (collection or alias).
         allow_mismatch: Serve even when the catalogue's model fingerprint differs.
-        refresh_seconds: How often an alias is resolved again.
+        refresh_seconds: How often the catalogue is checked again (`Catalogue.refresh`).
         max_batch, max_wait: The batcher's bounds (queries, seconds).
+        milvus_timeout: Seconds any one call to Milvus may take.
     """
 
     def __init__(self, model, uri, collection=None, milvus_token=None, allow_mismatch=False,
-                 refresh_seconds=2.0, max_batch=32, max_wait=0.005):
+                 refresh_seconds=2.0, max_batch=32, max_wait=0.005, milvus_timeout=TIMEOUT):
         self.model_path = None if isinstance(model, Embedder) else os.fspath(model)
         self.embedder = model if isinstance(model, Embedder) else load_embedder(model)
         self.catalogue = Catalogue(uri, collection, milvus_token, self.embedder.fingerprint,
                                    f"the model {self.embedder.source}", allow_mismatch,
-                                   refresh_seconds)
+                                   refresh_seconds, milvus_timeout)
         self.batcher = MicroBatcher(self._answer, max_batch, max_wait)
         self._warm_up()
         self._reranking = {}  # collection -> keras_dml Index, opened on first use
