@@ -199,9 +199,14 @@ class Catalogue:
         of them when the catalogue holds fewer than k: the rest padded with score -inf)."""
         if self._stale:  # a search failed since the last check: wait for the next one
             raise RuntimeError(f"Milvus at {self.uri} failed a search; checking it again.")
+        vectors = np.asarray(vectors, np.float32)
+        dim = self.record["provenance"].get("dim")
+        if dim is not None and (vectors.ndim != 2 or vectors.shape[1] != dim):
+            # the query's fault, not Milvus': never marks the catalogue for a check
+            raise ValueError(f"vectors of {dim} numbers expected, got shape {vectors.shape}.")
         # an expression, even empty, makes the store answer what it has rather than refuse
         try:
-            return self._store.search(np.asarray(vectors, np.float32), k, expression or "")
+            return self._store.search(vectors, k, expression or "")
         except RuntimeError:  # Milvus failed (a ValueError is the query's): check it now
             self._stale = True
             raise
