@@ -91,6 +91,9 @@ def test_threshold_filter_and_vector_queries(client, app, catalogue):
         assert result["match"] == (result["similarity"] >= 0.99999)
     scores = [r["rerank_score"] for r in reranked["results"]]
     assert scores == sorted(scores, reverse=True)
+    service = app.state.service  # the re-ranking's own connection has the same call bound
+    (opened,) = service._reranking.values()
+    assert opened._store.call_timeout == service.catalogue.timeout
     vector = app.state.service.embedder.embed([data])[0]
     by_vector = client.post("/search", params={"k": 2}, json={"vector": vector.tolist()})
     assert by_vector.status_code == 200, by_vector.text

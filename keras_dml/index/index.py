@@ -77,7 +77,8 @@ class Index:
             `ef_search` (default 64), `ef_construction` (default 80). For
             `"milvus"`: `index_type` `"FLAT"` (default), `"HNSW"` (`m` 32,
             `ef_construction` 80, `ef_search` 64) or `"IVF_FLAT"` (`nlist` 128,
-            `nprobe` 16), `timeout` (seconds to reach a server, default 10), and
+            `nprobe` 16), `timeout` (seconds to reach a server, default 10), `call_timeout`
+            (seconds any one call to Milvus may take, default None: no bound), and
             `lite_process` (default False): serve a Lite file from a child
             process, whose memory then holds the collection instead of this
             one's (`keras_dml.index.lite_process`; `keras-dml index --uri`
@@ -105,8 +106,9 @@ class Index:
 
             timeout = backend_options.pop("timeout", TIMEOUT)
             lite_process = bool(backend_options.pop("lite_process", False))
+            call_timeout = backend_options.pop("call_timeout", None)
             self._store = MilvusStore(DEFAULT_URI if uri is None else uri, collection, token,
-                                      timeout, lite_process)
+                                      timeout, lite_process, call_timeout)
             try:
                 self._record = records.open_collection(self._store, self.metric,
                                                        backend_options, info, given,

@@ -59,6 +59,7 @@ class Service:
         self._warm_up()
         self._reranking = {}  # collection -> keras_dml Index, opened on first use
         self._milvus_token = milvus_token
+        self._milvus_timeout = milvus_timeout
         self._reload_lock = threading.Lock()
 
     def _warm_up(self):
@@ -126,7 +127,9 @@ class Service:
 
         name = self.catalogue.collection
         if name not in self._reranking:
-            self._reranking[name] = Index.open(self.catalogue.uri, name, self._milvus_token)
+            self._reranking[name] = Index.open(self.catalogue.uri, name, self._milvus_token,
+                                               timeout=self._milvus_timeout,
+                                               call_timeout=self._milvus_timeout)
         index = self._reranking[name]
         vector = np.asarray(vector, np.float32)
         result = index.search(vector[None], k, filter=filter, rerank=rerank)
