@@ -20,15 +20,15 @@ import reference_evaluation as reference
 from keras_dml.evaluation import nearest_neighbors, retrieval_metrics, retrieval_report
 from keras_dml.index import Index
 
+#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
+pytestmark = pytest.mark.backend_neutral
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
 BACKEND = "jax" if keras.backend.backend() == "tensorflow" else keras.backend.backend()
 
 _HIDE = """
 import sys
-
-#: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
-pytestmark = pytest.mark.backend_neutral
 for name in ("faiss", "tensorflow", "tensorflow_datasets"):
     sys.modules[name] = None  # `import faiss` / `import tensorflow` fail
 """

@@ -17,11 +17,12 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKEND = "jax" if keras.backend.backend() == "tensorflow" else keras.backend.backend()
 
-_HIDE_TENSORFLOW = """
-import sys
-
 #: Runs on every Keras backend (tests/conftest.py collects it on JAX and PyTorch too).
 pytestmark = pytest.mark.backend_neutral
+
+
+_HIDE_TENSORFLOW = """
+import sys
 for name in ("tensorflow", "tensorflow_datasets", "tensorflow_serving"):
     sys.modules[name] = None  # `import tensorflow` fails: ModuleNotFoundError
 """
