@@ -76,6 +76,7 @@ EXTRAS = {
     "milvus": "keras_dml[milvus-server]",
     "selenium": "keras_dml[browser]",
     "fastapi": "keras_dml[serve]",
+    "starlette": "keras_dml[serve]",
     "uvicorn": "keras_dml[serve]",
     "multipart": "keras_dml[serve]",
     "tensorflow": "keras_dml[tensorflow]",

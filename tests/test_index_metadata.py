@@ -206,7 +206,9 @@ def test_index_id_column_into_a_saved_index(shop, run_dir, tmp_path, capsys):  #
     assert index.info["catalogue"]["ids"] == "column:sku" and index.metadata_fields == {
         "path": "string", "price": "number", "condition": "string"}
     code, out, err = _run(["search", output, shop / "dog" / "0.png", "--k", "1"], capsys)
-    assert code == 0 and re.search(r"1\. dog/0.png\s+label dog", out), out + err
+    # the item is named by its id (the sku), its path a field
+    assert code == 0 and re.search(r"1\. S-003\s+label dog .*path=\"dog/0.png\"", out), (
+        out + err)
 
     for argv, message in [
             (["--images", shop, "--id-column", "sku"], "is a folder: ids from a column"),

@@ -182,9 +182,8 @@ def parse_record(properties, collection, uri):
 def connect(uri, token=None, timeout=TIMEOUT, dedicated=False):
     """A `MilvusClient` on `uri`, or a one-line error saying why not.
 
-    pymilvus shares one connection among the clients of a server URI; a `dedicated`
-    client has its own, so closing it and connecting again makes a new connection (how
-    `keras_dml.serve` reconnects after Milvus restarts)."""
+    A `dedicated` client has a connection of its own (pymilvus shares one per server
+    URI otherwise): closing it and connecting again reconnects (`keras_dml.serve`)."""
     try:
         from pymilvus import MilvusClient
     except ImportError:
@@ -363,8 +362,7 @@ class MilvusStore:
         self._call(self._client.load_collection, self.collection)
 
     def loaded(self):
-        """Whether the collection is loaded, so a search can run on it now (a Milvus
-        started again has it released)."""
+        """Whether the collection is loaded (a Milvus started again has it released)."""
         state = self._call(self._client.get_load_state, self.collection)["state"]
         return getattr(state, "name", str(state)).rsplit(".", 1)[-1] == "Loaded"
 
