@@ -12,7 +12,6 @@ import time
 
 import numpy as np
 import pytest
-from milvus_servers import standalone  # noqa: F401 (fixture)
 from test_index_catalogue import CLASSES, _embedder, _expected, _main, _png, run_dir  # noqa: F401
 
 from keras_dml import cli
@@ -72,21 +71,11 @@ def _add_in_two_batches(index, shop):
     return cut
 
 
-@pytest.fixture(scope="module")
-def standalone_shop(shop, standalone):  # noqa: F811
-    """The shop's catalogue on a Milvus standalone (its own `cut`)."""
-    with Index(backend="milvus", uri=standalone.uri, provenance=shop["made"]) as index:
-        cut = _add_in_two_batches(index, shop)
-    return {**shop, "standalone": {"where": standalone.uri, "cut": cut}}
-
-
 @pytest.fixture(params=["saved", pytest.param("milvus", marks=[
-    pytest.mark.requires("pymilvus"), pytest.mark.slow]), pytest.param("standalone", marks=[
-        pytest.mark.requires("pymilvus", "milvus"), pytest.mark.slow])])
+    pytest.mark.requires("pymilvus"), pytest.mark.slow])])
 def store(request):
     """`(shop, its index as the command takes it, the time between its batches)`."""
-    shop = request.getfixturevalue({"saved": "shop", "milvus": "milvus_shop",
-                                    "standalone": "standalone_shop"}[request.param])
+    shop = request.getfixturevalue({"saved": "shop", "milvus": "milvus_shop"}[request.param])
     return shop, shop[request.param]["where"], shop[request.param]["cut"]
 
 
